@@ -1,0 +1,185 @@
+"""The snapshot stream: plain frozen values, one per tick.
+
+A Snapshot holds raw, cumulative readings only (counters, positions, states);
+rates and progress are derived downstream, so a recording replays through the
+same analysis as a live run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _from_dict(cls: type, d: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Backend:
+    pid: int
+    datname: str | None
+    usename: str | None
+    application_name: str | None
+    client_addr: str | None
+    client_port: int | None
+    backend_start: float | None
+    xact_start: float | None
+    query_start: float | None
+    state: str | None
+    wait_event_type: str | None
+    wait_event: str | None
+    backend_type: str | None
+    backend_xmin: str | None
+    leader_pid: int | None
+    query: str | None
+    blocked_by: tuple[int, ...] = ()
+    waiting_for: tuple[str, ...] | None = None  # (locktype, mode, relation)
+
+    @staticmethod
+    def from_row(r: list[Any]) -> Backend:
+        return Backend(*r[:16], blocked_by=tuple(r[16] or ()),
+                       waiting_for=tuple(r[17]) if r[17] else None)
+
+    @property
+    def wait(self) -> str | None:
+        if self.wait_event_type and self.wait_event:
+            return f"{self.wait_event_type}:{self.wait_event}"
+        return None
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    pid: int
+    datname: str | None
+    relid: int | None
+    relation: str | None
+    command: str | None
+    type: str | None
+    bytes_processed: int
+    bytes_total: int
+    tuples_processed: int
+    tuples_excluded: int
+
+
+@dataclass(frozen=True)
+class IndexProgress:
+    pid: int
+    datname: str | None
+    relid: int | None
+    relation: str | None
+    index_relid: int | None
+    index_name: str | None
+    command: str | None
+    phase: str | None
+    blocks_total: int
+    blocks_done: int
+    tuples_total: int
+    tuples_done: int
+
+    @property
+    def fraction(self) -> float | None:
+        """Rough progress of one build: the heap scan, then the sort, then the
+        tree load, weighted by what usually dominates."""
+        ph = (self.phase or "").lower()
+        if "scanning table" in ph or "scanning heap" in ph:
+            return 0.6 * _ratio(self.blocks_done, self.blocks_total)
+        if "sorting" in ph:
+            return 0.65
+        if "loading tuples" in ph:
+            return 0.7 + 0.3 * _ratio(self.tuples_done, self.tuples_total)
+        if "initializing" in ph:
+            return 0.0
+        if "waiting" in ph or "validat" in ph:
+            return 0.95
+        return None
+
+
+def _ratio(a: float, b: float) -> float:
+    return min(1.0, a / b) if b else 0.0
+
+
+@dataclass(frozen=True)
+class DbSample:
+    """One round trip's worth of server state, or why there is none."""
+
+    server_ts: float | None = None
+    backends: tuple[Backend, ...] = ()
+    copies: tuple[CopyProgress, ...] | None = ()  # None: no COPY progress view
+    indexes: tuple[IndexProgress, ...] | None = ()  # None: no CREATE INDEX view
+    latency_ms: float | None = None
+    error: str | None = None
+
+    @staticmethod
+    def from_json(doc: dict[str, Any], latency_ms: float) -> DbSample:
+        copies = doc.get("copy")
+        indexes = doc.get("index")
+        return DbSample(
+            server_ts=doc.get("now"),
+            backends=tuple(Backend.from_row(r) for r in doc.get("activity") or ()),
+            copies=None if copies is None else tuple(CopyProgress(*r) for r in copies),
+            indexes=None if indexes is None else tuple(IndexProgress(*r) for r in indexes),
+            latency_ms=latency_ms,
+        )
+
+    def backend(self, pid: int) -> Backend | None:
+        for b in self.backends:
+            if b.pid == pid:
+                return b
+        return None
+
+
+@dataclass(frozen=True)
+class OpenFile:
+    path: str
+    position: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class ClientProc:
+    """A client process of the job (pg_dump / pg_restore leader or worker, a
+    COPY loader), or a server backend process on this host."""
+
+    pid: int
+    ppid: int | None
+    name: str
+    create_time: float | None
+    status: str | None
+    cpu_user: float | None
+    cpu_system: float | None
+    read_chars: int | None
+    write_chars: int | None
+    open_files: tuple[OpenFile, ...] | None  # None: not readable (another user)
+
+    @property
+    def cpu_s(self) -> float | None:
+        if self.cpu_user is None or self.cpu_system is None:
+            return None
+        return self.cpu_user + self.cpu_system
+
+
+@dataclass(frozen=True)
+class FileSize:
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    ts: float  # time.monotonic()
+    wall: float  # time.time()
+    db: DbSample | None
+    host: Any | None  # sample.host.HostSample
+    clients: tuple[ClientProc, ...] = ()
+    backends_os: tuple[ClientProc, ...] = ()  # server backend processes (same host)
+    files: tuple[FileSize, ...] = ()  # the dump directory's files, as they grow
+    free_bytes: int | None = None  # free space where the job writes
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def client(self, pid: int) -> ClientProc | None:
+        for c in self.clients:
+            if c.pid == pid:
+                return c
+        return None

@@ -1,0 +1,508 @@
+"""The sampling loop: one Sampler tick -> Snapshot -> Tracker -> JSON sample.
+
+Nothing below the Sampler talks to the server or the OS; the tick builds the
+published `pgparmon.sample/1` object from the tracker's derived state.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+
+from .analyze import bottleneck, eta
+from .analyze.progress import Tracker
+from .connect import ConnTarget
+from .discover import DiscoveryError, Job, choose_job, copy_target, find_jobs
+from .model import FileSize, Snapshot
+from .sample import host as hostmod
+from .sample import procs
+from .sample.db import DbSampler, ServerFacts
+from .toc import TocError, list_archive, post_data_targets
+
+SCHEMA = "pgparmon.sample/1"
+STALL_SAMPLES = 5
+
+
+@dataclass
+class Outcome:
+    state: str  # finished | failed
+    reason: str
+    exit_code: int | None = None
+
+
+def _iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Monitor:
+    def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
+                 process: subprocess.Popen[Any] | None = None) -> None:
+        self.target = target
+        self.sampler = DbSampler(target)
+        self.facts: ServerFacts = self.sampler.open()
+        self.local = procs.postmaster_of(self.facts.backend_pid) is not None
+        self.process = process
+        self.pid = pid
+        self.job: Job | None = job
+        self.tracker: Tracker | None = None
+        self.snaps: deque[Snapshot] = deque(maxlen=8)
+        self.obs_window: deque[list[bottleneck.WorkerObs]] = deque(maxlen=5)
+        self.prev_host: Any = None
+        self.host_rates: Any = None
+        self.devices: set[str] = set()
+        self.outcome: Outcome | None = None
+        self.notes: list[str] = []
+        self.said: set[str] = set()
+        self.started_wall = time.time()
+        self.client_pids: set[int] = set()
+        self.worker_pids_seen: set[int] = set()
+        self.target_dir: str | None = None
+        self.no_members = 0
+        self.samples = 0
+        for v in self.facts.missing_views():
+            self._note(f"server {self.facts.version} has no {v}: progress from that view "
+                       "is not available; activity and host rates still work")
+        if not self.facts.read_all_stats and not self.facts.is_superuser:
+            self._note(f"role {self.facts.user} lacks pg_read_all_stats: other roles' backends "
+                       "show no details (GRANT pg_monitor TO "
+                       f"{self.facts.user} shows them)")
+
+    # ---- discovery ------------------------------------------------------
+
+    def discover(self) -> Job:
+        if self.job is None:
+            db = self.sampler.sample()
+            if db.error:
+                raise DiscoveryError(db.error, 3)
+            self.job = choose_job(find_jobs(self.facts, db, scan_processes=True), self.pid)
+        job = self.job
+        if job.database is None:
+            job = self.job = replace(job, database=self.facts.database)
+        if job.database != self.facts.database:
+            self.sampler.close()
+            self.sampler = DbSampler(self.target.with_dbname(job.database))
+            try:
+                self.facts = self.sampler.open()
+            except Exception as exc:  # noqa: BLE001 - one line to the user
+                raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
+                                     f"database: {exc}", 3) from None
+        self.sampler.database_filter = job.database
+        self.target_dir = self._resolve_target(job)
+        self.tracker = Tracker(job, block_size=self.facts.block_size)
+        if self.local and self.facts.data_directory:
+            self.tracker.data_directory = self.facts.data_directory  # type: ignore[attr-defined]
+        if job.client_pid:
+            self.client_pids = {job.client_pid, *procs.children(job.client_pid)}
+        self._find_devices()
+        return job
+
+    def _resolve_target(self, job: Job) -> str | None:
+        if not job.target:
+            return None
+        t = job.target
+        if not os.path.isabs(t) and job.client_pid:
+            try:
+                import psutil
+
+                t = os.path.join(psutil.Process(job.client_pid).cwd(), t)
+            except Exception:  # noqa: BLE001 - another user's process
+                return None
+        return os.path.abspath(t)
+
+    def _find_devices(self) -> None:
+        for p in (self.target_dir, self.facts.data_directory if self.local else None):
+            if not p:
+                continue
+            probe = p if os.path.exists(p) else os.path.dirname(p)
+            try:
+                d = hostmod.device_for_path(probe)
+            except OSError:
+                d = None
+            if d:
+                self.devices.add(d)
+                whole = getattr(hostmod, "whole_disk", None)
+                if whole:
+                    w = whole(d)
+                    if w:
+                        self.devices.add(w)
+
+    def _plan(self) -> None:
+        tr = self.tracker
+        job = self.job
+        assert tr is not None and job is not None
+        if tr.planned:
+            return
+        pg_restore = self._client_binary("pg_restore")
+        try:
+            if job.kind == "pg_dump":
+                toc = None
+                if self.target_dir and os.path.exists(os.path.join(self.target_dir, "toc.dat")):
+                    try:
+                        toc = list_archive(self.target_dir, pg_restore=pg_restore)[1]
+                    except TocError:
+                        return  # toc.dat still being written: try next tick
+                elif self.target_dir and self.samples < 3:
+                    return
+                tables = self.sampler.query_json("tables") or []
+                tr.plan_dump(toc, tables)
+            elif job.kind == "pg_restore" and self.target_dir:
+                toc = list_archive(self.target_dir, pg_restore=pg_restore)[1]
+                try:
+                    targets = post_data_targets(self.target_dir, pg_restore=pg_restore)
+                except TocError:
+                    targets = {}
+                tr.plan_restore(toc, self.target_dir, targets)
+        except TocError as exc:
+            self._note(f"cannot read the archive's TOC ({exc}): progress from activity only")
+            tr.planned = False
+        except psycopg.Error as exc:
+            self._note(f"cannot read table sizes: {str(exc).strip().splitlines()[0]}")
+
+    def _client_binary(self, name: str) -> str | None:
+        job = self.job
+        if job and job.command:
+            d = os.path.dirname(job.command[0])
+            if d and os.path.exists(os.path.join(d, name)):
+                return os.path.join(d, name)
+        return shutil.which(name)
+
+    def _note(self, msg: str) -> None:
+        if msg not in self.said:
+            self.said.add(msg)
+            self.notes.append(msg)
+
+    # ---- one tick -------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        db = self.sampler.sample()
+        if db.error:
+            self._note(db.error)
+        host = hostmod.read_host(self.devices or None)
+        job = self.job
+        assert job is not None
+        if job.client_pid:
+            kids = procs.children(job.client_pid)
+            self.client_pids |= set(kids)
+            live = [job.client_pid, *kids]
+        else:
+            live = []
+        clients = procs.read_procs(live, files_under=self.target_dir or "/")
+        backend_pids = [b.pid for b in (db.backends if not db.error else ())]
+        backends_os = procs.read_procs(backend_pids) if self.local else ()
+        files: tuple[FileSize, ...] = ()
+        free = None
+        if self.target_dir and job.kind == "pg_dump" and os.path.isdir(self.target_dir):
+            files = _dir_sizes(self.target_dir)
+        if self.target_dir:
+            try:
+                free = shutil.disk_usage(self.target_dir if os.path.exists(self.target_dir)
+                                         else os.path.dirname(self.target_dir)).free
+            except OSError:
+                free = None
+        return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
+                        backends_os=backends_os, files=files, free_bytes=free)
+
+    def tick(self) -> dict[str, Any]:
+        if self.job is None or self.tracker is None:
+            self.discover()
+        tr = self.tracker
+        assert tr is not None and self.job is not None
+        snap = self.snapshot()
+        self.samples += 1
+        self._plan()
+        prev = self.snaps[-1] if self.snaps else None
+        self.snaps.append(snap)
+        tr.update(snap)
+        if snap.host is not None and self.prev_host is not None:
+            self.host_rates = hostmod.host_rates(self.prev_host, snap.host)
+        self.prev_host = snap.host
+        self._check_end(snap)
+        return self._sample_doc(snap, prev)
+
+    # ---- end of the job -------------------------------------------------
+
+    def _check_end(self, snap: Snapshot) -> None:
+        tr, job = self.tracker, self.job
+        assert tr is not None and job is not None
+        if self.outcome is not None:
+            return
+        if job.client_pid:
+            root_alive = self.process.poll() is None if self.process else procs.alive(job.client_pid)
+            live = {c.pid for c in snap.clients}
+            died = {p for p in self.client_pids if p != job.client_pid and p not in live}
+            if root_alive and died and job.kind in ("pg_dump", "pg_restore"):
+                self._note(f"worker process {', '.join(map(str, sorted(died)))} died")
+            if root_alive:
+                return
+            code = self.process.wait() if self.process else None
+        else:
+            members = tr.members(snap) if snap.db and not snap.db.error else None
+            if members:
+                self.no_members = 0
+                return
+            if members is None:
+                return  # server unreachable: cannot tell yet
+            self.no_members += 1
+            if self.no_members < 3:
+                return
+            code = None
+        self.outcome = self._verdict_at_end(snap, code)
+
+    def _verdict_at_end(self, snap: Snapshot, code: int | None) -> Outcome:
+        tr = self.tracker
+        assert tr is not None
+        # the last items may have finished between two samples: take the
+        # files' and the catalog's word for them
+        if self.job and self.job.kind == "pg_dump" and self.target_dir:
+            tr.update(replace(snap, files=_dir_sizes(self.target_dir), clients=()))
+        died = [n for n in self.notes if "died" in n]
+        if code is not None:
+            if code == 0:
+                tr.finish_all(snap.wall)
+                return Outcome("finished", "exit code 0", code)
+            return Outcome("failed", f"exit code {code}"
+                           + (" (pg_restore ignored errors)" if code == 1 and self.job
+                              and self.job.kind == "pg_restore" else ""), code)
+        if died:
+            return Outcome("failed", died[0])
+        left = tr.unfinished()
+        if self.job and self.job.kind == "pg_restore" and left:
+            left = self._restore_leftovers(left, snap)
+        if left and tr.planned:
+            names = ", ".join(i.name for i in left[:5])
+            return Outcome("failed", f"the job ended with {len(left)} item(s) not done: {names}")
+        tr.finish_all(snap.wall)
+        return Outcome("finished", "all items done")
+
+    def _restore_leftovers(self, left: list[Any], snap: Snapshot) -> list[Any]:
+        """Post-data items that ran between samples left their index or
+        constraint behind; data items of tiny files may have been missed."""
+        names = [f"{(i.relation or '').split('.')[0] or 'public'}.{i.name}" for i in left
+                 if i.kind in ("index", "constraint")]
+        try:
+            existing = set(self.sampler.query_json("relations", (names,)) or [])
+        except psycopg.Error:
+            existing = set()
+        tr = self.tracker
+        assert tr is not None
+        out = []
+        for i in left:
+            qual = f"{(i.relation or '').split('.')[0] or 'public'}.{i.name}"
+            if qual in existing or (i.kind == "data" and i.work < 512) or i.kind == "fk":
+                tr._finish(i, snap.wall)
+            else:
+                out.append(i)
+        return out
+
+    # ---- the published sample ----------------------------------------------
+
+    def _cpu_percent(self, pid: int, snap: Snapshot, prev: Snapshot | None,
+                     os_side: bool = False) -> float | None:
+        if prev is None:
+            return None
+        cur_list = snap.backends_os if os_side else snap.clients
+        prev_list = prev.backends_os if os_side else prev.clients
+        a = next((c for c in prev_list if c.pid == pid), None)
+        b = next((c for c in cur_list if c.pid == pid), None)
+        if a is None or b is None or a.cpu_s is None or b.cpu_s is None:
+            return None
+        dt = snap.ts - prev.ts
+        return max(0.0, (b.cpu_s - a.cpu_s) / dt * 100) if dt > 0 else None
+
+    def _client_of(self, w: Any, snap: Snapshot) -> int | None:
+        """Which client process drives this backend: the one holding the
+        item's data file open (dump writes it, restore reads it)."""
+        tr = self.tracker
+        assert tr is not None
+        it = tr.items.get(w.item or "")
+        if it is None:
+            return w.client_pid
+        want = it.key
+        for c in snap.clients:
+            for f in c.open_files or ():
+                base = os.path.basename(f.path)
+                if base.split(".")[0] == want:
+                    w.client_pid = c.pid
+                    return c.pid
+        return w.client_pid
+
+    def _sample_doc(self, snap: Snapshot, prev: Snapshot | None) -> dict[str, Any]:
+        tr, job = self.tracker, self.job
+        assert tr is not None and job is not None
+        workers = []
+        obs = []
+        total_bps = 0.0
+        total_tps = 0.0
+        for w in sorted(tr.workers.values(), key=lambda w: w.pid):
+            if w.is_leader and w.phase in ("idle", "other"):
+                continue  # the dump leader holds locks and waits
+            bps = w.bytes_rate.rate(5.0) if w.phase == "copy" else 0.0
+            tps = w.tuples_rate.rate(5.0) if w.phase == "copy" else 0.0
+            total_bps += bps or 0.0
+            total_tps += tps or 0.0
+            cpid = self._client_of(w, snap)
+            ccpu = self._cpu_percent(cpid, snap, prev) if cpid else None
+            scpu = self._cpu_percent(w.pid, snap, prev, os_side=True)
+            direction = None
+            if w.phase == "copy":
+                ct = copy_target(w.query)
+                direction = ct[0] if ct else None
+            obs.append(bottleneck.WorkerObs(w.phase, w.wait_event, ccpu, scpu, direction))
+            workers.append({
+                "pid": w.pid, "client_pid": cpid, "phase": w.phase, "relation": w.relation,
+                "item": tr.items[w.item].name if w.item in tr.items else None,
+                "bytes_done": w.bytes_done if w.phase == "copy" else None,
+                "tuples_done": w.tuples_done if w.phase == "copy" else None,
+                "bytes_per_s": round(bps, 1) if bps is not None else None,
+                "tuples_per_s": round(tps, 1) if tps is not None else None,
+                "progress": round(w.progress, 4) if w.progress is not None else None,
+                "wait_event": w.wait_event, "blocked_by": list(w.blocked_by),
+                "client_cpu_percent": _r(ccpu), "server_cpu_percent": _r(scpu),
+            })
+        self.obs_window.append(obs)
+        stopped = sum(1 for c in snap.clients if c.status == "stopped")
+        stalled = self._stalled()
+        pending = sum(1 for i in tr.items.values() if i.state == "pending")
+        running = [(i.name, i.fraction) for i in tr.items.values() if i.state == "running"]
+        hr = self.host_rates
+        disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None
+                 and (not self.devices or n in self.devices)}
+        verdict = bottleneck.judge(list(self.obs_window), kind=job.kind, jobs=job.jobs,
+                                   pending=pending, running_items=running, host=hr,
+                                   devices=disks, stalled=stalled, stopped_clients=stopped)
+        est = eta.estimate(tr, stalled=stalled or stopped > 0)
+        state = self.outcome.state if self.outcome else "running"
+        progress = tr.fraction()
+        if self.outcome and self.outcome.state == "finished" and progress is not None:
+            progress = 1.0
+        doc: dict[str, Any] = {
+            "schema": SCHEMA,
+            "ts": _iso(snap.wall),
+            "elapsed_s": round(snap.wall - (tr.first_wall or snap.wall), 3),
+            "job": {
+                "kind": job.kind, "state": state, "client_pid": job.client_pid,
+                "jobs": job.jobs, "format": job.format, "target": self.target_dir,
+                "database": job.database, "command": list(job.command),
+                "progress": round(progress, 4) if progress is not None else None,
+                "eta_s": round(est.seconds, 1) if est.seconds is not None and state == "running"
+                else (0.0 if state == "finished" else None),
+                "eta_reason": est.reason, "last_item": est.last_item,
+                "bytes_per_s": round(total_bps, 1), "tuples_per_s": round(total_tps, 1),
+                "items_total": len(tr.items),
+                "items_done": sum(1 for i in tr.items.values() if i.state == "done"),
+                "active_workers": sum(1 for w in workers if w["phase"] not in ("idle",)),
+            },
+            "workers": workers,
+            "host": _host_doc(hr, disks),
+            "bottleneck": {"kind": verdict.kind, "detail": verdict.detail},
+            "server": {"latency_ms": _r(snap.db.latency_ms) if snap.db else None,
+                       "error": snap.db.error if snap.db else None,
+                       "version": self.facts.version},
+            "free_bytes": snap.free_bytes,
+            "notes": list(self.notes),
+        }
+        if self.outcome:
+            doc["job"]["outcome"] = self.outcome.reason
+            doc["job"]["exit_code"] = self.outcome.exit_code
+        return doc
+
+    def _stalled(self) -> bool:
+        tr = self.tracker
+        assert tr is not None
+        h = tr.history
+        if len(h) < STALL_SAMPLES or self.outcome is not None:
+            return False
+        last = h[-STALL_SAMPLES:]
+        active = any(a > 0 for _, a, _ in last)
+        return active and last[-1][2] <= last[0][2] and all(
+            (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())
+
+    def summary(self) -> dict[str, Any]:
+        tr, job = self.tracker, self.job
+        assert tr is not None and job is not None
+        items = []
+        for it in sorted(tr.items.values(), key=lambda i: (i.started or 0, i.key)):
+            items.append({
+                "key": it.key, "kind": it.kind, "name": it.name, "relation": it.relation,
+                "state": it.state, "started": _iso(it.started) if it.started else None,
+                "duration_s": round(it.duration, 3) if it.duration is not None else None,
+                "bytes": it.bytes_done or None, "tuples": it.tuples_done or None,
+                "work": it.work,
+            })
+        wall = (tr.last_wall or 0) - (tr.first_wall or 0)
+        return {"schema": "pgparmon.summary/1", "kind": job.kind, "database": job.database,
+                "jobs": job.jobs, "state": self.outcome.state if self.outcome else "running",
+                "reason": self.outcome.reason if self.outcome else None,
+                "exit_code": self.outcome.exit_code if self.outcome else None,
+                "wall_s": round(wall, 3), "items": items, "notes": list(self.notes)}
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def _r(x: float | None) -> float | None:
+    return round(x, 1) if x is not None else None
+
+
+def _dir_sizes(path: str) -> tuple[FileSize, ...]:
+    out = []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    out.append(FileSize(e.path, e.stat().st_size))
+                except OSError:
+                    continue
+    except OSError:
+        return ()
+    return tuple(out)
+
+
+def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
+    if hr is None:
+        return {"cpu_percent": None, "per_cpu": [], "iowait_percent": None, "disks": {}}
+    return {
+        "cpu_percent": _r(hr.cpu_percent),
+        "per_cpu": [_r(c.busy) for c in hr.per_cpu],
+        "iowait_percent": _r(hr.iowait_percent),
+        "mem_used_percent": _r(getattr(hr, "mem_used_percent", None)),
+        "disks": {n: {"read_bytes_per_s": _r(d.read_bytes_per_s),
+                      "write_bytes_per_s": _r(d.write_bytes_per_s),
+                      "util_percent": _r(d.util_percent), "await_ms": _r(d.await_ms),
+                      "queue_depth": _r(d.queue_depth)} for n, d in disks.items()},
+    }
+
+
+def wait_for_job(target: ConnTarget, pid: int | None, wait_s: float | None,
+                 interval: float = 1.0) -> Monitor:
+    """Connect and find the job, waiting up to wait_s for one to appear."""
+    mon = Monitor(target, pid=pid)
+    deadline = time.monotonic() + (wait_s or 0)
+    while True:
+        try:
+            mon.discover()
+            return mon
+        except DiscoveryError as exc:
+            if exc.code != 4 or wait_s is None or time.monotonic() >= deadline:
+                mon.close()
+                raise
+            mon.job = None
+            time.sleep(interval)
+
+
+def job_for_process(kind: str, pid: int, argv: list[str], app_name: str) -> Job:
+    from .cmdline import parse_client_cmdline
+    from .redact import redact_argv
+
+    args = parse_client_cmdline(argv)
+    return Job(kind=kind, database=args.dbname or os.environ.get("PGDATABASE"), client_pid=pid,
+               jobs=args.jobs, format=args.format, target=args.file,
+               command=tuple(redact_argv(argv)), app_name=app_name, args=args)

@@ -1,0 +1,160 @@
+"""The server side of a sample: one prepared statement, one round trip."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from .. import sql
+from ..connect import ConnectError, ConnTarget, connect
+from ..model import DbSample
+from ..redact import redact_text
+
+
+class PrivilegeError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    version_num: int
+    version: str
+    database: str
+    user: str
+    backend_pid: int
+    backend_start: float | None
+    postmaster_start: float | None
+    settings: dict[str, str]
+    is_superuser: bool
+    read_all_stats: bool
+    has_copy_progress: bool
+    has_index_progress: bool
+
+    @property
+    def port(self) -> int:
+        return int(self.settings.get("port") or 5432)
+
+    @property
+    def socket_dirs(self) -> list[str]:
+        raw = self.settings.get("unix_socket_directories") or ""
+        return [d.strip() for d in raw.split(",") if d.strip()]
+
+    @property
+    def data_directory(self) -> str | None:
+        return self.settings.get("data_directory")
+
+    @property
+    def block_size(self) -> int:
+        return int(self.settings.get("block_size") or 8192)
+
+    @property
+    def major(self) -> int:
+        return self.version_num // 10000
+
+    def missing_views(self) -> list[str]:
+        out = []
+        if not self.has_copy_progress:
+            out.append("pg_stat_progress_copy (PostgreSQL 14+)")
+        if not self.has_index_progress:
+            out.append("pg_stat_progress_create_index (PostgreSQL 12+)")
+        return out
+
+
+def read_facts(conn: psycopg.Connection[Any]) -> ServerFacts:
+    version = conn.info.server_version
+    row = conn.execute(sql.load("facts", version)).fetchone()
+    assert row is not None
+    d = row[0]
+    views = d.get("views") or {}
+    return ServerFacts(
+        version_num=int(d["version_num"]), version=str(d["version"]), database=d["database"],
+        user=d["user"], backend_pid=int(d["backend_pid"]), backend_start=d.get("backend_start"),
+        postmaster_start=d.get("postmaster_start"),
+        settings={k: str(v) for k, v in (d.get("settings") or {}).items()},
+        is_superuser=bool(d.get("is_superuser")), read_all_stats=bool(d.get("read_all_stats")),
+        has_copy_progress=bool(views.get("copy")),
+        has_index_progress=bool(views.get("create_index")),
+    )
+
+
+class DbSampler:
+    """Keeps one monitor connection; reconnects with backoff when it breaks.
+
+    sample() never raises for server trouble: the DbSample says what happened
+    (statement timeout, connection lost, reconnecting) so the monitor keeps
+    going and the view can tell the user.
+    """
+
+    def __init__(self, target: ConnTarget, database_filter: str | None = None) -> None:
+        self.target = target
+        self.database_filter = database_filter
+        self.conn: psycopg.Connection[Any] | None = None
+        self.facts: ServerFacts | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.5
+        self.reconnects = 0
+        self.lost_since: float | None = None
+
+    def open(self) -> ServerFacts:
+        self.conn = connect(self.target)
+        self.facts = read_facts(self.conn)
+        if self.facts.version_num < 100000:
+            self.close()
+            raise ConnectError(f"server {self.facts.version} is too old: pgparmon needs "
+                               "PostgreSQL 10 or newer (pg_stat_activity.backend_type)")
+        return self.facts
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
+            self.conn = None
+
+    def sample(self) -> DbSample:
+        now = time.monotonic()
+        if self.conn is None or self.conn.closed:
+            if now < self._retry_at:
+                return DbSample(error=f"connection lost; reconnecting in "
+                                      f"{self._retry_at - now:.0f}s")
+            try:
+                self.open()
+                self.reconnects += 1
+                self._backoff = 0.5
+                self.lost_since = None
+            except ConnectError as exc:
+                self._retry_at = now + self._backoff
+                self._backoff = min(self._backoff * 2, 10.0)
+                return DbSample(error=f"reconnecting: {exc}")
+        assert self.conn is not None and self.facts is not None
+        query = sql.load("sample", self.facts.version_num)
+        t0 = time.perf_counter()
+        try:
+            cur = self.conn.execute(query, (self.database_filter,))
+            row = cur.fetchone()
+        except psycopg.errors.QueryCanceled:
+            return DbSample(error="sample skipped: the monitor query hit statement_timeout "
+                                  f"({self.target.statement_timeout_ms} ms); the server is slow")
+        except psycopg.errors.InsufficientPrivilege as exc:
+            return DbSample(error=f"missing privilege: {redact_text(str(exc).strip())} "
+                                  "(grant pg_monitor to this role)")
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self.close()
+            self.lost_since = self.lost_since or now
+            self._retry_at = now + self._backoff
+            msg = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else
+                              type(exc).__name__)
+            return DbSample(error=f"connection lost: {msg}")
+        latency = (time.perf_counter() - t0) * 1000
+        assert row is not None
+        return DbSample.from_json(row[0], latency)
+
+    def query_json(self, name: str, params: tuple[Any, ...] = ()) -> Any:
+        """A one-off catalog query (not per tick); raises psycopg errors."""
+        assert self.conn is not None and self.facts is not None
+        row = self.conn.execute(sql.load(name, self.facts.version_num), params).fetchone()
+        return row[0] if row else None

@@ -1,0 +1,31 @@
+-- One sample, one round trip. No lock-taking function on any user table:
+-- names come from pg_class rows (catalog reads take no relation lock), which
+-- is why relation names resolve only in the database we are connected to.
+-- Query text is kept only for the backends we may show (dump, restore, COPY);
+-- for the rest, only the command word (a secret may sit in someone's SQL).
+SELECT json_build_object(
+  'now', extract(epoch FROM clock_timestamp())::float8,
+  'activity', (SELECT coalesce(json_agg(json_build_array(
+        a.pid, a.datname, a.usename, a.application_name, host(a.client_addr), a.client_port,
+        extract(epoch FROM a.backend_start)::float8, extract(epoch FROM a.xact_start)::float8,
+        extract(epoch FROM a.query_start)::float8, a.state, a.wait_event_type, a.wait_event,
+        a.backend_type, a.backend_xmin::text, NULL::int,  -- leader_pid arrived in 13
+        CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
+             THEN left(a.query, 2000)
+             ELSE split_part(ltrim(a.query), ' ', 1) END,
+        CASE WHEN a.wait_event_type = 'Lock' THEN
+             (SELECT array_agg(DISTINCT b) FROM unnest(pg_blocking_pids(a.pid)) b) END,
+        CASE WHEN a.wait_event_type = 'Lock' THEN
+             (SELECT json_build_array(l.locktype, l.mode, n.nspname || '.' || c.relname)
+              FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+              LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) END
+      ) ORDER BY a.pid), '[]'::json)
+      FROM pg_stat_activity a
+      WHERE a.pid <> pg_backend_pid()
+        AND a.backend_type IN ('client backend', 'parallel worker')
+        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)')
+        AND ($1::text IS NULL OR a.datname = $1::text)),
+  'copy', NULL,  -- pg_stat_progress_copy arrived in 14
+  'index', NULL  -- pg_stat_progress_create_index arrived in 12
+)

@@ -1,0 +1,218 @@
+"""attach and run against real pg_dump / pg_restore / COPY jobs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pgparmon.cluster import Cluster
+
+from .conftest import pgparmon_cmd, read_jsonl, wait_for_backends
+
+pytestmark = pytest.mark.integration
+
+
+def _attach(cluster: Cluster, *extra: str, tcp: bool = False, timeout: float = 120,
+            db: str = "sample") -> subprocess.CompletedProcess[str]:
+    host = "127.0.0.1" if tcp else str(cluster.sockdir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    return subprocess.run(pgparmon_cmd("attach", "-h", host, "-p", str(cluster.port), "-U",
+                                       "postgres", "-d", db, "--json", "--interval", "0.3",
+                                       *extra),
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _samples(out: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    docs = read_jsonl(out)
+    samples = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
+    summary = [d for d in docs if d.get("schema") == "pgparmon.summary/1"]
+    assert samples, out
+    assert len(summary) == 1
+    return samples, summary[0]  # type: ignore[return-value]
+
+
+def _check_progress(samples: list[dict[str, Any]]) -> None:
+    prog = [s["job"]["progress"] for s in samples if s["job"]["progress"] is not None]
+    assert prog, "no progress reported"
+    assert all(b >= a for a, b in zip(prog, prog[1:])), f"progress went backwards: {prog}"
+    assert prog[-1] == 1.0
+    assert 0 <= prog[0] < 1.0
+
+
+@pytest.mark.parametrize("tcp", [True, False], ids=["tcp", "unix"])
+def test_attach_follows_parallel_dump(cluster: Cluster, sample_db: str, workdir: Path,
+                                      tcp: bool) -> None:
+    env = cluster.env(tcp=tcp)
+    dump = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                             str(workdir / "d"), sample_db], env=env)
+    wait_for_backends(cluster, sample_db, "pg_dump", proc=dump)
+    res = _attach(cluster, tcp=tcp)
+    assert dump.wait() == 0
+    assert res.returncode == 0, res.stderr
+    samples, summary = _samples(res.stdout)
+    first = samples[0]
+    assert first["job"]["kind"] == "pg_dump"
+    assert first["job"]["client_pid"] == dump.pid
+    assert first["job"]["jobs"] == 2
+    assert first["job"]["database"] == sample_db
+    assert first["job"]["target"] == str(workdir / "d")
+    assert samples[-1]["job"]["state"] == "finished"
+    _check_progress(samples)
+    workers = {w["pid"] for s in samples for w in s["workers"]}
+    assert 1 <= len(workers) <= 2, workers
+    tables = {w["relation"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
+    assert "public.orders" in tables
+    # per-worker client pid found (TCP port, socket peer or the open data file)
+    linked = {w["client_pid"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
+    kids = {c for c in linked if c and c != dump.pid}
+    assert kids, "no worker was linked to its pg_dump process"
+    assert any(s["job"]["bytes_per_s"] > 0 for s in samples)
+    assert summary["state"] == "finished"
+    done = {i["name"] for i in summary["items"] if i["state"] == "done"}
+    assert "public.orders" in done and "public.lookup_01" in done
+    assert all(i["state"] == "done" for i in summary["items"])
+    assert any(s["job"]["eta_s"] is not None for s in samples)
+
+
+def test_attach_follows_parallel_restore(cluster: Cluster, dump_archive: Path) -> None:
+    cluster.psql("DROP DATABASE IF EXISTS restored_a")
+    cluster.psql("CREATE DATABASE restored_a")
+    rest = subprocess.Popen([cluster.client("pg_restore"), "-j", "2", "-d", "restored_a",
+                             str(dump_archive)], env=cluster.env())
+    wait_for_backends(cluster, "restored_a", "pg_restore", proc=rest)
+    res = _attach(cluster, db="restored_a")
+    assert rest.wait() == 0
+    assert res.returncode == 0, res.stderr
+    samples, summary = _samples(res.stdout)
+    assert samples[0]["job"]["kind"] == "pg_restore"
+    assert samples[0]["job"]["jobs"] == 2
+    assert samples[-1]["job"]["state"] == "finished"
+    _check_progress(samples)
+    phases = {w["phase"] for s in samples for w in s["workers"]}
+    assert "copy" in phases
+    kinds = {i["kind"] for i in summary["items"]}
+    assert {"data", "index", "constraint"} <= kinds
+    # the restore holds AccessExclusiveLock on tables it loads: we still saw them
+    assert any(w["relation"] == "public.orders" for s in samples for w in s["workers"])
+    lat = [s["server"]["latency_ms"] for s in samples if s["server"]["latency_ms"]]
+    assert max(lat) < 2000
+
+
+def test_run_passes_exit_code_and_tags_connections(cluster: Cluster, sample_db: str,
+                                                   workdir: Path) -> None:
+    env = {**cluster.env(), "PGPASSWORD": "hunter2-secret"}
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                      cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                                      str(workdir / "r"),
+                                      f"dbname={sample_db} password=s3cr3t-pass"),
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "s3cr3t-pass" not in res.stdout + res.stderr
+    assert "hunter2-secret" not in res.stdout + res.stderr
+    samples, summary = _samples(res.stdout)
+    assert summary["state"] == "finished" and summary["exit_code"] == 0
+    assert samples[-1]["job"]["progress"] == 1.0
+    assert any("********" in a for a in samples[0]["job"]["command"])
+    bad = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                      cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                                      str(workdir / "r2"), "no_such_db"),
+                         capture_output=True, text=True, env=cluster.env(), timeout=60)
+    assert bad.returncode != 0
+    assert "Traceback" not in bad.stderr
+
+
+def test_killed_worker_fails_the_job(cluster: Cluster, sample_db: str, workdir: Path) -> None:
+    dump = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
+                             str(workdir / "k"), sample_db], env=cluster.env(),
+                            stderr=subprocess.DEVNULL)
+    wait_for_backends(cluster, sample_db, "pg_dump", proc=dump)
+    attach = subprocess.Popen(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                           str(cluster.port), "-d", sample_db, "-U", "postgres",
+                                           "--json", "--interval", "0.3"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    kids = psutil.Process(dump.pid).children()
+    assert kids
+    os.kill(kids[0].pid, signal.SIGKILL)
+    out, err = attach.communicate(timeout=60)
+    dump.wait()
+    assert attach.returncode == 1, err
+    samples, summary = _samples(out)
+    assert summary["state"] == "failed"
+    assert samples[-1]["job"]["state"] == "failed"
+
+
+def test_copy_pool_is_found_and_grouped(cluster: Cluster, workdir: Path) -> None:
+    cluster.psql("DROP DATABASE IF EXISTS loads")
+    cluster.psql("CREATE DATABASE loads")
+    cluster.psql("CREATE TABLE facts (id bigint, v text, w text)", dbname="loads")
+    files = []
+    for i in range(3):
+        f = workdir / f"part{i}.csv"
+        cluster.psql(f"COPY (SELECT g, md5(g::text), repeat(md5((g+{i})::text), 3) "
+                     f"FROM generate_series(1, 250000) g) TO '{f}' (FORMAT csv)")
+        files.append(f)
+    loaders = [subprocess.Popen([cluster.client("psql"), "-X", "-q", "-d", "loads", "-c",
+                                 f"\\copy facts FROM '{f}' (FORMAT csv)"],
+                                env={**cluster.env(tcp=True), "PGAPPNAME": "loader"})
+               for f in files]
+    wait_for_backends(cluster, "loads", "loader", n=2)
+    res = _attach(cluster, db="loads", tcp=True)
+    for p in loaders:
+        assert p.wait() == 0
+    assert res.returncode == 0, res.stderr
+    samples, summary = _samples(res.stdout)
+    job = samples[0]["job"]
+    assert job["kind"] == "copy"
+    assert job["client_pid"] is None
+    assert job["jobs"] >= 2
+    rels = {w["relation"] for s in samples for w in s["workers"]}
+    assert rels == {"public.facts"}
+    assert summary["state"] == "finished"
+    assert any(s["job"]["bytes_per_s"] > 0 for s in samples)
+
+
+def test_errors_are_one_line(cluster: Cluster) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    res = subprocess.run(pgparmon_cmd("attach", "-h", "127.0.0.1", "-p", "1", "-d", "x"),
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert res.returncode == 3
+    assert res.stderr.strip().count("\n") == 0 and "cannot connect" in res.stderr
+    res = subprocess.run(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                      str(cluster.port), "-U", "postgres", "-d", "postgres"),
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert res.returncode == 4, res.stderr
+    assert "no running" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                      str(cluster.port), "-U", "postgres", "-d",
+                                      "postgresql://postgres:topsecretpw@/nodb?host="
+                                      + str(cluster.sockdir)),
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert res.returncode == 3
+    assert "topsecretpw" not in res.stderr
+
+
+def test_several_jobs_need_a_pid(cluster: Cluster, sample_db: str, workdir: Path) -> None:
+    env = cluster.env()
+    dumps = [subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
+                               str(workdir / f"s{i}"), sample_db], env=env) for i in range(2)]
+    try:
+        wait_for_backends(cluster, sample_db, "pg_dump", n=2)
+        res = _attach(cluster, "--duration", "1")
+        assert res.returncode == 5, res.stderr
+        assert "--pid" in res.stderr and str(dumps[0].pid) in res.stderr
+        res = _attach(cluster, "--duration", "1", "--pid", str(dumps[1].pid))
+        assert res.returncode == 0, res.stderr
+        samples = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
+        assert samples[0]["job"]["client_pid"] == dumps[1].pid
+    finally:
+        for d in dumps:
+            d.terminate()
+            d.wait()
