@@ -148,9 +148,7 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True) -> 
         for root_pid, tree in sorted(trees.items()):
             root = tree[0]
             args = parse_client_cmdline(list(root.cmdline))
-            if args.list_only or (root.name == "pg_restore" and not args.dbname
-                                  and not args.jobs and args.format is None
-                                  and not _restore_writes_to_db(args)):
+            if args.list_only or (root.name == "pg_restore" and not args.dbname):
                 continue  # pg_restore -l, or writing SQL to a file: no server work
             ok, linked = _tree_talks_to_us(tree, args, facts, db, peers)
             if not ok:
@@ -180,10 +178,6 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True) -> 
             jobs.append(job)
     jobs.extend(_backend_only_jobs(db, claimed, facts))
     return jobs
-
-
-def _restore_writes_to_db(args: ClientArgs) -> bool:
-    return bool(args.dbname)
 
 
 def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> list[Job]:

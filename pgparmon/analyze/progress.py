@@ -183,7 +183,7 @@ class Tracker:
                 continue
             tgt = targets.get(it.dump_id)
             rel = tgt.table if tgt else None
-            name = tgt.name if tgt else it.tag.split(" ")[-1]
+            name = (tgt.object_name or tgt.name.split(" ")[-1]) if tgt else it.tag.split(" ")[-1]
             base = data_size.get(rel or "", 0.0)
             factor = DEFAULT_FK_FACTOR if kind == "fk" else self.index_factor
             deps = {self.by_relation[r] for r in (rel, tgt.references if tgt else None)

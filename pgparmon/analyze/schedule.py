@@ -1,0 +1,286 @@
+"""One model of how pg_dump -j and pg_restore -j hand out work.
+
+Both the live ETA and the advice before a run use this simulation, so that
+the two never disagree about the shape of a run: pg_dump hands the largest
+remaining table (by relpages) to the next free worker (LPT); pg_restore keeps a
+ready list of items whose dependencies are done, sorted by data length, and
+skips items whose exclusive locks would conflict with a running item. The end
+of a run is slow because one big item runs alone; dividing remaining work by N
+hides that, simulating the queue shows it.
+
+Rates: every active stream progresses at r(k) work units per second, k being
+the number of streams active at that moment (r(k) = X(k)/k, see advisor.md).
+Because all active items share one rate, the simulation tracks a single
+"per-stream progress" clock P (work units one stream has done since t = 0): an
+item started at P0 with work w finishes when P reaches P0 + w. That keeps each
+event O(log n) (a heap of finish points) however many items are active, and
+it makes items of equal work started together finish in exactly the same
+event instead of one float rounding apart.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+RateFn = Callable[[int], float]
+"""Per-stream rate (work units per second) when k streams are active."""
+
+# Items whose finish points lie within this relative distance of the next
+# event finish in that event: sums of floats that are equal on paper differ
+# in the last bits, and splitting them would add zero-length events and
+# spurious steps in the busy profile.
+_REL_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One unit the scheduler hands to a worker: a table's data, an index, a
+    constraint, ..."""
+
+    key: str
+    work: float  # remaining work units, >= 0
+    size: float  # ordering key: pg_dump relpages, pg_restore data length; largest first
+    table: str | None = None
+    # Needs an exclusive lock on `table` (pg_restore: every post-data item
+    # except INDEX). Two exclusive items on one table never run together.
+    exclusive: bool = False
+    # Keys that must finish first; a key that is not among the pending or
+    # running items counts as already done.
+    deps: frozenset[str] = frozenset()
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        # Fail here, where the bad number is made, not deep in the heap where
+        # a NaN silently breaks the ordering.
+        if not (math.isfinite(self.work) and self.work >= 0):
+            raise ValueError(f"WorkItem {self.key!r}: work must be finite and >= 0, got {self.work!r}")
+        if math.isnan(self.size):
+            raise ValueError(f"WorkItem {self.key!r}: size is NaN")
+        if not isinstance(self.deps, frozenset):
+            # Callers pass sets or lists; keep the item hashable and immutable.
+            object.__setattr__(self, "deps", frozenset(self.deps))
+
+
+@dataclass(frozen=True)
+class Span:
+    """When and on which worker one item ran (absolute times: `now` + offset)."""
+
+    key: str
+    worker: int
+    start: float
+    end: float
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    makespan: float  # seconds from `now` until the last item finishes
+    spans: tuple[Span, ...]  # sorted by start, then worker
+    last_item: str | None  # key of the item finishing last
+    # Seconds at the end during which fewer than `workers` streams were busy
+    # while nothing was left to start: the long tail of the run.
+    tail_s: float
+    unschedulable: tuple[str, ...]  # pending keys that could never start (cycles, ...)
+    # (absolute time, active streams) steps; each holds until the next one;
+    # the last step is (now + makespan, 0) when anything ran.
+    busy_profile: tuple[tuple[float, int], ...]
+
+
+class _Rates:
+    """Caches r(k) and checks it once per k: r may be a fitted model that is
+    costly to evaluate, and a non-positive rate would never finish anything."""
+
+    def __init__(self, rate: RateFn) -> None:
+        self._rate = rate
+        self._cache: dict[int, float] = {}
+
+    def __call__(self, k: int) -> float:
+        v = self._cache.get(k)
+        if v is None:
+            v = float(self._rate(k))
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"rate({k}) must be a positive finite number, got {v!r}")
+            self._cache[k] = v
+        return v
+
+
+def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
+             running: Sequence[WorkItem] = (), now: float = 0.0) -> Schedule:
+    """Simulate the scheduler from `now` until everything that can run has run.
+
+    `running` items occupy workers 0.. from the start (all of them run even if
+    there are more than `workers`; no new item starts until fewer than
+    `workers` are active). A free worker takes the ready item (dependencies
+    done, no exclusive-lock conflict with a running item) of largest `size`,
+    ties going to the earlier item in `pending`.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    r = _Rates(rate)
+    items: list[WorkItem] = [*running, *pending]
+    n_run = len(running)
+    n = len(items)
+
+    index: dict[str, int] = {}
+    for i, it in enumerate(items):
+        if it.key in index:
+            # Dependencies name items by key; a duplicate would make them ambiguous.
+            raise ValueError(f"duplicate work item key {it.key!r}")
+        index[it.key] = i
+
+    # Unfinished dependencies per pending item, and who waits on whom. Running
+    # items have started, so their own dependencies no longer matter.
+    missing = [0] * n
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n_run, n):
+        for d in items[i].deps:
+            j = index.get(d)
+            if j is None:
+                continue  # not pending nor running: done before `now`
+            missing[i] += 1  # a self-dependency never clears: reported unschedulable
+            dependents[j].append(i)
+
+    start: list[float | None] = [None] * n
+    end: list[float | None] = [None] * n
+    worker_of = [-1] * n
+
+    ready: list[tuple[float, int]] = []  # (-size, input index): largest first, then input order
+    locked: dict[str, int] = {}  # table -> running exclusive items on it
+    blocked: dict[str, list[int]] = {}  # table -> ready items waiting for its lock
+    active: list[tuple[float, int]] = []  # (finish point on the progress clock, index)
+    free: list[int] = []  # idle worker ids below `workers`, lowest first
+    t = 0.0  # seconds since `now`
+    p = 0.0  # per-stream progress clock (work units)
+    profile: list[tuple[float, int]] = []
+
+    def begin(i: int, w: int) -> None:
+        it = items[i]
+        start[i] = t
+        worker_of[i] = w
+        heapq.heappush(active, (p + it.work, i))
+        if it.exclusive and it.table is not None:
+            locked[it.table] = locked.get(it.table, 0) + 1
+
+    def fill() -> None:
+        # Hand ready items to idle workers. An item whose lock conflicts is
+        # parked under its table and comes back when the lock is released, so
+        # it is not re-examined at every event.
+        while len(active) < workers and ready:
+            _, i = heapq.heappop(ready)
+            it = items[i]
+            if it.exclusive and it.table is not None and locked.get(it.table):
+                blocked.setdefault(it.table, []).append(i)
+                continue
+            begin(i, heapq.heappop(free))
+
+    def record() -> None:
+        k = len(active)
+        if profile and profile[-1][0] == t:
+            profile.pop()  # several events at one instant: only the last state lasts
+        if profile and profile[-1][1] == k:
+            return
+        profile.append((t, k))
+
+    for i in range(n_run):
+        begin(i, i)  # ids >= workers only in the over-full case; never reused
+    free = [w for w in range(n_run, workers)]
+    heapq.heapify(free)
+    for i in range(n_run, n):
+        if missing[i] == 0:
+            heapq.heappush(ready, (-items[i].size, i))
+    fill()
+    record()
+
+    while active:
+        k = len(active)
+        f_next = active[0][0]
+        t += (f_next - p) / r(k)
+        p = f_next
+        limit = p + _REL_TOL * max(1.0, abs(p))
+        while active and active[0][0] <= limit:
+            _, i = heapq.heappop(active)
+            end[i] = t
+            if worker_of[i] < workers:
+                heapq.heappush(free, worker_of[i])
+            it = items[i]
+            if it.exclusive and it.table is not None:
+                left = locked[it.table] - 1
+                if left:
+                    locked[it.table] = left
+                else:
+                    del locked[it.table]
+                    for b in blocked.pop(it.table, ()):
+                        heapq.heappush(ready, (-items[b].size, b))
+            for d in dependents[i]:
+                missing[d] -= 1
+                if missing[d] == 0:
+                    heapq.heappush(ready, (-items[d].size, d))
+        fill()
+        record()
+
+    done = [i for i in range(n) if end[i] is not None]
+    makespan = t if done else 0.0
+    unschedulable = tuple(items[i].key for i in range(n_run, n) if start[i] is None)
+
+    last_item: str | None = None
+    if done:
+        # Among items ending together, name the biggest: it is what the wait is for.
+        last = max(done, key=lambda i: (end[i], items[i].work, -i))
+        last_item = items[last].key
+
+    tail_s = _tail(profile, workers, makespan,
+                   [s for i, s in enumerate(start) if s is not None and items[i].work > 0])
+
+    spans = tuple(
+        Span(items[i].key, worker_of[i], now + _f(start[i]), now + _f(end[i]), items[i].label)
+        for i in sorted(done, key=lambda i: (_f(start[i]), worker_of[i], i)))
+    busy = tuple((now + ts, k) for ts, k in profile) if done else ()
+    return Schedule(makespan=makespan, spans=spans, last_item=last_item, tail_s=tail_s,
+                    unschedulable=unschedulable, busy_profile=busy)
+
+
+def _f(x: float | None) -> float:
+    assert x is not None
+    return x
+
+
+def _tail(profile: Sequence[tuple[float, int]], workers: int, makespan: float,
+          starts: Sequence[float]) -> float:
+    """Time at the end with fewer than `workers` busy after the last start.
+
+    Zero-work items are left out of "the last start": an instantaneous item
+    (an ACL, say) released at the very end would otherwise hide a tail that
+    one long item ran alone.
+    """
+    if not starts:
+        return 0.0
+    last_start = max(starts)
+    for idx, (ts, k) in enumerate(profile):
+        nxt = profile[idx + 1][0] if idx + 1 < len(profile) else math.inf
+        if nxt <= last_start:
+            continue  # this step ended before the last start
+        # After the last start the active count only falls, so the first
+        # under-full step from there on (or the one holding at the last
+        # start) begins the tail.
+        if k < workers:
+            return max(0.0, makespan - max(ts, last_start))
+    return 0.0
+
+
+def lower_bound(items: Sequence[WorkItem], workers: int, rate: RateFn) -> float:
+    """No schedule beats this: the largest item alone at r(1), or all the work
+    spread over min(workers, len(items)) streams at their total throughput."""
+    if not items:
+        return 0.0
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    r = _Rates(rate)
+    w_eff = min(workers, len(items))
+    longest = max(it.work for it in items) / r(1)
+    spread = sum(it.work for it in items) / (w_eff * r(w_eff))
+    return max(longest, spread)

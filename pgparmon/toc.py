@@ -1,0 +1,743 @@
+"""The table of contents of a pg_dump archive.
+
+Sources, all read without touching the data:
+
+* ``pg_restore -l ARCHIVE``: one line per TOC item, ``3349; 0 16385 TABLE DATA
+  public big postgres`` (dump id; catalog oid, object oid; desc, schema, tag,
+  owner).  Names are printed raw (no quoting, newlines turned into spaces), so
+  a schema, tag or owner with a space in it makes the line ambiguous: we
+  split using the known desc list, the schema names that the listing itself
+  declares (``SCHEMA - my schema postgres``) and optional caller-supplied
+  schema and owner names.
+* ``pg_restore -v --section=post-data -f - ARCHIVE``: the post-data SQL.  With
+  -v every item is preceded by ``-- TOC entry N (class C OID O)`` and
+  ``-- Dependencies: ...``, which links it to the listing by dump id; the
+  statement tells the table an index or constraint works on.
+* The files of a directory-format archive (``NNNN.dat[.gz|.lz4|.zst]``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# ---------------------------------------------------------------- errors
+
+
+class TocError(ValueError):
+    """Text or file that is not a pg_dump archive / listing.  The message is
+    one line, fit to show to a user."""
+
+
+def _one_line(s: str, limit: int = 200) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------ data model
+
+# Every desc pg_dump 9.x..18 writes.  Matched longest first, because several
+# are prefixes of others (TABLE / TABLE DATA / TABLE ATTACH, ...).
+KNOWN_DESCS: tuple[str, ...] = tuple(sorted({
+    "ACCESS METHOD", "ACL", "AGGREGATE", "BLOB", "BLOB METADATA", "BLOBS", "CAST",
+    "CHECK CONSTRAINT", "COLLATION", "COMMENT", "CONSTRAINT", "CONVERSION", "DATABASE",
+    "DATABASE PROPERTIES", "DEFAULT", "DEFAULT ACL", "DOMAIN", "ENCODING", "EVENT TRIGGER",
+    "EXTENSION", "FK CONSTRAINT", "FOREIGN DATA WRAPPER", "FOREIGN SERVER", "FOREIGN TABLE",
+    "FUNCTION", "INDEX", "INDEX ATTACH", "LARGE OBJECT", "LARGE OBJECTS", "MATERIALIZED VIEW",
+    "MATERIALIZED VIEW DATA", "OPERATOR", "OPERATOR CLASS", "OPERATOR FAMILY", "POLICY",
+    "PROCEDURAL LANGUAGE", "PROCEDURE", "PUBLICATION", "PUBLICATION TABLE",
+    "PUBLICATION TABLES IN SCHEMA", "ROW SECURITY", "RULE", "SCHEMA", "SEARCHPATH",
+    "SECURITY LABEL", "SEQUENCE", "SEQUENCE OWNED BY", "SEQUENCE SET", "SERVER", "SHELL TYPE",
+    "STATISTICS", "STATISTICS DATA", "STDSTRINGS", "SUBSCRIPTION", "SUBSCRIPTION TABLE",
+    "TABLE", "TABLE ATTACH", "TABLE DATA", "TEXT SEARCH CONFIGURATION",
+    "TEXT SEARCH DICTIONARY", "TEXT SEARCH PARSER", "TEXT SEARCH TEMPLATE", "TRANSFORM",
+    "TRIGGER", "TYPE", "USER MAPPING", "VIEW",
+}, key=lambda d: (-len(d), d)))
+
+# Catalog (tableoid) each desc is written with, where fixed.  Used to settle
+# "TABLE DATA x ..." (data, catalog 0) against a TABLE in a schema named DATA
+# (catalog 1259 = pg_class).
+_DESC_CATALOG: dict[str, int] = {
+    "TABLE": 1259, "VIEW": 1259, "SEQUENCE": 1259, "INDEX": 1259, "FOREIGN TABLE": 1259,
+    "MATERIALIZED VIEW": 1259, "TABLE DATA": 0, "MATERIALIZED VIEW DATA": 0,
+    "SEQUENCE SET": 0, "SEQUENCE OWNED BY": 0, "INDEX ATTACH": 0, "TABLE ATTACH": 0,
+    "BLOBS": 0, "DEFAULT": 2604, "DEFAULT ACL": 826, "PUBLICATION": 6104,
+    "PUBLICATION TABLE": 6106, "PUBLICATION TABLES IN SCHEMA": 6237, "OPERATOR": 2617,
+    "OPERATOR CLASS": 2616, "OPERATOR FAMILY": 2753, "STATISTICS": 3381, "BLOB": 2613,
+}
+
+# Items whose restore copies data out of the archive.  MATERIALIZED VIEW DATA
+# is a REFRESH (a query run on the server) and SEQUENCE SET a setval(): both
+# are cheap or unrelated to archive bytes, so they do not count.
+DATA_DESCS: frozenset[str] = frozenset({"TABLE DATA", "BLOBS", "LARGE OBJECTS"})
+# Items whose tag names a relation in their schema.
+_RELATION_DESCS = frozenset({"TABLE", "TABLE DATA", "FOREIGN TABLE", "MATERIALIZED VIEW",
+                             "MATERIALIZED VIEW DATA"})
+
+
+def qualify(schema: str | None, name: str) -> str:
+    """"schema.name" with raw (unquoted) names, the form shared by
+    TocItem.relation and PostDataTarget.table / references."""
+    return f"{schema}.{name}" if schema else name
+
+
+@dataclass(frozen=True)
+class TocItem:
+    dump_id: int
+    catalog_oid: int
+    oid: int
+    desc: str
+    schema: str | None
+    tag: str
+    owner: str | None
+
+    @property
+    def relation(self) -> str | None:
+        """"schema.table" for TABLE / TABLE DATA (and foreign tables and
+        materialized views), else None."""
+        return qualify(self.schema, self.tag) if self.desc in _RELATION_DESCS else None
+
+    @property
+    def is_data(self) -> bool:
+        """True for items that move archive data: TABLE DATA, BLOBS and
+        LARGE OBJECTS (see DATA_DESCS for why not MATERIALIZED VIEW DATA)."""
+        return self.desc in DATA_DESCS
+
+
+@dataclass(frozen=True)
+class TocHeader:
+    dbname: str | None = None
+    format: str | None = None          # "directory" | "custom" | "tar" (lower-cased)
+    compression: str | None = None     # as printed: "-1", "0", "9" (<=15) or "gzip", "lz4"...
+    dumped_from: str | None = None     # server version string
+    dumped_by: str | None = None       # pg_dump version string
+    toc_entries: int | None = None     # entries in the archive (not only those listed)
+    created_at: str | None = None
+    archive_version: str | None = None  # "Dump Version: 1.14-0"
+    malformed_lines: int = 0           # item lines skipped because they did not parse
+
+
+# --------------------------------------------------------------- listing
+
+_ITEM_RE = re.compile(r"^\s*(\d+);\s*(\d+)\s+(\d+)\s(.*)$")
+_HEADER_RE = re.compile(r"^;\s+([A-Za-z][\w ]*?):\s?(.*)$")
+_CREATED_RE = re.compile(r"^;\s*Archive created at (.*)$")
+_UPPER_WORD_RE = re.compile(r"^[A-Z]+$")
+_HEADER_KEYS = {
+    "dbname": "dbname", "TOC Entries": "toc_entries", "Compression": "compression",
+    "Dump Version": "archive_version", "Format": "format",
+    "Dumped from database version": "dumped_from", "Dumped by pg_dump version": "dumped_by",
+}
+
+
+def _split_desc(rest: str, catalog: int) -> tuple[str, str] | None:
+    """(desc, remainder) using the known descs, the catalog oid to settle
+    prefixes, and upper-case words for descs newer than this list."""
+    fallback: tuple[str, str] | None = None
+    for desc in KNOWN_DESCS:
+        if rest.startswith(desc + " "):
+            cand = (desc, rest[len(desc) + 1:])
+            expected = _DESC_CATALOG.get(desc)
+            if expected is None or expected == catalog:
+                return cand
+            fallback = fallback or cand
+    if fallback:
+        return fallback
+    words = rest.split(" ")
+    n = 0
+    while n < len(words) - 2 and _UPPER_WORD_RE.match(words[n]):
+        n += 1
+    return (" ".join(words[:n]), " ".join(words[n:])) if n else None
+
+
+def _split_owner(rest: str, owners: Iterable[str]) -> tuple[str, str | None] | None:
+    for owner in owners:
+        if rest.endswith(" " + owner):
+            return rest[: -len(owner) - 1], owner
+    if " " not in rest:
+        return None
+    body, _, owner = rest.rpartition(" ")
+    return body, (owner or None)  # "BLOBS - BLOBS " has an empty owner
+
+
+def _split_schema(body: str, schemas: Iterable[str]) -> tuple[str | None, str] | None:
+    if body.startswith("- "):
+        return None, body[2:]
+    for schema in schemas:
+        if body.startswith(schema + " "):
+            return schema, body[len(schema) + 1:]
+    schema, sep, tag = body.partition(" ")
+    return (schema, tag) if sep else None
+
+
+def _by_length(names: Iterable[str]) -> list[str]:
+    return sorted({n for n in names if n}, key=len, reverse=True)
+
+
+def _parse_item(line: str, schemas: list[str], owners: list[str]) -> TocItem | None:
+    m = _ITEM_RE.match(line)
+    if not m:
+        return None
+    catalog = int(m.group(2))
+    split = _split_desc(m.group(4), catalog)
+    if not split:
+        return None
+    desc, rest = split
+    own = _split_owner(rest, owners)
+    sch = own and _split_schema(own[0], schemas)
+    if not own or not sch:
+        return None
+    return TocItem(int(m.group(1)), catalog, int(m.group(3)), desc, sch[0], sch[1], own[1])
+
+
+def _declared_schemas(lines: list[str], owners: list[str]) -> list[str]:
+    """Names of the SCHEMA items: they settle schema names with spaces."""
+    found: list[str] = []
+    for line in lines:
+        m = _ITEM_RE.match(line)
+        if m and m.group(4).startswith("SCHEMA - "):
+            own = _split_owner(m.group(4)[len("SCHEMA - "):], owners)
+            if own:
+                found.append(own[0])
+    return found
+
+
+def _header_fields(lines: list[str]) -> tuple[dict[str, str], bool]:
+    """Raw header values by TocHeader field name, and whether any header
+    line was seen at all."""
+    fields: dict[str, str] = {}
+    seen = False
+    for line in lines:
+        if m := _CREATED_RE.match(line):
+            fields["created_at"], seen = m.group(1).strip(), True
+        elif line.startswith(";") and (m := _HEADER_RE.match(line)):
+            key = _HEADER_KEYS.get(m.group(1).strip())
+            if key:
+                fields[key], seen = m.group(2).strip(), True
+        elif line.startswith("; Selected TOC Entries"):
+            seen = True
+    return fields, seen
+
+
+def _make_header(raw: dict[str, str], malformed: int) -> TocHeader:
+    fmt = raw.get("format")
+    return TocHeader(
+        dbname=raw.get("dbname"), format=fmt.lower() if fmt else None,
+        compression=raw.get("compression"), dumped_from=raw.get("dumped_from"),
+        dumped_by=raw.get("dumped_by"), toc_entries=_int_or_none(raw.get("toc_entries")),
+        created_at=raw.get("created_at"), archive_version=raw.get("archive_version"),
+        malformed_lines=malformed)
+
+
+def _int_or_none(s: str | None) -> int | None:
+    try:
+        return int(s) if s is not None else None
+    except ValueError:
+        return None
+
+
+def _check_is_text(text: str) -> list[str]:
+    if "\x00" in text:
+        raise TocError("not a pg_restore -l listing: binary data")
+    # split on \n only: str.splitlines() would also break names that contain
+    # \f, \x1c or U+2028 (pg_dump only turns \n and \r into spaces)
+    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+    first = next((ln for ln in lines if ln.strip()), None)
+    if first is None:
+        raise TocError("not a pg_restore -l listing: empty text")
+    if first.lstrip().startswith(("pg_restore:", "pg_dump:")):
+        raise TocError(f"not a pg_restore -l listing: {_clean_tool_message(first)}")
+    return lines
+
+
+def parse_archive_listing(text: str, *, schemas: Iterable[str] = (),
+                          owners: Iterable[str] = ()) -> tuple[TocHeader, list[TocItem]]:
+    """Parse ``pg_restore -l`` output into its header and items.
+
+    schemas / owners: names known to exist (from the database), used to split
+    lines whose names contain spaces.  Malformed item lines are skipped and
+    counted in TocHeader.malformed_lines.  Raises TocError for text that is
+    not a listing at all."""
+    lines = _check_is_text(text)
+    owner_list = _by_length(owners)
+    schema_list = _by_length([*schemas, *_declared_schemas(lines, owner_list)])
+    items: list[TocItem] = []
+    bad = 0
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith(";"):
+            continue
+        item = _parse_item(line, schema_list, owner_list)
+        if item is None:
+            bad += 1
+        else:
+            items.append(item)
+    raw, has_header = _header_fields(lines)
+    if not has_header and bad >= len(items):
+        first = next(ln for ln in lines if ln.strip())
+        raise TocError(f"not a pg_restore -l listing: {_one_line(first, 80)!r}")
+    return _make_header(raw, bad), items
+
+
+def parse_listing(text: str, *, schemas: Iterable[str] = (),
+                  owners: Iterable[str] = ()) -> list[TocItem]:
+    """The items of a ``pg_restore -l`` listing (see parse_archive_listing)."""
+    return parse_archive_listing(text, schemas=schemas, owners=owners)[1]
+
+
+# ------------------------------------------------------------ pg_restore
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in Path(path).parent.parent.name.split("."))
+    except ValueError:
+        return (0,)
+
+
+def find_pg_restore(preferred: str | None = None) -> str:
+    """pg_restore to run: the one given, $PGPARMON_PGBIN, PATH, else the
+    newest /usr/lib/postgresql/*/bin (a newer pg_restore reads older
+    archives, not the other way round)."""
+    if preferred:
+        return preferred
+    pgbin = os.environ.get("PGPARMON_PGBIN")
+    if pgbin and os.access(os.path.join(pgbin, "pg_restore"), os.X_OK):
+        return os.path.join(pgbin, "pg_restore")
+    on_path = shutil.which("pg_restore")
+    if on_path:
+        return on_path
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_restore"), key=_version_key)
+    if found:
+        return found[-1]
+    raise TocError("pg_restore not found: install the PostgreSQL client programs or put "
+                   "their bin directory on PATH")
+
+
+def _client_env() -> dict[str, str]:
+    # -l and --section=post-data -f - never connect: no password is needed,
+    # and the C locale keeps messages and headers in English for parsing.
+    env = {k: v for k, v in os.environ.items() if "PASSWORD" not in k.upper()}
+    env.update(LC_ALL="C", LANG="C")
+    env.pop("LANGUAGE", None)
+    return env
+
+
+def _clean_tool_message(line: str) -> str:
+    line = re.sub(r"^\s*(?:pg_restore|pg_dump)(?:\.exe)?:\s*", "", line)
+    line = re.sub(r"^(?:error|fatal|FATAL|ERROR):\s*", "", line)
+    return _one_line(line)
+
+
+def _run_pg_restore(args: list[str], path: str | Path, pg_restore: str | None,
+                    timeout: float) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise TocError(f"{p}: no such file or directory")
+    cmd = [find_pg_restore(pg_restore), *args, str(p)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=timeout, env=_client_env(),
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise TocError(f"{p}: pg_restore took longer than {timeout:g} s") from exc
+    except OSError as exc:
+        raise TocError(f"cannot run {cmd[0]}: {exc.strerror or exc}") from exc
+    out = proc.stdout.decode("utf-8", errors="replace")
+    if proc.returncode != 0 or not out.strip():
+        err = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        why = _clean_tool_message(err[0]) if err else f"pg_restore exited with {proc.returncode}"
+        raise TocError(f"{p}: not a readable pg_dump archive: {why}")
+    return out
+
+
+def list_archive(path: str | Path, pg_restore: str | None = None, timeout: float = 30, *,
+                 schemas: Iterable[str] = (), owners: Iterable[str] = ()
+                 ) -> tuple[TocHeader, list[TocItem]]:
+    """Header and items of an archive (``pg_restore -l path``)."""
+    text = _run_pg_restore(["-l"], path, pg_restore, timeout)
+    return parse_archive_listing(text, schemas=schemas, owners=owners)
+
+
+# ------------------------------------------------------- post-data SQL
+
+
+@dataclass(frozen=True)
+class PostDataTarget:
+    """A post-data item and the table it works on.  kind is one of index,
+    primary key, unique, foreign key, check, exclusion, trigger, other."""
+
+    desc: str
+    schema: str | None
+    name: str                          # the TOC tag, as in the listing
+    table: str | None                  # "schema.table" it works on (raw names)
+    references: str | None             # FK: the referenced "schema.table"
+    kind: str
+    dump_id: int | None = None         # from "-- TOC entry N" (pg_restore -v)
+    dependencies: tuple[int, ...] = ()  # dump ids from "-- Dependencies:"
+    object_name: str | None = None     # index / constraint / trigger name from the SQL
+
+
+_NAME_LINE_RE = re.compile(
+    r"^-- (?:Data for )?Name: (?P<name>.*); Type: (?P<desc>[A-Z][A-Z ]*?); "
+    r"Schema: (?P<schema>.*?); Owner: (?P<owner>.*?)(?:; Tablespace: .*)?$")
+_TOC_ENTRY_RE = re.compile(r"^-- TOC entry (\d+) \(class \d+ OID \d+\)")
+_DEPS_RE = re.compile(r"^-- Dependencies:((?: \d+)*)\s*$")
+_DESC_KIND = {"INDEX": "index", "FK CONSTRAINT": "foreign key", "TRIGGER": "trigger",
+              "EVENT TRIGGER": "trigger", "CHECK CONSTRAINT": "check"}
+_CONSTRAINT_KIND = {"PRIMARY": "primary key", "UNIQUE": "unique", "FOREIGN": "foreign key",
+                    "CHECK": "check", "EXCLUDE": "exclusion"}
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str   # "word" (unquoted), "qid" (quoted identifier), "str", "op"
+    text: str
+
+    def kw(self, *words: str) -> bool:
+        return self.kind == "word" and self.text.upper() in words
+
+
+_TOKEN_RE = re.compile(r"""
+    (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
+  | (?P<qid>"(?:[^"]|"")*"?)
+  | (?P<str>[EeNnBbXxUu]?'(?:[^'\\]|''|\\.)*'?)
+  | (?P<dollar>\$(?P<tag>[A-Za-z_]\w*)?\$.*?(?:\$(?P=tag)\$|\Z))
+  | (?P<word>[A-Za-z_\u0080-\U0010ffff][\w$\u0080-\U0010ffff]*)
+  | (?P<num>\d+(?:\.\d*)?)
+  | (?P<op>.)
+""", re.VERBOSE | re.DOTALL)
+
+
+def _unquote(qid: str) -> str:
+    inner = qid[1:-1] if len(qid) > 1 and qid.endswith('"') else qid[1:]
+    return inner.replace('""', '"')
+
+
+def _tokens(sql: str, limit: int = 400) -> list[_Tok]:
+    """Tokens of the first statement (up to a top-level ';'); comments and
+    whitespace dropped, dollar-quoted bodies kept as one string token."""
+    toks: list[_Tok] = []
+    depth = 0
+    for m in _TOKEN_RE.finditer(sql):
+        kind, text = m.lastgroup or "op", m.group(0)
+        if kind == "ws":
+            continue
+        if kind == "op":
+            depth += {"(": 1, ")": -1}.get(text, 0)
+            if text == ";" and depth <= 0:
+                break
+        if kind == "qid":
+            text = _unquote(text)
+        toks.append(_Tok("str" if kind == "dollar" else kind, text))
+        if len(toks) >= limit:
+            break
+    return toks
+
+
+class _Cursor:
+    """A read position in a token list, with the few moves the statement
+    patterns need."""
+
+    def __init__(self, toks: list[_Tok]) -> None:
+        self.toks = toks
+        self.i = 0
+
+    def peek(self) -> _Tok | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def at(self, *words: str) -> bool:
+        t = self.peek()
+        return t is not None and t.kw(*words)
+
+    def accept(self, *words: str) -> bool:
+        if self.at(*words):
+            self.i += 1
+            return True
+        return False
+
+    def accept_seq(self, *words: str) -> bool:
+        start = self.i
+        for w in words:
+            if not self.accept(w):
+                self.i = start
+                return False
+        return True
+
+    def ident(self) -> str | None:
+        t = self.peek()
+        if t is None or t.kind not in ("word", "qid"):
+            return None
+        self.i += 1
+        return t.text.lower() if t.kind == "word" else t.text
+
+    def qualified(self) -> list[str] | None:
+        first = self.ident()
+        if first is None:
+            return None
+        parts = [first]
+        while (t := self.peek()) is not None and t.kind == "op" and t.text == ".":
+            self.i += 1
+            nxt = self.ident()
+            if nxt is None:
+                break
+            parts.append(nxt)
+        return parts
+
+    def skip_to(self, *words: str) -> bool:
+        """Move past the next top-level keyword among words."""
+        depth = 0
+        while (t := self.peek()) is not None:
+            self.i += 1
+            if t.kind == "op" and t.text in "()":
+                depth += 1 if t.text == "(" else -1
+            elif depth == 0 and t.kw(*words):
+                return True
+        return False
+
+
+def _table_name(parts: list[str] | None, schema: str | None) -> str | None:
+    if not parts:
+        return None
+    # pg_dump (10+) always schema-qualifies; older archives rely on search_path
+    return qualify(parts[-2], parts[-1]) if len(parts) >= 2 else qualify(schema, parts[0])
+
+
+@dataclass
+class _Found:
+    table: str | None = None
+    references: str | None = None
+    kind: str | None = None
+    object_name: str | None = None
+
+
+def _parse_create_index(c: _Cursor, schema: str | None) -> _Found:
+    c.accept("CONCURRENTLY")
+    c.accept_seq("IF", "NOT", "EXISTS")
+    name = None if c.at("ON") else c.ident()
+    if not c.accept("ON"):
+        return _Found(kind="index", object_name=name)
+    c.accept("ONLY")
+    return _Found(_table_name(c.qualified(), schema), None, "index", name)
+
+
+def _parse_alter_table(c: _Cursor, schema: str | None) -> _Found:
+    c.accept_seq("IF", "EXISTS")
+    c.accept("ONLY")
+    table = _table_name(c.qualified(), schema)
+    if not c.accept_seq("ADD", "CONSTRAINT"):
+        return _Found(table=table, kind="other")
+    name = c.ident()
+    t = c.peek()
+    kind = _CONSTRAINT_KIND.get(t.text.upper(), "other") if t and t.kind == "word" else "other"
+    refs = None
+    if kind == "foreign key" and c.skip_to("REFERENCES"):
+        refs = _table_name(c.qualified(), schema)
+    return _Found(table, refs, kind, name)
+
+
+def _parse_create_trigger(c: _Cursor, schema: str | None) -> _Found:
+    name = c.ident()
+    if not c.skip_to("ON"):
+        return _Found(kind="trigger", object_name=name)
+    return _Found(_table_name(c.qualified(), schema), None, "trigger", name)
+
+
+def _parse_rule(c: _Cursor, schema: str | None) -> _Found:
+    name = c.ident()
+    if c.skip_to("TO"):
+        return _Found(_table_name(c.qualified(), schema), None, "other", name)
+    return _Found(kind="other", object_name=name)
+
+
+def _parse_policy(c: _Cursor, schema: str | None) -> _Found:
+    name = c.ident()
+    c.skip_to("ON")
+    return _Found(_table_name(c.qualified(), schema), None, "other", name)
+
+
+def _parse_statistics(c: _Cursor, schema: str | None) -> _Found:
+    c.accept_seq("IF", "NOT", "EXISTS")
+    parts = c.qualified()
+    c.skip_to("FROM")
+    return _Found(_table_name(c.qualified(), schema), None, "other", parts[-1] if parts else None)
+
+
+def _parse_create(c: _Cursor, schema: str | None) -> _Found:
+    c.accept_seq("OR", "REPLACE")
+    c.accept("UNIQUE")
+    if c.accept("INDEX"):
+        return _parse_create_index(c, schema)
+    if c.accept_seq("EVENT", "TRIGGER"):
+        return _Found(kind="trigger", object_name=c.ident())
+    c.accept("CONSTRAINT")
+    if c.accept("TRIGGER"):
+        return _parse_create_trigger(c, schema)
+    if c.accept("RULE"):
+        return _parse_rule(c, schema)
+    if c.accept("POLICY"):
+        return _parse_policy(c, schema)
+    if c.accept("STATISTICS"):
+        return _parse_statistics(c, schema)
+    return _Found()
+
+
+def _parse_statement(sql: str, schema: str | None) -> _Found:
+    """What a post-data statement works on, from its first statement."""
+    c = _Cursor(_tokens(sql))
+    if c.accept("CREATE"):
+        return _parse_create(c, schema)
+    if c.accept_seq("ALTER", "TABLE"):
+        return _parse_alter_table(c, schema)
+    if c.accept_seq("REFRESH", "MATERIALIZED", "VIEW"):
+        c.accept("CONCURRENTLY")
+        return _Found(_table_name(c.qualified(), schema), None, "other")
+    if c.accept_seq("ALTER", "PUBLICATION"):
+        c.ident()
+        if c.accept_seq("ADD", "TABLE"):
+            c.accept("ONLY")
+            return _Found(_table_name(c.qualified(), schema), None, "other")
+    return _Found()
+
+
+@dataclass
+class _Entry:
+    desc: str
+    schema: str | None
+    name: str
+    dump_id: int | None
+    deps: tuple[int, ...]
+    body: list[str]
+
+
+def _comment_meta(lines: list[str], at: int) -> tuple[int | None, tuple[int, ...]]:
+    """The TOC entry / Dependencies lines just above a '-- Name:' line."""
+    dump_id: int | None = None
+    deps: list[int] = []
+    j = at - 1
+    while j >= 0 and lines[j].startswith("--") and lines[j] != "--":
+        if m := _TOC_ENTRY_RE.match(lines[j]):
+            dump_id = int(m.group(1))
+        elif m := _DEPS_RE.match(lines[j]):
+            deps = [int(x) for x in m.group(1).split()]
+        j -= 1
+    return dump_id, tuple(dict.fromkeys(deps))  # pg_dump repeats dependencies
+
+
+_COPY_FROM_STDIN_RE = re.compile(r"^COPY .* FROM stdin;$")
+
+
+def _entries(text: str) -> list[_Entry]:
+    """The '-- Name:' blocks of a script with their SQL lines.  COPY data
+    of a full script is skipped: a row may look like a header comment."""
+    lines = [ln.rstrip("\r") for ln in text.split("\n")]
+    entries: list[_Entry] = []
+    in_copy = False
+    for i, line in enumerate(lines):
+        if in_copy:
+            in_copy = line != "\\."
+        elif m := _NAME_LINE_RE.match(line):
+            dump_id, deps = _comment_meta(lines, i)
+            schema = None if m.group("schema") == "-" else m.group("schema")
+            entries.append(_Entry(m.group("desc"), schema, m.group("name"), dump_id, deps, []))
+        elif entries and not line.startswith(("--", "\\")):
+            entries[-1].body.append(line)  # comments and psql \restrict lines are not SQL
+            in_copy = bool(_COPY_FROM_STDIN_RE.match(line))
+    return entries
+
+
+def parse_post_data_sql(text: str) -> list[PostDataTarget]:
+    """Items of a pg_dump SQL script (typically ``pg_restore [-v]
+    --section=post-data -f -``): for each ``-- Name: ...; Type: ...`` block,
+    the table its statement works on and what kind of build it is.
+    dump_id / dependencies are filled only when the script was made with -v."""
+    out: list[PostDataTarget] = []
+    for e in _entries(text):
+        found = _parse_statement("\n".join(e.body), e.schema)
+        # the statement decides (CONSTRAINT -> primary key / unique ...);
+        # the desc is the fallback when it could not be read
+        stated = found.kind if found.kind not in (None, "other") else None
+        kind = stated or _DESC_KIND.get(e.desc, "other")
+        out.append(PostDataTarget(e.desc, e.schema, e.name, found.table, found.references,
+                                  kind, e.dump_id, e.deps, found.object_name))
+    return out
+
+
+def link_targets(targets: Iterable[PostDataTarget], items: Iterable[TocItem]
+                 ) -> dict[int, PostDataTarget]:
+    """Key post-data targets by dump id: their own (from -v output) or, when
+    missing, the listing item with the same (desc, schema, tag)."""
+    by_name: dict[tuple[str, str | None, str], int] = {}
+    for it in items:
+        by_name.setdefault((it.desc, it.schema, it.tag), it.dump_id)
+    linked: dict[int, PostDataTarget] = {}
+    for t in targets:
+        dump_id = t.dump_id if t.dump_id is not None else by_name.get((t.desc, t.schema, t.name))
+        if dump_id is not None:
+            linked[dump_id] = t
+    return linked
+
+
+def post_data_targets(path: str | Path, pg_restore: str | None = None, timeout: float = 30
+                      ) -> dict[int, PostDataTarget]:
+    """For each post-data item of an archive (INDEX, CONSTRAINT, FK
+    CONSTRAINT, TRIGGER, RULE, ...), keyed by dump id: the table it works
+    on.  Reads only the TOC (``pg_restore -v --section=post-data -f -``)."""
+    text = _run_pg_restore(["-v", "--section=post-data", "-f", "-"], path, pg_restore, timeout)
+    targets = parse_post_data_sql(text)
+    if all(t.dump_id is not None for t in targets):
+        return link_targets(targets, ())
+    _, items = list_archive(path, pg_restore, timeout)
+    return link_targets(targets, items)
+
+
+# --------------------------------------------------------- archive files
+
+_DATA_SUFFIXES = (".dat", ".dat.gz", ".dat.lz4", ".dat.zst")
+_DATA_FILE_RE = re.compile(r"^(\d+)\.dat(?:\.gz|\.lz4|\.zst)?$")
+
+
+def data_file(archive_dir: str | Path, dump_id: int) -> Path | None:
+    """The data file of an item of a directory-format archive, if present."""
+    base = Path(archive_dir)
+    for suffix in _DATA_SUFFIXES:
+        p = base / f"{dump_id}{suffix}"
+        if p.is_file():
+            return p
+    return None
+
+
+def data_file_id(path: str | Path) -> int | None:
+    """"3349.dat.gz" -> 3349; toc.dat, blobs.toc, blobs_NNN.toc,
+    blob_NNN.dat and anything else -> None."""
+    m = _DATA_FILE_RE.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+_TEXT_DUMP_HEADERS = (b"--\n-- PostgreSQL database dump", b"--\r\n-- PostgreSQL database dump",
+                      b"--\n-- PostgreSQL database cluster dump")
+
+
+def archive_format(path: str | Path) -> str | None:
+    """"directory" (a directory with toc.dat), "custom" (PGDMP magic),
+    "tar" (ustar magic at offset 257), "plain" (pg_dump's SQL header), else
+    None (missing, unreadable or something else)."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            return "directory" if (p / "toc.dat").is_file() else None
+        with open(p, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return None
+    if head.startswith(b"PGDMP"):
+        return "custom"
+    if head[257:262] == b"ustar":
+        return "tar"
+    if head.startswith(_TEXT_DUMP_HEADERS):
+        return "plain"
+    return None
