@@ -48,8 +48,9 @@ DurationOpt = typer.Option(None, "--duration", help="stop following after this m
 
 
 def fail(msg: str, code: int) -> None:
-    Console(stderr=True, highlight=False).print(f"pgparmon: {redact_text(msg)}", style="red",
-                                                markup=False)
+    """One line on stderr (never wrapped: scripts grep it), then exit."""
+    line = " ".join(redact_text(msg).split())
+    sys.stderr.write(f"pgparmon: {line}\n")
     raise typer.Exit(code)
 
 

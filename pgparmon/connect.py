@@ -93,9 +93,11 @@ def connect(t: ConnTarget) -> psycopg.Connection[tuple[object, ...]]:
 
 
 def _first_line(s: str) -> str:
+    # libpq's first line says what failed ("connection to server at ... failed:
+    # Connection refused"); the lines after it are hints we give better ourselves
     lines = [ln.strip() for ln in s.strip().splitlines() if ln.strip()]
-    # libpq puts the useful part last ("connection to server ... failed: FATAL: ...")
-    return " ".join(lines) if len(lines) <= 2 else lines[-1]
+    first = lines[0] if lines else s.strip()
+    return first.removeprefix("connection failed: ")
 
 
 def _connect_hint(msg: str) -> str:

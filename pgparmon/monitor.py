@@ -160,11 +160,24 @@ class Monitor:
                 except TocError:
                     targets = {}
                 tr.plan_restore(toc, self.target_dir, targets)
+                self._settle_from_catalog(time.time(), running=self._running_keys())
         except TocError as exc:
             self._note(f"cannot read the archive's TOC ({exc}): progress from activity only")
             tr.planned = False
         except psycopg.Error as exc:
             self._note(f"cannot read table sizes: {str(exc).strip().splitlines()[0]}")
+
+    def _running_keys(self) -> set[str]:
+        """Items some backend works on right now (their rows are not committed)."""
+        tr = self.tracker
+        assert tr is not None
+        db = self.snaps[-1].db if self.snaps else None
+        keys: set[str] = set()
+        for b in tr.members(self.snaps[-1]) if db else ():
+            ct = copy_target(b.query)
+            if ct and ct[1] in tr.by_relation:
+                keys.add(tr.by_relation[ct[1]])
+        return keys
 
     def _client_binary(self, name: str) -> str | None:
         job = self.job
@@ -217,9 +230,9 @@ class Monitor:
         assert tr is not None and self.job is not None
         snap = self.snapshot()
         self.samples += 1
-        self._plan()
         prev = self.snaps[-1] if self.snaps else None
         self.snaps.append(snap)
+        self._plan()
         tr.update(snap)
         if snap.host is not None and self.prev_host is not None:
             self.host_rates = hostmod.host_rates(self.prev_host, snap.host)
@@ -238,7 +251,10 @@ class Monitor:
             root_alive = self.process.poll() is None if self.process else procs.alive(job.client_pid)
             live = {c.pid for c in snap.clients}
             died = {p for p in self.client_pids if p != job.client_pid and p not in live}
-            if root_alive and died and job.kind in ("pg_dump", "pg_restore"):
+            # workers exit before the leader at a normal end: a worker gone
+            # while items still wait to start is one that died
+            waiting = any(i.state == "pending" for i in tr.items.values())
+            if root_alive and died and waiting and job.kind in ("pg_dump", "pg_restore"):
                 self._note(f"worker process {', '.join(map(str, sorted(died)))} died")
             if root_alive:
                 return
@@ -283,24 +299,29 @@ class Monitor:
         return Outcome("finished", "all items done")
 
     def _restore_leftovers(self, left: list[Any], snap: Snapshot) -> list[Any]:
-        """Post-data items that ran between samples left their index or
-        constraint behind; data items of tiny files may have been missed."""
-        names = [f"{(i.relation or '').split('.')[0] or 'public'}.{i.name}" for i in left
-                 if i.kind in ("index", "constraint")]
-        try:
-            existing = set(self.sampler.query_json("relations", (names,)) or [])
-        except psycopg.Error:
-            existing = set()
+        """Items that ran between two samples left their rows, index or
+        constraint behind: the catalogs settle them."""
+        self._settle_from_catalog(snap.wall)
         tr = self.tracker
         assert tr is not None
-        out = []
-        for i in left:
-            qual = f"{(i.relation or '').split('.')[0] or 'public'}.{i.name}"
-            if qual in existing or (i.kind == "data" and i.work < 512) or i.kind == "fk":
-                tr._finish(i, snap.wall)
-            else:
-                out.append(i)
-        return out
+        return [i for i in tr.unfinished() if not (i.kind == "data" and i.work < 512)]
+
+    def _settle_from_catalog(self, wall: float, running: set[str] | None = None) -> None:
+        tr = self.tracker
+        assert tr is not None
+        try:
+            done = self.sampler.query_json("done") or {}
+        except psycopg.Error:
+            return
+        loaded = set(done.get("loaded") or ())
+        names = set(done.get("relations") or ()) | set(done.get("constraints") or ())
+        for it in tr.unfinished():
+            if running and it.key in running:
+                continue
+            schema = (it.relation or "public").split(".")[0]
+            if (it.kind == "data" and it.relation in loaded) or (
+                    it.kind != "data" and f"{schema}.{it.name}" in names):
+                tr._finish(it, wall)
 
     # ---- the published sample ----------------------------------------------
 

@@ -14,7 +14,7 @@ import pytest
 
 from pgparmon.cluster import Cluster
 
-from .conftest import pgparmon_cmd, read_jsonl, wait_for_backends
+from support import pgparmon_cmd, read_jsonl, wait_for_backends
 
 pytestmark = pytest.mark.integration
 
@@ -137,11 +137,14 @@ def test_killed_worker_fails_the_job(cluster: Cluster, sample_db: str, workdir: 
                                            str(cluster.port), "-d", sample_db, "-U", "postgres",
                                            "--json", "--interval", "0.3"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    assert attach.stdout is not None
+    first = attach.stdout.readline()  # attached and sampling
+    assert first.startswith("{"), attach.stderr.read() if attach.stderr else ""
     kids = psutil.Process(dump.pid).children()
     assert kids
     os.kill(kids[0].pid, signal.SIGKILL)
     out, err = attach.communicate(timeout=60)
+    out = first + out
     dump.wait()
     assert attach.returncode == 1, err
     samples, summary = _samples(out)

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgparmon.analyze.schedule import Schedule, Span, WorkItem, lower_bound, simulate
+from pgparmon.analyze.schedule import (RateFn, Schedule, Span, WorkItem, lower_bound,
+                                       simulate)
 
 
-def const(v: float = 1.0):  # noqa: ANN201 - a RateFn
+def const(v: float = 1.0) -> RateFn:
     return lambda k: v
 
 
@@ -267,7 +268,7 @@ def restore_like(draw: st.DrawFn, allow_cycles: bool = False) -> list[WorkItem]:
 
 
 def check_invariants(items: Sequence[WorkItem], s: Schedule, workers: int,
-                     running: Sequence[WorkItem] = ()) -> None:
+                     running: Sequence[WorkItem] = (), now: float = 0.0) -> None:
     all_items = [*running, *items]
     keys = [sp.key for sp in s.spans] + list(s.unschedulable)
     assert sorted(keys) == sorted(it.key for it in all_items)  # each exactly once
@@ -299,8 +300,8 @@ def check_invariants(items: Sequence[WorkItem], s: Schedule, workers: int,
     # each item got exactly its work, at the rate its moment's stream count gave
     # (checked in the rate-varying property below); makespan = last end
     if s.spans:
-        assert s.makespan == pytest.approx(max(x.end for x in s.spans))
-        assert s.last_item is not None and sp[s.last_item].end == pytest.approx(s.makespan)
+        assert now + s.makespan == pytest.approx(max(x.end for x in s.spans))
+        assert s.last_item is not None and sp[s.last_item].end == pytest.approx(now + s.makespan)
     assert 0.0 <= s.tail_s <= s.makespan + 1e-9
 
 
@@ -331,10 +332,12 @@ def test_running_items_and_varying_rate(pending: list[WorkItem], running: list[W
                                         workers: int) -> None:
     running = [WorkItem("r" + it.key, it.work, it.size, it.table, False, frozenset())
                for it in running[:6]]
-    rate = lambda k: 10.0 / (1 + 0.3 * (k - 1))  # noqa: E731 - falls with k
+    def rate(k: int) -> float:  # falls with k
+        return 10.0 / (1 + 0.3 * (k - 1))
+
     s = simulate(pending, workers, rate, running=running, now=50.0)
     assert s.unschedulable == ()
-    check_invariants(pending, s, workers, running)
+    check_invariants(pending, s, workers, running, now=50.0)
     for i, r in enumerate(running):
         x = by_key(s)[r.key]
         assert x.start == 50.0 and x.worker == i

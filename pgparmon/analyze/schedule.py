@@ -201,7 +201,7 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
         f_next = active[0][0]
         t += (f_next - p) / r(k)
         p = f_next
-        limit = p + _REL_TOL * max(1.0, abs(p))
+        limit = p + _REL_TOL * abs(p)  # relative: works may be bytes or fractions of a page
         while active and active[0][0] <= limit:
             _, i = heapq.heappop(active)
             end[i] = t

@@ -134,7 +134,7 @@ class DbSampler:
         query = sql.load("sample", self.facts.version_num)
         t0 = time.perf_counter()
         try:
-            cur = self.conn.execute(query, (self.database_filter,))
+            cur = self.conn.execute(query, {"db": self.database_filter})
             row = cur.fetchone()
         except psycopg.errors.QueryCanceled:
             return DbSample(error="sample skipped: the monitor query hit statement_timeout "
@@ -153,7 +153,7 @@ class DbSampler:
         assert row is not None
         return DbSample.from_json(row[0], latency)
 
-    def query_json(self, name: str, params: tuple[Any, ...] = ()) -> Any:
+    def query_json(self, name: str, params: dict[str, Any] | None = None) -> Any:
         """A one-off catalog query (not per tick); raises psycopg errors."""
         assert self.conn is not None and self.facts is not None
         row = self.conn.execute(sql.load(name, self.facts.version_num), params).fetchone()

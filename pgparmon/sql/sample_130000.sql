@@ -26,7 +26,7 @@ SELECT json_build_object(
       WHERE a.pid <> pg_backend_pid()
         AND a.backend_type IN ('client backend', 'parallel worker')
         AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)')
-        AND ($1::text IS NULL OR a.datname = $1::text)),
+        AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
   'copy', NULL,  -- pg_stat_progress_copy arrived in 14
   'index', (SELECT coalesce(json_agg(json_build_array(
         p.pid, p.datname, p.relid::int8, n.nspname || '.' || c.relname,

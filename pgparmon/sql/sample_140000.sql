@@ -25,7 +25,7 @@ SELECT json_build_object(
       WHERE a.pid <> pg_backend_pid()
         AND a.backend_type IN ('client backend', 'parallel worker')
         AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)')
-        AND ($1::text IS NULL OR a.datname = $1::text)),
+        AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
   'copy', (SELECT coalesce(json_agg(json_build_array(
         p.pid, p.datname, p.relid::int8, n.nspname || '.' || c.relname, p.command, p.type,
         p.bytes_processed, p.bytes_total, p.tuples_processed, p.tuples_excluded)), '[]'::json)
