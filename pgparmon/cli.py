@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -55,30 +55,61 @@ def fail(msg: str, code: int) -> None:
 
 
 class Follower:
-    """Drives a Monitor: ticks on a fixed cadence (never overlapping; a slow
-    tick stretches the interval), and writes to the chosen view."""
+    """Drives a Monitor for a view. As a feed (tick/outcome/summary/details/
+    close) it serves the TUI; run() is the headless loop: ticks on a fixed
+    cadence, never overlapping (a slow tick stretches the interval)."""
 
     def __init__(self, mon: Any, interval: float, as_json: bool, duration: float | None,
-                 console: Console | None = None) -> None:
+                 console: Console | None = None, recorder: Any = None) -> None:
         self.mon = mon
+        self.recorder = recorder
         self.interval = interval
         self.as_json = as_json
         self.duration = duration
         self.console = console or Console(highlight=False)
         self.stop = False
         self.last: dict[str, Any] | None = None
+        self.closed = False
 
-    def emit(self, doc: dict[str, Any], live: Live | None) -> None:
-        from . import render
+    # -- the feed protocol ---------------------------------------------------
 
+    def tick(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.mon.tick()
         self.last = doc
-        if self.as_json:
-            sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
-            sys.stdout.flush()
-        elif live is not None:
-            live.update(render.screen(doc))
-        else:
-            self.console.print(render.plain_line(doc), markup=False)
+        if self.recorder is not None:
+            self.recorder.event("sample", doc)
+        return doc
+
+    @property
+    def outcome(self) -> Any:
+        return self.mon.outcome
+
+    def summary(self) -> dict[str, Any]:
+        return self.mon.summary()  # type: ignore[no-any-return]
+
+    def details(self, pid: int) -> dict[str, Any]:
+        return self.mon.details(pid)  # type: ignore[no-any-return]
+
+    def close(self) -> dict[str, Any]:
+        """Finish the recording (summary last) and the monitor; idempotent."""
+        summary: dict[str, Any] = self.mon.summary()
+        if not self.closed:
+            self.closed = True
+            if self.recorder is not None:
+                self.recorder.event("summary", summary)
+                self.recorder.close()
+            self.mon.close()
+        return summary
+
+    def exit_code(self) -> int:
+        out = self.mon.outcome
+        if out is None:
+            return EXIT_OK
+        if out.exit_code is not None:
+            return int(out.exit_code)
+        return EXIT_OK if out.state == "finished" else EXIT_FAILED
+
+    # -- headless ------------------------------------------------------------
 
     def run(self) -> int:
         from . import render
@@ -92,10 +123,14 @@ class Follower:
                 live.start()
             nxt = time.monotonic()
             while not self.stop:
-                doc = self.mon.tick()
-                self.emit(doc, live)
-                if live:
-                    live.refresh()
+                doc = self.tick()
+                if self.as_json:
+                    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+                    sys.stdout.flush()
+                elif live is not None:
+                    live.update(render.screen(doc), refresh=True)
+                else:
+                    self.console.print(render.plain_line(doc), markup=False)
                 if self.mon.outcome is not None:
                     break
                 if self.duration is not None and time.monotonic() - start >= self.duration:
@@ -109,19 +144,51 @@ class Follower:
         finally:
             if live:
                 live.stop()
-        summary = self.mon.summary()
+            summary = self.close()
         if self.as_json:
-            if self.mon.outcome is not None and self.last is not None:
-                pass  # the last sample already carries the final state
             sys.stdout.write(json.dumps(summary, separators=(",", ":")) + "\n")
             sys.stdout.flush()
         elif self.mon.outcome is not None:
             self.console.print(render.summary_table(summary))
-        if self.mon.outcome is None:
-            return EXIT_OK
-        if self.mon.outcome.exit_code is not None:
-            return int(self.mon.outcome.exit_code)
-        return EXIT_OK if self.mon.outcome.state == "finished" else EXIT_FAILED
+        return self.exit_code()
+
+
+def follow(mon: Any, interval: float, as_json: bool, duration: float | None,
+           recorder: Any, plain: bool, console: Console | None = None,
+           title: str = "pgparmon") -> int:
+    """Show a monitored job: the TUI in a terminal, else lines or JSON."""
+    follower = Follower(mon, interval, as_json, duration, console=console, recorder=recorder)
+    _install_signals(follower)
+    use_tui = (not as_json and not plain and duration is None and sys.stdout.isatty()
+               and sys.stdin.isatty())
+    try:
+        if use_tui:
+            try:
+                from .tui import run_tui
+            except ImportError:
+                use_tui = False
+        if use_tui:
+            try:
+                code = run_tui(follower, interval=interval, title=title)
+            finally:
+                follower.close()
+            return int(code)
+        return follower.run()
+    except KeyboardInterrupt:
+        follower.close()
+        return EXIT_INTERRUPTED
+
+
+def _recorder(path: str | None) -> Any:
+    if not path:
+        return None
+    from .record import Recorder, RecordingError
+
+    try:
+        return Recorder(path)
+    except RecordingError as exc:
+        fail(str(exc), EXIT_USAGE)
+    return None
 
 
 def _target(host: str | None, port: str | None, user: str | None, dbname: str | None,
@@ -141,34 +208,34 @@ def _install_signals(follower: Follower) -> None:
             pass
 
 
+RecordOpt = typer.Option(None, "--record", help="write every sample to this recording "
+                         "(gzip JSON Lines; replay/report read it)")
+PlainOpt = typer.Option(False, "--plain", help="no full-screen TUI: a compact live view")
+
+
 @app.command()
-def attach(host: Optional[str] = HostOpt, port: Optional[str] = PortOpt,
-           username: Optional[str] = UserOpt, dbname: Optional[str] = DbOpt,
-           pid: Optional[int] = typer.Option(None, "--pid", help="the job's client pid or one "
-                                             "of its backend pids"),
+def attach(host: str | None = HostOpt, port: str | None = PortOpt,
+           username: str | None = UserOpt, dbname: str | None = DbOpt,
+           pid: int | None = typer.Option(None, "--pid", help="the job's client pid or one "
+                                          "of its backend pids"),
            interval: float = IntervalOpt, as_json: bool = JsonOpt,
-           duration: Optional[float] = DurationOpt,
-           wait: Optional[float] = typer.Option(None, "--wait", help="wait up to this many "
-                                                "seconds for a job to start"),
+           duration: float | None = DurationOpt,
+           wait: float | None = typer.Option(None, "--wait", help="wait up to this many "
+                                             "seconds for a job to start"),
+           record: str | None = RecordOpt, plain: bool = PlainOpt,
            ) -> None:
     """Attach to a running parallel pg_dump, pg_restore or COPY load and follow it."""
     from .monitor import wait_for_job
 
+    recorder = _recorder(record)
     try:
-        mon = wait_for_job(_target(host, port, username, dbname), pid, wait)
+        mon = wait_for_job(_target(host, port, username, dbname), pid, wait, recorder=recorder)
     except ConnectError as exc:
         fail(str(exc), EXIT_CONNECT)
     except DiscoveryError as exc:
         fail(str(exc), exc.code)
-    follower = Follower(mon, interval, as_json, duration)
-    _install_signals(follower)
-    try:
-        code = follower.run()
-    except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
-    finally:
-        mon.close()
-    raise typer.Exit(code)
+    raise typer.Exit(follow(mon, interval, as_json, duration, recorder, plain,
+                            title=f"pgparmon attach: {mon.job.describe()}"))
 
 
 def start_job(argv: list[str], env: dict[str, str] | None = None,
@@ -187,9 +254,11 @@ def start_job(argv: list[str], env: dict[str, str] | None = None,
 
 def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json: bool,
             duration: float | None, env: dict[str, str] | None = None,
-            console: Console | None = None) -> int:
+            console: Console | None = None, record: str | None = None,
+            plain: bool = False) -> int:
     from .cmdline import parse_client_cmdline
     from .monitor import Monitor, job_for_process
+    from .source import LiveSource, RecordingSource
 
     prog = os.path.basename(argv[0]) if argv else ""
     if prog not in ("pg_dump", "pg_restore"):
@@ -201,27 +270,27 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
         target = ConnTarget(dbname=args.dbname or e.get("PGDATABASE"),
                             host=args.host or e.get("PGHOST"),
                             port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
+    recorder = _recorder(record)
     proc, tag, log = start_job(argv, env)
     job = job_for_process(prog, proc.pid, argv, tag)
     try:
-        mon = Monitor(target, job=job, process=proc)
+        live = LiveSource(target, job=job, process=proc)
+        mon = Monitor(RecordingSource(live, recorder) if recorder else live)
         mon.discover()
     except (ConnectError, DiscoveryError) as exc:
         code = proc.wait()
         fail(f"{exc} (the job ran unmonitored and exited with {code})", EXIT_CONNECT)
-    follower = Follower(mon, interval, as_json, duration, console=console)
-    _install_signals(follower)
+    code = EXIT_INTERRUPTED
     try:
-        code = follower.run()
-    except KeyboardInterrupt:
-        proc.terminate()
-        code = EXIT_INTERRUPTED
+        code = follow(mon, interval, as_json, duration, recorder, plain, console=console,
+                      title=f"pgparmon run: {job.describe()}")
     finally:
-        mon.close()
+        if proc.poll() is None and code == EXIT_INTERRUPTED:
+            proc.terminate()
     if code not in (0, EXIT_INTERRUPTED):
         tail = _log_tail(log)
         if tail:
-            Console(stderr=True, highlight=False).print(redact_text(tail), markup=False)
+            sys.stderr.write(redact_text(tail) + "\n")
     try:
         os.unlink(log)
     except OSError:
@@ -238,10 +307,11 @@ def _log_tail(path: str, lines: int = 5) -> str:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run(ctx: typer.Context, host: Optional[str] = HostOpt, port: Optional[str] = PortOpt,
-        username: Optional[str] = UserOpt, dbname: Optional[str] = DbOpt,
+def run(ctx: typer.Context, host: str | None = HostOpt, port: str | None = PortOpt,
+        username: str | None = UserOpt, dbname: str | None = DbOpt,
         interval: float = IntervalOpt, as_json: bool = JsonOpt,
-        duration: Optional[float] = DurationOpt) -> None:
+        duration: float | None = DurationOpt, record: str | None = RecordOpt,
+        plain: bool = PlainOpt) -> None:
     """Start pg_dump or pg_restore (after --) and follow it; exits with its exit code."""
     argv = list(ctx.args)
     if argv and argv[0] == "--":
@@ -251,19 +321,24 @@ def run(ctx: typer.Context, host: Optional[str] = HostOpt, port: Optional[str] =
     target = None
     if host or port or username or dbname:
         target = _target(host, port, username, dbname)
-    raise typer.Exit(run_job(argv, target, interval, as_json, duration))
+    raise typer.Exit(run_job(argv, target, interval, as_json, duration, record=record,
+                             plain=plain))
 
 
 @app.command()
 def demo(jobs: int = typer.Option(4, "-j", "--jobs", help="parallel jobs for the demo"),
          scale: float = typer.Option(1.0, "--scale", help="size of the sample database"),
          interval: float = IntervalOpt, as_json: bool = JsonOpt,
-         keep: bool = typer.Option(False, "--keep", help="keep the cluster's files")) -> None:
+         keep: bool = typer.Option(False, "--keep", help="keep the cluster's files"),
+         record: str | None = typer.Option(None, "--record", help="record the dump to "
+                                           "FILE and the restore to FILE's '.restore' "
+                                           "sibling"),
+         plain: bool = PlainOpt) -> None:
     """Start a throwaway cluster, dump and restore a skewed sample database, attached."""
     from .demo import run_demo
 
     raise typer.Exit(run_demo(jobs=jobs, scale=scale, interval=interval, as_json=as_json,
-                              keep=keep))
+                              keep=keep, record=record, plain=plain))
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ def create_sample(cl: Cluster, dbname: str, scale: float = 1.0) -> None:
 
 
 def run_demo(jobs: int = 4, scale: float = 1.0, interval: float = 1.0, as_json: bool = False,
-             keep: bool = False) -> int:
+             keep: bool = False, record: str | None = None, plain: bool = False) -> int:
     from .cli import EXIT_CONNECT, run_job
 
     console = Console(highlight=False, stderr=as_json)
@@ -74,13 +74,15 @@ def run_demo(jobs: int = 4, scale: float = 1.0, interval: float = 1.0, as_json: 
         env = cl.env()
         console.print(f"\n[bold]1/2[/] pg_dump -Fd -j {jobs} of database 'sample':")
         code = run_job([cl.client("pg_dump"), "-Fd", "-j", str(jobs), "-f", dump_dir,
-                        "sample"], None, interval, as_json, None, env=env, console=console)
+                        "sample"], None, interval, as_json, None, env=env, console=console,
+                       record=record, plain=plain)
         if code != 0:
             return code
         cl.psql("CREATE DATABASE restored")
         console.print(f"\n[bold]2/2[/] pg_restore -j {jobs} into database 'restored':")
         code = run_job([cl.client("pg_restore"), "-j", str(jobs), "-d", "restored", dump_dir],
-                       None, interval, as_json, None, env=env, console=console)
+                       None, interval, as_json, None, env=env, console=console,
+                       record=_restore_recording(record), plain=plain)
         return code
     finally:
         cl.stop(cleanup=not keep)
@@ -88,3 +90,10 @@ def run_demo(jobs: int = 4, scale: float = 1.0, interval: float = 1.0, as_json: 
             shutil.rmtree(work, ignore_errors=True)
         else:
             console.print(f"kept: cluster files in {cl.base}, dump in {dump_dir}")
+
+
+def _restore_recording(record: str | None) -> str | None:
+    if not record:
+        return None
+    base = record[:-3] if record.endswith(".gz") else record
+    return base + ".restore" + (".gz" if record.endswith(".gz") else "")

@@ -7,7 +7,7 @@ same analysis as a live run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
@@ -177,6 +177,49 @@ class Snapshot:
     files: tuple[FileSize, ...] = ()  # the dump directory's files, as they grow
     free_bytes: int | None = None  # free space where the job writes
     notes: tuple[str, ...] = field(default_factory=tuple)
+    root_alive: bool | None = None  # the job's leader process (None: not visible)
+    exit_code: int | None = None  # known when we started the job ourselves
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Snapshot:
+        """Inverse of to_dict (a recording's JSON): rebuilds the nested values."""
+        from .sample.host import HostSample
+
+        db = d.get("db")
+        dbs = None
+        if db is not None:
+            dbs = DbSample(
+                server_ts=db.get("server_ts"),
+                backends=tuple(_backend(b) for b in db.get("backends") or ()),
+                copies=None if db.get("copies") is None else tuple(
+                    _from_dict(CopyProgress, c) for c in db["copies"]),
+                indexes=None if db.get("indexes") is None else tuple(
+                    _from_dict(IndexProgress, c) for c in db["indexes"]),
+                latency_ms=db.get("latency_ms"), error=db.get("error"))
+        return Snapshot(
+            ts=float(d["ts"]), wall=float(d["wall"]), db=dbs,
+            host=HostSample.from_dict(d["host"]) if d.get("host") else None,
+            clients=tuple(_proc(c) for c in d.get("clients") or ()),
+            backends_os=tuple(_proc(c) for c in d.get("backends_os") or ()),
+            files=tuple(_from_dict(FileSize, f) for f in d.get("files") or ()),
+            free_bytes=d.get("free_bytes"), notes=tuple(d.get("notes") or ()),
+            root_alive=d.get("root_alive"), exit_code=d.get("exit_code"))
+
+
+def _backend(d: dict[str, Any]) -> Backend:
+    b: Backend = _from_dict(Backend, d)
+    return replace(b, blocked_by=tuple(b.blocked_by or ()),
+                   waiting_for=tuple(b.waiting_for) if b.waiting_for else None)
+
+
+def _proc(d: dict[str, Any]) -> ClientProc:
+    c: ClientProc = _from_dict(ClientProc, d)
+    files = d.get("open_files")
+    return replace(c, open_files=None if files is None else tuple(
+        _from_dict(OpenFile, f) for f in files))
 
     def client(self, pid: int) -> ClientProc | None:
         for c in self.clients:

@@ -1,31 +1,27 @@
-"""The sampling loop: one Sampler tick -> Snapshot -> Tracker -> JSON sample.
+"""The analysis loop: Source -> Snapshot -> Tracker -> published sample.
 
-Nothing below the Sampler talks to the server or the OS; the tick builds the
-published `pgparmon.sample/1` object from the tracker's derived state.
+The Monitor talks to nothing itself: every reading comes from its Source (the
+live server and host, or a recording), so a replay goes through exactly this
+code. tick() builds the `pgparmon.sample/1` object from the tracker's state.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
-
-import psycopg
 
 from .analyze import bottleneck, eta
 from .analyze.progress import Tracker
 from .connect import ConnTarget
-from .discover import DiscoveryError, Job, choose_job, copy_target, find_jobs
-from .model import FileSize, Snapshot
+from .discover import DiscoveryError, Job, copy_target
+from .model import Snapshot
 from .sample import host as hostmod
-from .sample import procs
-from .sample.db import DbSampler, ServerFacts
-from .toc import TocError, list_archive, post_data_targets
+from .sample.db import ServerFacts
+from .source import LiveSource, RecordingSource, post_targets, toc_items
 
 SCHEMA = "pgparmon.sample/1"
 STALL_SAMPLES = 5
@@ -39,32 +35,26 @@ class Outcome:
 
 
 def _iso(wall: float) -> str:
-    return datetime.fromtimestamp(wall, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(wall, tz=UTC).isoformat(timespec="milliseconds")
 
 
 class Monitor:
-    def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
-                 process: subprocess.Popen[Any] | None = None) -> None:
-        self.target = target
-        self.sampler = DbSampler(target)
-        self.facts: ServerFacts = self.sampler.open()
-        self.local = procs.postmaster_of(self.facts.backend_pid) is not None
-        self.process = process
-        self.pid = pid
-        self.job: Job | None = job
+    """The analysis of one job: feed it a Source (live, recording, replay);
+    tick() takes one snapshot and returns the published sample."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.facts: ServerFacts = source.facts
+        self.job: Job | None = source.job
         self.tracker: Tracker | None = None
         self.snaps: deque[Snapshot] = deque(maxlen=8)
         self.obs_window: deque[list[bottleneck.WorkerObs]] = deque(maxlen=5)
         self.prev_host: Any = None
         self.host_rates: Any = None
-        self.devices: set[str] = set()
         self.outcome: Outcome | None = None
         self.notes: list[str] = []
         self.said: set[str] = set()
-        self.started_wall = time.time()
         self.client_pids: set[int] = set()
-        self.worker_pids_seen: set[int] = set()
-        self.target_dir: str | None = None
         self.no_members = 0
         self.samples = 0
         for v in self.facts.missing_views():
@@ -75,117 +65,55 @@ class Monitor:
                        "show no details (GRANT pg_monitor TO "
                        f"{self.facts.user} shows them)")
 
+    @property
+    def target_dir(self) -> str | None:
+        return self.source.target_dir  # type: ignore[no-any-return]
+
+    @property
+    def devices(self) -> set[str]:
+        return self.source.devices  # type: ignore[no-any-return]
+
     # ---- discovery ------------------------------------------------------
 
     def discover(self) -> Job:
-        if self.job is None:
-            db = self.sampler.sample()
-            if db.error:
-                raise DiscoveryError(db.error, 3)
-            self.job = choose_job(find_jobs(self.facts, db, scan_processes=True), self.pid)
-        job = self.job
-        if job.database is None:
-            job = self.job = replace(job, database=self.facts.database)
-        if job.database != self.facts.database:
-            self.sampler.close()
-            self.sampler = DbSampler(self.target.with_dbname(job.database))
-            try:
-                self.facts = self.sampler.open()
-            except Exception as exc:  # noqa: BLE001 - one line to the user
-                raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
-                                     f"database: {exc}", 3) from None
-        self.sampler.database_filter = job.database
-        self.target_dir = self._resolve_target(job)
+        job = self.job = self.source.discover()
+        self.facts = self.source.facts
         self.tracker = Tracker(job, block_size=self.facts.block_size)
-        if self.local and self.facts.data_directory:
-            self.tracker.data_directory = self.facts.data_directory  # type: ignore[attr-defined]
-        if job.client_pid:
-            self.client_pids = {job.client_pid, *procs.children(job.client_pid)}
-        self._find_devices()
         return job
-
-    def _resolve_target(self, job: Job) -> str | None:
-        if not job.target:
-            return None
-        t = job.target
-        if not os.path.isabs(t) and job.client_pid:
-            try:
-                import psutil
-
-                t = os.path.join(psutil.Process(job.client_pid).cwd(), t)
-            except Exception:  # noqa: BLE001 - another user's process
-                return None
-        return os.path.abspath(t)
-
-    def _find_devices(self) -> None:
-        for p in (self.target_dir, self.facts.data_directory if self.local else None):
-            if not p:
-                continue
-            probe = p if os.path.exists(p) else os.path.dirname(p)
-            try:
-                d = hostmod.device_for_path(probe)
-            except OSError:
-                d = None
-            if d:
-                self.devices.add(d)
-                whole = getattr(hostmod, "whole_disk", None)
-                if whole:
-                    w = whole(d)
-                    if w:
-                        self.devices.add(w)
 
     def _plan(self) -> None:
         tr = self.tracker
         job = self.job
         assert tr is not None and job is not None
-        if tr.planned:
+        if tr.planned or (job.kind == "copy") or getattr(self, "_plan_failed", False):
             return
-        pg_restore = self._client_binary("pg_restore")
-        try:
-            if job.kind == "pg_dump":
-                toc = None
-                if self.target_dir and os.path.exists(os.path.join(self.target_dir, "toc.dat")):
-                    try:
-                        toc = list_archive(self.target_dir, pg_restore=pg_restore)[1]
-                    except TocError:
-                        return  # toc.dat still being written: try next tick
-                elif self.target_dir and self.samples < 3:
-                    return
-                tables = self.sampler.query_json("tables") or []
-                tr.plan_dump(toc, tables)
-            elif job.kind == "pg_restore" and self.target_dir:
-                toc = list_archive(self.target_dir, pg_restore=pg_restore)[1]
-                try:
-                    targets = post_data_targets(self.target_dir, pg_restore=pg_restore)
-                except TocError:
-                    targets = {}
-                tr.plan_restore(toc, self.target_dir, targets)
-                self._settle_from_catalog(time.time(), running=self._running_keys())
-        except TocError as exc:
-            self._note(f"cannot read the archive's TOC ({exc}): progress from activity only")
-            tr.planned = False
-        except psycopg.Error as exc:
-            self._note(f"cannot read table sizes: {str(exc).strip().splitlines()[0]}")
+        inputs = self.source.plan_inputs()
+        if inputs is None:
+            return
+        if inputs.get("error"):
+            self._note(inputs["error"])
+            self._plan_failed = True
+            return
+        if job.kind == "pg_dump" and "tables" in inputs:
+            toc = toc_items(inputs["toc"]) if inputs.get("toc") is not None else None
+            tr.plan_dump(toc, inputs["tables"], inputs.get("file_sizes"))
+        elif job.kind == "pg_restore" and "toc" in inputs:
+            tr.plan_restore(toc_items(inputs["toc"]), inputs.get("archive_files") or {},
+                            post_targets(inputs.get("targets") or {}))
+            self._settle_from_catalog(self.snaps[-1].wall, running=self._running_keys())
+        else:
+            self._plan_failed = True
 
     def _running_keys(self) -> set[str]:
         """Items some backend works on right now (their rows are not committed)."""
         tr = self.tracker
         assert tr is not None
-        db = self.snaps[-1].db if self.snaps else None
         keys: set[str] = set()
-        for b in tr.members(self.snaps[-1]) if db else ():
+        for b in tr.members(self.snaps[-1]) if self.snaps else ():
             ct = copy_target(b.query)
             if ct and ct[1] in tr.by_relation:
                 keys.add(tr.by_relation[ct[1]])
         return keys
-
-    def _client_binary(self, name: str) -> str | None:
-        job = self.job
-        if job and job.command:
-            d = os.path.dirname(job.command[0])
-            if d and os.path.exists(os.path.join(d, name)):
-                return os.path.join(d, name)
-        return shutil.which(name)
 
     def _note(self, msg: str) -> None:
         if msg not in self.said:
@@ -194,41 +122,16 @@ class Monitor:
 
     # ---- one tick -------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        db = self.sampler.sample()
-        if db.error:
-            self._note(db.error)
-        host = hostmod.read_host(self.devices or None)
-        job = self.job
-        assert job is not None
-        if job.client_pid:
-            kids = procs.children(job.client_pid)
-            self.client_pids |= set(kids)
-            live = [job.client_pid, *kids]
-        else:
-            live = []
-        clients = procs.read_procs(live, files_under=self.target_dir or "/")
-        backend_pids = [b.pid for b in (db.backends if not db.error else ())]
-        backends_os = procs.read_procs(backend_pids) if self.local else ()
-        files: tuple[FileSize, ...] = ()
-        free = None
-        if self.target_dir and job.kind == "pg_dump" and os.path.isdir(self.target_dir):
-            files = _dir_sizes(self.target_dir)
-        if self.target_dir:
-            try:
-                free = shutil.disk_usage(self.target_dir if os.path.exists(self.target_dir)
-                                         else os.path.dirname(self.target_dir)).free
-            except OSError:
-                free = None
-        return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
-                        backends_os=backends_os, files=files, free_bytes=free)
-
     def tick(self) -> dict[str, Any]:
         if self.job is None or self.tracker is None:
             self.discover()
         tr = self.tracker
         assert tr is not None and self.job is not None
-        snap = self.snapshot()
+        snap = self.source.snapshot()
+        if snap.db is not None and snap.db.error:
+            self._note(snap.db.error)
+        if job_pids := ({self.job.client_pid} if self.job.client_pid else set()):
+            self.client_pids |= job_pids | {c.pid for c in snap.clients}
         self.samples += 1
         prev = self.snaps[-1] if self.snaps else None
         self.snaps.append(snap)
@@ -248,7 +151,7 @@ class Monitor:
         if self.outcome is not None:
             return
         if job.client_pid:
-            root_alive = self.process.poll() is None if self.process else procs.alive(job.client_pid)
+            root_alive = bool(snap.root_alive)
             live = {c.pid for c in snap.clients}
             died = {p for p in self.client_pids if p != job.client_pid and p not in live}
             # workers exit before the leader at a normal end: a worker gone
@@ -258,7 +161,7 @@ class Monitor:
                 self._note(f"worker process {', '.join(map(str, sorted(died)))} died")
             if root_alive:
                 return
-            code = self.process.wait() if self.process else None
+            code = snap.exit_code
         else:
             members = tr.members(snap) if snap.db and not snap.db.error else None
             if members:
@@ -278,7 +181,7 @@ class Monitor:
         # the last items may have finished between two samples: take the
         # files' and the catalog's word for them
         if self.job and self.job.kind == "pg_dump" and self.target_dir:
-            tr.update(replace(snap, files=_dir_sizes(self.target_dir), clients=()))
+            tr.update(replace(snap, files=self.source.final_files(), clients=()))
         died = [n for n in self.notes if "died" in n]
         if code is not None:
             if code == 0:
@@ -309,10 +212,7 @@ class Monitor:
     def _settle_from_catalog(self, wall: float, running: set[str] | None = None) -> None:
         tr = self.tracker
         assert tr is not None
-        try:
-            done = self.sampler.query_json("done") or {}
-        except psycopg.Error:
-            return
+        done = self.source.catalog_done()
         loaded = set(done.get("loaded") or ())
         names = set(done.get("relations") or ()) | set(done.get("constraints") or ())
         for it in tr.unfinished():
@@ -387,6 +287,8 @@ class Monitor:
                 "progress": round(w.progress, 4) if w.progress is not None else None,
                 "wait_event": w.wait_event, "blocked_by": list(w.blocked_by),
                 "client_cpu_percent": _r(ccpu), "server_cpu_percent": _r(scpu),
+                "state": w.state, "query": w.query,
+                "waiting_for": list(w.waiting_for) if w.waiting_for else None,
             })
         self.obs_window.append(obs)
         stopped = sum(1 for c in snap.clients if c.status == "stopped")
@@ -453,6 +355,7 @@ class Monitor:
         for it in sorted(tr.items.values(), key=lambda i: (i.started or 0, i.key)):
             items.append({
                 "key": it.key, "kind": it.kind, "name": it.name, "relation": it.relation,
+                "worker": it.worker,
                 "state": it.state, "started": _iso(it.started) if it.started else None,
                 "duration_s": round(it.duration, 3) if it.duration is not None else None,
                 "bytes": it.bytes_done or None, "tuples": it.tuples_done or None,
@@ -465,26 +368,21 @@ class Monitor:
                 "exit_code": self.outcome.exit_code if self.outcome else None,
                 "wall_s": round(wall, 3), "items": items, "notes": list(self.notes)}
 
+    def details(self, pid: int) -> dict[str, Any]:
+        """On demand (a key press, not every tick): one worker's full query,
+        the locks it holds and awaits, and its client process."""
+        tr = self.tracker
+        w = tr.workers.get(pid) if tr else None
+        out: dict[str, Any] = self.source.details(pid, w.client_pid if w else None)
+        out["query"] = w.query if w else None
+        return out
+
     def close(self) -> None:
-        self.sampler.close()
+        self.source.close()
 
 
 def _r(x: float | None) -> float | None:
     return round(x, 1) if x is not None else None
-
-
-def _dir_sizes(path: str) -> tuple[FileSize, ...]:
-    out = []
-    try:
-        with os.scandir(path) as it:
-            for e in it:
-                try:
-                    out.append(FileSize(e.path, e.stat().st_size))
-                except OSError:
-                    continue
-    except OSError:
-        return ()
-    return tuple(out)
 
 
 def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
@@ -503,19 +401,21 @@ def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for_job(target: ConnTarget, pid: int | None, wait_s: float | None,
-                 interval: float = 1.0) -> Monitor:
+                 interval: float = 1.0, recorder: Any = None) -> Monitor:
     """Connect and find the job, waiting up to wait_s for one to appear."""
-    mon = Monitor(target, pid=pid)
+    live = LiveSource(target, pid=pid)
+    source: Any = RecordingSource(live, recorder) if recorder is not None else live
     deadline = time.monotonic() + (wait_s or 0)
     while True:
         try:
+            mon = Monitor(source)
             mon.discover()
             return mon
         except DiscoveryError as exc:
             if exc.code != 4 or wait_s is None or time.monotonic() >= deadline:
-                mon.close()
+                live.close()
                 raise
-            mon.job = None
+            live.job = None
             time.sleep(interval)
 
 

@@ -10,7 +10,6 @@ their table's data, corrected by what finished builds took in this run.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +27,8 @@ DEFAULT_FK_FACTOR = 0.15
 DEFAULT_TEXT_RATIO = 0.85
 
 CREATE_INDEX = re.compile(r"^\s*create\s+(?:unique\s+)?index\s+(?:concurrently\s+)?"
-                          r"(?:if\s+not\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|\S+)\s+on\s", re.I)
-ADD_CONSTRAINT = re.compile(r"add\s+constraint\s+(\"(?:[^\"]|\"\")+\"|\S+)", re.I)
+                          r"(?:if\s+not\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|\S+)\s+on\s", re.IGNORECASE)
+ADD_CONSTRAINT = re.compile(r"add\s+constraint\s+(\"(?:[^\"]|\"\")+\"|\S+)", re.IGNORECASE)
 
 
 def _ident(s: str) -> str:
@@ -127,10 +126,13 @@ class Tracker:
 
     # ---- planning -------------------------------------------------------
 
-    def plan_dump(self, toc: list[TocItem] | None, tables: list[list[Any]]) -> None:
+    def plan_dump(self, toc: list[TocItem] | None, tables: list[list[Any]],
+                  file_sizes: dict[str, float] | None = None) -> None:
         """Items of a dump: its TOC's TABLE DATA entries (or, when the TOC is not
-        readable, every user table), sized from pg_class like pg_dump does."""
+        readable, every user table), sized from pg_class like pg_dump does;
+        tables never vacuumed (relpages 0) by their files' size when known."""
         info: dict[str, list[Any]] = {f"{t[1]}.{t[2]}": t for t in tables}
+        sizes = file_sizes or {}
         wanted: list[tuple[str, str]] = []
         if toc is not None:
             for it in toc:
@@ -142,28 +144,13 @@ class Tracker:
             t = info.get(rel)
             relpages = (t[4] or 0) + (t[6] or 0) if t else 0
             heap = float(relpages * self.block_size) if relpages > 0 else None
-            heap = heap or self._file_size(t) or float(self.block_size)
+            heap = heap or sizes.get(rel) or float(self.block_size)
             reltuples = float(t[5]) if t and t[5] is not None and t[5] > 0 else None
             self._add(Item(key=key, kind="data", relation=rel, name=rel, size=relpages or heap,
                            work=heap, reltuples=reltuples, heap_bytes=heap))
         self.planned = True
 
-    def _file_size(self, t: list[Any] | None) -> float | None:
-        """On-disk size of a never-vacuumed table (relpages 0): stat the
-        relation's files when we run on the server's host with access."""
-        if not t or not t[7] or not getattr(self, "data_directory", None):
-            return None
-        base = os.path.join(self.data_directory, t[7])  # type: ignore[attr-defined]
-        total = 0
-        for i in range(0, 4096):
-            p = base if i == 0 else f"{base}.{i}"
-            try:
-                total += os.stat(p).st_size
-            except OSError:
-                break
-        return float(total) or None
-
-    def plan_restore(self, toc: list[TocItem], archive: str | None,
+    def plan_restore(self, toc: list[TocItem], archive_files: dict[str, Any],
                      targets: dict[int, PostDataTarget]) -> None:
         """Items of a restore: data files (sized by the file) and post-data
         builds, which depend on their table's data and, except INDEX, lock it."""
@@ -172,7 +159,7 @@ class Tracker:
             if it.desc != "TABLE DATA" or it.schema is None:
                 continue
             rel = f"{it.schema}.{it.tag}"
-            path, size = self._archive_file(archive, it.dump_id)
+            path, size = archive_files.get(str(it.dump_id)) or (None, 1.0)
             data_size[rel] = size
             self._add(Item(key=str(it.dump_id), kind="data", relation=rel, name=rel, size=size,
                            work=max(size, 1.0), file=path))
@@ -192,17 +179,6 @@ class Tracker:
                            work=max(base * factor, 1.0), deps=frozenset(deps),
                            exclusive=kind != "index"))
         self.planned = True
-
-    @staticmethod
-    def _archive_file(archive: str | None, dump_id: int) -> tuple[str | None, float]:
-        if archive and os.path.isdir(archive):
-            for ext in (".dat", ".dat.gz", ".dat.lz4", ".dat.zst"):
-                p = os.path.join(archive, f"{dump_id}{ext}")
-                try:
-                    return p, float(os.stat(p).st_size)
-                except OSError:
-                    continue
-        return None, 1.0
 
     def _add(self, item: Item) -> None:
         self.items[item.key] = item

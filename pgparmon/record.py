@@ -1,0 +1,257 @@
+"""Recordings: the readings of a run (and what was derived from them) on disk.
+
+A recording is gzip-compressed JSON Lines, one event per line:
+
+    {"t": "header", "v": {"schema": "pgparmon.recording/1", "job": ..., "facts": ...}}
+    {"t": "snapshot", "v": {...}}     raw readings of one tick
+    {"t": "plan" | "done" | "files", "v": ...}   the other readings the analysis used
+    {"t": "sample", "v": {...}}       the published pgparmon.sample/1 of that tick
+    {"t": "summary", "v": {...}}      at the end
+
+Every event is followed by a gzip sync flush, so the file on disk is always a
+readable prefix: a crash or a killed terminal loses at most the event being
+written, and the file can be read while it is still being written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+SCHEMA = "pgparmon.recording/1"
+
+
+class RecordingError(ValueError):
+    """A file that is not a recording we can read: one line, what to do."""
+
+
+class Recorder:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._raw: IO[bytes] = open(path, "wb")  # noqa: SIM115 - kept open for the run
+        except OSError as exc:
+            raise RecordingError(f"cannot write the recording {path}: {exc.strerror}") from None
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def header(self, v: dict[str, Any]) -> None:
+        self.event("header", {"schema": SCHEMA, "created": time.time(), **v})
+
+    def event(self, kind: str, value: Any) -> None:
+        from .redact import redact_text
+
+        line = json.dumps({"t": kind, "v": value}, separators=(",", ":"), default=_json_default)
+        # belt and braces: nothing that looks like a password reaches the disk
+        line = redact_text(line) if "password" in line.lower() else line
+        with self._lock:
+            if self.closed:
+                return
+            self._gz.write(line.encode() + b"\n")
+            self._gz.flush(zlib.Z_SYNC_FLUSH)
+            self._raw.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._gz.close()
+            try:
+                os.fsync(self._raw.fileno())
+            except OSError:
+                pass
+            self._raw.close()
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@dataclass
+class Recording:
+    path: str
+    header: dict[str, Any]
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    truncated: bool = False  # the file ended mid-event (still being written, or a crash)
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        return [v for k, v in self.events if k == "sample"]
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        for k, v in reversed(self.events):
+            if k == "summary":
+                return v  # type: ignore[no-any-return]
+        return None
+
+
+def _lines(path: str) -> Iterator[tuple[bytes, bool]]:
+    """Complete lines of a possibly unfinished gzip stream; the flag says the
+    stream ended early. zlib directly, not gzip.open: gzip.open discards
+    the last decompressed chunk of a stream that has no end marker yet."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror}") from None
+    with f:
+        head = f.read(2)
+        if not head:
+            raise RecordingError(f"{path} is empty, not a pgparmon recording")
+        if head != b"\x1f\x8b":
+            raise RecordingError(f"{path} is not a pgparmon recording (not gzip)")
+        f.seek(0)
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        buf = b""
+        ended = False
+        while True:
+            chunk = f.read(1 << 16)
+            if not chunk:
+                break
+            try:
+                data = d.decompress(chunk)
+            except zlib.error:
+                break  # corrupt from here on: keep what came before
+            buf += data
+            *full, buf = buf.split(b"\n")
+            for ln in full:
+                yield ln, False
+            if d.eof:
+                ended = True
+                break
+    if not ended or buf.strip():
+        yield b"", True
+
+
+def read_recording(path: str) -> Recording:
+    header: dict[str, Any] | None = None
+    events: list[tuple[str, Any]] = []
+    truncated = False
+    for n, (raw, cut) in enumerate(_lines(path)):
+        if cut:
+            truncated = True
+            break
+        if not raw.strip():
+            continue
+        try:
+            ev = json.loads(raw)
+            kind, value = ev["t"], ev["v"]
+        except (ValueError, KeyError, TypeError):
+            if header is None:
+                raise RecordingError(f"{path} is not a pgparmon recording "
+                                     "(first line is not a header)") from None
+            truncated = True  # a corrupt line: keep what came before it
+            break
+        if header is None:
+            if kind != "header" or not isinstance(value, dict):
+                raise RecordingError(f"{path} is not a pgparmon recording (no header)")
+            schema = str(value.get("schema", ""))
+            if not schema.startswith("pgparmon.recording/"):
+                raise RecordingError(f"{path} is not a pgparmon recording")
+            if schema != SCHEMA:
+                raise RecordingError(f"{path} was written by a newer pgparmon ({schema}); "
+                                     "upgrade pgparmon to read it")
+            header = value
+            continue
+        events.append((kind, value))
+        del n
+    if header is None:
+        raise RecordingError(f"{path} is empty or not a pgparmon recording")
+    return Recording(path=path, header=header, events=events, truncated=truncated)
+
+
+class ReplayFeed:
+    """Drives the same analysis as a live run from a recording (the feed the
+    TUI and `pgparmon replay` use): tick() re-derives the next sample from the
+    recorded readings, sleeping as the recording did, divided by speed."""
+
+    def __init__(self, recording: Recording, speed: float = 1.0) -> None:
+        self.recording = recording
+        self.speed = speed if speed > 0 else 1.0
+        self._restart()
+        self.total_samples = sum(1 for k, _ in recording.events if k == "snapshot")
+
+    def _restart(self) -> None:
+        from .monitor import Monitor
+        from .source import ReplaySource
+
+        self.source = ReplaySource(self.recording.header, self.recording.events)
+        self.mon = Monitor(self.source)
+        self.mon.discover()
+        self.position = 0
+        self._last_wall: float | None = None
+        self.last: dict[str, Any] | None = None
+        self.ended = False
+
+    @property
+    def outcome(self) -> Any:
+        # a recording cut before the job ended has no outcome: `ended` says
+        # there is nothing more to show
+        return self.mon.outcome
+
+    def _advance(self) -> dict[str, Any] | None:
+        from .source import EndOfRecording
+
+        try:
+            doc = self.mon.tick()
+        except EndOfRecording:
+            self.ended = True
+            return None
+        self.position += 1
+        self.last = doc
+        return doc
+
+    def tick(self) -> dict[str, Any]:
+        if self.ended or self.mon.outcome is not None:
+            if self.last is None:
+                raise RecordingError("the recording holds no samples")
+            return self.last
+        doc = self._advance()
+        if doc is None:
+            if self.last is None:
+                raise RecordingError("the recording holds no samples")
+            return self.last
+        wall = self.mon.snaps[-1].wall if self.mon.snaps else None
+        if wall is not None and self._last_wall is not None:
+            time.sleep(max(0.0, min(5.0, (wall - self._last_wall) / self.speed)))
+        self._last_wall = wall
+        return doc
+
+    def step(self) -> dict[str, Any] | None:
+        """One sample forward, without waiting."""
+        if self.ended or self.mon.outcome is not None:
+            return self.last
+        self._last_wall = None
+        return self._advance() or self.last
+
+    def seek(self, index: int) -> dict[str, Any] | None:
+        """Jump to sample `index` (0-based) by re-deriving from the start:
+        the analysis is cheap, and the state then matches a live run's."""
+        index = max(0, min(index, self.total_samples - 1))
+        if index < self.position - 1 or self.position == 0:
+            self._restart()
+        while self.position <= index and not self.ended and self.mon.outcome is None:
+            if self._advance() is None:
+                break
+        self._last_wall = None
+        return self.last
+
+    def summary(self) -> dict[str, Any]:
+        return self.mon.summary()
+
+    def details(self, pid: int) -> dict[str, Any]:
+        return self.mon.details(pid)
+
+    def close(self) -> None:
+        pass

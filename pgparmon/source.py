@@ -1,0 +1,404 @@
+"""Where a Monitor's inputs come from: the live server and host, or a
+recording of them.
+
+Every reading that the analysis depends on goes through a Source method, so
+a recording of those readings (RecordingSource) replays through the very same
+analysis (ReplaySource) and gives the same derived values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from .connect import ConnTarget
+from .discover import DiscoveryError, Job, choose_job, find_jobs
+from .model import FileSize, Snapshot
+from .sample import host as hostmod
+from .sample import procs
+from .sample.db import DbSampler, ServerFacts
+from .toc import PostDataTarget, TocError, TocItem, list_archive, post_data_targets
+
+
+class EndOfRecording(Exception):
+    pass
+
+
+class ReplayError(RuntimeError):
+    pass
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    d = {f.name: getattr(job, f.name) for f in dataclasses.fields(job) if f.name != "args"}
+    d["pid_hint"] = sorted(job.pid_hint)
+    d["command"] = list(job.command)
+    return d
+
+
+def job_from_dict(d: dict[str, Any]) -> Job:
+    names = {f.name for f in dataclasses.fields(Job)} - {"args"}
+    kw = {k: v for k, v in d.items() if k in names}
+    kw["pid_hint"] = frozenset(kw.get("pid_hint") or ())
+    kw["command"] = tuple(kw.get("command") or ())
+    return Job(**kw)
+
+
+def facts_from_dict(d: dict[str, Any]) -> ServerFacts:
+    names = {f.name for f in dataclasses.fields(ServerFacts)}
+    return ServerFacts(**{k: v for k, v in d.items() if k in names})
+
+
+class LiveSource:
+    """Reads the server (one round trip per snapshot), the host and the job's
+    client processes."""
+
+    def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
+                 process: subprocess.Popen[Any] | None = None) -> None:
+        self.target = target
+        self.sampler = DbSampler(target)
+        self.facts: ServerFacts = self.sampler.open()
+        self.local = procs.postmaster_of(self.facts.backend_pid) is not None
+        self.job = job
+        self.pid = pid
+        self.process = process
+        self.target_dir: str | None = None
+        self.devices: set[str] = set()
+        self.client_pids: set[int] = set()
+        self._snaps = 0
+
+    # ---- the job ----------------------------------------------------------
+
+    def discover(self) -> Job:
+        if self.job is None:
+            db = self.sampler.sample()
+            if db.error:
+                raise DiscoveryError(db.error, 3)
+            self.job = choose_job(find_jobs(self.facts, db, scan_processes=True), self.pid)
+        job = self.job
+        if job.database is None:
+            job = self.job = dataclasses.replace(job, database=self.facts.database)
+        if job.database != self.facts.database:
+            self.sampler.close()
+            self.sampler = DbSampler(self.target.with_dbname(job.database or ""))
+            try:
+                self.facts = self.sampler.open()
+            except Exception as exc:  # noqa: BLE001 - one line to the user
+                raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
+                                     f"database: {exc}", 3) from None
+        self.sampler.database_filter = job.database
+        self.target_dir = self._resolve_target(job)
+        if job.client_pid:
+            self.client_pids = {job.client_pid, *procs.children(job.client_pid)}
+        self._find_devices()
+        return job
+
+    def header(self) -> dict[str, Any]:
+        assert self.job is not None
+        return {"job": job_to_dict(self.job), "facts": dataclasses.asdict(self.facts),
+                "target_dir": self.target_dir, "devices": sorted(self.devices),
+                "local": self.local}
+
+    def _resolve_target(self, job: Job) -> str | None:
+        if not job.target:
+            return None
+        t = job.target
+        if not os.path.isabs(t) and job.client_pid:
+            try:
+                import psutil
+
+                t = os.path.join(psutil.Process(job.client_pid).cwd(), t)
+            except Exception:  # noqa: BLE001 - another user's process
+                return None
+        return os.path.abspath(t)
+
+    def _find_devices(self) -> None:
+        for p in (self.target_dir, self.facts.data_directory if self.local else None):
+            if not p:
+                continue
+            probe = p if os.path.exists(p) else os.path.dirname(p)
+            try:
+                d = hostmod.device_for_path(probe)
+            except OSError:
+                d = None
+            if d:
+                self.devices.add(d)
+                w = hostmod.whole_disk(d)
+                if w:
+                    self.devices.add(w)
+
+    # ---- per tick -----------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        db = self.sampler.sample()
+        host = hostmod.read_host(self.devices or None)
+        job = self.job
+        assert job is not None
+        live: list[int] = []
+        root_alive: bool | None = None
+        exit_code: int | None = None
+        if job.client_pid:
+            kids = procs.children(job.client_pid)
+            self.client_pids |= set(kids)
+            live = [job.client_pid, *kids]
+            if self.process is not None:
+                exit_code = self.process.poll()
+                root_alive = exit_code is None
+            else:
+                root_alive = procs.alive(job.client_pid)
+        clients = procs.read_procs(live, files_under=self.target_dir or "/")
+        backend_pids = [b.pid for b in (db.backends if not db.error else ())]
+        backends_os = procs.read_procs(backend_pids) if self.local else ()
+        files: tuple[FileSize, ...] = ()
+        if self.target_dir and job.kind == "pg_dump" and os.path.isdir(self.target_dir):
+            files = dir_sizes(self.target_dir)
+        free = None
+        if self.target_dir:
+            try:
+                free = shutil.disk_usage(self.target_dir if os.path.exists(self.target_dir)
+                                         else os.path.dirname(self.target_dir)).free
+            except OSError:
+                free = None
+        self._snaps += 1
+        return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
+                        backends_os=backends_os, files=files, free_bytes=free,
+                        root_alive=root_alive, exit_code=exit_code)
+
+    # ---- planning inputs ------------------------------------------------------
+
+    def plan_inputs(self) -> dict[str, Any] | None:
+        """What the work list is built from; None: not available yet (a dump's
+        toc.dat is written just after it starts)."""
+        job = self.job
+        assert job is not None
+        pg_restore = self._client_binary("pg_restore")
+        try:
+            if job.kind == "pg_dump":
+                toc: list[TocItem] | None = None
+                if self.target_dir and os.path.exists(os.path.join(self.target_dir, "toc.dat")):
+                    try:
+                        toc = list_archive(self.target_dir, pg_restore=pg_restore)[1]
+                    except TocError:
+                        return None  # still being written
+                elif self.target_dir and self._snaps < 3:
+                    return None
+                tables = self.sampler.query_json("tables") or []
+                return {"toc": [dataclasses.asdict(t) for t in toc] if toc is not None else None,
+                        "tables": tables, "file_sizes": self._table_file_sizes(tables)}
+            if job.kind == "pg_restore" and self.target_dir:
+                items = list_archive(self.target_dir, pg_restore=pg_restore)[1]
+                try:
+                    targets = post_data_targets(self.target_dir, pg_restore=pg_restore)
+                except TocError:
+                    targets = {}
+                files = {}
+                for it in items:
+                    if it.desc == "TABLE DATA":
+                        files[str(it.dump_id)] = archive_file(self.target_dir, it.dump_id)
+                return {"toc": [dataclasses.asdict(t) for t in items],
+                        "targets": {str(k): dataclasses.asdict(v) for k, v in targets.items()},
+                        "archive_files": files}
+        except TocError as exc:
+            return {"error": f"cannot read the archive's TOC ({exc}): progress from activity "
+                             "only"}
+        except psycopg.Error as exc:
+            return {"error": f"cannot read table sizes: {str(exc).strip().splitlines()[0]}"}
+        return {"error": None}
+
+    def _table_file_sizes(self, tables: list[list[Any]]) -> dict[str, float]:
+        """On-disk size of never-vacuumed tables (relpages 0), when we run on
+        the server's host with access to its files (no lock, no SQL)."""
+        ddir = self.facts.data_directory if self.local else None
+        out: dict[str, float] = {}
+        if not ddir:
+            return out
+        for t in tables:
+            if (t[4] or 0) > 0 or not t[7]:
+                continue
+            base = os.path.join(ddir, t[7])
+            total = 0
+            for i in range(4096):
+                try:
+                    total += os.stat(base if i == 0 else f"{base}.{i}").st_size
+                except OSError:
+                    break
+            if total:
+                out[f"{t[1]}.{t[2]}"] = float(total)
+        return out
+
+    def _client_binary(self, name: str) -> str | None:
+        job = self.job
+        if job and job.command:
+            d = os.path.dirname(job.command[0])
+            if d and os.path.exists(os.path.join(d, name)):
+                return os.path.join(d, name)
+        return shutil.which(name)
+
+    def catalog_done(self) -> dict[str, Any]:
+        try:
+            return self.sampler.query_json("done") or {}
+        except psycopg.Error:
+            return {}
+
+    def final_files(self) -> tuple[FileSize, ...]:
+        if self.target_dir and os.path.isdir(self.target_dir):
+            return dir_sizes(self.target_dir)
+        return ()
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
+        from .redact import redact_argv
+
+        out: dict[str, Any] = {"pid": pid, "locks": [], "client": None, "error": None}
+        try:
+            out["locks"] = self.sampler.query_json("locks", {"pid": pid}) or []
+        except psycopg.Error as exc:
+            out["error"] = str(exc).strip().splitlines()[0]
+        if client_pid:
+            try:
+                import psutil
+
+                p = psutil.Process(client_pid)
+                out["client"] = {"pid": client_pid, "cmdline": redact_argv(p.cmdline()),
+                                 "status": p.status(), "user": p.username()}
+            except Exception:  # noqa: BLE001 - gone, or another user's process
+                out["client"] = {"pid": client_pid}
+        return out
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+class RecordingSource:
+    """A LiveSource whose every reading is also written to a recording."""
+
+    def __init__(self, live: LiveSource, recorder: Any) -> None:
+        self.live = live
+        self.recorder = recorder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.live, name)
+
+    def discover(self) -> Job:
+        job = self.live.discover()
+        self.recorder.header(self.live.header())
+        return job
+
+    def snapshot(self) -> Snapshot:
+        snap = self.live.snapshot()
+        self.recorder.event("snapshot", snap.to_dict())
+        return snap
+
+    def plan_inputs(self) -> dict[str, Any] | None:
+        v = self.live.plan_inputs()
+        self.recorder.event("plan", v)
+        return v
+
+    def catalog_done(self) -> dict[str, Any]:
+        v = self.live.catalog_done()
+        self.recorder.event("done", v)
+        return v
+
+    def final_files(self) -> tuple[FileSize, ...]:
+        v = self.live.final_files()
+        self.recorder.event("files", [dataclasses.asdict(f) for f in v])
+        return v
+
+    def close(self) -> None:
+        self.live.close()
+
+
+class ReplaySource:
+    """Answers a Monitor's readings from a recording, in recorded order."""
+
+    local = False
+
+    def __init__(self, header: dict[str, Any], events: list[tuple[str, Any]]) -> None:
+        self.facts = facts_from_dict(header["facts"])
+        self.job: Job | None = job_from_dict(header["job"])
+        self.target_dir = header.get("target_dir")
+        self.devices = set(header.get("devices") or ())
+        self._events = [e for e in events if e[0] in ("snapshot", "plan", "done", "files")]
+        self._pos = 0
+
+    def discover(self) -> Job:
+        assert self.job is not None
+        return self.job
+
+    def _next(self, kind: str) -> Any:
+        if self._pos >= len(self._events):
+            raise EndOfRecording()
+        k, v = self._events[self._pos]
+        if k != kind:
+            raise ReplayError(f"recording out of step: expected {kind}, found {k}")
+        self._pos += 1
+        return v
+
+    def remaining_snapshots(self) -> Iterator[int]:
+        return (i for i, e in enumerate(self._events[self._pos:]) if e[0] == "snapshot")
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot.from_dict(self._next("snapshot"))
+
+    def plan_inputs(self) -> dict[str, Any] | None:
+        v: dict[str, Any] | None = self._next("plan")
+        return v
+
+    def catalog_done(self) -> dict[str, Any]:
+        v: dict[str, Any] = self._next("done")
+        return v
+
+    def final_files(self) -> tuple[FileSize, ...]:
+        return tuple(FileSize(**f) for f in self._next("files"))
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
+        return {"pid": pid, "locks": [], "client": None,
+                "error": "not in the recording (details are read live, on demand)"}
+
+    def close(self) -> None:
+        pass
+
+
+def dir_sizes(path: str) -> tuple[FileSize, ...]:
+    out = []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    out.append(FileSize(e.path, e.stat().st_size))
+                except OSError:
+                    continue
+    except OSError:
+        return ()
+    return tuple(sorted(out, key=lambda f: f.path))
+
+
+def archive_file(archive: str, dump_id: int) -> tuple[str | None, float]:
+    if os.path.isdir(archive):
+        for ext in (".dat", ".dat.gz", ".dat.lz4", ".dat.zst"):
+            p = os.path.join(archive, f"{dump_id}{ext}")
+            try:
+                return p, float(os.stat(p).st_size)
+            except OSError:
+                continue
+    return None, 1.0
+
+
+def toc_items(rows: list[dict[str, Any]]) -> list[TocItem]:
+    return [TocItem(**{k: v for k, v in r.items()
+                       if k in {f.name for f in dataclasses.fields(TocItem)}}) for r in rows]
+
+
+def post_targets(d: dict[str, Any]) -> dict[int, PostDataTarget]:
+    names = {f.name for f in dataclasses.fields(PostDataTarget)}
+    out = {}
+    for k, v in d.items():
+        kw = {kk: vv for kk, vv in v.items() if kk in names}
+        kw["dependencies"] = tuple(kw.get("dependencies") or ())
+        out[int(k)] = PostDataTarget(**kw)
+    return out
