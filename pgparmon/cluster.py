@@ -146,8 +146,7 @@ class Cluster:
         conf.update(self.settings)
         with open(self.datadir / "postgresql.conf", "a", encoding="utf-8") as f:
             f.write("\n# pgparmon throwaway cluster\n")
-            for k, v in conf.items():
-                f.write(f"{k} = {v}\n")
+            f.writelines(f"{k} = {v}\n" for k, v in conf.items())
 
     def start(self) -> None:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile),

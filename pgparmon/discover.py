@@ -19,8 +19,8 @@ from .redact import redact_argv
 from .sample import procs
 from .sample.db import ServerFacts
 
-COPY_FROM = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+from\s", re.I | re.S)
-COPY_TO = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+to\s", re.I | re.S)
+COPY_FROM = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+from\s", re.IGNORECASE | re.DOTALL)
+COPY_TO = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+to\s", re.IGNORECASE | re.DOTALL)
 
 
 class DiscoveryError(RuntimeError):
