@@ -133,10 +133,18 @@ def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: Serve
         return True, linked
     # Not linkable (another user's process, or between connections as a
     # restore leader is): compare its port and database with ours.
-    port = args.port or procs.environ_port(tree[0].pid) or 5432
-    if port != facts.port:
-        return False, set()
-    return True, set()
+    env_port, env_readable = procs.environ_port(tree[0].pid)
+    port = args.port or env_port
+    if port is not None or env_readable:
+        return (port or 5432) == facts.port, set()
+    # another user's process with no -p: the server's clock says whether one
+    # of its backends of that program and database started with this process
+    if not args.dbname:
+        return False, set()  # nothing to tell it from a job on another server
+    starts = [b.backend_start for b in db.backends
+              if program_of(b.application_name) == tree[0].name and b.backend_start
+              and b.datname == args.dbname]
+    return any(0 <= s - tree[0].create_time < 5 for s in starts), set()
 
 
 def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True) -> list[Job]:

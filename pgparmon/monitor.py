@@ -16,6 +16,7 @@ from typing import Any
 
 from .analyze import bottleneck, eta
 from .analyze.progress import Tracker
+from .analyze.warnings import FULL_BYTES, FreeSpace, Warning, exclusive_waiters
 from .connect import ConnTarget
 from .discover import DiscoveryError, Job, copy_target
 from .model import Snapshot
@@ -57,6 +58,7 @@ class Monitor:
         self.client_pids: set[int] = set()
         self.no_members = 0
         self.samples = 0
+        self.free_space = FreeSpace()
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
                        "is not available; activity and host rates still work")
@@ -133,6 +135,11 @@ class Monitor:
         if job_pids := ({self.job.client_pid} if self.job.client_pid else set()):
             self.client_pids |= job_pids | {c.pid for c in snap.clients}
         self.samples += 1
+        unreadable = [c.pid for c in snap.clients if c.open_files is None]
+        if unreadable:
+            self._note(f"cannot read the open files of client process {unreadable[0]} (another "
+                       "user's process): progress from the server's views only; run pgparmon "
+                       "as the job's OS user or root for exact restore progress")
         prev = self.snaps[-1] if self.snaps else None
         self.snaps.append(snap)
         self._plan()
@@ -183,21 +190,24 @@ class Monitor:
         if self.job and self.job.kind == "pg_dump" and self.target_dir:
             tr.update(replace(snap, files=self.source.final_files(), clients=()))
         died = [n for n in self.notes if "died" in n]
+        full = (" (the target filesystem is full)" if snap.free_bytes is not None
+                and snap.free_bytes < FULL_BYTES else "")
         if code is not None:
             if code == 0:
                 tr.finish_all(snap.wall)
                 return Outcome("finished", "exit code 0", code)
             return Outcome("failed", f"exit code {code}"
                            + (" (pg_restore ignored errors)" if code == 1 and self.job
-                              and self.job.kind == "pg_restore" else ""), code)
+                              and self.job.kind == "pg_restore" else "") + full, code)
         if died:
-            return Outcome("failed", died[0])
+            return Outcome("failed", died[0] + full)
         left = tr.unfinished()
         if self.job and self.job.kind == "pg_restore" and left:
             left = self._restore_leftovers(left, snap)
         if left and tr.planned:
             names = ", ".join(i.name for i in left[:5])
-            return Outcome("failed", f"the job ended with {len(left)} item(s) not done: {names}")
+            return Outcome("failed", f"the job ended with {len(left)} item(s) not done: "
+                           f"{names}{full}")
         tr.finish_all(snap.wall)
         return Outcome("finished", "all items done")
 
@@ -265,8 +275,8 @@ class Monitor:
         for w in sorted(tr.workers.values(), key=lambda w: w.pid):
             if w.is_leader and w.phase in ("idle", "other"):
                 continue  # the dump leader holds locks and waits
-            bps = w.bytes_rate.rate(5.0) if w.phase == "copy" else 0.0
-            tps = w.tuples_rate.rate(5.0) if w.phase == "copy" else 0.0
+            bps = w.bytes_rate.recent(5.0) if w.phase == "copy" else 0.0
+            tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
             total_bps += bps or 0.0
             total_tps += tps or 0.0
             cpid = self._client_of(w, snap)
@@ -303,6 +313,7 @@ class Monitor:
                                    devices=disks, stalled=stalled, stopped_clients=stopped)
         est = eta.estimate(tr, stalled=stalled or stopped > 0)
         state = self.outcome.state if self.outcome else "running"
+        warns = self._warnings(snap, est.seconds) if state == "running" else []
         progress = tr.fraction()
         if self.outcome and self.outcome.state == "finished" and progress is not None:
             progress = 1.0
@@ -330,12 +341,27 @@ class Monitor:
                        "error": snap.db.error if snap.db else None,
                        "version": self.facts.version},
             "free_bytes": snap.free_bytes,
+            "warnings": [{"code": w.code, "message": w.message} for w in warns],
             "notes": list(self.notes),
         }
         if self.outcome:
             doc["job"]["outcome"] = self.outcome.reason
             doc["job"]["exit_code"] = self.outcome.exit_code
         return doc
+
+    def _warnings(self, snap: Snapshot, eta_s: float | None) -> list[Warning]:
+        tr, job = self.tracker, self.job
+        assert tr is not None and job is not None
+        self.free_space.add(snap.ts, snap.free_bytes)
+        out = self.free_space.check(snap.free_bytes, eta_s)
+        if snap.db is not None and not snap.db.error:
+            members = {b.pid for b in tr.members(snap)}
+            pending = {i.relation for i in tr.items.values() if i.state != "done" and i.relation}
+            out += exclusive_waiters(snap.db.backends, members, pending, job.kind)
+        for w in out:
+            if w.code != "disk-full-soon":  # its figures change every tick
+                self._note(w.message)
+        return out
 
     def _stalled(self) -> bool:
         tr = self.tracker

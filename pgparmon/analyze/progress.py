@@ -200,8 +200,11 @@ class Tracker:
         self.last_wall = snap.wall
         if snap.db is None or snap.db.error:
             return  # no server view this tick: keep what we knew
-        copies = {c.pid: c for c in snap.db.copies or ()}
-        indexes = {i.pid: i for i in snap.db.indexes or ()}
+        # rows of other roles' backends come with NULL counters without
+        # pg_read_all_stats: nothing to learn from them
+        copies = {c.pid: c for c in snap.db.copies or () if c.bytes_processed is not None
+                  and c.tuples_processed is not None}
+        indexes = {i.pid: i for i in snap.db.indexes or () if i.blocks_done is not None}
         members = self.members(snap)
         running_now: dict[str, int] = {}
         seen: set[int] = set()
@@ -292,7 +295,7 @@ class Tracker:
         if it.kind == "copy":
             if cp is not None:
                 it.bytes_done, it.tuples_done = cp.bytes_processed, cp.tuples_processed
-                if cp.bytes_total > 0:
+                if cp.bytes_total:
                     it.work = float(cp.bytes_total)
                     it.done = float(cp.bytes_processed)
                 else:

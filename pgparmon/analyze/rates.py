@@ -88,6 +88,14 @@ class WindowRate:
             return None
         return (v_end - first[1]) / elapsed
 
+    def recent(self, window_s: float = 5.0) -> float | None:
+        """rate(window_s), but 0 as soon as the counter stood still between
+        its last two readings: a stopped job shows 0 at once, not a fading
+        average."""
+        if len(self._pts) >= 2 and self._pts[-1][1] == self._pts[-2][1]:
+            return 0.0
+        return self.rate(window_s)
+
     @property
     def total(self) -> float:
         """The counter's value with every reset folded in (0 before any reading)."""

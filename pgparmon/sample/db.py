@@ -100,7 +100,13 @@ class DbSampler:
 
     def open(self) -> ServerFacts:
         self.conn = connect(self.target)
-        self.facts = read_facts(self.conn)
+        try:
+            self.facts = read_facts(self.conn)
+        except psycopg.Error as exc:
+            self.close()
+            first = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+            raise ConnectError(f"connected, but the server did not answer the monitor's first "
+                               f"query: {first}") from None
         if self.facts.version_num < 100000:
             self.close()
             raise ConnectError(f"server {self.facts.version} is too old: pgparmon needs "
@@ -136,6 +142,10 @@ class DbSampler:
         try:
             cur = self.conn.execute(query, {"db": self.database_filter})
             row = cur.fetchone()
+        except psycopg.errors.LockNotAvailable:
+            return DbSample(error="sample skipped: another session holds a lock the monitor "
+                                  f"query needs (lock_timeout {self.target.lock_timeout_ms} ms); "
+                                  "the monitor does not wait")
         except psycopg.errors.QueryCanceled:
             return DbSample(error="sample skipped: the monitor query hit statement_timeout "
                                   f"({self.target.statement_timeout_ms} ms); the server is slow")

@@ -179,15 +179,17 @@ def postmaster_of(backend_pid: int) -> int | None:
     return None
 
 
-def environ_port(pid: int) -> int | None:
+def environ_port(pid: int) -> tuple[int | None, bool]:
+    """PGPORT in the process's environment, and whether it could be read at
+    all (another user's environment cannot)."""
     try:
         env = psutil.Process(pid).environ()
     except psutil.Error:
-        return None
+        return None, False
     try:
-        return int(env["PGPORT"]) if "PGPORT" in env else None
+        return (int(env["PGPORT"]) if "PGPORT" in env else None), True
     except ValueError:
-        return None
+        return None, True
 
 
 def environ_appname(pid: int) -> str | None:
