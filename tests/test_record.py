@@ -109,3 +109,27 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(RecordingError):
         read_recording(str(tmp_path / "nope.gz"))
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=2000), gz=st.booleans(), cut=st.integers(min_value=0,
+                                                                      max_value=4000))
+def test_any_bytes_give_a_recording_or_a_clear_error(tmp_path: Path, data: bytes, gz: bool,
+                                                     cut: int) -> None:
+    """Fuzz: random bytes, random gzip payloads, random cuts of a valid
+    recording: a Recording or a one-line RecordingError, never anything else."""
+    valid = (b'{"t":"header","v":{"schema":"pgparmon.recording/1","job":{},"facts":{}}}\n'
+             + data)
+    blob = gzip.compress(valid)[:cut] if gz else data
+    p = tmp_path / "fuzz.gz"
+    p.write_bytes(blob)
+    try:
+        r = read_recording(str(p))
+    except RecordingError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert r.header["schema"] == "pgparmon.recording/1"
