@@ -235,7 +235,7 @@ def attach(host: str | None = HostOpt, port: str | None = PortOpt,
     except DiscoveryError as exc:
         fail(str(exc), exc.code)
     raise typer.Exit(follow(mon, interval, as_json, duration, recorder, plain,
-                            title=f"pgparmon attach: {mon.job.describe()}"))
+                            title=f"pgparmon attach: {mon.discover_label()}"))
 
 
 def start_job(argv: list[str], env: dict[str, str] | None = None,

@@ -8,7 +8,7 @@ the monitor harmless to the database it watches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg import conninfo as pgconninfo
@@ -39,13 +39,11 @@ class ConnTarget:
         """The same target, another database (keeps a conninfo's other fields)."""
         base = self.dbname or ""
         if "=" in base or base.startswith(("postgresql://", "postgres://")):
-            params = pgconninfo.conninfo_to_dict(base)
+            params = {k: str(v) for k, v in pgconninfo.conninfo_to_dict(base).items()
+                      if v is not None}
             params["dbname"] = dbname
-            return ConnTarget(pgconninfo.make_conninfo(**params), self.host, self.port, self.user,
-                              self.statement_timeout_ms, self.lock_timeout_ms,
-                              self.connect_timeout_s)
-        return ConnTarget(dbname, self.host, self.port, self.user, self.statement_timeout_ms,
-                          self.lock_timeout_ms, self.connect_timeout_s)
+            return replace(self, dbname=pgconninfo.make_conninfo("", **params))
+        return replace(self, dbname=dbname)
 
 
 def session_options(statement_timeout_ms: int, lock_timeout_ms: int) -> str:
@@ -59,7 +57,7 @@ def build_conninfo(t: ConnTarget) -> str:
     """A conninfo string for libpq: -d may itself be a conninfo or URI (libpq
     expands it), the explicit -h/-p/-U win, and our session settings are
     forced."""
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, str] = {}
     if t.host:
         kwargs["host"] = t.host
     if t.port:

@@ -39,7 +39,8 @@ class Backend:
 
     @staticmethod
     def from_row(r: list[Any]) -> Backend:
-        return Backend(*r[:16], blocked_by=tuple(r[16] or ()),
+        b = Backend(*r[:16])
+        return replace(b, blocked_by=tuple(r[16] or ()),
                        waiting_for=tuple(r[17]) if r[17] else None)
 
     @property

@@ -83,6 +83,9 @@ class Monitor:
         self.tracker = Tracker(job, block_size=self.facts.block_size)
         return job
 
+    def discover_label(self) -> str:
+        return self.job.describe() if self.job else "no job"
+
     def _plan(self) -> None:
         tr = self.tracker
         job = self.job

@@ -169,7 +169,7 @@ class Tracker:
             if kind is None:
                 continue
             tgt = targets.get(it.dump_id)
-            rel = tgt.table if tgt else None
+            rel = tgt.table if tgt else None  # type: ignore[assignment]
             name = (tgt.object_name or tgt.name.split(" ")[-1]) if tgt else it.tag.split(" ")[-1]
             base = data_size.get(rel or "", 0.0)
             factor = DEFAULT_FK_FACTOR if kind == "fk" else self.index_factor
@@ -235,6 +235,7 @@ class Tracker:
         ct = copy_target(b.query) if active else None
         key: str | None = None
         w.progress = None
+        w.relation = None  # an idle worker works on nothing
         if self.job.kind == "copy" and active and (cp is not None or ct is not None):
             key = self._copy_item(b, cp, ct, snap)
             w.phase = "copy"
@@ -298,13 +299,9 @@ class Tracker:
                 if cp.bytes_total:
                     it.work = float(cp.bytes_total)
                     it.done = float(cp.bytes_processed)
-                else:
-                    pos = self._client_file_progress(it, snap)
-                    if pos is not None:
-                        it.work, it.done = pos
-                    else:
-                        it.done = float(cp.bytes_processed)
-                        it.work = max(it.work, it.done)
+                else:  # COPY FROM STDIN: the server knows no total
+                    it.done = float(cp.bytes_processed)
+                    it.work = max(it.work, it.done)
             return
         if it.kind == "data" and cp is not None:
             it.bytes_done, it.tuples_done = cp.bytes_processed, cp.tuples_processed
@@ -346,9 +343,6 @@ class Tracker:
                 if f.path == it.file:
                     return float(f.position)
         return None
-
-    def _client_file_progress(self, it: Item, snap: Snapshot) -> tuple[float, float] | None:
-        return None  # COPY pools: per-backend client files are not linkable yet
 
     def _idle_evidence(self, b: Backend) -> None:
         """A worker idle between items still shows its last statement: that item is done."""
