@@ -273,29 +273,36 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     recorder = _recorder(record)
     proc, tag, log = start_job(argv, env)
     job = job_for_process(prog, proc.pid, argv, tag)
-    try:
-        live = LiveSource(target, job=job, process=proc)
-        mon = Monitor(RecordingSource(live, recorder) if recorder else live)
-        mon.discover()
-    except (ConnectError, DiscoveryError) as exc:
-        code = proc.wait()
-        fail(f"{exc} (the job ran unmonitored and exited with {code})", EXIT_CONNECT)
     code = EXIT_INTERRUPTED
     try:
-        code = follow(mon, interval, as_json, duration, recorder, plain, console=console,
-                      title=f"pgparmon run: {job.describe()}")
+        try:
+            live = LiveSource(target, job=job, process=proc)
+            mon = Monitor(RecordingSource(live, recorder) if recorder else live)
+            mon.discover()
+        except (ConnectError, DiscoveryError) as exc:
+            code = proc.wait()
+            _print_log_tail(log)
+            fail(f"{exc} (the job ran unmonitored and exited with {code})", EXIT_CONNECT)
+        try:
+            code = follow(mon, interval, as_json, duration, recorder, plain, console=console,
+                          title=f"pgparmon run: {job.describe()}")
+        finally:
+            if proc.poll() is None and code == EXIT_INTERRUPTED:
+                proc.terminate()
+        if code not in (0, EXIT_INTERRUPTED):
+            _print_log_tail(log)
     finally:
-        if proc.poll() is None and code == EXIT_INTERRUPTED:
-            proc.terminate()
-    if code not in (0, EXIT_INTERRUPTED):
-        tail = _log_tail(log)
-        if tail:
-            sys.stderr.write(redact_text(tail) + "\n")
-    try:
-        os.unlink(log)
-    except OSError:
-        pass
+        try:
+            os.unlink(log)
+        except OSError:
+            pass
     return code
+
+
+def _print_log_tail(log: str) -> None:
+    tail = _log_tail(log)
+    if tail:
+        sys.stderr.write(redact_text(tail) + "\n")
 
 
 def _log_tail(path: str, lines: int = 5) -> str:
@@ -339,6 +346,26 @@ def demo(jobs: int = typer.Option(4, "-j", "--jobs", help="parallel jobs for the
 
     raise typer.Exit(run_demo(jobs=jobs, scale=scale, interval=interval, as_json=as_json,
                               keep=keep, record=record, plain=plain))
+
+
+@app.command()
+def replay(path: str = typer.Argument(..., help="a recording written with --record"),
+           speed: float = typer.Option(1.0, "--speed", help="replay speed (2 = twice as "
+                                       "fast)")) -> None:
+    """Replay a recording through the same analysis and screen (pause, step, seek)."""
+    from .tui.commands import replay_command
+
+    raise typer.Exit(replay_command(path, speed))
+
+
+@app.command()
+def report(path: str = typer.Argument(..., help="a recording written with --record"),
+           html: str | None = typer.Option(None, "--html", help="also write a "
+                                           "self-contained HTML report to this file")) -> None:
+    """The end-of-run summary of a recording; --html writes a file to attach to a ticket."""
+    from .tui.commands import report_command
+
+    raise typer.Exit(report_command(path, html))
 
 
 def main() -> None:

@@ -1,0 +1,162 @@
+"""What each worker did when, rebuilt from the published samples.
+
+The TUI and the HTML report both draw a Gantt chart (worker -> items over
+time) and a throughput chart from the `pgparmon.sample/1` stream. Both read
+it through this module so a live run, a replay and a report show the same
+thing. Pure: no I/O, no clock; samples carry their own `elapsed_s`.
+
+A span runs from the first sample that shows the worker on an item to the
+first sample that no longer does (or the last sample seen): samples are all
+we know, so a span is accurate to one sampling interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Phases that mean "this worker is busy with an item"; idle and other are gaps.
+BUSY_PHASES = ("copy", "index", "constraint", "lock-wait")
+
+
+@dataclass(frozen=True)
+class Span:
+    item: str
+    phase: str  # copy | index | constraint | lock-wait
+    start: float  # elapsed_s
+    end: float  # elapsed_s
+    open: bool  # still running at the last sample seen
+
+
+@dataclass(frozen=True)
+class Event:
+    """A worker started or finished an item (as far as samples tell)."""
+
+    t: float
+    pid: int
+    what: str  # start | end
+    item: str
+    phase: str
+    duration: float | None  # for an end
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One sample as the time charts need it."""
+
+    t: float  # elapsed_s
+    bytes_per_s: float
+    tuples_per_s: float
+    active_workers: int
+    copy_streams: int  # workers in COPY: the ones that move bytes
+    cpu_percent: float | None
+    iowait_percent: float | None
+    disks: Mapping[str, Mapping[str, Any]]
+    server_error: str | None
+
+
+class TimelineBuilder:
+    """Incremental: feed samples in order with add(); read spans() / series
+    at any time (the TUI does it after every tick)."""
+
+    def __init__(self) -> None:
+        self._closed: dict[int, list[Span]] = {}
+        self._open: dict[int, tuple[str, str, float]] = {}  # pid -> (item, phase, start)
+        self._present: set[int] = set()  # pids in the latest sample
+        self.order: list[int] = []  # pids in the order first seen: stable rows
+        self.series: list[SeriesPoint] = []
+        self.events: list[Event] = []
+        self.t_end = 0.0
+
+    def add(self, doc: Mapping[str, Any]) -> None:
+        t = float(doc.get("elapsed_s") or 0.0)
+        if self.series and t < self.series[-1].t:
+            return  # out of order (a replay seeking back restarts the builder instead)
+        self.t_end = t
+        seen: set[int] = set()
+        for w in doc.get("workers") or ():
+            pid = int(w["pid"])
+            seen.add(pid)
+            if pid not in self._closed:
+                self._closed[pid] = []
+                self.order.append(pid)
+            item = w.get("item") or w.get("relation")
+            phase = str(w.get("phase") or "other")
+            cur = self._open.get(pid)
+            busy = phase in BUSY_PHASES and item is not None
+            if cur is not None and (not busy or (cur[0], cur[1]) != (item, phase)):
+                self._close(pid, t)
+                cur = None
+            if busy and cur is None:
+                self._open[pid] = (str(item), phase, t)
+                self.events.append(Event(t, pid, "start", str(item), phase, None))
+        for pid in list(self._open):
+            if pid not in seen:  # the worker left the sample (a dump leader, an exit)
+                self._close(pid, t)
+        self._present = seen
+        if doc.get("job", {}).get("state") in ("finished", "failed"):
+            for pid in list(self._open):
+                self._close(pid, t)
+        self.series.append(_series_point(doc, t))
+
+    def _close(self, pid: int, t: float) -> None:
+        item, phase, start = self._open.pop(pid)
+        self._closed[pid].append(Span(item, phase, start, t, False))
+        self.events.append(Event(t, pid, "end", item, phase, t - start))
+
+    def spans(self) -> dict[int, list[Span]]:
+        """worker pid -> spans in time order, the running ones included
+        (ending at the last sample, open=True). A backend that never worked
+        on an item and is gone (a leader seen once at the start) is left
+        out; one still there stays, idle gaps and all."""
+        out: dict[int, list[Span]] = {}
+        for pid in self.order:
+            lst = list(self._closed.get(pid, ()))
+            if pid in self._open:
+                item, phase, start = self._open[pid]
+                lst.append(Span(item, phase, start, self.t_end, True))
+            if lst or pid in self._present:
+                out[pid] = lst
+        return out
+
+
+def _series_point(doc: Mapping[str, Any], t: float) -> SeriesPoint:
+    job = doc.get("job") or {}
+    host = doc.get("host") or {}
+    workers = doc.get("workers") or ()
+    return SeriesPoint(
+        t=t,
+        bytes_per_s=float(job.get("bytes_per_s") or 0.0),
+        tuples_per_s=float(job.get("tuples_per_s") or 0.0),
+        active_workers=int(job.get("active_workers") or 0),
+        copy_streams=sum(1 for w in workers if w.get("phase") == "copy"),
+        cpu_percent=_opt(host.get("cpu_percent")),
+        iowait_percent=_opt(host.get("iowait_percent")),
+        disks=dict(host.get("disks") or {}),
+        server_error=(doc.get("server") or {}).get("error"),
+    )
+
+
+def _opt(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def build(samples: Iterable[Mapping[str, Any]]) -> TimelineBuilder:
+    tl = TimelineBuilder()
+    for doc in samples:
+        tl.add(doc)
+    return tl
+
+
+def idle_share(spans: Mapping[int, Sequence[Span]], t0: float, t1: float) -> dict[int, float]:
+    """Per worker, the share of [t0, t1] it spent on no item: the idle gaps
+    a Gantt chart shows, as a number."""
+    total = t1 - t0
+    if total <= 0:
+        return {pid: 0.0 for pid in spans}
+    out = {}
+    for pid, lst in spans.items():
+        busy = sum(max(0.0, min(s.end, t1) - max(s.start, t0)) for s in lst)
+        out[pid] = max(0.0, 1.0 - busy / total)
+    return out

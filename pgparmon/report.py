@@ -1,0 +1,610 @@
+"""A report of one run: a self-contained HTML file, or text for a terminal.
+
+The HTML has no external reference at all (no CDN, no font, no script): CSS
+is inline and the charts are SVG drawn here, so the file can be mailed,
+attached to a ticket or opened on an air-gapped host. Every piece of text
+from the run (table names, command lines, notes) is escaped.
+
+The analysis is the TUI's: `analyze.timeline` for the Gantt chart and the
+time series, `analyze.advice_live` for the saturation point and the -j to use
+next time, so the report says what the live screen said.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from .analyze.advice_live import LiveAdvice, advise_samples
+from .analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
+from .render import human_bytes, human_s
+
+Doc = Mapping[str, Any]
+
+PHASE_FILL = {"copy": "#2a9d8f", "index": "#3a6ea5", "constraint": "#e9c46a",
+              "lock-wait": "#d62828"}
+PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
+
+
+def esc(x: Any) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+# ---- facts -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    kind: str
+    database: str
+    jobs: int | None
+    format: str | None
+    target: str | None
+    command: str
+    server_version: str | None
+    started: str | None
+    ended: str | None
+    wall_s: float
+    state: str
+    reason: str | None
+    exit_code: int | None
+    items_done: int
+    items_total: int
+    copy_bytes: int
+    copy_rows: int
+
+
+def run_facts(samples: Sequence[Doc], summary: Doc | None, header: Doc | None) -> RunFacts:
+    first = samples[0] if samples else {}
+    last = samples[-1] if samples else {}
+    j0, j1 = first.get("job") or {}, last.get("job") or {}
+    hjob = (header or {}).get("job") or {}
+    facts = (header or {}).get("facts") or {}
+    items = (summary or {}).get("items") or []
+    server = (last.get("server") or {}).get("version") or facts.get("version")
+    cmd = j0.get("command") or hjob.get("command") or []
+    return RunFacts(
+        kind=str(j0.get("kind") or (summary or {}).get("kind") or hjob.get("kind") or "?"),
+        database=str(j0.get("database") or (summary or {}).get("database")
+                     or hjob.get("database") or "?"),
+        jobs=j0.get("jobs") or (summary or {}).get("jobs") or hjob.get("jobs"),
+        format=j0.get("format") or hjob.get("format"),
+        target=j0.get("target") or (header or {}).get("target_dir"),
+        command=" ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd),
+        server_version=server,
+        started=first.get("ts"), ended=last.get("ts"),
+        wall_s=float((summary or {}).get("wall_s") or last.get("elapsed_s") or 0.0),
+        state=str((summary or {}).get("state") or j1.get("state") or "?"),
+        reason=(summary or {}).get("reason") or j1.get("outcome"),
+        exit_code=(summary or {}).get("exit_code", j1.get("exit_code")),
+        items_done=int(j1.get("items_done") or sum(1 for i in items if i.get("state") == "done")),
+        items_total=int(j1.get("items_total") or len(items)),
+        copy_bytes=int(sum(i.get("bytes") or 0 for i in items)),
+        copy_rows=int(sum(i.get("tuples") or 0 for i in items)),
+    )
+
+
+def verdict_shares(samples: Sequence[Doc]) -> list[tuple[str, float, str]]:
+    """(bottleneck kind, seconds, its latest detail), most time first: what
+    limited the run, over the whole run rather than at one instant."""
+    secs: dict[str, float] = {}
+    detail: dict[str, str] = {}
+    for a, b in pairwise(samples):
+        bn = a.get("bottleneck") or {}
+        k = str(bn.get("kind") or "?")
+        dt = float(b.get("elapsed_s") or 0) - float(a.get("elapsed_s") or 0)
+        secs[k] = secs.get(k, 0.0) + max(0.0, dt)
+        detail[k] = str(bn.get("detail") or "")
+    return [(k, s, detail[k]) for k, s in sorted(secs.items(), key=lambda kv: -kv[1])]
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    name: str
+    kind: str
+    worker: int | None
+    state: str
+    start_s: float | None  # since the first sample
+    duration_s: float | None
+    bytes: int | None
+    rows: int | None
+
+
+def item_rows(samples: Sequence[Doc], summary: Doc | None,
+              spans: Mapping[int, Sequence[Span]]) -> list[ItemRow]:
+    """Per item, longest first: from the summary when there is one (it has
+    the exact start and end), else from what the samples showed."""
+    t0 = _parse_ts(samples[0].get("ts")) if samples else None
+    out: list[ItemRow] = []
+    if summary and summary.get("items"):
+        for it in summary["items"]:
+            st = _parse_ts(it.get("started"))
+            out.append(ItemRow(str(it.get("name") or it.get("key") or "?"),
+                               str(it.get("kind") or ""), it.get("worker"),
+                               str(it.get("state") or ""),
+                               (st - t0) if st is not None and t0 is not None else None,
+                               it.get("duration_s"), it.get("bytes"), it.get("tuples")))
+    else:
+        for pid, lst in spans.items():
+            for sp in lst:
+                out.append(ItemRow(sp.item, sp.phase, pid, "running" if sp.open else "done",
+                                   sp.start, sp.end - sp.start, None, None))
+    return sorted(out, key=lambda r: (-(r.duration_s or 0), r.name))
+
+
+def _parse_ts(ts: Any) -> float | None:
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(str(ts)).timestamp()
+    except ValueError:
+        return None
+
+
+# ---- SVG ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    name: str
+    color: str
+    points: Sequence[tuple[float, float | None]]
+    step: bool = False  # counts (workers) change in steps, rates are drawn as lines
+    fill: bool = False
+    width: float = 2.0
+    opacity: float = 1.0
+
+
+def _nice_max(v: float) -> float:
+    if v <= 0 or not math.isfinite(v):
+        return 1.0
+    exp = math.floor(math.log10(v))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * 10 ** exp >= v:
+            return float(m * 10 ** exp)
+    return float(10 ** (exp + 1))
+
+
+def _time_ticks(t_end: float, n: int = 6) -> list[float]:
+    if t_end <= 0:
+        return [0.0]
+    raw = t_end / n
+    steps = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
+             3600.0, 7200.0, 14400.0)
+    step = next((s for s in steps if s >= raw), steps[-1])
+    if raw < 1:
+        step = 0.5 if raw > 0.2 else 0.2
+    ticks, t = [], 0.0
+    while t <= t_end + 1e-9:
+        ticks.append(t)
+        t += step
+    return ticks
+
+
+def _fmt_t(t: float) -> str:
+    return f"{t:g}s" if t < 60 else human_s(t)
+
+
+def svg_chart(title: str, t_end: float, lines: Sequence[Line], *,
+              y_fmt: Callable[[float], str], y_max: float | None = None,
+              right: Sequence[Line] = (), right_max: float | None = None,
+              right_fmt: Callable[[float], str] | None = None, right_label: str = "",
+              width: int = 960, height: int = 240, chart_id: str = "") -> str:
+    """A time chart: lines (or areas) on the left axis, optional step lines
+    on a right axis (the worker count under a throughput, say)."""
+    ml, mr, mt, mb = 78, (56 if right else 16), 30, 30
+    pw, ph = width - ml - mr, height - mt - mb
+    vals = [v for ln in lines for _, v in ln.points if v is not None]
+    ymax = y_max if y_max is not None else _nice_max(max(vals) if vals else 0.0)
+    rvals = [v for ln in right for _, v in ln.points if v is not None]
+    rmax = right_max if right_max is not None else _nice_max(max(rvals) if rvals else 0.0)
+    t_end = max(t_end, 1e-6)
+
+    def x(t: float) -> float:
+        return ml + pw * max(0.0, min(1.0, t / t_end))
+
+    def y(v: float, top: float) -> float:
+        return mt + ph * (1 - max(0.0, min(1.0, v / top)))
+
+    out = [(f'<svg class="chart" id="{esc(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {width} {height}" width="100%" role="img" '
+            f'aria-label="{esc(title)}">'),
+           f'<title>{esc(title)}</title>',
+           f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" class="plot"/>']
+    for i in range(5):
+        v = ymax * i / 4
+        yy = y(v, ymax)
+        out.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{yy:.1f}" y2="{yy:.1f}" class="grid"/>')
+        out.append(f'<text x="{ml - 6}" y="{yy + 4:.1f}" class="axis" '
+                   f'text-anchor="end">{esc(y_fmt(v))}</text>')
+        if right and right_fmt:
+            rv = rmax * i / 4
+            out.append(f'<text x="{ml + pw + 6}" y="{yy + 4:.1f}" class="axis">'
+                       f'{esc(right_fmt(rv))}</text>')
+    for t in _time_ticks(t_end):
+        xx = x(t)
+        out.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{mt}" y2="{mt + ph}" class="grid"/>')
+        out.append(f'<text x="{xx:.1f}" y="{mt + ph + 18}" class="axis" '
+                   f'text-anchor="middle">{esc(_fmt_t(t))}</text>')
+    for ln in lines:
+        out.append(_path(ln, x, lambda v: y(v, ymax), mt + ph))
+    for ln in right:
+        out.append(_path(ln, x, lambda v: y(v, rmax), mt + ph, dash=True))
+    lx = ml
+    for ln in (*lines, *right):
+        out.append(f'<rect x="{lx}" y="8" width="12" height="12" fill="{esc(ln.color)}"/>')
+        out.append(f'<text x="{lx + 16}" y="18" class="legend">{esc(ln.name)}</text>')
+        lx += 26 + 7 * len(ln.name)
+    if right_label:
+        out.append(f'<text x="{width - 4}" y="18" class="axis" text-anchor="end">'
+                   f'{esc(right_label)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _path(ln: Line, x: Callable[[float], float], y: Callable[[float], float], base: float,
+          dash: bool = False) -> str:
+    pts: list[tuple[float, float]] = []
+    prev: tuple[float, float] | None = None
+    for t, v in ln.points:
+        if v is None:
+            continue
+        px, py = x(t), y(v)
+        if ln.step and prev is not None:
+            pts.append((px, prev[1]))
+        pts.append((px, py))
+        prev = (px, py)
+    if not pts:
+        return ""
+    d = "M" + " L".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+    parts = []
+    if ln.fill:
+        area = d + f" L{pts[-1][0]:.1f},{base:.1f} L{pts[0][0]:.1f},{base:.1f} Z"
+        parts.append(f'<path d="{area}" fill="{esc(ln.color)}" fill-opacity="0.18" '
+                     'stroke="none"/>')
+    parts.append(f'<path d="{d}" fill="none" stroke="{esc(ln.color)}" '
+                 f'stroke-width="{ln.width}" stroke-opacity="{ln.opacity}"'
+                 + (' stroke-dasharray="5,3"' if dash else "") + "/>")
+    return "".join(parts)
+
+
+def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 960) -> str:
+    """Items per worker over the run: each item a bar (hover for its name,
+    phase and duration), grey where the worker was idle, the idle share at
+    the end of the row."""
+    row_h, ml, mr, mt, mb = 24, 78, 70, 30, 30
+    pids = list(spans)
+    height = mt + mb + row_h * max(1, len(pids))
+    pw = width - ml - mr
+    t_end = max(t_end, 1e-6)
+    idle = idle_share(spans, 0.0, t_end)
+
+    def x(t: float) -> float:
+        return ml + pw * max(0.0, min(1.0, t / t_end))
+
+    out = [(f'<svg class="chart gantt" id="gantt" xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {width} {height}" width="100%" role="img" '
+            'aria-label="items per worker over time">'),
+           "<title>items per worker over time</title>"]
+    for t in _time_ticks(t_end):
+        xx = x(t)
+        out.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{mt}" y2="{height - mb}" '
+                   'class="grid"/>')
+        out.append(f'<text x="{xx:.1f}" y="{height - mb + 18}" class="axis" '
+                   f'text-anchor="middle">{esc(_fmt_t(t))}</text>')
+    for r, pid in enumerate(pids):
+        top = mt + r * row_h
+        out.append(f'<rect x="{ml}" y="{top + 3}" width="{pw}" height="{row_h - 6}" '
+                   'class="idle"/>')
+        out.append(f'<text x="{ml - 6}" y="{top + row_h / 2 + 4}" class="axis" '
+                   f'text-anchor="end">{esc(pid)}</text>')
+        for n, sp in enumerate(spans[pid]):
+            x0, x1 = x(sp.start), x(sp.end)
+            w = max(1.5, x1 - x0)
+            fill = PHASE_FILL.get(sp.phase, "#888888")
+            op = "1" if n % 2 == 0 else "0.75"
+            dur = sp.end - sp.start
+            out.append(f'<g class="span"><rect x="{x0:.1f}" y="{top + 3}" width="{w:.1f}" '
+                       f'height="{row_h - 6}" fill="{fill}" fill-opacity="{op}" rx="2">'
+                       f'<title>{esc(sp.item)} ({esc(sp.phase)}) {sp.start:.1f}s → '
+                       f'{sp.end:.1f}s, {dur:.1f}s</title></rect>')
+            label = sp.item.split(".", 1)[1] if sp.item.startswith("public.") else sp.item
+            if w > 7 * len(label) + 6:
+                out.append(f'<text x="{x0 + 4:.1f}" y="{top + row_h / 2 + 4}" '
+                           f'class="spanlabel">{esc(label)}</text>')
+            out.append("</g>")
+        out.append(f'<text x="{ml + pw + 6}" y="{top + row_h / 2 + 4}" class="axis">'
+                   f'idle {100 * idle.get(pid, 0):.0f}%</text>')
+    lx = ml
+    for phase, fill in PHASE_FILL.items():
+        out.append(f'<rect x="{lx}" y="8" width="12" height="12" fill="{fill}"/>')
+        out.append(f'<text x="{lx + 16}" y="18" class="legend">{esc(phase)}</text>')
+        lx += 30 + 7 * len(phase)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+# ---- the page ------------------------------------------------------------------
+
+CSS = """
+:root { --fg: #1d232a; --muted: #5c6670; --bg: #ffffff; --panel: #f3f5f7; --grid: #d9dee3;
+        --accent: #3a6ea5; --bad: #b3261e; }
+@media (prefers-color-scheme: dark) {
+  :root { --fg: #e6e8ea; --muted: #9aa4ae; --bg: #15191d; --panel: #1f252b; --grid: #323a42;
+          --accent: #7fb0e0; --bad: #ff7a70; } }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg);
+       background: var(--bg); margin: 0 auto; max-width: 1040px; padding: 24px; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+.sub { color: var(--muted); margin-bottom: 16px; }
+table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--grid); }
+th { color: var(--muted); font-weight: 600; }
+td.num, th.num { text-align: right; }
+table.facts td:first-child { color: var(--muted); width: 180px; }
+code { font: 12px/1.4 ui-monospace, "SFMono-Regular", Menlo, monospace; word-break: break-all; }
+.advice { background: var(--panel); border-left: 4px solid var(--accent); padding: 10px 14px; }
+.advice b { font-size: 15px; } .muted { color: var(--muted); }
+.advice table { width: auto; } #verdicts td:first-child { white-space: nowrap; }
+.state-failed { color: var(--bad); font-weight: 600; } .state-finished { font-weight: 600; }
+svg.chart { display: block; margin: 4px 0 8px; }
+svg .plot { fill: var(--panel); } svg .grid { stroke: var(--grid); stroke-width: 1; }
+svg .axis { fill: var(--muted); font: 11px system-ui, sans-serif; }
+svg .legend { fill: var(--fg); font: 12px system-ui, sans-serif; }
+svg .idle { fill: var(--panel); }
+svg .spanlabel { fill: #ffffff; font: 11px system-ui, sans-serif; pointer-events: none; }
+details { margin-top: 8px; } footer { margin-top: 32px; color: var(--muted); font-size: 12px; }
+"""
+
+
+def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
+               header: dict[str, Any] | None) -> str:
+    """The whole report as one HTML string (write it to a file)."""
+    facts = run_facts(samples, summary, header)
+    tl = build(samples)
+    spans = tl.spans()
+    advice = advise_samples(samples)
+    t_end = tl.t_end or facts.wall_s
+    title = f"pgparmon report: {facts.kind} of {facts.database}"
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        # no network, ever: a CSP that forbids loading anything external
+        ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+         'style-src \'unsafe-inline\'; img-src data:">'),
+        f"<title>{esc(title)}</title>", f"<style>{CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        (f'<div class="sub">{esc(facts.started or "")} · {len(samples)} samples · '
+         f'<span class="state-{esc(facts.state)}">{esc(facts.state)}</span>'
+         f'{" — " + esc(facts.reason) if facts.reason else ""}</div>'),
+        _advice_html(advice, facts),
+        "<h2>The job</h2>", _facts_html(facts, header),
+        "<h2>Timeline: items per worker</h2>",
+        ('<p class="muted">Each bar is one item (table data, index or constraint) on the '
+         "worker that ran it; grey is idle time. A long bar alone at the end is the long "
+         "tail: more workers cannot shorten it.</p>"),
+        svg_gantt(spans, t_end) if spans else '<p class="muted">no worker seen</p>',
+        "<h2>Throughput and active workers</h2>", _throughput_svg(tl, facts),
+        "<h2>Host CPU</h2>", _cpu_svg(samples, tl),
+        "<h2>Disks</h2>", _disk_svg(tl),
+        "<h2>What limited the run</h2>", _verdicts_html(samples),
+        "<h2>Items</h2>", _items_html(item_rows(samples, summary, spans)),
+        _notes_html(samples, summary),
+        (f"<footer>pgparmon report · {esc(facts.kind)} · generated from "
+         f"{len(samples)} samples of pgparmon.sample/1</footer>"),
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _advice_html(a: LiveAdvice, facts: RunFacts) -> str:
+    rows = "".join(f"<tr><td class=\"num\">{k}</td><td class=\"num\">{esc(human_bytes(v, True))}"
+                   f"</td><td class=\"num\">{a.steady_samples.get(k, 0)}</td></tr>"
+                   for k, v in sorted(a.by_streams.items()))
+    table = ("<table><tr><th class=\"num\">workers in COPY</th><th class=\"num\">throughput"
+             "</th><th class=\"num\">steady intervals</th></tr>" + rows + "</table>"
+             if rows else "")
+    nxt = (f"<p>Next time: <b>-j {a.next_jobs}</b> (this run: -j {esc(facts.jobs)})</p>"
+           if a.next_jobs else "<p>Next time: no -j can be recommended from this run "
+           "alone.</p>")
+    return (f'<div class="advice" id="advice"><b>{esc(a.headline)}</b>'
+            f'<p class="muted">{esc(a.detail)}</p>{nxt}{table}</div>')
+
+
+def _facts_html(f: RunFacts, header: Doc | None) -> str:
+    rows = [("kind", f.kind), ("database", f.database), ("-j", f.jobs), ("format", f.format),
+            ("target", f.target), ("server", f.server_version), ("started", f.started),
+            ("ended", f.ended), ("wall time", f"{human_s(f.wall_s)} ({f.wall_s:.1f} s)"),
+            ("state", f"{f.state}" + (f" — {f.reason}" if f.reason else "")),
+            ("exit code", f.exit_code), ("items", f"{f.items_done} / {f.items_total} done"),
+            ("COPY data", f"{human_bytes(f.copy_bytes)}, {f.copy_rows:,} rows"
+             + (f", {human_bytes(f.copy_bytes / f.wall_s, True)} on average"
+                if f.wall_s > 0 and f.copy_bytes else ""))]
+    body = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v if v is not None else '-')}</td></tr>"
+                   for k, v in rows)
+    body += f"<tr><td>command</td><td><code>{esc(f.command)}</code></td></tr>"
+    out = f'<table class="facts" id="facts">{body}</table>'
+    settings = ((header or {}).get("facts") or {}).get("settings") or {}
+    if settings:
+        srows = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>"
+                        for k, v in sorted(settings.items()))
+        out += (f"<details><summary>server settings ({len(settings)})</summary>"
+                f'<table class="facts">{srows}</table></details>')
+    return out
+
+
+def _throughput_svg(tl: TimelineBuilder, facts: RunFacts) -> str:
+    s = tl.series
+    if not s:
+        return '<p class="muted">no samples</p>'
+    bps = Line("COPY bytes/s", PALETTE[0], [(p.t, p.bytes_per_s) for p in s], fill=True)
+    act = Line("active workers", PALETTE[1], [(p.t, float(p.active_workers)) for p in s],
+               step=True)
+    cps = Line("workers in COPY", PALETTE[2], [(p.t, float(p.copy_streams)) for p in s],
+               step=True, width=1.5)
+    top = float(max([facts.jobs or 0] + [p.active_workers for p in s]) or 1)
+    return svg_chart("throughput and active workers", tl.t_end, [bps],
+                     y_fmt=lambda v: human_bytes(v, True), right=[act, cps], right_max=top,
+                     right_fmt=lambda v: f"{v:.0f}" if v == int(v) else f"{v:.1f}",
+                     right_label="workers", chart_id="throughput")
+
+
+def _cpu_svg(samples: Sequence[Doc], tl: TimelineBuilder) -> str:
+    s = tl.series
+    if not any(p.cpu_percent is not None for p in s):
+        return '<p class="muted">no host CPU readings (the server is on another host?)</p>'
+    lines = [Line("CPU busy %", PALETTE[0], [(p.t, p.cpu_percent) for p in s], fill=True),
+             Line("iowait %", PALETTE[4], [(p.t, p.iowait_percent) for p in s])]
+    ncpu = max((len((d.get("host") or {}).get("per_cpu") or []) for d in samples), default=0)
+    if 0 < ncpu <= 16:
+        for c in range(ncpu):
+            pts = []
+            for d in samples:
+                per = (d.get("host") or {}).get("per_cpu") or []
+                v = per[c] if c < len(per) else None
+                if isinstance(v, Mapping):
+                    v = v.get("busy")
+                pts.append((float(d.get("elapsed_s") or 0), None if v is None else float(v)))
+            lines.append(Line(f"core {c}", PALETTE[5], pts, width=1, opacity=0.45))
+    return svg_chart("host CPU", tl.t_end, lines, y_fmt=lambda v: f"{v:.0f}%", y_max=100.0,
+                     chart_id="cpu")
+
+
+def _disk_svg(tl: TimelineBuilder) -> str:
+    s = tl.series
+    names = sorted({n for p in s for n in p.disks})
+    if not names:
+        return '<p class="muted">no disk readings</p>'
+    lines, util = [], []
+    for i, n in enumerate(names):
+        col = PALETTE[i % len(PALETTE)]
+        lines.append(Line(f"{n} read", col, _disk_pts(s, n, "read_bytes_per_s"), fill=True))
+        lines.append(Line(f"{n} write", PALETTE[(i + 1) % len(PALETTE)],
+                          _disk_pts(s, n, "write_bytes_per_s")))
+        util.append(Line(f"{n} util %", PALETTE[(i + 3) % len(PALETTE)],
+                         _disk_pts(s, n, "util_percent"), width=1.5))
+    charts = svg_chart("disk throughput", tl.t_end, lines, y_fmt=lambda v: human_bytes(v, True),
+                       right=util, right_max=100.0, right_fmt=lambda v: f"{v:.0f}%",
+                       right_label="util", chart_id="disk")
+    lat = [Line(f"{n} await ms", PALETTE[i % len(PALETTE)], _disk_pts(s, n, "await_ms"))
+           for i, n in enumerate(names)]
+    qd = [Line(f"{n} queue", PALETTE[(i + 4) % len(PALETTE)], _disk_pts(s, n, "queue_depth"),
+               step=True) for i, n in enumerate(names)]
+    charts += svg_chart("disk latency and queue depth", tl.t_end, lat,
+                        y_fmt=lambda v: f"{v:.1f} ms", right=qd,
+                        right_fmt=lambda v: f"{v:.1f}", right_label="queue",
+                        height=200, chart_id="disk-latency")
+    return charts
+
+
+def _disk_pts(s: Sequence[SeriesPoint], name: str, key: str) -> list[tuple[float, float | None]]:
+    out: list[tuple[float, float | None]] = []
+    for p in s:
+        v = (p.disks.get(name) or {}).get(key)
+        out.append((p.t, None if v is None else float(v)))
+    return out
+
+
+def _verdicts_html(samples: Sequence[Doc]) -> str:
+    shares = verdict_shares(samples)
+    total = sum(s for _, s, _ in shares) or 1.0
+    rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"num\">{s:.1f} s</td>"
+                   f"<td class=\"num\">{100 * s / total:.0f}%</td><td>{esc(d)}</td></tr>"
+                   for k, s, d in shares)
+    return ('<table id="verdicts"><tr><th>limit</th><th class="num">time</th>'
+            f'<th class="num">share</th><th>last said</th></tr>{rows}</table>')
+
+
+def _items_html(rows: Sequence[ItemRow]) -> str:
+    body = []
+    for r in rows:
+        rate = (r.bytes / r.duration_s) if r.bytes and r.duration_s else None
+        rps = (r.rows / r.duration_s) if r.rows and r.duration_s else None
+        body.append(
+            f"<tr><td>{esc(r.name)}</td><td>{esc(r.kind)}</td><td>{esc(r.worker or '-')}</td>"
+            f"<td>{esc(r.state)}</td>"
+            f"<td class=\"num\">{'-' if r.start_s is None else f'{r.start_s:.1f} s'}</td>"
+            f"<td class=\"num\">{'-' if r.duration_s is None else f'{r.duration_s:.1f} s'}</td>"
+            f"<td class=\"num\">{esc(human_bytes(r.bytes)) if r.bytes else '-'}</td>"
+            f"<td class=\"num\">{f'{r.rows:,}' if r.rows else '-'}</td>"
+            f"<td class=\"num\">{esc(human_bytes(rate, True)) if rate else '-'}</td>"
+            f"<td class=\"num\">{f'{rps:,.0f}' if rps else '-'}</td></tr>")
+    return ('<table id="items"><tr><th>item</th><th>kind</th><th>worker</th><th>state</th>'
+            '<th class="num">start</th><th class="num">duration</th><th class="num">bytes</th>'
+            '<th class="num">rows</th><th class="num">bytes/s</th><th class="num">rows/s</th>'
+            "</tr>" + "".join(body) + "</table>")
+
+
+def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
+    notes: list[str] = []
+    for d in samples:
+        for n in d.get("notes") or ():
+            if n not in notes:
+                notes.append(n)
+        err = (d.get("server") or {}).get("error")
+        if err and f"server: {err}" not in notes:
+            notes.append(f"server: {err}")
+    for n in (summary or {}).get("notes") or ():
+        if n not in notes:
+            notes.append(n)
+    if not notes:
+        return ""
+    return "<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
+
+
+# ---- terminal ------------------------------------------------------------------
+
+
+def render_summary_text(samples: list[dict[str, Any]],
+                        summary: dict[str, Any] | None) -> RenderableType:
+    """`pgparmon report FILE` without --html: the same facts and advice as
+    the HTML, as rich text (no charts)."""
+    facts = run_facts(samples, summary, None)
+    tl = build(samples)
+    advice = advise_samples(samples)
+    ok = facts.state == "finished"
+    head = Text()
+    head.append(f"{facts.kind}", style="bold")
+    if facts.jobs:
+        head.append(f" -j {facts.jobs}", style="bold")
+    head.append(f" on {facts.database}: ")
+    head.append(facts.state, style="bold green" if ok else "bold red")
+    if facts.reason:
+        head.append(f" ({facts.reason})")
+    head.append(f" in {human_s(facts.wall_s)}; {facts.items_done}/{facts.items_total} items, "
+                f"{human_bytes(facts.copy_bytes)} COPY data, {len(samples)} samples")
+    adv = Text()
+    adv.append("advice: ", style="bold")
+    adv.append(advice.headline, style="bold magenta" if advice.next_jobs else "")
+    adv.append(f"\n  {advice.detail}", style="dim")
+    shares = verdict_shares(samples)
+    total = sum(s for _, s, _ in shares) or 1.0
+    lim = Text("limits: " + ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:5]))
+    idle = idle_share(tl.spans(), 0.0, tl.t_end)
+    idle_t = Text("idle share per worker: " + ", ".join(f"{pid} {100 * v:.0f}%"
+                                                         for pid, v in idle.items()))
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col, just in (("item", "left"), ("kind", "left"), ("worker", "right"),
+                      ("state", "left"), ("start", "right"), ("duration", "right"),
+                      ("bytes", "right"), ("rows", "right"), ("bytes/s", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    rows = item_rows(samples, summary, tl.spans())
+    for r in rows[:30]:
+        rate = (r.bytes / r.duration_s) if r.bytes and r.duration_s else None
+        t.add_row(r.name[:48], r.kind, str(r.worker or "-"), r.state,
+                  "-" if r.start_s is None else f"{r.start_s:.1f}s",
+                  "-" if r.duration_s is None else f"{r.duration_s:.1f}s",
+                  human_bytes(r.bytes) if r.bytes else "-",
+                  f"{r.rows:,}" if r.rows else "-",
+                  human_bytes(rate, True) if rate else "-",
+                  style="red" if r.state not in ("done", "running") else None)
+    more = [Text(f"… and {len(rows) - 30} more items", style="dim")] if len(rows) > 30 else []
+    return Group(head, adv, lim, idle_t, t, *more)

@@ -1,0 +1,499 @@
+"""The live TUI: one Textual app over a feed (a live Monitor or a replay).
+
+Sampling follows dolphie's pattern: the feed's blocking tick() runs in a
+thread worker, and the next collection is armed with a one-shot timer only
+after the previous one finished, so collections never overlap. A tick slower
+than the interval stretches the cadence instead of queueing ticks (and the
+status line says so). Nothing the feed raises ends the app: the error goes to
+the status line and sampling carries on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol
+
+from rich.text import Text
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.events import Resize
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, RichLog
+
+from ..analyze.advice_live import AdviceTracker
+from ..analyze.timeline import TimelineBuilder, idle_share
+from ..render import human_s
+from . import draw
+from .screens import DetailsScreen, HelpScreen
+from .widgets import (
+    SORTS,
+    AdviceLine,
+    GanttChart,
+    HostPanel,
+    JobHeader,
+    StatusLine,
+    SummaryTable,
+    ThroughputChart,
+    VerdictLine,
+    WorkersTable,
+)
+
+Doc = dict[str, Any]
+INTERVAL_STEPS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
+NARROW = 120  # below this many columns the compact layout
+
+
+class Feed(Protocol):
+    """What the app needs from a sample source (pgparmon.monitor.Monitor,
+    record.ReplayFeed, a test's list of docs). Optional: details(pid),
+    seek(index), step(), total_samples, position."""
+
+    @property
+    def outcome(self) -> Any: ...
+
+    def tick(self) -> Doc: ...
+
+    def summary(self) -> Doc: ...
+
+
+class PgParMonApp(App[int]):
+    CSS_PATH = "pgparmon.tcss"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW, "-wide")]  # noqa: RUF012 - App's type
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("plus,equals_sign", "slower", "+interval", key_display="+"),
+        Binding("minus", "faster", "-interval", key_display="-"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("enter", "details", "Details"),
+        Binding("t", "toggle_theme", "Theme"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("left_square_bracket", "step_back", "Back", show=False),
+        Binding("right_square_bracket", "step_forward", "Fwd", show=False),
+    ]
+
+    def __init__(self, feed: Feed, interval: float = 1.0, title: str = "pgparmon", *,
+                 autostart: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.feed = feed
+        self.title = title
+        self.interval = max(0.0, float(interval))
+        self.autostart = autostart
+        self.clock = clock  # injectable: snapshot tests freeze what the status line shows
+        self.paused = False
+        self.ended = False
+        self.docs: list[Doc] = []
+        self.last: Doc | None = None
+        self.timeline = TimelineBuilder()
+        self.advisor = AdviceTracker()
+        self.summary: Doc | None = None
+        self.error: str | None = None  # the feed's last exception, until a good tick
+        self.latency: float | None = None
+        self.stretched: float | None = None  # the effective interval when a tick was slow
+        self.ticks = 0
+        self._logged = 0  # timeline events already written to the log
+        self._said: set[str] = set()  # notes and errors already logged
+        self._verdict: str | None = None
+        self._timer: Timer | None = None
+        self._collecting = False
+
+    # ---- layout --------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield JobHeader(id="header")
+        yield VerdictLine(id="verdict")
+        yield StatusLine(id="status")
+        with VerticalScroll(id="body"):
+            yield WorkersTable(id="workers")
+            yield SummaryTable(id="summary")
+            with Horizontal(id="middle"):
+                yield ThroughputChart(id="chart")
+                yield HostPanel(id="host")
+            yield GanttChart(id="gantt")
+            yield RichLog(id="events", max_lines=1000, wrap=False, markup=False)
+        yield AdviceLine(id="advice")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#workers", WorkersTable).border_title = "workers (sort: pid)"
+        self.query_one("#summary", SummaryTable).border_title = "items (longest first)"
+        self.query_one("#chart").border_title = "throughput (COPY bytes/s) · active workers"
+        self.query_one("#host").border_title = "host"
+        self.query_one("#gantt").border_title = "timeline: items per worker"
+        self.query_one("#events").border_title = "events"
+        self.query_one("#summary").display = False
+        self._size_gantt()
+        self._show_status()
+        if self.autostart:
+            self._schedule(0.0)
+
+    def on_resize(self, event: Resize) -> None:
+        if self.last is not None:
+            self._show_workers()
+        if self.summary is not None:
+            self.query_one("#summary", SummaryTable).show(self.summary, self.size.width)
+        self._size_gantt()
+
+    def _size_gantt(self) -> None:
+        self.query_one("#gantt", GanttChart).max_rows = 8 if self.size.height < 40 else 24
+
+    # ---- sampling ------------------------------------------------------
+
+    def _schedule(self, delay: float) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if delay <= 0:
+            # Textual's Timer divides by its delay: no zero-delay timers
+            self.call_later(self._collect)
+        else:
+            self._timer = self.set_timer(delay, self._collect)
+
+    def _collect(self) -> None:
+        self._timer = None
+        if getattr(self.feed, "stop", False) is True:
+            # the CLI's feed sets stop on SIGTERM / SIGHUP (a closed SSH session)
+            self.exit()
+            return
+        if self.paused or self.ended or self._collecting:
+            return
+        self._collecting = True
+        self.run_worker(self._tick_in_thread, thread=True, group="tick", exclusive=True,
+                        exit_on_error=False)
+
+    def _tick_in_thread(self) -> None:
+        t0 = self.clock()
+        doc: Doc | None = None
+        err: str | None = None
+        try:
+            doc = self.feed.tick()
+        except Exception as exc:  # noqa: BLE001 - any failure is shown, never fatal
+            err = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        latency = self.clock() - t0
+        try:
+            self.call_from_thread(self._collected, doc, err, latency)
+        except RuntimeError:
+            pass  # the app is closing: nobody to tell
+
+    def _collected(self, doc: Doc | None, err: str | None, latency: float) -> None:
+        self._collecting = False
+        self.latency = latency
+        self.error = err
+        if doc is not None:
+            try:
+                self.ingest(doc)
+            except Exception as exc:  # noqa: BLE001 - a malformed doc must not end the app
+                self.error = f"cannot show this sample: {type(exc).__name__}: {exc}"
+        self._check_end()
+        if self.ended:
+            self._show_status()
+            return
+        # the next tick starts `interval` after the last one started; a slow
+        # tick pushes it to `interval` after the slow one ended (stretching)
+        if self.interval > 0 and latency > self.interval:
+            self.stretched = latency + self.interval
+            delay = self.interval
+        else:
+            self.stretched = None
+            delay = self.interval - latency
+        self._show_status()
+        if not self.paused:
+            self._schedule(delay)
+
+    def _check_end(self) -> None:
+        outcome = getattr(self.feed, "outcome", None)
+        # a replay of a recording cut before the job ended has no outcome
+        # but nothing more to show
+        if outcome is None and not getattr(self.feed, "ended", False):
+            return
+        if not self.ended:
+            self.ended = True
+            self.run_worker(self._summary_in_thread, thread=True, group="summary",
+                            exit_on_error=False)
+
+    def _summary_in_thread(self) -> None:
+        try:
+            summary: Doc | None = self.feed.summary()
+            err = None
+        except Exception as exc:  # noqa: BLE001
+            summary, err = None, f"no summary: {type(exc).__name__}: {exc}"
+        try:
+            self.call_from_thread(self._show_summary, summary, err)
+        except RuntimeError:
+            pass
+
+    # ---- showing a sample ----------------------------------------------
+
+    def ingest(self, doc: Doc) -> None:
+        """Take one sample: remember it, feed the timeline and the advice,
+        redraw. Public so tests (and snapshot runs) can drive the screen
+        sample by sample without the timer."""
+        self.docs.append(doc)
+        self.last = doc
+        self.ticks += 1
+        self.timeline.add(doc)
+        self.advisor.add(doc)
+        self._render_doc(doc)
+        self._log_events(doc)
+
+    def _log_events(self, doc: Doc) -> None:
+        """Items started / finished, verdict changes, notes and server
+        errors, once each: the story of the run in words (tall screens)."""
+        log = self.query_one("#events", RichLog)
+        t_now = float(doc.get("elapsed_s") or 0.0)
+        for ev in self.timeline.events[self._logged:]:
+            line = Text(f"{draw.human_t(ev.t):>7} ", style="dim")
+            line.append(f"{ev.pid:>7} ")
+            if ev.what == "start":
+                line.append(f"{ev.phase} ", style="cyan")
+                line.append(ev.item)
+            else:
+                line.append("done ", style="green")
+                line.append(f"{ev.item} ({ev.duration or 0:.1f}s)")
+            log.write(line)
+        self._logged = len(self.timeline.events)
+        kind = (doc.get("bottleneck") or {}).get("kind")
+        if kind and kind != self._verdict:
+            self._verdict = kind
+            log.write(Text(f"{draw.human_t(t_now):>7}         limit now: {kind}",
+                           style="yellow"))
+        said = list(doc.get("notes") or [])
+        err = (doc.get("server") or {}).get("error")
+        if err:
+            said.append(f"server: {err}")
+        for msg in said:
+            if msg not in self._said:
+                self._said.add(msg)
+                log.write(Text(f"{draw.human_t(t_now):>7}         {msg}", style="magenta"))
+
+    def _render_doc(self, doc: Doc) -> None:
+        self.query_one("#header", JobHeader).doc = doc
+        b = doc.get("bottleneck") or {}
+        self.query_one("#verdict", VerdictLine).verdict = (str(b.get("kind") or "-"),
+                                                           str(b.get("detail") or ""))
+        self._show_workers()
+        chart = self.query_one("#chart", ThroughputChart)
+        chart.jobs = (doc.get("job") or {}).get("jobs")
+        chart.series = tuple(self.timeline.series)
+        self.query_one("#host", HostPanel).host = doc.get("host")
+        spans = self.timeline.spans()
+        gantt = self.query_one("#gantt", GanttChart)
+        gantt.t_end = self.timeline.t_end
+        gantt.idle = idle_share(spans, 0.0, self.timeline.t_end)
+        gantt.spans = spans
+        self.query_one("#advice", AdviceLine).advice = self.advisor.advice()
+        self._show_status()
+
+    def _show_workers(self) -> None:
+        table = self.query_one("#workers", WorkersTable)
+        workers = (self.last or {}).get("workers") or []
+        table.show(workers, self.size.width)
+        table.border_title = f"workers ({len(workers)}, sort: {table.sort_by})"
+
+    def _show_summary(self, summary: Doc | None, err: str | None) -> None:
+        if err is not None:
+            self.error = err
+        if summary is not None:
+            self.summary = summary
+            table = self.query_one("#summary", SummaryTable)
+            table.show(summary, self.size.width)
+            table.display = True
+            table.border_title = (f"items (longest first) · {summary.get('state')} in "
+                                  f"{human_s(summary.get('wall_s'))}")
+            self.query_one("#workers").display = False
+        self._show_status()
+
+    def _show_status(self) -> None:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        status = self.query_one("#status", StatusLine)
+        status.remove_class("-error", "-paused", "-ended")
+        server_err = ((self.last or {}).get("server") or {}).get("error")
+        if self.ended:
+            status.add_class("-ended")
+            t.append(self._end_text(), style="bold")
+            t.append(" — press q to quit")
+        elif self.paused:
+            status.add_class("-paused")
+            t.append("⏸ PAUSED", style="bold")
+            t.append(" (p resumes)")
+        else:
+            t.append(f"sampling every {self.interval:g}s")
+            if self.stretched is not None and self.latency is not None:
+                t.append(f" → stretched to {self.stretched:.1f}s (a tick took "
+                         f"{self.latency:.1f}s)", style="bold yellow")
+        if hasattr(self.feed, "total_samples") and hasattr(self.feed, "position"):
+            t.append(f" · replay {getattr(self.feed, 'position', 0)}/"
+                     f"{getattr(self.feed, 'total_samples', 0)}")
+        lat = ((self.last or {}).get("server") or {}).get("latency_ms")
+        if lat is not None:
+            t.append(f" · server {lat:.0f} ms")
+        if self.error or server_err:
+            status.add_class("-error")
+            if self.error:
+                t.append(f" · error: {self.error}", style="bold")
+            if server_err:
+                t.append(f" · server: {server_err}", style="bold")
+        notes = (self.last or {}).get("notes") or []
+        if notes and not (self.error or server_err):
+            t.append(f" · note: {notes[-1]}", style="italic")
+        status.text = t
+        header = self.query_one("#header", JobHeader)
+        header.label = "PAUSED" if self.paused and not self.ended else ""
+
+    def _end_text(self) -> str:
+        o = getattr(self.feed, "outcome", None)
+        if o is None:
+            return "end of recording (the job had not ended)"
+        reason = str(getattr(o, "reason", "") or "")
+        code = getattr(o, "exit_code", None)
+        extra = f", exit code {code}" if code is not None and "exit code" not in reason else ""
+        return f"job {o.state}: {reason}{extra}"
+
+    # ---- actions -------------------------------------------------------
+
+    def action_toggle_pause(self) -> None:
+        if self.ended:
+            return
+        self.paused = not self.paused
+        if self.paused and self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        elif not self.paused and not self._collecting:
+            self._schedule(0.0)
+        self._show_status()
+
+    def action_slower(self) -> None:
+        self._set_interval(next((s for s in INTERVAL_STEPS if s > self.interval + 1e-9),
+                                INTERVAL_STEPS[-1]))
+
+    def action_faster(self) -> None:
+        self._set_interval(next((s for s in reversed(INTERVAL_STEPS)
+                                 if s < self.interval - 1e-9), INTERVAL_STEPS[0]))
+
+    def _set_interval(self, value: float) -> None:
+        self.interval = value
+        if self._timer is not None and not self.paused:
+            self._schedule(value)  # the new cadence applies now, not after the old wait
+        self._show_status()
+
+    def action_cycle_sort(self) -> None:
+        table = self.query_one("#workers", WorkersTable)
+        table.sort_by = SORTS[(SORTS.index(table.sort_by) + 1) % len(SORTS)]
+        self._show_workers()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "workers":
+            self.action_details()
+
+    def action_details(self) -> None:
+        table = self.query_one("#workers", WorkersTable)
+        pid = table.highlighted_pid()
+        workers = (self.last or {}).get("workers") or []
+        w = next((x for x in workers if x.get("pid") == pid), None)
+        if w is None:
+            self.notify("no worker highlighted", severity="warning")
+            return
+        fetch = getattr(self.feed, "details", None)
+        self.push_screen(DetailsScreen(w, fetch if callable(fetch) else None))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def action_step_forward(self) -> None:
+        self._replay_move(+1)
+
+    def action_step_back(self) -> None:
+        self._replay_move(-1)
+
+    def _replay_move(self, delta: int) -> None:
+        """Replay only: step through samples (pausing the clock). Back seeks
+        the feed and rebuilds the charts from the samples already seen."""
+        if not (hasattr(self.feed, "seek") and hasattr(self.feed, "step")) or self._collecting:
+            return
+        if not self.paused:
+            self.action_toggle_pause()
+        feed: Any = self.feed
+        self._collecting = True
+
+        def work() -> None:
+            err = None
+            doc = None
+            try:
+                if delta > 0:
+                    doc = feed.step()
+                else:
+                    doc = feed.seek(max(0, int(getattr(feed, "position", 1)) - 2))
+            except Exception as exc:  # noqa: BLE001
+                err = f"{type(exc).__name__}: {exc}"
+            try:
+                self.call_from_thread(self._moved, doc, err, delta)
+            except RuntimeError:
+                pass
+
+        self.run_worker(work, thread=True, group="tick", exclusive=True, exit_on_error=False)
+
+    def _moved(self, doc: Doc | None, err: str | None, delta: int) -> None:
+        self._collecting = False
+        self.error = err
+        if doc is None:
+            self._show_status()
+            return
+        if delta > 0:
+            if doc is not self.last:
+                self.ingest(doc)
+        else:
+            keep = max(1, int(getattr(self.feed, "position", len(self.docs))))
+            docs = self.docs[:keep]
+            self.docs, self.timeline, self.advisor = [], TimelineBuilder(), AdviceTracker()
+            self.ended, self.summary = False, None
+            self.query_one("#summary").display = False
+            self.query_one("#workers").display = True
+            for d in docs:
+                self.docs.append(d)
+                self.timeline.add(d)
+                self.advisor.add(d)
+            self._logged = len(self.timeline.events)  # the log already told these
+            self.last = docs[-1] if docs else doc
+            self._render_doc(self.last)
+        self._check_end()
+        self._show_status()
+
+    # ---- command palette -----------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Pause / resume", "Stop or restart sampling (p)",
+                            self.action_toggle_pause)
+        yield SystemCommand("Sample less often", "Longer interval (+)", self.action_slower)
+        yield SystemCommand("Sample more often", "Shorter interval (-)", self.action_faster)
+        yield SystemCommand("Sort workers", "Cycle pid, bytes/s, progress, phase (s)",
+                            self.action_cycle_sort)
+        yield SystemCommand("Worker details", "Query, locks and client of the highlighted "
+                            "worker (enter)", self.action_details)
+        yield SystemCommand("Toggle dark / light", "Switch the theme (t)",
+                            self.action_toggle_theme)
+        yield SystemCommand("Help", "List the keys (?)", self.action_help)
+
+
+def exit_code(feed: Any) -> int:
+    """run's rule: still running (quit early) 0; the job's own exit code when
+    known; else 0 finished, 1 failed."""
+    outcome = getattr(feed, "outcome", None)
+    if outcome is None:
+        return 0
+    if getattr(outcome, "exit_code", None) is not None:
+        return int(outcome.exit_code)
+    return 0 if outcome.state == "finished" else 1
+
+
+def run_tui(feed: Feed, interval: float, title: str) -> int:
+    """Run the TUI until the user quits; the exit code follows exit_code()."""
+    PgParMonApp(feed, interval, title).run()
+    return exit_code(feed)

@@ -1,0 +1,347 @@
+"""The TUI's widgets: each holds the little state it draws as reactive
+attributes and renders from it; none computes rates or talks to the feed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import DataTable
+
+from ..analyze.advice_live import LiveAdvice
+from ..analyze.timeline import SeriesPoint, Span
+from ..render import human_bytes, human_s
+from . import draw
+
+Doc = dict[str, Any]
+
+STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "failed": "bold red"}
+GOOD_VERDICTS = ("nothing", "starting")
+
+
+class JobHeader(Widget):
+    """Two lines: what runs where, then progress / ETA / rates."""
+
+    doc: reactive[Doc | None] = reactive(None, always_update=True)
+    label: reactive[str] = reactive("")  # PAUSED / replay position, beside the state
+
+    def render(self) -> RenderableType:
+        d = self.doc
+        w = max(20, self.content_size.width)
+        if d is None:
+            return Text("waiting for the first sample…", style="dim")
+        j = d.get("job") or {}
+        l1 = Text(no_wrap=True, overflow="ellipsis")
+        l1.append(str(j.get("kind") or "?"), style="bold")
+        if j.get("jobs"):
+            l1.append(f" -j {j['jobs']}", style="bold")
+        l1.append(f"  {j.get('database') or '?'}")
+        if j.get("format"):
+            l1.append(f"  {j['format']}", style="dim")
+        right = Text()
+        right.append(f"elapsed {human_s(d.get('elapsed_s'))}  ")
+        state = str(j.get("state") or "?")
+        right.append(f"● {state}", style=STATE_STYLE.get(state, "bold"))
+        if self.label:
+            right.append(f"  {self.label}", style="bold reverse yellow")
+        target = j.get("target")
+        room = w - l1.cell_len - right.cell_len - 2
+        if target and room > 8:
+            tgt = str(target)
+            if len(tgt) > room - 3:
+                tgt = "…" + tgt[-(room - 4):]
+            l1.append(f"  {tgt}", style="dim")
+        l1.append(" " * max(1, w - l1.cell_len - right.cell_len))
+        l1.append_text(right)
+
+        prog = j.get("progress")
+        pct = f"{prog:6.1%}" if prog is not None else "   n/a"
+        if j.get("eta_s") is not None:
+            eta = f"ETA {human_s(j['eta_s'])}"
+        else:
+            eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
+        tail = (f" {pct}  {eta}  items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
+                f"  {human_bytes(j.get('bytes_per_s'), True)}"
+                f"  {draw.human_count(j.get('tuples_per_s'))} rows/s")
+        l2 = Text(no_wrap=True, overflow="ellipsis")
+        bw = max(10, w - len(tail))
+        l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
+        l2.append(tail)
+        return Text("\n").join([l1, l2])
+
+
+class VerdictLine(Widget):
+    """What limits the run now (the bottleneck verdict), one or two lines."""
+
+    verdict: reactive[tuple[str, str] | None] = reactive(None, layout=True)
+
+    def render(self) -> RenderableType:
+        if self.verdict is None:
+            return Text("limit: -", style="dim")
+        kind, detail = self.verdict
+        t = Text()
+        t.append(f"limit: {kind}", style="bold green" if kind in GOOD_VERDICTS else
+                 "bold yellow")
+        t.append(f" — {detail}")
+        return t
+
+
+class StatusLine(Widget):
+    """Sampling cadence, pause, errors from the feed or the server, notes.
+    An error sets the -error class: the line turns red and stays until a
+    good sample arrives."""
+
+    text: reactive[Text] = reactive(Text(""), always_update=True)
+
+    def render(self) -> RenderableType:
+        return self.text
+
+
+class AdviceLine(Widget):
+    advice: reactive[LiveAdvice | None] = reactive(None, layout=True)
+
+    def render(self) -> RenderableType:
+        a = self.advice
+        if a is None:
+            return Text("advice: not enough data yet", style="dim")
+        t = Text()
+        t.append("advice: ", style="bold")
+        t.append(a.headline, style="bold magenta" if a.next_jobs else "")
+        if a.detail:
+            t.append("\n")
+            t.append(a.detail, style="dim")
+        return t
+
+
+class ThroughputChart(Widget):
+    """Total COPY bytes/s over the whole run, active workers below it."""
+
+    series: reactive[tuple[SeriesPoint, ...]] = reactive((), always_update=True)
+    jobs: reactive[int | None] = reactive(None)
+
+    def render(self) -> RenderableType:
+        if not self.series:
+            return Text("throughput: no samples yet", style="dim")
+        return draw.throughput_chart(self.series, self.content_size.width,
+                                     max(3, self.content_size.height), self.jobs)
+
+
+class HostPanel(Widget):
+    """CPU per core, memory, the job's disks."""
+
+    host: reactive[Mapping[str, Any] | None] = reactive(None, always_update=True)
+
+    def render(self) -> RenderableType:
+        h = self.host
+        if not h:
+            return Text("host: n/a (no sample yet, or the server is on another host)",
+                        style="dim")
+        w = max(20, self.content_size.width)
+        t = Text(no_wrap=True, overflow="ellipsis")
+        cpu = h.get("cpu_percent")
+        t.append("CPU ", style="bold")
+        t.append(f"{cpu:.0f}%" if cpu is not None else "n/a")
+        if h.get("iowait_percent") is not None:
+            t.append(f"  iowait {h['iowait_percent']:.0f}%",
+                     style="yellow" if h["iowait_percent"] >= 20 else "")
+        if h.get("mem_used_percent") is not None:
+            t.append(f"  mem {h['mem_used_percent']:.0f}%")
+        t.append("\n")
+        per = list(h.get("per_cpu") or [])
+        # per-core bars only when they fit beside the disks; else one cell each
+        rows_left = max(1, self.content_size.height - 1 - 2 * len(h.get("disks") or {}))
+        if len(per) > rows_left:
+            t.append_text(draw.cpu_cores(per, 0))
+        else:
+            t.append_text(draw.cpu_cores(per, w))
+        for name, d in (h.get("disks") or {}).items():
+            t.append("\n")
+            t.append(f"{name} ", style="bold")
+            t.append(f"r {human_bytes(d.get('read_bytes_per_s'), True)}  "
+                     f"w {human_bytes(d.get('write_bytes_per_s'), True)}")
+            t.append("\n")
+            aw = d.get("await_ms")
+            q = d.get("queue_depth")
+            t.append(f"  util {d.get('util_percent') or 0:.0f}%  "
+                     f"await {'-' if aw is None else f'{aw:.1f}ms'}  "
+                     f"queue {'-' if q is None else f'{q:.1f}'}", style="dim")
+        if not h.get("disks"):
+            t.append("\ndisks: none measured", style="dim")
+        return t
+
+
+class GanttChart(Widget):
+    """Items per worker over time: idle gaps and the long tail at a glance."""
+
+    # layout=True: the number of workers sets the widget's (auto) height
+    spans: reactive[Mapping[int, Sequence[Span]]] = reactive(dict, always_update=True,
+                                                             layout=True)
+    t_end: reactive[float] = reactive(0.0)
+    idle: reactive[Mapping[int, float]] = reactive(dict, always_update=True)
+    max_rows: reactive[int] = reactive(8, layout=True)  # the app raises it on a tall screen
+
+    def render(self) -> RenderableType:
+        if not self.spans:
+            return Text("timeline: no worker seen yet", style="dim")
+        return draw.gantt(self.spans, self.t_end, self.content_size.width, self.idle,
+                          max_rows=self.max_rows)
+
+
+SORTS = ("pid", "bytes/s", "progress", "phase")
+# the body's and the table's own vertical scrollbars (1 cell each in the tcss),
+# and one spare cell: a table one cell too wide grows a horizontal scrollbar
+SCROLLBARS = 3
+
+
+class WorkersTable(DataTable[Any]):
+    """One row per worker. Rows are keyed by pid so the highlighted worker
+    stays highlighted across refreshes and re-sorts."""
+
+    sort_by: reactive[str] = reactive("pid")  # not `sort`: DataTable.sort() is a method
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.cell_padding = 0
+        self._cols_for: int | None = None
+
+    def _columns(self, width: int) -> dict[str, int]:
+        """Column widths for this screen width. Cells carry their own one
+        space gap (cell_padding 0): DataTable's two-cell padding per column
+        would not leave an 80-column screen room for the item name. Below
+        100 columns the client pid moves to the details dialog only."""
+        widths = {"pid": 8, "client": 8, "phase": 11, "bps": 10, "tps": 7,
+                  "prog": 11 if width < 120 else 24}
+        if width < 100:
+            del widths["client"]
+        rest = max(22, width - sum(widths.values()) - SCROLLBARS)
+        widths["item"] = min(48, max(12, rest * 3 // 5))
+        widths["wait"] = max(9, rest - widths["item"])
+        if self._cols_for != width:
+            self.clear(columns=True)
+            for key, label in (("pid", "pid"), ("client", "client"), ("phase", "phase"),
+                               ("item", "table / item"), ("bps", "bytes/s"),
+                               ("tps", "rows/s"), ("prog", "progress"), ("wait", "wait")):
+                if key in widths:
+                    self.add_column(label, width=widths[key], key=key)
+            self._cols_for = width
+        return widths
+
+    def highlighted_pid(self) -> int | None:
+        if self.row_count == 0:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        except Exception:  # noqa: BLE001 - an empty or shrinking table has no cursor cell
+            return None
+        return int(key.value) if key.value is not None else None
+
+    def show(self, workers: Sequence[Mapping[str, Any]], width: int) -> None:
+        keep = self.highlighted_pid()
+        widths = self._columns(width)
+        narrow = width < 100
+        self.clear()
+        for w in sorted(workers, key=_sort_key(self.sort_by)):
+            lock = w.get("phase") == "lock-wait"
+            style = "bold red" if lock else ""
+            item = str(w.get("item") or w.get("relation") or "")
+            if narrow and item.startswith("public."):
+                item = item[len("public."):]  # the default schema is noise on a small screen
+            wait = str(w.get("wait_event") or "CPU")
+            if narrow and ":" in wait:
+                wait = wait.split(":", 1)[1]  # the event name says it; the type is the prefix
+            if w.get("blocked_by"):
+                # the blockers first: a narrow column must not clip who to look at
+                wait = "← " + ",".join(map(str, w["blocked_by"])) + " " + wait.split(":")[-1]
+            prog = w.get("progress")
+            pcell = Text(" ")  # the gap after the right-aligned rows/s
+            pcell.append_text(draw.bar(prog, widths["prog"] - 7, "red" if lock else "green"))
+            pcell.append(f" {prog:4.0%}" if prog is not None else "    -")
+            cells: dict[str, Any] = {
+                "pid": Text(str(w["pid"]), style=style),
+                "client": Text(str(w.get("client_pid") or "-"), style=style),
+                "phase": Text(("⚠ " if lock else "") + str(w.get("phase") or ""),
+                              style=style or ("dim" if w.get("phase") == "idle" else "")),
+                "item": Text(_clip(item, widths["item"] - 1), style=style),
+                "bps": Text(human_bytes(w.get("bytes_per_s"), True)
+                            if w.get("bytes_per_s") else "-", style=style, justify="right"),
+                "tps": Text(draw.human_count(w.get("tuples_per_s"))
+                            if w.get("tuples_per_s") else "-", style=style, justify="right"),
+                "prog": pcell,
+                "wait": Text(_clip(wait, widths["wait"] - 1),
+                             style="bold white on red" if lock else ""),
+            }
+            self.add_row(*_ordered(cells, widths), key=str(w["pid"]))
+        if keep is not None:
+            try:
+                self.move_cursor(row=self.get_row_index(str(keep)), animate=False)
+            except Exception:  # noqa: BLE001, S110 - that worker is gone: the cursor stays put
+                pass
+
+
+COLUMN_ORDER = ("pid", "client", "phase", "item", "bps", "tps", "prog", "wait")
+
+
+def _ordered(cells: Mapping[str, Any], widths: Mapping[str, int]) -> list[Any]:
+    return [cells[k] for k in COLUMN_ORDER if k in widths]
+
+
+def _sort_key(sort: str) -> Any:
+    if sort == "bytes/s":
+        return lambda w: (-(w.get("bytes_per_s") or 0), w["pid"])
+    if sort == "progress":
+        return lambda w: (-(w.get("progress") or -1), w["pid"])
+    if sort == "phase":
+        order = {"lock-wait": 0, "copy": 1, "index": 2, "constraint": 3, "other": 4, "idle": 5}
+        return lambda w: (order.get(str(w.get("phase")), 9), w["pid"])
+    return lambda w: w["pid"]
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: max(1, n - 1)] + "…"
+
+
+class SummaryTable(DataTable[Any]):
+    """At the end: every item with its duration and rates, longest first."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.cell_padding = 0  # as WorkersTable: cells carry their own gap
+
+    def show(self, summary: Mapping[str, Any], width: int) -> None:
+        self.clear(columns=True)
+        fixed: tuple[tuple[str, str, int], ...] = (("kind", "kind", 11), ("worker", "worker", 8), ("state", "state", 9),
+                 ("duration", "dur", 9), ("bytes", "bytes", 10), ("rows", "rows", 8),
+                 ("MB/s", "mbs", 7))
+        if width < 100:
+            fixed = tuple(c for c in fixed if c[1] not in ("state", "worker"))
+        item_w = max(16, min(60, width - sum(c[2] for c in fixed) - SCROLLBARS))
+        self.add_column("item", width=item_w, key="item")
+        for label, key, w in fixed:
+            self.add_column(Text(label, justify="right") if key in ("dur", "bytes", "rows",
+                                                                    "mbs") else label,
+                            width=w, key=key)
+        items = sorted(summary.get("items") or [], key=lambda i: -(i.get("duration_s") or 0))
+        keys = [c[1] for c in fixed]
+        for it in items:
+            dur = it.get("duration_s")
+            rate = (it.get("bytes") or 0) / dur / 1e6 if dur and it.get("bytes") else None
+            cells: dict[str, Any] = {
+                "kind": str(it.get("kind") or ""),
+                "worker": str(it.get("worker") or "-"),
+                "state": Text(str(it.get("state") or ""),
+                              style="" if it.get("state") == "done" else "bold red"),
+                "dur": Text(draw.human_t(dur) if dur is not None else "-", justify="right"),
+                "bytes": Text(human_bytes(it.get("bytes")) if it.get("bytes") else "-",
+                              justify="right"),
+                "rows": Text(draw.human_count(it.get("tuples")) if it.get("tuples") else "-",
+                             justify="right"),
+                "mbs": Text(f"{rate:.1f}" if rate is not None else "-", justify="right"),
+            }
+            self.add_row(_clip(str(it.get("name") or ""), item_w - 1),
+                         *(cells[k] for k in keys))

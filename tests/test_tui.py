@@ -1,0 +1,493 @@
+"""The TUI against sample docs of real jobs (see jobdocs.py), driven with
+Textual's pilot, plus SVG snapshots of fixed docs (tests/golden/tui/)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import textual
+from jobdocs import JobRun, dump_run, golden, restore_run
+from rich.text import Text
+from textual.pilot import Pilot
+
+from pgparmon.analyze.timeline import build
+from pgparmon.cluster import Cluster
+from pgparmon.tui import PgParMonApp, exit_code
+from pgparmon.tui.draw import bar, gantt, throughput_chart
+from pgparmon.tui.screens import DetailsScreen, HelpScreen
+from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
+
+Doc = dict[str, Any]
+
+# The snapshots under __snapshots__ were taken with this Textual; another
+# version draws differently (fonts, borders), which is not a regression.
+SNAPSHOT_TEXTUAL = "8.2"
+
+
+class ListFeed:
+    """The feed protocol over a list of recorded docs. hold=True keeps
+    returning the last doc (a job that never ends: for key tests)."""
+
+    def __init__(self, docs: list[Doc], summary: Doc | None = None,
+                 hold: bool = False) -> None:
+        self.docs = docs
+        self.summary_doc = summary
+        self.hold = hold
+        self.i = 0
+        self.outcome: Any = None
+        self.detail_calls: list[int] = []
+
+    def tick(self) -> Doc:
+        doc = self.docs[min(self.i, len(self.docs) - 1)]
+        self.i += 1
+        j = doc["job"]
+        if j["state"] != "running" and not self.hold:
+            self.outcome = SimpleNamespace(state=j["state"], reason=j.get("outcome"),
+                                           exit_code=j.get("exit_code"))
+        return doc
+
+    def summary(self) -> Doc:
+        assert self.summary_doc is not None
+        return self.summary_doc
+
+    def details(self, pid: int) -> Doc:
+        self.detail_calls.append(pid)
+        w = next(w for w in self.docs[min(self.i, len(self.docs)) - 1]["workers"]
+                 if w["pid"] == pid)
+        return {"query": w["query"], "locks": [
+            {"locktype": "relation", "mode": "AccessShareLock", "granted": True,
+             "relation": w["relation"], "blocked_by": None},
+            {"locktype": "relation", "mode": "AccessExclusiveLock", "granted": False,
+             "relation": "public.other", "blocked_by": [4242]}],
+            "client": {"pid": w["client_pid"], "cmdline": ["pg_dump", "-j", "2"],
+                       "status": "running", "user": "postgres"}}
+
+
+@pytest.fixture(scope="module")
+def dump(cluster: Cluster, sample_db: str) -> JobRun:
+    return dump_run(cluster, sample_db)
+
+
+@pytest.fixture(scope="module")
+def restore(cluster: Cluster, dump_archive: Path) -> JobRun:
+    return restore_run(cluster, dump_archive)
+
+
+def sync(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run an async pilot test in its own event loop (no asyncio plugin
+    needed); functools.wraps keeps the signature pytest reads fixtures from."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(fn(*args, **kwargs))  # type: ignore[arg-type]
+
+    return wrapper
+
+
+def running(run: JobRun) -> list[Doc]:
+    return [d for d in run.samples if d["job"]["state"] == "running"]
+
+
+async def wait_for(pilot: Pilot[Any], cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.02)
+
+
+def status_text(app: PgParMonApp) -> str:
+    return app.query_one("#status", StatusLine).text.plain
+
+
+def header_text(app: PgParMonApp) -> str:
+    r = app.query_one("#header", JobHeader).render()
+    assert isinstance(r, Text)
+    return r.plain
+
+
+def table_rows(table: Any) -> list[list[str]]:
+    return [[c.plain if isinstance(c, Text) else str(c) for c in table.get_row_at(i)]
+            for i in range(table.row_count)]
+
+
+# ---- behaviour --------------------------------------------------------------
+
+
+@pytest.mark.integration
+@sync
+async def test_rows_progress_and_end_of_a_real_dump(dump: JobRun) -> None:
+    feed = ListFeed(dump.samples, dump.summary)
+    app = PgParMonApp(feed, 0.01, "t")
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.query_one("#workers", WorkersTable)
+        await wait_for(pilot, lambda: table.row_count >= 2)
+        rows = table_rows(table)
+        pids = {w["pid"] for d in dump.samples for w in d["workers"]}
+        assert {int(r[0]) for r in rows} <= pids
+        assert any("copy" in r for r in rows)
+        assert "%" in header_text(app) and "pg_dump -j 2" in header_text(app)
+        # the job ends: the final state and the per-item summary stay on screen
+        await wait_for(pilot, lambda: app.summary is not None)
+        await pilot.pause()
+        assert app.is_running
+        assert "job finished" in status_text(app) and "press q" in status_text(app)
+        assert "100.0%" in header_text(app)
+        summary = app.query_one("#summary", SummaryTable)
+        assert summary.display and summary.row_count == len(dump.summary["items"])
+        assert table_rows(summary)[0][0] == "public.orders"  # longest first
+        spans = app.timeline.spans()
+        assert any(s.item == "public.orders" for lst in spans.values() for s in lst)
+        await pilot.press("q")
+    assert not app.is_running
+    assert exit_code(feed) == 0
+
+
+@pytest.mark.integration
+@sync
+async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
+    feed = ListFeed(running(dump), dump.summary, hold=True)
+    app = PgParMonApp(feed, 0.05, "t")
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one("#workers", WorkersTable)
+        await wait_for(pilot, lambda: table.row_count >= 2 and app.ticks >= 3)
+        await pilot.press("p")
+        assert app.paused and "PAUSED" in status_text(app)
+        await pilot.pause(0.2)  # a tick in flight when p was pressed may still land
+        n = app.ticks
+        await pilot.pause(0.3)
+        assert app.ticks == n, "ticking went on while paused"
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.ticks > n)
+        assert "PAUSED" not in status_text(app)
+
+        await pilot.press("plus")
+        assert app.interval == 0.1 and "every 0.1s" in status_text(app)
+        await pilot.press("minus", "minus")
+        assert app.interval == 0.02 or app.interval == 0.1 or app.interval < 0.1
+        assert f"every {app.interval:g}s" in status_text(app)
+
+        sorts = []
+        for _ in range(4):
+            await pilot.press("s")
+            sorts.append(table.sort_by)
+        assert sorts == ["bytes/s", "progress", "phase", "pid"]
+        assert "sort: pid" in str(table.border_title)
+
+        table.focus()
+        table.move_cursor(row=0)
+        pid = table.highlighted_pid()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailsScreen))
+        await wait_for(pilot, lambda: feed.detail_calls == [pid])
+        await pilot.pause(0.1)
+        screen = app.screen
+        query = screen.query_one("#details-query").render()
+        assert "COPY" in str(query)
+        locks = screen.query_one("#details-locks")
+        assert any("WAITING" in r for r in map(" ".join, table_rows(locks)))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, DetailsScreen))
+
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        help_text = str(app.screen.query_one("#help-text").render())
+        assert "pause" in help_text and "details" in help_text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        dark = app.current_theme.dark
+        await pilot.press("t")
+        assert app.current_theme.dark != dark
+        await pilot.press("q")
+    assert not app.is_running
+    assert exit_code(feed) == 0  # quit before the end: 0, as `run` says
+
+
+@pytest.mark.integration
+@sync
+async def test_command_palette_has_our_commands(dump: JobRun) -> None:
+    app = PgParMonApp(ListFeed(running(dump), hold=True), 0.05, "t")
+    async with app.run_test(size=(100, 30)) as pilot:
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Pause / resume", "Sort workers", "Worker details", "Help",
+                "Toggle dark / light"} <= titles
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"pause")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.paused)
+
+
+@pytest.mark.integration
+@sync
+async def test_resize_between_80x24_and_160x50(restore: JobRun) -> None:
+    app = PgParMonApp(ListFeed(running(restore), hold=True), 0.02, "t")
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one("#workers", WorkersTable)
+        await wait_for(pilot, lambda: table.row_count >= 1 and app.ticks > 5)
+        narrow = [str(c.label) for c in table.columns.values()]
+        assert "client" not in narrow and "progress" in narrow and "wait" in narrow
+        assert app.screen.has_class("-narrow")
+        await pilot.resize_terminal(160, 50)
+        await pilot.pause(0.2)
+        wide = [str(c.label) for c in table.columns.values()]
+        assert "client" in wide
+        assert app.screen.has_class("-wide") and app.screen.has_class("-tall")
+        assert app.query_one("#events").display
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        assert "client" not in [str(c.label) for c in table.columns.values()]
+        assert app.query_one("#header").outer_size.width == 80
+
+
+class FlakyFeed(ListFeed):
+    """Raises on every other tick: a dropped connection, a bug."""
+
+    def tick(self) -> Doc:
+        self.i += 1
+        if self.i % 2 == 0:
+            raise RuntimeError("boom: connection to the server was lost")
+        return self.docs[min(self.i // 2, len(self.docs) - 1)]
+
+
+@pytest.mark.integration
+@sync
+async def test_tick_exceptions_keep_the_app_alive(dump: JobRun) -> None:
+    feed = FlakyFeed(running(dump), hold=True)
+    app = PgParMonApp(feed, 0.02, "t")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.error is not None)
+        assert "boom" in status_text(app)
+        assert app.query_one("#status").has_class("-error")
+        await wait_for(pilot, lambda: app.error is None and app.ticks >= 2)
+        assert "boom" not in status_text(app)  # a good tick clears it
+        await wait_for(pilot, lambda: feed.i >= 8)  # and it kept retrying
+        await pilot.press("p")
+        assert app.paused
+
+
+@pytest.mark.integration
+@sync
+async def test_server_error_is_shown_and_screen_stays_responsive(dump: JobRun) -> None:
+    doc = copy.deepcopy(running(dump)[5])
+    doc["server"]["error"] = "canceling statement due to statement timeout"
+    doc["workers"] = []
+    feed = ListFeed([*running(dump)[:5], doc], hold=True)
+    app = PgParMonApp(feed, 0.02, "t")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: feed.i >= 7)
+        assert "server: canceling statement due to statement timeout" in status_text(app)
+        assert app.query_one("#status").has_class("-error")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("p")
+        assert app.paused
+
+
+@pytest.mark.integration
+@sync
+async def test_lock_wait_rows_stand_out(dump: JobRun) -> None:
+    doc = copy.deepcopy(running(dump)[6])
+    w = doc["workers"][1]
+    w.update(phase="lock-wait", wait_event="Lock:relation", blocked_by=[4242, 4243],
+             bytes_per_s=None, tuples_per_s=None, progress=None)
+    app = PgParMonApp(ListFeed([doc], hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.ingest(doc)
+        await pilot.pause()
+        table = app.query_one("#workers", WorkersTable)
+        row = table.get_row(str(w["pid"]))
+        wait = row[-1]
+        assert "← 4242,4243" in wait.plain and "red" in str(wait.style)
+        assert "lock-wait" in row[2].plain and "red" in str(row[0].style)
+        await pilot.press("s", "s", "s")  # phase order: lock-wait first
+        assert table.sort_by == "phase"
+        assert table.get_row_at(0)[0].plain == str(w["pid"])
+
+
+class SlowFeed(ListFeed):
+    def tick(self) -> Doc:
+        time.sleep(0.25)
+        return super().tick()
+
+
+@pytest.mark.integration
+@sync
+async def test_slow_tick_stretches_the_interval(dump: JobRun) -> None:
+    app = PgParMonApp(SlowFeed(running(dump), hold=True), 0.1, "t")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 2)
+        assert app.stretched is not None and app.stretched > 0.3
+        assert "stretched" in status_text(app)
+
+
+@pytest.mark.integration
+@sync
+async def test_live_advice_is_honest_early_and_concrete_at_the_end(dump: JobRun) -> None:
+    app = PgParMonApp(ListFeed(dump.samples), 1.0, "t", autostart=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.ingest(dump.samples[0])
+        app.ingest(dump.samples[1])
+        await pilot.pause()
+        adv = app.query_one("#advice", AdviceLine).advice
+        assert adv is not None and "not enough data" in adv.headline
+        assert adv.next_jobs is None
+        for d in dump.samples[2:]:
+            app.ingest(d)
+        await pilot.pause()
+        adv = app.query_one("#advice", AdviceLine).advice
+        assert adv is not None and adv.by_streams  # throughput per worker count measured
+
+
+@pytest.mark.integration
+@sync
+async def test_replay_feed_in_the_tui(dump: JobRun) -> None:
+    if dump.recording is None:
+        pytest.skip("`pgparmon run --record` is not available in this build")
+    from pgparmon.record import ReplayFeed, read_recording
+
+    feed = ReplayFeed(read_recording(str(dump.recording)), speed=1000.0)
+    app = PgParMonApp(feed, 0.0, "replay")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 3, timeout=20)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: not app._collecting)
+        pos = feed.position
+        await pilot.press("right_square_bracket")
+        await wait_for(pilot, lambda: feed.position == pos + 1 and not app._collecting)
+        assert "replay" in status_text(app)
+        n = len(app.docs)
+        await pilot.press("left_square_bracket")
+        await wait_for(pilot, lambda: feed.position == pos and not app._collecting,
+                       timeout=20)
+        assert len(app.docs) == n - 1
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.ended, timeout=30)
+        await wait_for(pilot, lambda: app.summary is not None)
+        assert "job finished" in status_text(app)
+    assert exit_code(feed) == 0
+
+
+@sync
+async def test_no_color_keeps_the_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    docs = copy.deepcopy(golden("dump_mid"))
+    w = docs[-1]["workers"][0]
+    w.update(phase="lock-wait", wait_event="Lock:relation", blocked_by=[4242])
+    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+        assert app.no_color  # Textual's own NO_COLOR handling: a monochrome screen
+        svg = app.export_screenshot()
+        # what colour would say is also said with characters
+        for cue in ("⚠", "← 4242", "█", "idle"):
+            assert cue in svg.replace("&#160;", " ")
+
+
+@pytest.mark.integration
+def test_live_run_in_a_terminal(cluster: Cluster, sample_db: str, tmp_path: Path) -> None:
+    """`pgparmon run` in a real pseudo-terminal: the TUI follows a live
+    pg_dump through the real Monitor, shows the end, and q exits with the
+    job's code."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import sys
+    import termios
+
+    tmp_path.chmod(0o777)
+    argv = [sys.executable, "-m", "pgparmon", "run", "--interval", "0.3", "--",
+            cluster.client("pg_dump"), "-Fd", "-j", "2", "-f", str(tmp_path / "d"), sample_db]
+    env = {**cluster.env(), "TERM": "xterm-256color"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: become pgparmon on the terminal
+        os.execvpe(argv[0], argv, env)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    out, sent, deadline = b"", False, time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not sent and b"press q" in out:
+                time.sleep(0.3)
+                os.write(fd, b"q")
+                sent = True
+    finally:
+        if not sent:
+            os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode("utf-8", "replace")
+    assert sent, text[-2000:]
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "job finished" in text and "timeline" in text
+
+
+# ---- drawing ----------------------------------------------------------------
+
+
+def test_bars_and_charts_fit_their_width() -> None:
+    assert bar(0.5, 10).cell_len == 10 and bar(None, 7).plain == "·" * 7
+    assert bar(1.2, 4).plain == "████" and bar(-1, 4).plain == "░░░░"
+    docs = golden("dump_mid")
+    tl = build(docs)
+    chart = throughput_chart(tl.series, 60, 6, 2)
+    lines = chart.plain.split("\n")
+    assert len(lines) == 6 and all(len(ln) <= 60 for ln in lines)
+    assert "2" in lines[-2]  # the active-workers row under the rates
+    g = gantt(tl.spans(), tl.t_end, 80, idle={}).plain.split("\n")
+    assert all(len(ln) <= 80 for ln in g)
+    assert any("orders" in ln for ln in g)
+
+
+# ---- snapshots ----------------------------------------------------------------
+
+
+def _snapshot_app(name: str) -> tuple[PgParMonApp, Callable[[Pilot[Any]], Any]]:
+    docs = golden(name)
+    # no timer and a frozen clock: the screen depends on the docs alone
+    app = PgParMonApp(ListFeed(docs, hold=True), 0.3, f"pgparmon {name}", autostart=False,
+                      clock=lambda: 0.0)
+
+    async def feed_all(pilot: Pilot[Any]) -> None:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+
+    return app, feed_all
+
+
+needs_snapshot_textual = pytest.mark.skipif(
+    not textual.__version__.startswith(SNAPSHOT_TEXTUAL + "."),
+    reason=f"snapshots were taken with Textual {SNAPSHOT_TEXTUAL}.x, this is "
+           f"{textual.__version__}: check the screens and run with --snapshot-update")
+
+
+@needs_snapshot_textual
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
+@pytest.mark.parametrize("name", ["dump_mid", "restore_index"])
+def test_snapshot(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
+    app, run_before = _snapshot_app(name)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
