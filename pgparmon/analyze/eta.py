@@ -64,10 +64,15 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     running: list[WorkItem] = []
     own = _own_rates(tr)
     r1 = rate(max(1, sum(1 for it in tr.items.values() if it.state == "running")))
+    spb = tr.build_seconds_per_byte()
     for it in tr.items.values():
         if it.state == "done":
             continue
         remaining = max(0.0, it.work - it.done)
+        if spb is not None and it.kind in ("index", "constraint") and it.size > 0:
+            # builds run at their own pace, timed on this run's finished ones:
+            # express their time left in the streams' work units
+            remaining = (1.0 - it.fraction) * it.size * spb * r1
         if it.state == "running":
             # a running item's own pace says more than the average stream's
             r_own = own.get(it.key)

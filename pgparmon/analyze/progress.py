@@ -123,6 +123,7 @@ class Tracker:
         self.leader_pid: int | None = None
         self.gone_workers: set[int] = set()
         self.notes: list[str] = []
+        self.build_spb: list[float] = []
 
     # ---- planning -------------------------------------------------------
 
@@ -377,7 +378,18 @@ class Tracker:
                       and i.bytes_done and i.heap_bytes > 64 * 1024]
             if ratios:
                 self.text_ratio = sorted(ratios)[len(ratios) // 2]
+        if (it.kind in ("index", "constraint") and it.seen_running and it.size > 64 * 1024
+                and it.duration and it.duration > 0.5):
+            # seconds per byte of table data, for the builds still to come
+            self.build_spb.append(it.duration / it.size)
         it.done = it.work
+
+    def build_seconds_per_byte(self) -> float | None:
+        """What this run's finished index/constraint builds took per byte of
+        their table's data (median), once one has been timed."""
+        if not self.build_spb:
+            return None
+        return sorted(self.build_spb)[len(self.build_spb) // 2]
 
     def _file_evidence(self, snap: Snapshot, running_now: dict[str, int]) -> None:
         """A dump writes each item's file from start to end: a data file that
