@@ -7,6 +7,7 @@ Exit codes (also in docs/exit-codes.md):
   3  cannot connect to the server
   4  no job found
   5  several jobs found: pick one with --pid
+  129 / 143 stopped by SIGHUP (terminal gone) / SIGTERM; the recording is complete
   130 interrupted (Ctrl-C)
 """
 
@@ -70,6 +71,7 @@ class Follower:
         self.stop = False
         self.last: dict[str, Any] | None = None
         self.closed = False
+        self.stop_signal: int | None = None  # SIGHUP / SIGTERM that stopped us
 
     # -- the feed protocol ---------------------------------------------------
 
@@ -102,6 +104,8 @@ class Follower:
         return summary
 
     def exit_code(self) -> int:
+        if self.stop_signal is not None:
+            return 128 + self.stop_signal  # the shell's convention for a signal
         out = self.mon.outcome
         if out is None:
             return EXIT_OK
@@ -172,7 +176,7 @@ def follow(mon: Any, interval: float, as_json: bool, duration: float | None,
                 code = run_tui(follower, interval=interval, title=title)
             finally:
                 follower.close()
-            return int(code)
+            return follower.exit_code() if follower.stop_signal is not None else int(code)
         return follower.run()
     except KeyboardInterrupt:
         follower.close()
@@ -200,6 +204,7 @@ def _target(host: str | None, port: str | None, user: str | None, dbname: str | 
 def _install_signals(follower: Follower) -> None:
     def handler(signum: int, frame: Any) -> None:
         follower.stop = True
+        follower.stop_signal = signum
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         try:

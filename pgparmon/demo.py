@@ -76,7 +76,7 @@ def run_demo(jobs: int = 4, scale: float = 1.0, interval: float = 1.0, as_json: 
         code = run_job([cl.client("pg_dump"), "-Fd", "-j", str(jobs), "-f", dump_dir,
                         "sample"], None, interval, as_json, None, env=env, console=console,
                        record=record, plain=plain)
-        if code != 0:
+        if code != 0:  # failed, interrupted or hung up: no restore of a bad dump
             return code
         cl.psql("CREATE DATABASE restored")
         console.print(f"\n[bold]2/2[/] pg_restore -j {jobs} into database 'restored':")

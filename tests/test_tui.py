@@ -491,3 +491,48 @@ needs_snapshot_textual = pytest.mark.skipif(
 def test_snapshot(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
     app, run_before = _snapshot_app(name)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db: str,
+                                                     tmp_path: Path) -> None:
+    """The SSH session goes away (SIGHUP) while the TUI records a live dump:
+    the app ends, exit 129, and the recording is complete and readable."""
+    import os
+    import pty
+    import select
+    import signal
+    import sys
+
+    from pgparmon.record import read_recording
+
+    tmp_path.chmod(0o777)
+    rec = tmp_path / "hup.pgparmon.gz"
+    argv = [sys.executable, "-m", "pgparmon", "run", "--interval", "0.3", "--record",
+            str(rec), "--", cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
+            str(tmp_path / "d"), sample_db]
+    env = {**cluster.env(), "TERM": "xterm-256color"}
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(argv[0], argv, env)
+    out, hung, deadline = b"", False, time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not hung and out.count(b"workers") >= 2:
+                os.kill(pid, signal.SIGHUP)
+                hung = True
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert hung, out.decode("utf-8", "replace")[-2000:]
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    r = read_recording(str(rec))
+    assert not r.truncated and r.samples and r.summary is not None

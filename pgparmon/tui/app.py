@@ -130,6 +130,13 @@ class PgParMonApp(App[int]):
         self._show_status()
         if self.autostart:
             self._schedule(0.0)
+        # a closed SSH session (SIGHUP) must end the app even while it is
+        # paused or showing a finished job, when no tick would notice
+        self.set_interval(0.5, self._check_stop)
+
+    def _check_stop(self) -> None:
+        if getattr(self.feed, "stop", False) is True:
+            self.exit()
 
     def on_resize(self, event: Resize) -> None:
         if self.last is not None:
