@@ -217,10 +217,19 @@ class Monitor:
     def _restore_leftovers(self, left: list[Any], snap: Snapshot) -> list[Any]:
         """Items that ran between two samples left their rows, index or
         constraint behind: the catalogs settle them."""
-        self._settle_from_catalog(snap.wall)
         tr = self.tracker
         assert tr is not None
-        return [i for i in tr.unfinished() if not (i.kind == "data" and i.work < 512)]
+
+        for attempt in range(4):
+            self._settle_from_catalog(snap.wall)
+            left = [i for i in tr.unfinished() if not (i.kind == "data" and i.work < 512)]
+            if not left or not self.source.may_ask_again("done"):
+                break
+            # a worker's table statistics reach the server's shared memory
+            # within about a second of its commit: ask again before calling
+            # the run failed
+            self.source.pause(0.5 * (attempt + 1))
+        return left
 
     def _settle_from_catalog(self, wall: float, running: set[str] | None = None) -> None:
         tr = self.tracker
@@ -228,12 +237,21 @@ class Monitor:
         done = self.source.catalog_done()
         loaded = set(done.get("loaded") or ())
         names = set(done.get("relations") or ()) | set(done.get("constraints") or ())
+        built_on: set[str] = set()  # tables with an index or constraint built
         for it in tr.unfinished():
             if running and it.key in running:
                 continue
             schema = (it.relation or "public").split(".")[0]
-            if (it.kind == "data" and it.relation in loaded) or (
-                    it.kind != "data" and f"{schema}.{it.name}" in names):
+            if it.kind != "data" and f"{schema}.{it.name}" in names:
+                tr._finish(it, wall)
+        for it in tr.items.values():
+            if it.kind in ("index", "constraint") and it.state == "done" and it.relation:
+                built_on.add(it.relation)
+        for it in tr.unfinished():
+            if running and it.key in running:
+                continue
+            # pg_restore builds a table's indexes only after its data is in
+            if it.kind == "data" and (it.relation in loaded or it.relation in built_on):
                 tr._finish(it, wall)
 
     # ---- the published sample ----------------------------------------------

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -58,6 +57,12 @@ def facts_from_dict(d: dict[str, Any]) -> ServerFacts:
 class LiveSource:
     """Reads the server (one round trip per snapshot), the host and the job's
     client processes."""
+
+    def may_ask_again(self, kind: str) -> bool:
+        return True
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
                  process: subprocess.Popen[Any] | None = None) -> None:
@@ -339,8 +344,12 @@ class ReplaySource:
         self._pos += 1
         return v
 
-    def remaining_snapshots(self) -> Iterator[int]:
-        return (i for i, e in enumerate(self._events[self._pos:]) if e[0] == "snapshot")
+    def may_ask_again(self, kind: str) -> bool:
+        """The live run asked again only if the recording says so."""
+        return self._pos < len(self._events) and self._events[self._pos][0] == kind
+
+    def pause(self, seconds: float) -> None:
+        pass  # a replay does not wait for the server's statistics
 
     def snapshot(self) -> Snapshot:
         return Snapshot.from_dict(self._next("snapshot"))

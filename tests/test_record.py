@@ -50,6 +50,30 @@ def test_replay_gives_the_same_derived_values(dump_recording: tuple[Path, list[d
     assert feed.summary() == r.summary
 
 
+def test_replay_of_a_restore_matches(cluster: Cluster, dump_archive: Path,
+                                     tmp_path: Path) -> None:
+    """A restore's recording also holds its catalog readings (what finished
+    between samples): the replay reaches the same end."""
+    os.chmod(tmp_path, 0o777)
+    cluster.psql("DROP DATABASE IF EXISTS restored_rec")
+    cluster.psql("CREATE DATABASE restored_rec")
+    rec = tmp_path / "restore.gz"
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--record", str(rec),
+                                      "--", cluster.client("pg_restore"), "-j", "2", "-d",
+                                      "restored_rec", str(dump_archive)),
+                         capture_output=True, text=True, env=cluster.env(), timeout=120)
+    assert res.returncode == 0, res.stderr
+    r = read_recording(str(rec))
+    assert any(k == "plan" for k, _ in r.events)
+    feed = ReplayFeed(r, speed=1000.0)
+    replayed = []
+    while not feed.ended and feed.outcome is None:
+        replayed.append(feed.tick())
+    assert replayed == r.samples
+    assert feed.summary() == r.summary and r.summary is not None
+    assert r.summary["state"] == "finished"
+
+
 def test_seek_and_step(dump_recording: tuple[Path, list[dict[str, object]]]) -> None:
     rec, _ = dump_recording
     r = read_recording(str(rec))
