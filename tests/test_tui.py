@@ -182,6 +182,10 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         assert sorts == ["bytes/s", "progress", "phase", "pid"]
         assert "sort: pid" in str(table.border_title)
 
+        # pause: at a 0.02 s interval on a loaded 2-core machine the table
+        # would be rebuilt under the key presses below
+        await pilot.press("p")
+        await pilot.pause(0.2)
         table.focus()
         table.move_cursor(row=0)
         pid = table.highlighted_pid()
