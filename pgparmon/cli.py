@@ -373,6 +373,85 @@ def report(path: str = typer.Argument(..., help="a recording written with --reco
     raise typer.Exit(report_command(path, html))
 
 
+
+HistoryOpt = typer.Option(None, "--history", help="a recording of an earlier run (repeat for "
+                          "several)")
+
+
+@app.command()
+def advise(host: str | None = HostOpt, port: str | None = PortOpt,
+           username: str | None = UserOpt, dbname: str | None = DbOpt,
+           target: str | None = typer.Option(None, "--target", help="advise a dump into this "
+                                             "directory (pg_dump -Fd -j)"),
+           archive: str | None = typer.Option(None, "--archive", help="advise a restore of "
+                                              "this archive (-Fd directory or -Fc file) into "
+                                              "-d DB"),
+           probe: bool = typer.Option(False, "--probe", help="measure this system first: "
+                                      "parallel COPY streams through the same compression "
+                                      "into the target (within its budget)"),
+           probe_seconds: float | None = typer.Option(None, "--probe-seconds", min=1.0,
+                                                      help="the probe's time budget (default: "
+                                                      "3% of the predicted run, at most 60 s)"),
+           history: list[str] | None = HistoryOpt,
+           from_timings: str | None = typer.Option(None, "--from-timings", help="wall times of "
+                                                   "an earlier sweep, e.g. "
+                                                   "\"1=70.3,2=43.6,4=33.7\""),
+           compress: str = typer.Option("gzip", "--compress", "-Z", help="the compression the "
+                                        "dump will use, as pg_dump -Z: 0-9, gzip[:N], lz4[:N], "
+                                        "zstd[:N], none"),
+           max_jobs: int | None = typer.Option(None, "--max-jobs", min=1, max=256,
+                                               help="consider -j up to this (default: the "
+                                               "cores, at least 4)"),
+           as_json: bool = typer.Option(False, "--json", help="print one JSON object "
+                                        "(pgparmon.advice/1, docs/advise.md)"),
+           ) -> None:
+    """Advise the job count for a dump or restore: predicted time per -j, the limit, the command."""
+    from .advise.advice import AdviseError, Request, parse_timings
+    from .advise.advice import advise as run_advise
+    from .advise.model import Compression
+
+    if target and archive:
+        fail("give --target (advise a dump) or --archive (advise a restore), not both",
+             EXIT_USAGE)
+    try:
+        comp = Compression.parse(compress)
+    except ValueError as exc:
+        fail(f"--compress: {exc}", EXIT_USAGE)
+    try:
+        timings = parse_timings(from_timings) if from_timings is not None else None
+    except AdviseError as exc:
+        fail(str(exc), exc.code)
+    kind = "restore" if archive else "dump"
+    server_wanted = bool(dbname or host or port or username or target or probe or
+                         (archive and not timings) or os.environ.get("PGDATABASE"))
+    if not target and not archive and not timings:
+        fail("what to advise: --target DIR (a dump of -d DB), --archive PATH (a restore into "
+             "-d DB) or --from-timings \"1=70,2=44\"", EXIT_USAGE)
+    if (target or (archive and not timings) or probe) and not dbname and \
+            not os.environ.get("PGDATABASE"):
+        fail(f"give the database with -d DB (the one to {'dump' if kind == 'dump' else 'restore into'})",
+             EXIT_USAGE)
+    conn = _target(host, port, username, dbname) if server_wanted and (dbname or os.environ.get(
+        "PGDATABASE") or host or port) else None
+    req = Request(kind=kind, conn=conn, target_dir=target, archive=archive, probe=probe,
+                  probe_seconds=probe_seconds, history=list(history or []), timings=timings,
+                  compression=comp, max_jobs=max_jobs, dbname_for_command=dbname,
+                  host=host, port=port, user=username)
+    try:
+        advice = run_advise(req)
+    except ConnectError as exc:
+        fail(str(exc), EXIT_CONNECT)
+    except AdviseError as exc:
+        fail(str(exc), exc.code)
+    if as_json:
+        sys.stdout.write(json.dumps(advice.to_json()) + "\n")
+    else:
+        from .advise.report import print_advice
+
+        print_advice(advice)
+    raise typer.Exit(EXIT_OK)
+
+
 def main() -> None:
     try:
         app()

@@ -23,6 +23,7 @@ from .model import FileSize, Snapshot
 from .sample import host as hostmod
 from .sample import procs
 from .sample.db import DbSampler, ServerFacts
+from .sample.files import table_file_sizes
 from .toc import PostDataTarget, TocError, TocItem, list_archive, post_data_targets
 
 
@@ -217,25 +218,9 @@ class LiveSource:
         return {"error": None}
 
     def _table_file_sizes(self, tables: list[list[Any]]) -> dict[str, float]:
-        """On-disk size of never-vacuumed tables (relpages 0), when we run on
-        the server's host with access to its files (no lock, no SQL)."""
-        ddir = self.facts.data_directory if self.local else None
-        out: dict[str, float] = {}
-        if not ddir:
-            return out
-        for t in tables:
-            if (t[4] or 0) > 0 or not t[7]:
-                continue
-            base = os.path.join(ddir, t[7])
-            total = 0
-            for i in range(4096):
-                try:
-                    total += os.stat(base if i == 0 else f"{base}.{i}").st_size
-                except OSError:
-                    break
-            if total:
-                out[f"{t[1]}.{t[2]}"] = float(total)
-        return out
+        """On-disk size of never-vacuumed tables, when we run on the server's
+        host with access to its files (no lock, no SQL)."""
+        return table_file_sizes(self.facts.data_directory if self.local else None, tables)
 
     def _client_binary(self, name: str) -> str | None:
         job = self.job

@@ -1,0 +1,315 @@
+"""What a dump or a restore will have to move, before it runs.
+
+The same inventory the live monitor plans with (analyze.progress.Tracker's
+plan_dump / plan_restore), so that the advice and the ETA of the run it
+advised never disagree about the items: a dump's items are its tables, sized
+by pg_class.relpages (heap + TOAST, what pg_dump orders by); a restore's are
+the archive's data files and the index and constraint builds that depend on
+them (signals.md). The work unit is the heap byte: a restore's data files are
+converted from COPY text bytes (the uncompressed size, read from the gzip
+trailer without decompressing) with the text/heap ratio.
+
+Catalog only: no pg_relation_size() or any other function that takes a lock
+on a user table.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import psycopg
+
+from .. import sql
+from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
+from ..analyze.schedule import WorkItem
+from ..discover import Job
+from ..sample import procs
+from ..sample.db import ServerFacts
+from ..sample.files import table_file_sizes
+from ..toc import TocError, archive_format, list_archive, post_data_targets
+
+
+class InventoryError(ValueError):
+    """The archive or database cannot be inventoried: one line, what to do."""
+
+
+@dataclass(frozen=True)
+class TableSize:
+    name: str  # schema.table, as pg_dump's TOC names it
+    schema: str
+    relname: str
+    relpages: int  # heap + TOAST pages (pg_dump's ordering key)
+    heap_bytes: float
+    reltuples: float | None = None
+
+
+@dataclass
+class Inventory:
+    kind: str  # "dump" | "restore"
+    items: list[WorkItem]
+    tables: list[TableSize]  # the data items, largest first
+    block_size: int = 8192
+    archive_format: str | None = None  # restore: directory | custom | tar | plain
+    archive_bytes: float | None = None  # restore: the archive's size on disk
+    archive_compression: str | None = None  # restore: gzip | lz4 | zstd | none
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def data_bytes(self) -> float:
+        return sum(t.heap_bytes for t in self.tables)
+
+    @property
+    def total_work(self) -> float:
+        return sum(it.work for it in self.items)
+
+    @property
+    def largest(self) -> WorkItem | None:
+        return max(self.items, key=lambda it: it.work, default=None)
+
+    def label(self, key: str | None) -> str:
+        for it in self.items:
+            if it.key == key:
+                return it.label or it.key
+        return key or "?"
+
+    def to_json(self) -> dict[str, Any]:
+        big = self.largest
+        return {"kind": self.kind, "items": len(self.items), "tables": len(self.tables),
+                "data_bytes": round(self.data_bytes), "work_bytes": round(self.total_work),
+                "largest_item": big.label if big else None,
+                "largest_item_bytes": round(big.work) if big else None,
+                "archive_format": self.archive_format,
+                "archive_bytes": None if self.archive_bytes is None else round(self.archive_bytes),
+                "archive_compression": self.archive_compression}
+
+
+def _work_items(tr: Tracker) -> list[WorkItem]:
+    return [WorkItem(key=it.key, work=it.work, size=it.size, table=it.relation,
+                     exclusive=it.exclusive, deps=it.deps, label=it.name)
+            for it in tr.items.values()]
+
+
+def server_is_local(facts: ServerFacts) -> bool:
+    """The server runs on this host (its backend is one of our processes'
+    neighbours): then its data directory, memory and disks are ours to read."""
+    try:
+        return procs.postmaster_of(facts.backend_pid) is not None
+    except Exception:  # noqa: BLE001 - /proc unreadable: treat as remote
+        return False
+
+
+def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
+                   local: bool) -> Inventory:
+    row = conn.execute(sql.load("tables", facts.version_num)).fetchone()
+    tables: list[list[Any]] = (row[0] if row else None) or []
+    tr = Tracker(Job(kind="pg_dump", database=facts.database), block_size=facts.block_size)
+    sizes = table_file_sizes(facts.data_directory if local else None, tables)
+    tr.plan_dump(None, tables, sizes)
+    info = {f"{t[1]}.{t[2]}": t for t in tables}
+    out: list[TableSize] = []
+    unsized = 0
+    for it in tr.items.values():
+        t = info.get(it.relation or "")
+        relpages = int((t[4] or 0) + (t[6] or 0)) if t else 0
+        if relpages <= 0 and (it.relation or "") not in sizes:
+            unsized += 1
+        out.append(TableSize(name=it.relation or it.key, schema=str(t[1]) if t else "",
+                             relname=str(t[2]) if t else it.key, relpages=relpages,
+                             heap_bytes=it.work, reltuples=it.reltuples))
+    out.sort(key=lambda t: -t.heap_bytes)
+    inv = Inventory("dump", _work_items(tr), out, block_size=facts.block_size)
+    if unsized:
+        inv.notes.append(f"{unsized} table(s) were never vacuumed or analyzed (relpages 0): "
+                         "their size is unknown to the catalog; run ANALYZE for better advice")
+    return inv
+
+
+def _gzip_uncompressed(path: str, size: int) -> float | None:
+    """ISIZE from the gzip trailer (uncompressed length mod 2^32): exact for
+    members under 4 GiB; corrected upward by the compressed size when it
+    plainly wrapped."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return None
+            f.seek(-4, os.SEEK_END)
+            isize = struct.unpack("<I", f.read(4))[0]
+    except OSError:
+        return None
+    # A 4 GiB wrap shows as an uncompressed size smaller than the compressed one.
+    while isize < size:
+        isize += 2 ** 32
+    return float(isize)
+
+
+def _zstd_content_size(path: str) -> float | None:
+    """The frame content size a zstd frame header may carry (pg_dump's
+    streaming writer usually leaves it out: then None)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(18)
+    except OSError:
+        return None
+    if len(head) < 6 or head[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = head[4]
+    fcs_flag = fhd >> 6
+    single = (fhd >> 5) & 1
+    dict_flag = fhd & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+    n = (0 if not single else 1, 2, 4, 8)[fcs_flag] if fcs_flag or single else 0
+    if n == 0:
+        return None
+    raw = head[pos:pos + n]
+    if len(raw) < n:
+        return None
+    v = int.from_bytes(raw, "little")
+    return float(v + 256 if n == 2 else v)
+
+
+def _text_bytes(path: str, size: int) -> tuple[float, str]:
+    """(uncompressed COPY text bytes, compression) of one data file."""
+    if path.endswith(".gz"):
+        v = _gzip_uncompressed(path, size)
+        return (v if v is not None else size / 0.3), "gzip"
+    if path.endswith(".zst"):
+        v = _zstd_content_size(path)
+        return (v if v is not None else size / 0.3), "zstd"
+    if path.endswith(".lz4"):
+        return size / 0.5, "lz4"
+    return float(size), "none"
+
+
+def _archive_files(archive: str, toc: list[Any]) -> tuple[dict[str, tuple[str | None, float]],
+                                                          str | None, float]:
+    files: dict[str, tuple[str | None, float]] = {}
+    kinds: set[str] = set()
+    on_disk = 0.0
+    for it in toc:
+        if it.desc != "TABLE DATA":
+            continue
+        for ext in (".dat", ".dat.gz", ".dat.lz4", ".dat.zst"):
+            p = os.path.join(archive, f"{it.dump_id}{ext}")
+            try:
+                size = os.stat(p).st_size
+            except OSError:
+                continue
+            text, comp = _text_bytes(p, size)
+            kinds.add(comp)
+            on_disk += size
+            # the work unit is the heap byte: COPY text is ~DEFAULT_TEXT_RATIO of it
+            files[str(it.dump_id)] = (p, max(text / DEFAULT_TEXT_RATIO, 1.0))
+            break
+    comp = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None)
+    return files, comp, on_disk
+
+
+def restore_inventory(archive: str, pg_restore: str | None = None) -> Inventory:
+    """Items of `pg_restore -j` from an archive (no server needed)."""
+    fmt = archive_format(archive)
+    if fmt is None:
+        if not os.path.exists(archive):
+            raise InventoryError(f"{archive}: no such file or directory (give the dump "
+                                 "directory or custom-format file with --archive)")
+        raise InventoryError(f"{archive} is not a pg_dump archive (no toc.dat, no PGDMP "
+                             "header): give a -Fd directory or a -Fc file with --archive")
+    size = _path_size(archive)
+    if fmt in ("plain", "tar"):
+        inv = Inventory("restore", [], [], archive_format=fmt, archive_bytes=size)
+        return inv
+    try:
+        _, toc = list_archive(archive, pg_restore=pg_restore)
+    except TocError as exc:
+        raise InventoryError(f"cannot read the archive {archive}: {exc}") from None
+    try:
+        targets = post_data_targets(archive, pg_restore=pg_restore)
+    except TocError:
+        targets = {}
+    comp: str | None
+    if fmt == "directory":
+        files, comp, _ = _archive_files(archive, toc)
+    else:
+        # A custom archive's TOC holds no sizes we can read without parsing
+        # its data blocks: spread its size evenly (the advice says so).
+        data = [it for it in toc if it.desc == "TABLE DATA"]
+        each = max(size / 0.3 / DEFAULT_TEXT_RATIO / max(1, len(data)), 1.0)
+        files = {str(it.dump_id): (None, each) for it in data}
+        comp = None
+    tr = Tracker(Job(kind="pg_restore", database=None))
+    tr.plan_restore(toc, files, targets)
+    tables = sorted((TableSize(name=it.relation or it.key, schema=(it.relation or ".").split(".")[0],
+                               relname=(it.relation or it.key).split(".")[-1], relpages=0,
+                               heap_bytes=it.work)
+                     for it in tr.items.values() if it.kind == "data"), key=lambda t: -t.heap_bytes)
+    inv = Inventory("restore", _work_items(tr), tables, archive_format=fmt, archive_bytes=size,
+                    archive_compression=comp)
+    if fmt == "custom":
+        inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
+                         "taken as equal, so the largest-table bound is unknown")
+    return inv
+
+
+def _path_size(path: str) -> float:
+    if os.path.isdir(path):
+        total = 0
+        for entry in os.scandir(path):
+            try:
+                total += entry.stat().st_size
+            except OSError:
+                continue
+        return float(total)
+    try:
+        return float(os.path.getsize(path))
+    except OSError:
+        return 0.0
+
+
+def read_advise_facts(conn: psycopg.Connection[Any], facts: ServerFacts) -> dict[str, Any]:
+    row = conn.execute(sql.load("advise", facts.version_num)).fetchone()
+    return dict(row[0]) if row and row[0] else {}
+
+
+def setting_bytes(settings: dict[str, Any], name: str) -> float | None:
+    """A memory/size setting in bytes from pg_settings' (setting, unit)."""
+    v = settings.get(name)
+    if not v:
+        return None
+    value, unit = (v[0], v[1]) if isinstance(v, list) else (v, None)
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        return None
+    mult = {"B": 1, "kB": 1024, "8kB": 8192, "16kB": 16384, "32kB": 32768, "MB": 1024 ** 2,
+            "16MB": 16 * 1024 ** 2, "GB": 1024 ** 3}.get(unit or "B")
+    return None if mult is None else n * mult
+
+
+def setting_int(settings: dict[str, Any], name: str) -> int | None:
+    v = settings.get(name)
+    if v is None:
+        return None
+    value = v[0] if isinstance(v, list) else v
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def setting_str(settings: dict[str, Any], name: str) -> str | None:
+    v = settings.get(name)
+    if v is None:
+        return None
+    return str(v[0] if isinstance(v, list) else v)
+
+
+def available_memory() -> float:
+    return float(psutil.virtual_memory().available)
+
+
+__all__ = ["Inventory", "InventoryError", "TableSize", "available_memory", "dump_inventory",
+           "read_advise_facts", "restore_inventory", "server_is_local", "setting_bytes",
+           "setting_int", "setting_str"]

@@ -1,0 +1,304 @@
+"""From evidence to advice: predicted wall time at each -j, what limits it,
+and the choice of advisor.md (the fastest j, the knee within 10% of it, the
+efficient j whose CPU per GB stays within 1.25x of one job's, then the caps).
+
+Evidence becomes a throughput curve X(k) (usl.fit); r(k) = X(k)/k drives the
+same LPT/restore simulation the live ETA uses (analyze.schedule.simulate).
+Timings of whole runs are the exception: they already include the run's tail,
+so their fitted curve predicts wall time directly (1/X) instead of being fed
+through the schedule a second time.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analyze.schedule import WorkItem, lower_bound, simulate
+from . import usl
+
+# advisor.md: the knee is the smallest j within 10% of the fastest, and the
+# efficient j keeps CPU-seconds per GB within 1.25x of one job's.
+KNEE = 1.10
+EFFICIENCY = 1.25
+# A stream's marginal gain below this fraction of one stream's throughput:
+# the curve has flattened, something other than the job count limits.
+FLAT_GAIN = 0.10
+# The largest item alone takes at least this share of the predicted time:
+# it, not the job count, sets the wall time.
+DOMINANT_SHARE = 0.85
+
+# Static guesses, heap bytes per second of one core (advice from these is
+# labelled a guess): the server's COPY TO / FROM, and the client's compressor.
+SERVER_COPY_OUT = 250e6
+SERVER_COPY_IN = 45e6
+CLIENT_RATE = {"gzip": 45e6, "lz4": 400e6, "zstd": 160e6, "none": 600e6}
+GZIP_LEVEL_RATE = {0: 600e6, 1: 110e6, 2: 100e6, 3: 85e6, 4: 70e6, 5: 55e6, 6: 45e6,
+                   7: 35e6, 8: 18e6, 9: 12e6}
+
+
+@dataclass(frozen=True)
+class Compression:
+    method: str  # gzip | lz4 | zstd | none
+    level: int | None = None
+
+    @property
+    def spec(self) -> str:
+        return self.method if self.level is None else f"{self.method}:{self.level}"
+
+    def dump_args(self, pg_dump_major: int | None) -> list[str]:
+        """pg_dump's -Z for this compression (16+ takes METHOD[:LEVEL]),
+        nothing for pg_dump's own default (gzip at its default level)."""
+        if self.method == "gzip" and self.level in (None, 6):
+            return []
+        if self.method == "gzip" or self.method == "none":
+            lvl = 0 if self.method == "none" else self.level
+            return [f"-Z{lvl}"]
+        return [f"--compress={self.spec}"]
+
+    @staticmethod
+    def parse(spec: str) -> Compression:
+        """pg_dump -Z syntax: a level 0-9 (gzip, 0 = none), or
+        METHOD[:LEVEL] with gzip, lz4, zstd or none."""
+        s = spec.strip().lower()
+        if s.isdigit():
+            n = int(s)
+            if not 0 <= n <= 9:
+                raise ValueError(f"compression level {n} is out of range 0-9")
+            return Compression("none") if n == 0 else Compression("gzip", n)
+        method, _, lvl = s.partition(":")
+        method = method.strip()
+        if method not in ("gzip", "lz4", "zstd", "none"):
+            raise ValueError(f"unknown compression {spec!r}: use 0-9, gzip[:N], lz4[:N], "
+                             "zstd[:N] or none")
+        if lvl.strip().startswith("level="):
+            lvl = lvl.strip()[len("level="):]
+        level: int | None = None
+        if lvl.strip():
+            try:
+                level = int(lvl)
+            except ValueError:
+                raise ValueError(f"bad compression level in {spec!r}") from None
+        return Compression(method, level)
+
+    def client_rate(self) -> float:
+        if self.method == "gzip":
+            return GZIP_LEVEL_RATE.get(self.level if self.level is not None else 6, 45e6)
+        return CLIENT_RATE[self.method]
+
+    def ratio_guess(self) -> float:
+        """Archive bytes per heap byte, on the high side (for a space check)."""
+        return {"gzip": 0.45, "lz4": 0.6, "zstd": 0.4, "none": 0.9}[self.method]
+
+
+@dataclass
+class Evidence:
+    """A throughput curve and where it came from."""
+
+    basis: str  # probe | history | timings | static
+    fit: usl.Fit
+    points: list[tuple[float, float]]  # what was fitted: (k, X)
+    # CPU-seconds per GB at measured k (probe only): the efficiency rule
+    cpu_per_gb: dict[int, float] = field(default_factory=dict)
+    # what saturates when the curve flattens: a name a DBA knows
+    limit: str = "a shared resource"
+    per_stream_limit: str | None = None  # what bounds one stream (compression CPU, ...)
+    timings: dict[int, float] | None = None  # basis "timings": measured wall times
+    note: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def rate(self, k: int) -> float:
+        return self.fit.rate(k)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    jobs: int
+    wall_s: float
+    bottleneck: str
+    lower_bound_s: float | None = None
+    tail_s: float | None = None
+    last_item: str | None = None
+    measured_s: float | None = None  # basis "timings": what the user measured
+    extrapolated: bool = False  # beyond the evidence (capped at 2x the largest measured j)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"jobs": self.jobs, "wall_s": round(self.wall_s, 2),
+                "bottleneck": self.bottleneck,
+                "lower_bound_s": None if self.lower_bound_s is None else round(self.lower_bound_s, 2),
+                "tail_s": None if self.tail_s is None else round(self.tail_s, 2),
+                "last_item": self.last_item, "measured_s": self.measured_s,
+                "extrapolated": self.extrapolated}
+
+
+def static_evidence(kind: str, cores: int, compression: Compression, local: bool) -> Evidence:
+    """A guess from the machine alone: per-stream rate from typical per-core
+    rates of the server's COPY and the client's compressor; the host's cores
+    as the ceiling when client and server share it."""
+    if kind == "dump":
+        server, client = SERVER_COPY_OUT, compression.client_rate()
+        r1 = min(server, client)  # pg_dump reads and compresses in one process
+        cores_per_stream = r1 / server + r1 / client
+        per_stream = "compression CPU" if client < server else "the server's COPY"
+    else:
+        r1 = SERVER_COPY_IN
+        cores_per_stream = 1.1  # the backend parses, writes WAL; pg_restore decompresses
+        per_stream = "the server's COPY FROM"
+    ceiling = cores / cores_per_stream if local else None
+    x_max = r1 * ceiling if ceiling is not None else None
+    n_max = max(1, cores * 2)
+    f = usl.Fit("plateau", r1, x_max=x_max, max_n=float(n_max), n_points=0,
+                note="static guess: typical per-core rates, the host's cores as the ceiling")
+    pts = [(float(k), f.throughput(k)) for k in range(1, n_max + 1)]
+    return Evidence("static", f, pts, limit=f"host CPU ({cores} cores)" if local else
+                    "the server or the network (not measured)", per_stream_limit=per_stream,
+                    note="no measurement: per-core rates typical of PostgreSQL and "
+                         f"{compression.spec}; run with --probe for advice that is not a guess")
+
+
+def timings_evidence(timings: dict[int, float]) -> Evidence:
+    pts = usl.from_timings(timings)
+    f = usl.fit(pts)
+    return Evidence("timings", f, pts, limit="a resource the timings do not name",
+                    timings=dict(timings), note=f.note)
+
+
+def points_evidence(basis: str, points: Sequence[tuple[float, float]], *, limit: str,
+                    per_stream_limit: str | None = None,
+                    cpu_per_gb: dict[int, float] | None = None, note: str = "",
+                    detail: dict[str, Any] | None = None) -> Evidence:
+    f = usl.fit(points)
+    return Evidence(basis, f, list(points), cpu_per_gb=dict(cpu_per_gb or {}), limit=limit,
+                    per_stream_limit=per_stream_limit, note=note or f.note,
+                    detail=dict(detail or {}))
+
+
+def _flat_at(fit: usl.Fit, j: int) -> bool:
+    """Adding the j-th stream gains less than FLAT_GAIN of one stream."""
+    if j <= 1:
+        return False
+    x1 = fit.throughput(1)
+    return fit.throughput(j) - fit.throughput(j - 1) < FLAT_GAIN * x1
+
+
+def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
+            labels: dict[str, str] | None = None) -> list[Prediction]:
+    labels = labels or {}
+    out: list[Prediction] = []
+    big = max(items, key=lambda it: it.work) if items else None
+    for j in jobs:
+        extrap = ev.basis != "static" and j > ev.fit.max_n + 1e-9
+        if ev.basis == "timings" or not items:
+            wall = 1.0 / ev.fit.throughput(j)
+            measured = (ev.timings or {}).get(j)
+            neck = _curve_bottleneck(ev, j)
+            out.append(Prediction(j, wall, neck, None, None, None, measured, extrap))
+            continue
+        sched = simulate(list(items), j, ev.rate)
+        lb = lower_bound(list(items), j, ev.rate)
+        alone = big.work / ev.rate(1) if big else 0.0
+        if big is not None and j > 1 and alone >= DOMINANT_SHARE * sched.makespan:
+            neck = f"largest table ({labels.get(big.key, big.label or big.key)})"
+        else:
+            neck = _curve_bottleneck(ev, j)
+        out.append(Prediction(j, sched.makespan, neck, lb, sched.tail_s,
+                              labels.get(sched.last_item or "", sched.last_item), None, extrap))
+    return out
+
+
+def _curve_bottleneck(ev: Evidence, j: int) -> str:
+    fit = ev.fit
+    peak = fit.peak_n
+    if fit.model == "usl" and fit.kappa > 0 and peak is not None and j > peak + 0.5:
+        return f"contention past the peak (~{peak:.0f} jobs): {ev.limit}"
+    if _flat_at(fit, j):
+        return ev.limit
+    if j == 1 and ev.per_stream_limit:
+        return f"one job ({ev.per_stream_limit})"
+    return "job count (more jobs help)"
+
+
+@dataclass
+class Choice:
+    recommended: int
+    fastest: int
+    knee: int
+    efficient: int | None
+    capped_by: list[str] = field(default_factory=list)  # why recommended < min(knee, eff)
+
+
+def _interp(d: dict[int, float], j: int) -> float | None:
+    if not d:
+        return None
+    ks = sorted(d)
+    if j <= ks[0]:
+        return d[ks[0]]
+    if j >= ks[-1]:
+        return d[ks[-1]]
+    for a, b in itertools.pairwise(ks):
+        if a <= j <= b:
+            return d[a] + (d[b] - d[a]) * (j - a) / (b - a)
+    return None
+
+
+def choose(preds: Sequence[Prediction], cpu_per_gb: dict[int, float],
+           caps: dict[str, int]) -> Choice:
+    """advisor.md's rule: min(j_knee, j_eff), then the caps (each a reason
+    and the largest j it allows). Extrapolated predictions are shown, never
+    chosen: a j beyond the evidence is a guess about the one thing measured."""
+    preds = [p for p in preds if not p.extrapolated] or list(preds)
+    if not preds:
+        raise ValueError("no predictions to choose from")
+    best = min(preds, key=lambda p: (p.wall_s, p.jobs))
+    knee = min(p.jobs for p in preds if p.wall_s <= KNEE * best.wall_s)
+    eff: int | None = None
+    base = _interp(cpu_per_gb, 1)
+    if base:
+        ok = [p.jobs for p in preds if (_interp(cpu_per_gb, p.jobs) or math.inf) <= EFFICIENCY * base]
+        eff = max(ok) if ok else 1
+    rec = min(knee, eff) if eff is not None else knee
+    capped: list[str] = []
+    for why, cap in sorted(caps.items(), key=lambda kv: kv[1]):
+        if cap < rec:
+            capped.append(why)
+            rec = max(1, cap)
+    return Choice(rec, best.jobs, knee, eff, capped)
+
+
+def dominant(items: Sequence[WorkItem], ev: Evidence, pred: Prediction,
+             labels: dict[str, str]) -> dict[str, Any] | None:
+    """When the largest item alone sets the wall time at the chosen j: what
+    it is, its share, and the piece size that would let j streams share it."""
+    if not items or ev.basis == "timings":
+        return None
+    big = max(items, key=lambda it: it.work)
+    total = sum(it.work for it in items)
+    alone = big.work / ev.rate(1)
+    if pred.jobs < 2 or alone < DOMINANT_SHARE * pred.wall_s:
+        return None
+    j = pred.jobs
+    return {"item": labels.get(big.key, big.label or big.key), "bytes": round(big.work),
+            "share": round(big.work / total, 3) if total else None,
+            "alone_s": round(alone, 2),
+            "split_bytes": round(max(total / (j * 2), 1.0)),
+            "message": (f"{labels.get(big.key, big.label or big.key)} is "
+                        f"{100 * big.work / total:.0f}% of the data and takes about "
+                        f"{alone:.0f} s on one worker whatever -j is: split it into pieces "
+                        f"of about {_human(total / (j * 2))} (partition it, or copy it in ctid "
+                        "ranges as pgcopydb does) to let the other jobs share it")}
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+human_bytes = _human

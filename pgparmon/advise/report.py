@@ -1,0 +1,98 @@
+"""The advice on a terminal: the answer first (the -j to use, how long, the
+command), then the table of every j considered, then what would bite."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..redact import redact_text
+from .advice import Advice
+from .model import human_bytes
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 100:
+        return f"{s:.1f} s"
+    if s < 6000:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.2f} h"
+
+
+_BASIS = {"probe": "a probe of this system", "history": "recordings of earlier runs",
+          "timings": "the timings given", "static": "static facts only: a guess"}
+
+
+def render(a: Advice) -> RenderableType:
+    rec = a.prediction(a.recommended)
+    what = "pg_dump" if a.kind == "dump" else "pg_restore"
+    head = Text()
+    head.append(f"{what}: use -j {a.recommended}", style="bold green")
+    if rec:
+        head.append(f"  predicted {_dur(rec.wall_s)}", style="bold")
+    if a.fastest != a.recommended:
+        fast = a.prediction(a.fastest)
+        head.append(f"   (fastest -j {a.fastest}: {_dur(fast.wall_s if fast else None)})")
+    basis = Text(f"basis: {_BASIS.get(a.basis, a.basis)}; confidence {a.confidence}",
+                 style="dim" if a.basis != "static" else "yellow")
+    parts: list[RenderableType] = [head, basis]
+    if a.inventory is not None and a.inventory.items:
+        inv = a.inventory
+        big = inv.largest
+        parts.append(Text(f"{len(inv.tables)} tables, {human_bytes(inv.data_bytes)} of data"
+                          + (f", largest item {big.label} {human_bytes(big.work)}" if big else ""),
+                          style="dim"))
+    if a.lower_bound_s is not None:
+        parts.append(Text(f"lower bound at -j {a.recommended}: {_dur(a.lower_bound_s)} "
+                          "(largest item alone, or all work at full throughput)", style="dim"))
+    parts.append(Text(""))
+    parts.append(Text("command: ", style="bold").append(redact_text(a.command), style="cyan"))
+    parts.append(Text(""))
+
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    t.add_column("-j", justify="right")
+    t.add_column("predicted", justify="right")
+    if any(p.measured_s is not None for p in a.predictions):
+        t.add_column("measured", justify="right")
+    t.add_column("limited by")
+    has_measured = any(p.measured_s is not None for p in a.predictions)
+    for p in a.predictions:
+        mark = ""
+        if p.jobs == a.recommended:
+            mark = " <- recommended"
+        elif p.jobs == a.fastest:
+            mark = " <- fastest"
+        style = "bold green" if p.jobs == a.recommended else None
+        row = [str(p.jobs), _dur(p.wall_s) + ("*" if p.extrapolated else "")]
+        if has_measured:
+            row.append(_dur(p.measured_s))
+        row.append(p.bottleneck + mark)
+        t.add_row(*row, style=style)
+    parts.append(t)
+    if any(p.extrapolated for p in a.predictions):
+        parts.append(Text("* beyond the measured job counts", style="dim"))
+    if a.why:
+        parts.append(Text(""))
+        for w in a.why:
+            parts.append(Text(f"  {redact_text(w)}"))
+    if a.probe:
+        pr = a.probe
+        parts.append(Text(f"probe: {pr.get('seconds', 0):.1f} s of a {pr.get('budget_s', 0):.1f} "
+                          f"s budget, {len(pr.get('points') or [])} steps", style="dim"))
+    if a.warnings:
+        parts.append(Text(""))
+        for w in a.warnings:
+            line = Text("! ", style="bold yellow")
+            line.append(f"{w.code}: ", style="yellow")
+            line.append(redact_text(w.message))
+            parts.append(line)
+    for n in a.notes:
+        parts.append(Text(f"note: {redact_text(n)}", style="dim"))
+    return Group(*parts)
+
+
+def print_advice(a: Advice, console: Console | None = None) -> None:
+    (console or Console()).print(render(a))
