@@ -1,0 +1,397 @@
+"""`pgparmon advise`: the choice rules, every warning, the JSON document
+against docs/advise.md, bad input, and advice on a real small database and
+archive (static; the probe has its own tests in test_probe.py and an
+end-to-end one here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pgparmon.advise import advice as adv
+from pgparmon.advise import model, usl
+from pgparmon.advise.advice import AdviseError, Request, parse_timings
+from pgparmon.advise.inventory import Inventory, TableSize, setting_bytes
+from pgparmon.advise.model import Compression, Prediction
+from pgparmon.analyze.schedule import WorkItem
+from pgparmon.cluster import Cluster
+from pgparmon.connect import ConnTarget
+
+from support import pgparmon_cmd
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "advise.md"
+SEED_002 = {1: 70.3, 2: 43.6, 3: 38.8, 4: 33.7, 5: 31.0, 6: 30.5}
+
+
+def run_advise(*args: str, env: dict[str, str] | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(pgparmon_cmd("advise", *args), capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def conn_args(cluster: Cluster, dbname: str) -> list[str]:
+    return ["-h", str(cluster.sockdir), "-p", str(cluster.port), "-U", "postgres", "-d", dbname]
+
+
+def target(cluster: Cluster, dbname: str) -> ConnTarget:
+    return ConnTarget(dbname=dbname, host=str(cluster.sockdir), port=cluster.port,
+                      user="postgres")
+
+
+# ------------------------------------------------------------ the rules
+
+
+def preds(times: dict[int, float]) -> list[Prediction]:
+    return [Prediction(j, t, "x") for j, t in sorted(times.items())]
+
+
+def test_choose_knee_is_smallest_j_within_ten_percent() -> None:
+    c = model.choose(preds({1: 100, 2: 52, 3: 40, 4: 36, 5: 35, 6: 35.5}), {}, {})
+    assert c.fastest == 5
+    assert c.knee == 4  # 36 <= 1.1 * 35; 40 is not
+    assert c.recommended == 4
+
+
+def test_choose_efficiency_rule_takes_the_smaller_j() -> None:
+    # CPU per GB grows past 2 streams (contention burns CPU): j_eff = 2
+    c = model.choose(preds({1: 100, 2: 55, 3: 45, 4: 40}), {1: 10.0, 2: 12.0, 4: 16.0}, {})
+    assert c.knee == 4
+    assert c.efficient == 2  # 3 interpolates to 14 > 12.5
+    assert c.recommended == 2
+
+
+def test_choose_caps_and_extrapolated_points() -> None:
+    p = preds({1: 100, 2: 50, 3: 34, 4: 26})
+    c = model.choose(p, {}, {"connections": 2, "tables": 3})
+    assert c.recommended == 2 and c.capped_by == ["connections"]
+    # a j beyond the evidence is shown, never chosen
+    p2 = [*p[:2], Prediction(3, 10.0, "x", extrapolated=True)]
+    assert model.choose(p2, {}, {}).recommended == 2
+
+
+def test_seed_002_timings_recommend_the_plateau() -> None:
+    ev = model.timings_evidence(SEED_002)
+    ps = model.predict(ev, None, range(1, 13))
+    c = model.choose(ps, {}, {})
+    # measured: 31.0 s at 5 and 30.5 s at 6; 60 jobs were no faster than 6
+    assert c.recommended in (5, 6)
+    assert c.fastest <= 6
+    for p in ps[:6]:
+        assert abs(p.wall_s / SEED_002[p.jobs] - 1) < 0.10
+    assert all(p.extrapolated for p in ps[6:])
+
+
+def test_simulation_shows_the_dominant_table() -> None:
+    items = [WorkItem("big", 700.0, 700.0, label="public.big")] + [
+        WorkItem(f"s{i}", 50.0, 50.0, label=f"public.s{i}") for i in range(6)]
+    f = usl.Fit("plateau", 10.0, max_n=8.0, n_points=4)  # linear: 10 units/s per stream
+    ev = model.Evidence("probe", f, [(1.0, 10.0), (2.0, 20.0), (4.0, 40.0), (8.0, 80.0)])
+    ps = model.predict(ev, items, [1, 2, 4, 8], {it.key: it.label for it in items})
+    by = {p.jobs: p for p in ps}
+    assert by[1].wall_s == pytest.approx(100.0)
+    assert by[4].wall_s == pytest.approx(70.0)  # the big table alone: 700 / 10
+    assert by[4].bottleneck == "largest table (public.big)"
+    assert by[4].lower_bound_s == pytest.approx(70.0)
+    dom = model.dominant(items, ev, by[4], {it.key: it.label for it in items})
+    assert dom is not None and dom["item"] == "public.big" and dom["share"] == 0.7
+    assert "split it" in dom["message"]
+
+
+def test_static_guess_is_bounded_by_cores() -> None:
+    ev = model.static_evidence("dump", 2, Compression("gzip"), local=True)
+    assert ev.basis == "static"
+    x = [ev.fit.throughput(k) for k in (1, 2, 4, 8)]
+    assert x[0] < x[1] and x[2] == pytest.approx(x[3])  # flat past the cores
+    assert "compression" in (ev.per_stream_limit or "")
+    fast = model.static_evidence("dump", 2, Compression("lz4"), local=True)
+    assert fast.fit.throughput(1) > 5 * ev.fit.throughput(1)
+
+
+@pytest.mark.parametrize("spec,expect", [
+    ("6", Compression("gzip", 6)), ("0", Compression("none")), ("gzip:1", Compression("gzip", 1)),
+    ("lz4", Compression("lz4")), ("zstd:3", Compression("zstd", 3)),
+    ("zstd:level=5", Compression("zstd", 5)), ("none", Compression("none")),
+])
+def test_compression_parse(spec: str, expect: Compression) -> None:
+    assert Compression.parse(spec) == expect
+
+
+def test_compression_parse_rejects() -> None:
+    for bad in ("12", "brotli", "gzip:x"):
+        with pytest.raises(ValueError):
+            Compression.parse(bad)
+    assert Compression("gzip").dump_args(15) == []
+    assert Compression("gzip", 1).dump_args(15) == ["-Z1"]
+    assert Compression("lz4").dump_args(16) == ["--compress=lz4"]
+
+
+def test_parse_timings() -> None:
+    assert parse_timings("1=70.3,2=43.6, 4=33.7") == {1: 70.3, 2: 43.6, 4: 33.7}
+    assert parse_timings("j1=10 j2=6s 2:4") == {1: 10.0, 2: 5.0}
+    for bad in ("", "1=", "x=3", "0=5", "2=-1", "1=70,2=4x3"):
+        with pytest.raises(AdviseError):
+            parse_timings(bad)
+
+
+def test_setting_bytes_units() -> None:
+    s = {"maintenance_work_mem": ["65536", "kB"], "max_wal_size": ["1024", "MB"],
+         "shared_buffers": ["16384", "8kB"]}
+    assert setting_bytes(s, "maintenance_work_mem") == 64 * 1024 ** 2
+    assert setting_bytes(s, "max_wal_size") == 1024 ** 3
+    assert setting_bytes(s, "shared_buffers") == 128 * 1024 ** 2
+    assert setting_bytes(s, "nope") is None
+
+
+# ------------------------------------------------------------ warnings
+
+
+def _choice(rec: int, knee: int | None = None) -> model.Choice:
+    return model.Choice(rec, knee or rec, knee or rec, None)
+
+
+def test_warning_connections() -> None:
+    afacts = {"connections_in_use": 95, "settings": {
+        "max_connections": ["100", None], "superuser_reserved_connections": ["3", None]}}
+    # 100 - 3 reserved - 94 in use (our own session is the monitor's) = 3 free
+    caps = adv._connection_cap("dump", afacts, None, None)  # type: ignore[arg-type]
+    assert caps == {"connections": 1}
+    w = adv._connection_warnings("dump", afacts, _choice(1, knee=4))
+    assert [x.code for x in w] == ["connections"]
+    assert "-j 4 needs 6 connections" in w[0].message and "3 are free" in w[0].message
+    roomy = {**afacts, "connections_in_use": 3}
+    assert adv._connection_warnings("dump", roomy, _choice(4)) == []
+
+
+def _inv(data: float, fmt: str | None = "directory") -> Inventory:
+    return Inventory("restore", [WorkItem("1", data, data)],
+                     [TableSize("public.t", "public", "t", 0, data)], archive_format=fmt)
+
+
+def test_warning_memory_wal_archiving(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(adv, "available_memory", lambda: 4 * 1024.0 ** 3)
+    settings = {"maintenance_work_mem": ["1048576", "kB"], "max_wal_size": ["1024", "MB"],
+                "archive_mode": ["on", None]}
+    w = adv._restore_warnings(_inv(5 * 1024.0 ** 3), settings, _choice(4), local=True)
+    codes = {x.code: x.message for x in w}
+    assert set(codes) == {"memory", "max_wal_size", "wal_archiving"}
+    assert "4 x maintenance_work_mem = 4.0 GB" in codes["memory"]
+    # the same restore, smaller: nothing bites
+    quiet = {"maintenance_work_mem": ["65536", "kB"], "max_wal_size": ["1024", "MB"],
+             "archive_mode": ["off", None]}
+    assert adv._restore_warnings(_inv(1e6), quiet, _choice(4), local=True) == []
+
+
+def test_warning_restore_format() -> None:
+    for fmt in ("plain", "tar"):
+        w = adv._restore_warnings(_inv(1.0, fmt), {}, _choice(1), local=False)
+        assert [x.code for x in w] == ["restore_format"]
+        assert "-Fc or -Fd" in w[0].message or "(-Fd)" in w[0].message
+
+
+def test_warning_disk_space(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(adv.shutil, "disk_usage", lambda p: SimpleNamespace(free=1e9))
+    req = Request("dump", None, target_dir=str(tmp_path / "d"))
+    inv = Inventory("dump", [], [TableSize("public.t", "public", "t", 1, 10e9)])
+    w = adv._space_warning(req, inv, None)
+    assert [x.code for x in w] == ["disk_space"] and "gzip" in w[0].message
+    # a measured ratio replaces the guess
+    assert adv._space_warning(req, inv, {"ratio": 0.05}) == []
+
+
+def test_warning_compression_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = model.static_evidence("dump", 2, Compression("gzip"), local=True)
+    monkeypatch.setattr(adv, "client_major", lambda name: 15)
+    w = adv._compression_warning(Request("dump", None), ev, _choice(2))
+    assert [x.code for x in w] == ["compression_cpu"] and "-Z 1" in w[0].message
+    monkeypatch.setattr(adv, "client_major", lambda name: 16)
+    w = adv._compression_warning(Request("dump", None), ev, _choice(2))
+    assert "--compress=lz4" in w[0].message
+    # already cheap compression: nothing to say
+    assert adv._compression_warning(Request("dump", None, compression=Compression("lz4")),
+                                    ev, _choice(2)) == []
+
+
+def test_target_checks(tmp_path: Path) -> None:
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(AdviseError, match="is a file"):
+        adv.check_target(str(f))
+    with pytest.raises(AdviseError, match="cannot create it"):
+        adv.check_target(str(f / "sub"))
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    assert [w.code for w in adv.check_target(str(full))] == ["target_not_empty"]
+    assert [w.code for w in adv.check_target(str(tmp_path / "db.dump"))] == ["directory_format"]
+    assert adv.check_target(str(tmp_path / "new" / "dir")) == []
+
+
+# ------------------------------------------------------------ the document
+
+
+def documented_fields() -> set[str]:
+    text = DOCS.read_text(encoding="utf-8").split("## JSON", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z_]+)` \|", text, re.MULTILINE))
+
+
+def test_json_matches_docs_and_has_the_required_fields() -> None:
+    r = run_advise("--from-timings", "1=70.3,2=43.6,3=38.8,4=33.7,5=31.0,6=30.5", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "pgparmon.advice/1"
+    assert set(doc) == documented_fields()
+    assert isinstance(doc["recommended_jobs"], int) and isinstance(doc["fastest_jobs"], int)
+    assert doc["basis"] == "timings"
+    assert doc["recommended_jobs"] in (5, 6)
+    for p in doc["predictions"]:
+        assert set(p) >= {"jobs", "wall_s", "bottleneck"}
+        assert isinstance(p["jobs"], int) and p["wall_s"] > 0 and p["bottleneck"]
+    assert doc["command"].startswith("pg_dump -Fd -j ")
+    for w in doc["warnings"]:
+        assert set(w) == {"code", "message"}
+
+
+# ------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["--from-timings", "1=70,2=4x3"], 2, "JOBS=SECONDS"),
+    (["--from-timings", "1=70", "--compress", "brotli"], 2, "--compress"),
+    ([], 2, "what to advise"),
+    (["--target", "/tmp/x", "--archive", "/tmp/y"], 2, "not both"),
+])
+def test_bad_input_without_server(args: list[str], code: int, needle: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    r = run_advise(*args, env=env)
+    assert r.returncode == code
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.integration
+def test_bad_input_with_server(cluster: Cluster, sample_db: str, tmp_path: Path) -> None:
+    r = run_advise(*conn_args(cluster, "no_such_db"), "--target", str(tmp_path / "d"))
+    assert r.returncode == 3 and "does not exist" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    f = tmp_path / "file"
+    f.write_text("not a directory")
+    r = run_advise(*conn_args(cluster, sample_db), "--target", str(f / "sub"))
+    assert r.returncode == 2 and "cannot create it" in r.stderr
+    r = run_advise(*conn_args(cluster, sample_db), "--archive", str(f))
+    assert r.returncode == 2 and "not a pg_dump archive" in r.stderr
+    r = run_advise(*conn_args(cluster, sample_db), "--archive", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+# ------------------------------------------------------------ real advice
+
+
+@pytest.fixture(scope="module")
+def analyzed(cluster: Cluster, sample_db: str) -> str:
+    cluster.psql("VACUUM ANALYZE", dbname=sample_db)
+    return sample_db
+
+
+@pytest.mark.integration
+def test_static_dump_advice_on_a_real_database(cluster: Cluster, analyzed: str,
+                                               tmp_path: Path) -> None:
+    r = run_advise(*conn_args(cluster, analyzed), "--target", str(tmp_path / "out"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["basis"] == "static" and doc["confidence"] == "low"
+    codes = {w["code"] for w in doc["warnings"]}
+    assert "guess" in codes
+    inv = doc["inventory"]
+    assert inv["tables"] >= 10 and inv["largest_item"] == "public.orders"
+    js = [p["jobs"] for p in doc["predictions"]]
+    assert js == list(range(1, len(js) + 1)) and len(js) >= 4
+    rec = doc["recommended_jobs"]
+    assert doc["command"] == (f"pg_dump -Fd -j {rec} -h {cluster.sockdir} -p {cluster.port} "
+                              f"-U postgres -f {tmp_path / 'out'} {analyzed}")
+    # the largest table bounds every j
+    assert all(p["wall_s"] >= doc["lower_bound_s"] - 1e-6 for p in doc["predictions"][1:2])
+    assert not (tmp_path / "out").exists()  # advice writes nothing without --probe
+    # the human view says the same
+    r2 = run_advise(*conn_args(cluster, analyzed), "--target", str(tmp_path / "out"))
+    assert r2.returncode == 0
+    assert f"use -j {rec}" in r2.stdout and "static facts only" in r2.stdout
+
+
+@pytest.mark.integration
+def test_restore_advice_from_a_real_archive(cluster: Cluster, sample_db: str,
+                                            dump_archive: Path) -> None:
+    r = run_advise(*conn_args(cluster, "postgres"), "--archive", str(dump_archive), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "restore"
+    inv = doc["inventory"]
+    # data files plus the index and constraint builds that depend on them
+    assert inv["items"] > inv["tables"] >= 10
+    assert inv["archive_format"] == "directory" and inv["archive_compression"] == "gzip"
+    assert inv["largest_item"] == "public.orders"
+    assert doc["command"].startswith(f"pg_restore -j {doc['recommended_jobs']} ")
+    assert doc["command"].endswith(f"-d postgres {dump_archive}")
+
+
+@pytest.mark.integration
+def test_restore_of_a_plain_dump_says_it_cannot_go_parallel(cluster: Cluster, sample_db: str,
+                                                            tmp_path: Path) -> None:
+    plain = tmp_path / "plain.sql"
+    subprocess.run([cluster.client("pg_dump"), "-Fp", "-s", "-f", str(plain), sample_db],
+                   env=cluster.env(), check=True, capture_output=True)
+    r = run_advise(*conn_args(cluster, "postgres"), "--archive", str(plain), "--json",
+                   "--from-timings", "1=10,2=6")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["recommended_jobs"] == 1
+    assert "restore_format" in {w["code"] for w in doc["warnings"]}
+    assert "archive format" in doc["capped_by"]
+
+
+@pytest.mark.integration
+def test_connections_cap_on_a_real_server(cluster: Cluster, analyzed: str,
+                                          monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the server's own numbers, with max_connections read as if it were tight
+    real = adv.read_advise_facts
+
+    def tight(conn: Any, facts: Any) -> dict[str, Any]:
+        d = real(conn, facts)
+        in_use = int(d["connections_in_use"])
+        d["settings"]["max_connections"] = [str(in_use + 3 + 3), None]
+        return d
+
+    monkeypatch.setattr(adv, "read_advise_facts", tight)
+    # an earlier sweep that scaled linearly to 8: the knee is 8
+    a = adv.advise(Request("dump", target(cluster, analyzed), target_dir=str(tmp_path / "o"),
+                           timings={1: 80.0, 2: 40.0, 4: 20.0, 8: 10.0}))
+    assert a.choice.knee == 8
+    # 3 reserved; in use counts our own session: 4 free -> 2 workers + leader + monitor
+    assert a.recommended == 2
+    assert "connections" in a.choice.capped_by
+    w = next(w for w in a.warnings if w.code == "connections")
+    assert "-j 8 needs 10 connections" in w.message and "4 are free" in w.message
+
+
+@pytest.mark.integration
+def test_dump_advice_with_a_probe(cluster: Cluster, analyzed: str, tmp_path: Path) -> None:
+    out = tmp_path / "probe-target"
+    r = run_advise(*conn_args(cluster, analyzed), "--target", str(out), "--probe",
+                   "--probe-seconds", "6", "--max-jobs", "4", "--json", timeout=180)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["basis"] == "probe", doc["warnings"]
+    pr = doc["probe"]
+    assert pr["seconds"] <= pr["budget_s"] * 1.25 + 1.0
+    assert len(pr["points"]) >= 2
+    assert doc["predictions"][0]["wall_s"] > 0
+    assert doc["recommended_jobs"] >= 1
+    # the probe cleans up after itself: nothing left at the target
+    assert not out.exists() or not any(out.iterdir())
+    assert not any(p.name.startswith("pgparmon-probe") for p in tmp_path.iterdir())
