@@ -319,6 +319,29 @@ def find_pg_restore(preferred: str | None = None) -> str:
                    "their bin directory on PATH")
 
 
+def client_program(name: str) -> str | None:
+    """Another client program (psql, pg_dump) of the same release as the
+    pg_restore we use, else the one on PATH, else None."""
+    try:
+        cand = os.path.join(os.path.dirname(find_pg_restore()), name)
+    except TocError:
+        cand = ""
+    if cand and os.access(cand, os.X_OK):
+        return cand
+    return shutil.which(name)
+
+
+def program_major(path: str) -> int | None:
+    """The major version a client program reports with --version."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
+                             stdin=subprocess.DEVNULL, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+)(?:\.\d+)?", out)
+    return int(m.group(1)) if m else None
+
+
 def _client_env() -> dict[str, str]:
     # -l and --section=post-data -f - never connect: no password is needed,
     # and the C locale keeps messages and headers in English for parsing.

@@ -21,7 +21,7 @@ import psycopg
 from ..connect import ConnTarget, connect
 from ..redact import redact_text
 from ..sample.db import ServerFacts, read_facts
-from ..toc import TocError, find_pg_restore
+from ..toc import client_program, program_major
 from . import model
 from .inventory import (
     Inventory,
@@ -202,26 +202,9 @@ def check_target(path: str) -> list[Warning_]:
 # ---------------------------------------------------------------- helpers
 
 
-def _client_bin(name: str) -> str | None:
-    try:
-        pgr = find_pg_restore()
-    except TocError:
-        return shutil.which(name)
-    cand = os.path.join(os.path.dirname(pgr), name)
-    return cand if os.access(cand, os.X_OK) else shutil.which(name)
-
-
 def client_major(name: str) -> int | None:
-    b = _client_bin(name)
-    if not b:
-        return None
-    try:
-        out = subprocess.run([b, "--version"], capture_output=True, text=True, timeout=10,
-                             check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"(\d+)(?:\.\d+)?", out)
-    return int(m.group(1)) if m else None
+    b = client_program(name)
+    return program_major(b) if b else None
 
 
 def _cores() -> int:
@@ -611,7 +594,8 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
                                                               "available yet: advice from "
                                                               "the other evidence"))
                 return None, None
-            res = runner(req.conn, inv, budget_s=budget, max_streams=streams,
+            assert req.archive
+            res = runner(req.conn, req.archive, budget_s=budget, max_streams=streams,
                          server_version_num=facts.version_num)
     except probe_mod.ProbeError as exc:
         warnings.append(Warning_("probe_failed", f"the probe did not run: {exc}"))

@@ -36,7 +36,7 @@ DOMINANT_SHARE = 0.85
 # Static guesses, heap bytes per second of one core (advice from these is
 # labelled a guess): the server's COPY TO / FROM, and the client's compressor.
 SERVER_COPY_OUT = 250e6
-SERVER_COPY_IN = 45e6
+SERVER_COPY_IN = 80e6
 CLIENT_RATE = {"gzip": 35e6, "lz4": 400e6, "zstd": 160e6, "none": 600e6}
 GZIP_LEVEL_RATE = {0: 600e6, 1: 90e6, 2: 80e6, 3: 65e6, 4: 55e6, 5: 45e6, 6: 35e6,
                    7: 28e6, 8: 15e6, 9: 10e6}
@@ -218,8 +218,8 @@ def _curve_bottleneck(ev: Evidence, j: int) -> str:
         return f"contention past the peak (~{peak:.0f} jobs): {ev.limit}"
     if _flat_at(fit, j):
         return ev.limit
-    if j == 1 and ev.per_stream_limit:
-        return f"one job ({ev.per_stream_limit})"
+    if j == 1:
+        return f"one job ({ev.per_stream_limit})" if ev.per_stream_limit else "one job"
     return "job count (more jobs help)"
 
 

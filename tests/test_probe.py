@@ -1,0 +1,415 @@
+"""pgparmon.advise.probe: the calibration probe (advisor.md, "Evidence
+sources" 1): a real probe on a small table within its budget, the psql
+environment (no connection settings on argv), and cleanup on every way out."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+import pytest
+
+from pgparmon.advise import probe
+from pgparmon.advise.probe import (
+    ProbeError,
+    ProbePoint,
+    ProbeResult,
+    ProbeTable,
+    compressor,
+    psql_argv,
+    psql_env,
+    restore_probe_inputs,
+    run_probe,
+    run_restore_probe,
+    stream_plan,
+    temp_table_sql,
+)
+from pgparmon.cluster import Cluster
+from pgparmon.connect import ConnTarget
+
+PROBE_DB = "probe"
+SECRET = "sekrit-probe-pw"
+
+
+@pytest.fixture(scope="module")
+def probe_db(cluster: Cluster) -> dict[str, int]:
+    """A database with a table of a few MB (and a tiny one), analyzed so
+    pg_class.relpages is set: {table: relpages}."""
+    cluster.psql(f"CREATE DATABASE {PROBE_DB}")
+    cluster.psql("CREATE TABLE big AS SELECT g AS id, md5(g::text) AS h, md5((g * 7)::text) AS h2 "
+                 "FROM generate_series(1, 50000) g; "
+                 "CREATE TABLE small AS SELECT g AS id FROM generate_series(1, 2000) g",
+                 dbname=PROBE_DB)
+    cluster.psql("VACUUM ANALYZE", dbname=PROBE_DB)
+    rows = cluster.psql("SELECT relname, relpages FROM pg_class WHERE relname IN ('big', 'small')",
+                        dbname=PROBE_DB)
+    return {name: int(pages) for name, pages in (ln.split("|") for ln in rows.split())}
+
+
+def _target(cluster: Cluster, password: str | None = None, db: str = PROBE_DB) -> ConnTarget:
+    dbname = db if password is None else f"dbname={db} password={password}"
+    return ConnTarget(dbname=dbname, host=str(cluster.sockdir), port=cluster.port,
+                      user=cluster.superuser)
+
+
+def _tables(pages: dict[str, int]) -> list[ProbeTable]:
+    return [ProbeTable.of("public", name, n) for name, n in pages.items()]
+
+
+def _our_tools() -> list[psutil.Process]:
+    names = {"psql", "gzip", "lz4", "zstd"}
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.name() in names and c.status() != psutil.STATUS_ZOMBIE:
+                out.append(c)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture()
+def popen_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[list[str], Any]]]:
+    """Every command line (and environment) the probe starts."""
+    calls: list[tuple[list[str], Any]] = []
+    real = subprocess.Popen
+
+    class Recording(real):  # type: ignore[valid-type,misc]
+        def __init__(self, args: Any, *a: Any, **kw: Any) -> None:
+            calls.append(([str(x) for x in args], kw.get("env")))
+            super().__init__(args, *a, **kw)
+
+    monkeypatch.setattr(probe.subprocess, "Popen", Recording)
+    yield calls
+
+
+# ------------------------------------------------------------ the real probe
+
+
+def test_probe_measures_within_budget(cluster: Cluster, probe_db: dict[str, int],
+                                      workdir: Path,
+                                      popen_calls: list[tuple[list[str], Any]]) -> None:
+    budget = 6.0
+    t = time.monotonic()
+    res = run_probe(_target(cluster, password=SECRET), _tables(probe_db), str(workdir),
+                    budget_s=budget, max_streams=2, compression="gzip",
+                    server_version_num=150000)
+    wall = time.monotonic() - t
+
+    assert wall <= budget + 0.5 and res.seconds <= budget + 0.5, (wall, res.seconds)
+    assert res.budget_s == budget and res.compression == "gzip:6"
+    assert [p.streams for p in res.points] == [1, 2]
+    for p in res.points:
+        assert p.bytes_per_s > 0 and p.heap_bytes > 0 and p.out_bytes > 0
+        assert p.elapsed_s > 0.5 and p.ranges >= 1
+        assert p.bytes_per_s == pytest.approx(p.heap_bytes / p.elapsed_s)
+        assert p.client_cpu_s > 0  # gzip works
+        assert p.server_cpu_s is not None  # the server is local: backends are readable
+    assert res.ratio is not None and 0 < res.ratio < 1
+    assert [k for k, _ in res.fit_points()] == [1.0, 2.0]
+    cpu = res.cpu_s_per_gb(1)
+    assert cpu is not None and cpu > 0 and res.cpu_s_per_gb(3) is None
+    # a few MB are read several times over: the notes say the cache helped
+    assert any("more than once" in n for n in res.notes)
+    doc = json.loads(json.dumps(res.to_json()))
+    assert doc["schema"] == "pgparmon.probe/1" and len(doc["points"]) == 2
+
+    # the scratch directory is gone, nothing was left behind
+    assert list(workdir.iterdir()) == []
+    assert _our_tools() == []
+    # the password went through the environment, never a command line
+    psqls = [(argv, env) for argv, env in popen_calls if argv[1:] == psql_argv("")[1:]]
+    assert len(psqls) >= 3  # warm-up, 1 stream, 2 streams
+    for argv, env in popen_calls:
+        assert not any(SECRET in a for a in argv), argv
+    for _argv, env in psqls:
+        assert env["PGPASSWORD"] == SECRET and env["PGAPPNAME"] == "pgparmon-probe"
+        assert "default_transaction_read_only=on" in env["PGOPTIONS"]
+    for argv, env in popen_calls:
+        if Path(argv[0]).name == "gzip":
+            assert argv[1:] == ["-6", "-c"]
+            assert not any(k.startswith("PG") for k in env)
+
+
+# ------------------------------------------------------------ environment
+
+
+def test_psql_env_carries_the_connection() -> None:
+    target = ConnTarget(dbname="host=/run/pg port=5433 dbname=shop password=pw1 sslmode=disable "
+                               "keepalives=1", user="ann")
+    env = psql_env(target, statement_timeout_ms=36000, base={"PATH": "/bin", "PGPASSWORD": "x"})
+    assert env["PGPASSWORD"] == "pw1"  # the conninfo's wins over the inherited one
+    assert env["PGHOST"] == "/run/pg" and env["PGPORT"] == "5433"
+    assert env["PGDATABASE"] == "shop" and env["PGUSER"] == "ann"
+    assert env["PGSSLMODE"] == "disable" and env["PGAPPNAME"] == "pgparmon-probe"
+    assert env["PATH"] == "/bin" and env["LC_ALL"] == "C"
+    opts = env["PGOPTIONS"]
+    assert "statement_timeout=36000" in opts and "lock_timeout=100" in opts
+    assert "default_transaction_read_only=on" in opts
+    assert not any(k.startswith("PG") and "KEEPALIVE" in k for k in env)
+    argv = psql_argv("/usr/bin/psql")
+    assert not any("pw1" in a or "shop" in a or "5433" in a for a in argv)
+    assert argv[:2] == ["/usr/bin/psql", "-X"] and "ON_ERROR_STOP=1" in argv
+
+    rw = psql_env(target, statement_timeout_ms=1000, read_only=False, base={})
+    assert "default_transaction_read_only=off" in rw["PGOPTIONS"]
+    assert "default_transaction_read_only=on" not in rw["PGOPTIONS"]
+
+    with pytest.raises(ProbeError, match="sslpassword"):
+        psql_env(ConnTarget(dbname="dbname=x sslpassword=s"), statement_timeout_ms=1, base={})
+
+
+# ---------------------------------------------------------- refusals, errors
+
+
+def test_needs_pg14(workdir: Path) -> None:
+    with pytest.raises(ProbeError) as ei:
+        run_probe(ConnTarget(dbname="x"), [ProbeTable.of("public", "t", 10)], str(workdir),
+                  budget_s=6, max_streams=2, server_version_num=130011)
+    assert str(ei.value) == ("the probe needs PostgreSQL 14+ (TID range scans); "
+                             "use --history or --from-timings")
+    assert list(workdir.iterdir()) == []
+
+
+def test_missing_compressor(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(workdir))  # holds no zstd
+    with pytest.raises(ProbeError, match="zstd"):
+        run_probe(ConnTarget(dbname="x"), [ProbeTable.of("public", "t", 10)], str(workdir),
+                  budget_s=6, max_streams=2, compression="zstd", server_version_num=160000)
+    assert list(workdir.iterdir()) == []
+
+
+def test_compressor_commands() -> None:
+    assert compressor("gzip").argv is not None and compressor("gzip").label == "gzip:6"
+    assert compressor("gzip", 0).method == "none"  # pg_dump -Z 0
+    assert compressor("none").argv is None and compressor("none").suffix == ""
+    assert compressor("zstd").label == "zstd:3" and "-T1" in (compressor("zstd").argv or ())
+    assert compressor("lz4", 0).label == "lz4:1"
+    with pytest.raises(ProbeError, match="out of range"):
+        compressor("lz4", 13)
+    with pytest.raises(ProbeError, match="unknown compression"):
+        compressor("brotli")
+
+
+def test_bad_arguments(workdir: Path) -> None:
+    t = ConnTarget(dbname="x")
+    with pytest.raises(ProbeError, match="too short"):
+        run_probe(t, [ProbeTable.of("public", "t", 10)], str(workdir), budget_s=0.5,
+                  max_streams=2, server_version_num=160000)
+    with pytest.raises(ProbeError, match="relpages"):
+        run_probe(t, [ProbeTable.of("public", "t", 0)], str(workdir), budget_s=5,
+                  max_streams=2, server_version_num=160000)
+    assert list(workdir.iterdir()) == []
+
+
+def test_error_removes_scratch(cluster: Cluster, probe_db: dict[str, int],
+                               workdir: Path) -> None:
+    # the dump target does not exist yet (pg_dump -Fd creates it): the probe
+    # works in its parent and leaves nothing there either
+    target_dir = workdir / "dump"
+    t = time.monotonic()
+    with pytest.raises(ProbeError) as ei:
+        run_probe(_target(cluster), [ProbeTable.of("public", "no such table", 100)],
+                  str(target_dir), budget_s=6, max_streams=2, server_version_num=150000)
+    msg = str(ei.value)
+    assert '"no such table"' in msg and "does not exist" in msg and "\n" not in msg
+    assert time.monotonic() - t < 3
+    assert list(workdir.iterdir()) == []
+    assert _our_tools() == []
+
+
+def test_locked_table_fails_fast(cluster: Cluster, probe_db: dict[str, int],
+                                 workdir: Path) -> None:
+    with psycopg.connect(cluster.conninfo(dbname=PROBE_DB)) as conn:
+        conn.execute("LOCK TABLE small IN ACCESS EXCLUSIVE MODE")
+        t = time.monotonic()
+        with pytest.raises(ProbeError, match="locked"):
+            run_probe(_target(cluster), [ProbeTable.of("public", "small", probe_db["small"])],
+                      str(workdir), budget_s=6, max_streams=2, server_version_num=150000)
+        assert time.monotonic() - t < 3
+        conn.rollback()
+    assert list(workdir.iterdir()) == []
+    assert _our_tools() == []
+
+
+def test_interrupt_removes_scratch(cluster: Cluster, probe_db: dict[str, int], workdir: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        # psql sessions and compressors are running when this is called
+        assert _our_tools()
+        assert len([p for p in workdir.iterdir() if p.name.startswith(".pgparmon-probe-")]) == 1
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(probe, "read_host", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_probe(_target(cluster), _tables(probe_db), str(workdir), budget_s=6,
+                  max_streams=2, server_version_num=150000)
+    assert list(workdir.iterdir()) == []
+    assert _our_tools() == []
+
+
+# ------------------------------------------------------------------- pieces
+
+
+def test_stream_plan() -> None:
+    assert stream_plan(1) == [1]
+    assert stream_plan(2) == [1, 2]
+    assert stream_plan(6) == [1, 2, 4, 6]
+    assert stream_plan(8) == [1, 2, 4, 8]
+
+
+def test_ranges_are_disjoint_then_reused() -> None:
+    a = ProbeTable.of("s", 'we"ird', 100)
+    b = ProbeTable.of("s", "b", 30)
+    assert a.name == '"s"."we""ird"'
+    r = probe._Ranges([b, a, ProbeTable.of("s", "empty", 0)])
+    seen: list[tuple[str, int, int]] = []
+    while not r.reused:
+        t, lo, hi = r.take(16)
+        seen.append((t.relname, lo, hi))
+    *first, again = seen
+    # largest table first, every block exactly once, no sliver left over
+    assert next(s for s in first if s[0] == 'we"ird') == ('we"ird', 0, 16)
+    for name, pages in (('we"ird', 100), ("b", 30)):
+        blocks = [x for n, lo, hi in first if n == name for x in range(lo, hi)]
+        assert blocks == list(range(pages))
+    assert ("b", 16, 30) in first
+    assert again == ('we"ird', 0, 16)
+    assert "ctid >= '(0,0)'::tid AND ctid < '(16,0)'::tid" in probe.copy_sql(a, 0, 16)
+    assert 'FROM "s"."we""ird"' in probe.copy_sql(a, 0, 16)
+
+
+def test_result_methods() -> None:
+    def pt(k: int, x: float, cpu: float, server: float | None) -> ProbePoint:
+        return ProbePoint(streams=k, heap_bytes=2e9, out_bytes=10**9, elapsed_s=2e9 / x,
+                          bytes_per_s=x, client_cpu_s=cpu, server_cpu_s=server, disk_util=None,
+                          disk_await_ms=None, disk_queue=None)
+
+    res = ProbeResult(points=[pt(2, 150e6, 30.0, None), pt(1, 100e6, 20.0, 4.0)], seconds=9.0,
+                      budget_s=10.0, compression="gzip:6", ratio=0.5, device="vda")
+    assert res.fit_points() == [(1.0, 100e6), (2.0, 150e6)]
+    assert res.cpu_s_per_gb(1) == pytest.approx(12.0)  # (20 + 4) s / 2 GB
+    assert res.cpu_s_per_gb(2) == pytest.approx(15.0)  # server unknown: client only
+    assert res.cpu_s_per_gb(4) is None
+    doc = res.to_json()
+    assert [p["streams"] for p in doc["points"]] == [1, 2]
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_psql_is_found() -> None:
+    path = probe.find_psql()
+    assert os.path.basename(path) == "psql" and os.access(path, os.X_OK)
+
+
+# ------------------------------------------------------------ restore probe
+
+
+@pytest.fixture(scope="module")
+def probe_archive(cluster: Cluster, probe_db: dict[str, int]) -> Iterator[Path]:
+    """A -Fd archive of the probe database (gzip, pg_dump's default)."""
+    d = Path(tempfile.mkdtemp(prefix="pgparmon-probe-archive-"))
+    out = d / "probe.dump"
+    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(out), PROBE_DB],
+                   env=cluster.env(), check=True, capture_output=True)
+    try:
+        yield out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _data_files(archive: Path) -> list[tuple[str, str, float]]:
+    from pgparmon.toc import list_archive
+
+    _, items = list_archive(archive)
+    out = []
+    for it in items:
+        if it.desc == "TABLE DATA":
+            path = archive / f"{it.dump_id}.dat.gz"
+            out.append((f"{it.schema}.{it.tag}", str(path), path.stat().st_size / 0.3 / 0.85))
+    return out
+
+
+def test_restore_probe_inputs(probe_archive: Path) -> None:
+    files, create = restore_probe_inputs(str(probe_archive))
+    assert sorted(f[:2] for f in files) == sorted(f[:2] for f in _data_files(probe_archive))
+    big = next(f for f in files if f[0] == "public.big")
+    # the gzip trailer gives the text size: heap-equivalent bytes of MBs
+    assert big[2] > 2e6
+    assert set(create) == {"public.big", "public.small"}
+    assert create["public.big"].startswith("CREATE TABLE public.big (")
+    assert temp_table_sql(create["public.big"], "public.big", "x") == (
+        "CREATE TEMP TABLE x (\n    id integer,\n    h text,\n    h2 text\n);")
+    with pytest.raises(ProbeError, match="directory-format"):
+        restore_probe_inputs(str(probe_archive / "toc.dat"))
+
+
+def test_restore_probe(cluster: Cluster, probe_archive: Path,
+                       popen_calls: list[tuple[list[str], Any]]) -> None:
+    before = {p.name: p.stat().st_size for p in probe_archive.iterdir()}
+    scratch_glob = os.path.join(tempfile.gettempdir(), "pgparmon-restore-probe-*")
+    scratch_before = set(glob.glob(scratch_glob))
+    budget = 5.0
+    # into a database without the tables (a restore's usual target): the
+    # temporary clones come from the archive's CREATE TABLE statements
+    res = run_restore_probe(_target(cluster, password=SECRET, db="postgres"), str(probe_archive),
+                            budget_s=budget, max_streams=2, server_version_num=150000)
+    assert res.seconds <= budget + 0.5
+    assert [p.streams for p in res.points] == [1, 2]
+    for p in res.points:
+        assert p.bytes_per_s > 0 and p.heap_bytes > 0 and p.out_bytes == 0
+        assert p.server_cpu_s is not None
+    assert res.compression == "gzip" and res.ratio is None
+    assert any("temporary tables" in n for n in res.notes)
+    # nothing left behind, the archive untouched, nothing created in the database
+    assert set(glob.glob(scratch_glob)) == scratch_before
+    assert {p.name: p.stat().st_size for p in probe_archive.iterdir()} == before
+    assert _our_tools() == []
+    assert cluster.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'pgparmon%' "
+                        "OR relname IN ('big', 'small')").strip() == "0"
+    psqls = [env for argv, env in popen_calls if argv[1:] == psql_argv("")[1:]]
+    assert psqls
+    for env in psqls:
+        assert "default_transaction_read_only=off" in env["PGOPTIONS"]
+    for argv, _env in popen_calls:
+        assert not any(SECRET in a for a in argv)
+
+
+def test_restore_probe_needs_a_path(cluster: Cluster) -> None:
+    with pytest.raises(ProbeError, match="archive's directory"):
+        run_restore_probe(_target(cluster), object(), budget_s=5,  # type: ignore[arg-type]
+                          max_streams=2, server_version_num=150000)
+
+
+def test_restore_probe_bad_table_definition(cluster: Cluster, probe_archive: Path) -> None:
+    files = [f for f in _data_files(probe_archive) if f[0] == "public.big"]
+    create = {"public.big": "CREATE TABLE public.big (id no_such_type, h text, h2 text);"}
+    with pytest.raises(ProbeError, match="no_such_type"):
+        run_restore_probe(_target(cluster), str(probe_archive), files, create, budget_s=5,
+                          max_streams=2, server_version_num=150000)
+    assert _our_tools() == []
+
+
+def test_temp_table_sql() -> None:
+    sql = ("CREATE TABLE \"we ird\".\"t(1)\" (\n    id integer NOT NULL,\n"
+           "    note text DEFAULT 'a)b''c'::text,\n    e text DEFAULT E'x\\')',\n"
+           "    n numeric(10,2),\n    CONSTRAINT c CHECK ((n > (0)::numeric))\n)\n"
+           "PARTITION BY RANGE (id);\n\nALTER TABLE x OWNER TO y;")
+    assert temp_table_sql(sql, "x.y", "tmp1") == (
+        "CREATE TEMP TABLE tmp1 (\n    id integer NOT NULL,\n"
+        "    note text DEFAULT 'a)b''c'::text,\n    e text DEFAULT E'x\\')',\n"
+        "    n numeric(10,2),\n    CONSTRAINT c CHECK ((n > (0)::numeric))\n);")
+    like = temp_table_sql("CREATE TABLE public.p1 PARTITION OF public.p FOR VALUES IN (1);",
+                          'public."P 1"', "tmp2")
+    assert like == ('CREATE TEMP TABLE tmp2 (LIKE "public"."P 1" INCLUDING DEFAULTS '
+                    "INCLUDING GENERATED);")
+    assert "LIKE" in temp_table_sql(None, "public.t", "tmp3")
