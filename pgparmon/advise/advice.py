@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 

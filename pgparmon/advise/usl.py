@@ -62,7 +62,7 @@ class Fit:
     @property
     def limit_n(self) -> int:
         """The largest stream count the fit may be used for."""
-        return max(1, int(math.floor(EXTRAPOLATE * self.max_n + 1e-9)))
+        return max(1, math.floor(EXTRAPOLATE * self.max_n + 1e-9))
 
     def throughput(self, n: float) -> float:
         """X(n), total work units per second with n streams; flat beyond
@@ -79,10 +79,14 @@ class Fit:
     def peak_n(self) -> float | None:
         """N* where X peaks: sqrt((1-sigma)/kappa) for the USL, the knee
         X_max/lambda for the plateau; None when there is no peak (throughput
-        grows without bound in the model)."""
+        grows without bound in the model). At least 1: a curve that falls or
+        stays flat from the first stream on peaks at 1 (the USL's formula
+        gives 0 when sigma is 1, the plateau's a knee below 1)."""
         if self.model == "usl":
-            return math.sqrt((1.0 - self.sigma) / self.kappa) if self.kappa > 0 else None
-        return self.x_max / self.lam if self.x_max is not None else None
+            if self.kappa <= 0:
+                return None
+            return max(1.0, math.sqrt((1.0 - self.sigma) / self.kappa))
+        return max(1.0, self.x_max / self.lam) if self.x_max is not None else None
 
     def to_json(self) -> dict[str, object]:
         peak = self.peak_n
@@ -183,7 +187,7 @@ def fit_plateau(points: Iterable[Point]) -> Fit:
             inv = [1.0 / x for _, x in flat]
             # minimise sum((c/x_i - 1)^2): c = sum(1/x) / sum(1/x^2)
             x_max = sum(inv) / sum(v * v for v in inv)
-            if x_max >= lam * ns[-1]:
+            if x_max >= lam * ns[-1] * (1.0 - 1e-9):  # rounding: 10*4 vs 39.999...
                 x_max = None  # the "ceiling" is above every point: no ceiling seen
         cand = Fit("plateau", lam, x_max=x_max, max_n=ns[-1], n_points=len(ns))
         sse = _sse_rel(pts, cand)
@@ -209,10 +213,12 @@ def fit(points: Iterable[Point], noise: float = DEFAULT_NOISE) -> Fit:
     - fewer than MIN_USL_POINTS distinct stream counts: the plateau;
     - kappa visible: the curve falls past its peak within the measured range
       by more than the noise, or kappa cuts the fit's error by more than half
-      the noise (seed 002: 60 jobs no faster than 6): the USL;
+      the noise (seed 002: 60 jobs no faster than 6), and the USL fits
+      better than the plateau: the USL;
     - kappa within noise: the plateau, unless the smooth curve without kappa
       (Amdahl) fits clearly better than the plateau's sharp knee (a gradual
-      bend such as 70 s, 44 s, 39 s, 34 s, 31 s).
+      bend such as 70 s, 44 s, 39 s, 34 s, 31 s), or the plateau misses by
+      more than the noise and the USL fits clearly better.
     """
     pts = _clean(points)
     plateau = fit_plateau(pts)
@@ -223,7 +229,11 @@ def fit(points: Iterable[Point], noise: float = DEFAULT_NOISE) -> Fit:
     amdahl = fit_usl(pts, with_kappa=False)
     drop = retrograde(usl)
     tol = max(noise, 2.0 * usl.rms_rel)
-    if usl.kappa > 0 and (drop > tol or amdahl.rms_rel > usl.rms_rel + noise / 2.0):
+    # kappa counts only when the USL also beats the plateau: on an exact sharp
+    # knee, min(lambda*N, X_max), a USL with an invented peak beats Amdahl
+    # by far, yet the plateau fits with no error at all
+    if (usl.kappa > 0 and usl.rms_rel < plateau.rms_rel
+            and (drop > tol or amdahl.rms_rel > usl.rms_rel + noise / 2.0)):
         peak = usl.peak_n
         where = f"peaks at about {peak:.1f} jobs" if peak is not None else "flattens"
         return _with_note(usl, f"USL: contention (kappa) shows: throughput {where} "
@@ -233,6 +243,13 @@ def fit(points: Iterable[Point], noise: float = DEFAULT_NOISE) -> Fit:
         return _with_note(amdahl, "USL without kappa: a gradual bend that the plateau's "
                                   f"sharp knee fits badly ({100 * plateau.rms_rel:.0f}% "
                                   f"error vs {100 * amdahl.rms_rel:.0f}%)")
+    if plateau.rms_rel > noise and usl.kappa > 0 and plateau.rms_rel > SMOOTH_BETTER * usl.rms_rel:
+        # kappa is not clearly needed, nor is Amdahl clearly better than the
+        # plateau, but the plateau misses the points by more than the noise
+        # and the USL does not: keep the curve that fits
+        return _with_note(usl, "USL: the plateau fits badly "
+                               f"({100 * plateau.rms_rel:.0f}% error vs "
+                               f"{100 * usl.rms_rel:.0f}%)")
     return _with_note(plateau, "plateau model: kappa within noise")
 
 
