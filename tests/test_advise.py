@@ -395,3 +395,17 @@ def test_dump_advice_with_a_probe(cluster: Cluster, analyzed: str, tmp_path: Pat
     # the probe cleans up after itself: nothing left at the target
     assert not out.exists() or not any(out.iterdir())
     assert not any(p.name.startswith("pgparmon-probe") for p in tmp_path.iterdir())
+
+
+def test_one_measured_job_count_calibrates_the_static_shape() -> None:
+    static = model.static_evidence("dump", 2, Compression("gzip"), local=True)
+    x1 = static.fit.throughput(1)
+    thin = model.points_evidence("history", [(1.0, 2 * x1)], limit="x")
+    ev = adv._calibrated_static(thin, static)
+    assert ev.basis == "history" and adv._confidence(ev) == "low"
+    assert ev.fit.throughput(1) == pytest.approx(2 * x1)
+    # the static shape: flat past the cores, and not treated as extrapolation
+    assert ev.fit.throughput(4) == pytest.approx(2 * static.fit.throughput(4))
+    ps = model.predict(ev, None, [1, 2, 3, 4])
+    assert not any(p.extrapolated for p in ps)
+    assert model.choose(ps, {}, {}).recommended >= 2

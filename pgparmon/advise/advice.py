@@ -21,7 +21,7 @@ from ..connect import ConnTarget, connect
 from ..redact import redact_text
 from ..sample.db import ServerFacts, read_facts
 from ..toc import client_program, program_major
-from . import model
+from . import model, usl
 from .inventory import (
     Inventory,
     InventoryError,
@@ -284,6 +284,10 @@ def advise(req: Request) -> Advice:
                                           f"from {cores} cores and typical rates; --probe "
                                           "measures this system within a minute"))
 
+    if ev.basis in ("probe", "history") and ev.fit.n_points < 2:
+        ev = _calibrated_static(ev, static)
+        notes.append(ev.note)
+
     # ---- predict
     if ev.basis == "static":
         limit = max_jobs
@@ -342,6 +346,22 @@ def advise(req: Request) -> Advice:
                   lower_bound_s=lb, basis=ev.basis, confidence=confidence, warnings=warnings,
                   command=command, evidence=ev, choice=choice, inventory=inv, dominant=dom,
                   probe=probe_json, why=why, notes=notes, server=server)
+
+
+def _calibrated_static(ev: Evidence, static: Evidence) -> Evidence:
+    """One job count measured says how fast a stream is here, not how the
+    streams scale: the static model's shape, scaled to the measurement."""
+    k0, x0 = max(ev.points, key=lambda p: p[0])
+    scale = x0 / static.fit.throughput(k0)
+    f = static.fit
+    fit = usl.Fit(f.model, f.lam * scale, f.sigma, f.kappa,
+                        None if f.x_max is None else f.x_max * scale, ev.fit.rms_rel, f.max_n,
+                        1, note=f"one job count measured ({k0:g}): its rate, with the static "
+                                "model's scaling")
+    return Evidence(ev.basis, fit, ev.points, cpu_per_gb=ev.cpu_per_gb, limit=static.limit,
+                    per_stream_limit=ev.per_stream_limit or static.per_stream_limit,
+                    note=f"only {k0:g} concurrent job(s) seen: the rate is measured, the "
+                         "scaling with -j is the static guess", detail=ev.detail)
 
 
 def _server_facts(facts: ServerFacts, afacts: dict[str, Any], local: bool) -> dict[str, Any]:
@@ -477,6 +497,8 @@ def _confidence(ev: Evidence) -> str:
     if ev.basis == "static":
         return "low"
     good = ev.fit.rms_rel <= 0.05
+    if ev.fit.n_points < 2:
+        return "low"
     if ev.basis == "probe":
         return "high" if good and ev.fit.n_points >= 3 else "medium"
     if ev.basis in ("history", "timings"):
