@@ -284,6 +284,18 @@ def advise(req: Request) -> Advice:
                                           f"from {cores} cores and typical rates; --probe "
                                           "measures this system within a minute"))
 
+    spb = (probe_json or {}).get("build_s_per_byte")
+    if req.kind == "restore" and req.archive and ev.basis == "probe" and spb:
+        # the probe timed an index build: express builds in the streams' work
+        # units (seconds per byte x bytes per second of one stream)
+        factor = float(spb) * ev.fit.throughput(1)
+        try:
+            inv = restore_inventory(req.archive, index_factor=factor)
+            notes.append(f"index builds from the probe: {factor:.2f} x their table's load "
+                         "work")
+        except InventoryError:
+            pass
+
     if ev.basis in ("probe", "history") and ev.fit.n_points < 2:
         ev = _calibrated_static(ev, static)
         notes.append(ev.note)

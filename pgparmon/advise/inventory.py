@@ -208,8 +208,11 @@ def _archive_files(archive: str, toc: list[Any]) -> tuple[dict[str, tuple[str | 
     return files, comp, on_disk
 
 
-def restore_inventory(archive: str, pg_restore: str | None = None) -> Inventory:
-    """Items of `pg_restore -j` from an archive (no server needed)."""
+def restore_inventory(archive: str, pg_restore: str | None = None,
+                      index_factor: float | None = None) -> Inventory:
+    """Items of `pg_restore -j` from an archive (no server needed).
+    index_factor: an index or constraint build's work per byte of its
+    table's data, in COPY work units (a measured one replaces the default)."""
     fmt = archive_format(archive)
     if fmt is None:
         if not os.path.exists(archive):
@@ -240,6 +243,8 @@ def restore_inventory(archive: str, pg_restore: str | None = None) -> Inventory:
         files = {str(it.dump_id): (None, each) for it in data}
         comp = None
     tr = Tracker(Job(kind="pg_restore", database=None))
+    if index_factor is not None and index_factor > 0:
+        tr.index_factor = index_factor
     tr.plan_restore(toc, files, targets)
     tables = sorted((TableSize(name=it.relation or it.key, schema=(it.relation or ".").split(".")[0],
                                relname=(it.relation or it.key).split(".")[-1], relpages=0,

@@ -37,9 +37,9 @@ DOMINANT_SHARE = 0.85
 # labelled a guess): the server's COPY TO / FROM, and the client's compressor.
 SERVER_COPY_OUT = 250e6
 SERVER_COPY_IN = 80e6
-CLIENT_RATE = {"gzip": 35e6, "lz4": 400e6, "zstd": 160e6, "none": 600e6}
-GZIP_LEVEL_RATE = {0: 600e6, 1: 90e6, 2: 80e6, 3: 65e6, 4: 55e6, 5: 45e6, 6: 35e6,
-                   7: 28e6, 8: 15e6, 9: 10e6}
+CLIENT_RATE = {"gzip": 45e6, "lz4": 400e6, "zstd": 160e6, "none": 600e6}
+GZIP_LEVEL_RATE = {0: 600e6, 1: 110e6, 2: 100e6, 3: 85e6, 4: 70e6, 5: 55e6, 6: 45e6,
+                   7: 35e6, 8: 18e6, 9: 12e6}
 
 
 @dataclass(frozen=True)
