@@ -409,3 +409,30 @@ def test_one_measured_job_count_calibrates_the_static_shape() -> None:
     ps = model.predict(ev, None, [1, 2, 3, 4])
     assert not any(p.extrapolated for p in ps)
     assert model.choose(ps, {}, {}).recommended >= 2
+
+
+def _pt(k: int, x: float, client: float, server: float | None, util: float | None = None,
+        await_ms: float | None = None) -> Any:
+    return SimpleNamespace(streams=k, bytes_per_s=x, elapsed_s=2.0, client_cpu_s=client,
+                           server_cpu_s=server, disk_util=util, disk_await_ms=await_ms)
+
+
+def test_probe_names_the_limit() -> None:
+    # compression-bound: each stream's client is a full core, the two cores run out
+    comp = SimpleNamespace(compression="gzip:6", points=[
+        _pt(1, 40e6, 2.0, 0.3), _pt(2, 72e6, 3.6, 0.5), _pt(4, 74e6, 3.7, 0.5)])
+    limit, per_stream = adv._probe_limits(comp, cores=2)
+    assert per_stream == "compression CPU"
+    assert limit == "host CPU (2 cores, mostly compression)"
+    # disk-bound: util pinned and await doubled, CPU to spare
+    disk = SimpleNamespace(compression="lz4:1", points=[
+        _pt(1, 300e6, 0.6, 0.4, util=60.0, await_ms=1.0),
+        _pt(4, 320e6, 1.0, 0.8, util=98.0, await_ms=6.0)])
+    limit, per_stream = adv._probe_limits(disk, cores=16)
+    assert limit == "disk (the target device)" and per_stream is None
+    # the server's COPY is the per-stream limit, no host limit in sight
+    srv = SimpleNamespace(compression="none", points=[
+        _pt(1, 200e6, 0.4, 1.8), _pt(2, 380e6, 0.8, 3.6)])
+    limit, per_stream = adv._probe_limits(srv, cores=16)
+    assert per_stream == "the server's COPY (CPU)"
+    assert limit.startswith("the server or the disk")

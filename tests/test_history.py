@@ -5,6 +5,7 @@ recorded pg_dump, and files that are not recordings."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -405,3 +406,33 @@ def test_a_recorded_dump(recorded_dump: Path) -> None:
     assert x1 == pytest.approx(seen[1], rel=0.25)
     pts = history_points([run], "pg_dump")
     assert pts and pts[0][0] == 1.0
+
+
+@pytest.mark.integration
+def test_advise_from_a_recording(cluster: Cluster, recorded_dump: Path, tmp_path: Path) -> None:
+    """`advise --history`: the recording's rates become the evidence."""
+    res = subprocess.run(pgparmon_cmd("advise", "-d", "history_src", "--target",
+                                      str(tmp_path / "next"), "--history", str(recorded_dump),
+                                      "--history", str(recorded_dump), "--json"),
+                         capture_output=True, text=True, env=cluster.env(), timeout=120,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["basis"] == "history"
+    (run,) = load_history([str(recorded_dump)])
+    x = {k: v for k, v, _ in run.points}
+    # one job: the whole data at the recorded one-stream rate (the big table
+    # alone is the larger part); never faster than the recording allowed
+    one = doc["predictions"][0]
+    assert one["jobs"] == 1
+    assert one["wall_s"] == pytest.approx(doc["inventory"]["work_bytes"] / x[1], rel=0.02)
+    assert "guess" not in {w["code"] for w in doc["warnings"]}
+    # a broken recording is a one-line error, exit 2
+    bad = tmp_path / "bad.gz"
+    bad.write_bytes(b"not gzip")
+    res = subprocess.run(pgparmon_cmd("advise", "-d", "history_src", "--target",
+                                      str(tmp_path / "next"), "--history", str(bad)),
+                         capture_output=True, text=True, env=cluster.env(), timeout=60,
+                         check=False)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert str(bad) in res.stderr
