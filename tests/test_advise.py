@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support import pgparmon_cmd
 
 from pgparmon.advise import advice as adv
 from pgparmon.advise import model, usl
@@ -24,8 +25,6 @@ from pgparmon.analyze.schedule import WorkItem
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
 
-from support import pgparmon_cmd
-
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "advise.md"
 SEED_002 = {1: 70.3, 2: 43.6, 3: 38.8, 4: 33.7, 5: 31.0, 6: 30.5}
 
@@ -33,7 +32,7 @@ SEED_002 = {1: 70.3, 2: 43.6, 3: 38.8, 4: 33.7, 5: 31.0, 6: 30.5}
 def run_advise(*args: str, env: dict[str, str] | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(pgparmon_cmd("advise", *args), capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          check=False, timeout=timeout, env=env)
 
 
 def conn_args(cluster: Cluster, dbname: str) -> list[str]:

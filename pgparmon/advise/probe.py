@@ -28,9 +28,18 @@ TOAST read on the way is not counted, so a TOAST-heavy table looks slower
 per heap byte than it is).
 
 The restore probe (`run_restore_probe`) uses the same streams the other
-way round: ``\\copy tmp FROM PROGRAM 'gzip -dc NNNN.dat.gz | head -n N | dd'``
-into a temporary clone of the table (read-write session, temporary tables
-only), dd counting the COPY text bytes.
+way round: ``\\copy tmp FROM PROGRAM 'gzip -dc NNNN.dat.gz'`` into a
+temporary clone of the table (read-write session, temporary tables only).
+A data file up to twice the wanted range is loaded whole (small files
+several to a range, one round trip for all), its COPY text bytes from the
+gzip trailer; only a larger file gets ``| head -n N | dd`` (its first N
+lines, dd counting the bytes): a range never skips into a file, which would
+decompress the skipped part for nothing.  Tables with the same columns share
+one temporary table per session, emptied (TRUNCATE) only once it holds
+TRUNCATE_AFTER_BYTES.  After the warm-up, its session times one index build
+on what it loaded (`ProbeResult.build_s_per_byte`).  temp_buffers is left at
+the server's default: 128MB measured no faster here (a bigger local buffer
+pool makes each TRUNCATE and the first use dearer).
 
 Connections: psql gets everything through PG* environment variables built
 from `pgparmon.connect.build_conninfo` (read-only session, statement_timeout
@@ -48,6 +57,7 @@ import selectors
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -153,6 +163,10 @@ class ProbeResult:
     ratio: float | None  # out bytes / heap bytes over the counted steps
     device: str | None  # the target's block device (diskstats name)
     notes: list[str] = field(default_factory=list)
+    # restore probe: seconds of one index build per heap byte of its table
+    # (one session, nothing else running); None when not measured
+    build_s_per_byte: float | None = None
+    build: dict[str, Any] | None = None  # what was built: table, index, heap_bytes, seconds
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(streams, total heap bytes/s), fewest streams first: usl.fit's input."""
@@ -183,6 +197,8 @@ class ProbeResult:
             "ratio": None if self.ratio is None else round(self.ratio, 4),
             "device": self.device,
             "notes": list(self.notes),
+            "build_s_per_byte": self.build_s_per_byte,
+            "build": None if self.build is None else dict(self.build),
             "points": [{k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in asdict(p).items()}
                        for p in sorted(self.points, key=lambda p: p.streams)],
@@ -199,6 +215,22 @@ _COMPRESSORS: dict[str, tuple[str, int, int, int]] = {
     "zstd": ("zstd", 3, 1, 19),
 }
 _SUFFIX = {"gzip": ".gz", "lz4": ".lz4", "zstd": ".zst", "none": ""}
+
+
+# stdin -> gzip format at level argv[1] -> stdout, with zlib (as pg_dump does);
+# 1 MiB reads: the per-chunk Python overhead is nothing next to deflate.
+ZLIB_FILTER = (
+    "import sys, zlib\n"
+    "c = zlib.compressobj(int(sys.argv[1]), zlib.DEFLATED, 31)\n"
+    "r, w = sys.stdin.buffer, sys.stdout.buffer\n"
+    "while True:\n"
+    "    b = r.read(1 << 20)\n"
+    "    if not b:\n"
+    "        break\n"
+    "    w.write(c.compress(b))\n"
+    "w.write(c.flush())\n"
+    "w.flush()\n"
+)
 
 
 @dataclass(frozen=True)
@@ -231,14 +263,17 @@ def compressor(compression: str, level: int | None = None) -> Compressor:
     lvl = default if level is None or level == 0 else int(level)
     if not lo <= lvl <= hi:
         raise ProbeError(f"{method} level {lvl} is out of range ({lo}..{hi})")
+    if method == "gzip":
+        # pg_dump compresses with zlib in its own process; GNU gzip has its
+        # own deflate, measurably slower (~15-20% here): a zlib filter in a
+        # Python process keeps the probe's CPU per byte the same as pg_dump's.
+        return Compressor(method, lvl, (sys.executable, "-I", "-c", ZLIB_FILTER, str(lvl)))
     path = shutil.which(binary)
     if path is None:
         raise ProbeError(f"the probe compresses with the {binary} command, which is not "
                          f"installed (or not on PATH): install it or choose another --compress")
     argv: tuple[str, ...]
-    if method == "gzip":
-        argv = (path, f"-{lvl}", "-c")
-    elif method == "lz4":
+    if method == "lz4":
         argv = (path, f"-{lvl}", "-q", "-c")
     else:
         argv = (path, f"-{lvl}", "-q", "-c", "-T1")
@@ -391,6 +426,7 @@ def copy_sql(t: ProbeTable, a: int, b: int) -> str:
 _MARK = "pgparmon-probe"
 _PID_RE = re.compile(rf"^{_MARK} pid (\d+)$")
 _DONE_RE = re.compile(rf"^{_MARK} done (\d+)$")
+_INDEX_RE = re.compile(rf"^{_MARK} index ([0-9.eE+-]+) (\d+)$")
 
 
 @dataclass
@@ -402,6 +438,8 @@ class _Range:
     heap: float = 0.0  # heap bytes, known up front (dump) or from count_path (restore)
     count_path: str | None = None
     lines: int = 0
+    parts: list[_Part] = field(default_factory=list)  # restore: the files it loads
+    owner: _Stream | None = None
     t0: float = 0.0
     t1: float | None = None
 
@@ -444,7 +482,12 @@ class _Stream:
         self.other: list[str] = []  # stderr lines that are not our markers
         self.stderr_eof = False
         self.want = 0.0  # heap bytes to ask for in the next range
-        self.created: set[int] = set()  # restore: temporary tables made in this session
+        self.created: set[str] = set()  # restore: temporary tables made in this session
+        self.loaded: dict[str, float] = {}  # restore: heap bytes in each since emptied (estimate)
+        self.exact: dict[str, float] = {}  # restore: the same, counted (finished ranges)
+        self.table_of: dict[str, str] = {}  # restore: temp -> the table loaded into it last
+        self.index_wait = False  # restore: the index build of the warm-up is running
+        self.index_result: tuple[float, int] | None = None  # (seconds, indexes built)
         self.out: IO[bytes] | None = None
         if path is not None:
             self.out = open(path, "wb")  # noqa: SIM115 (closed in kill())
@@ -604,11 +647,13 @@ class _Probe:
     server_cpu_missing: bool = False
 
     def run_step(self, k: int, t_step: float, want_bytes: float, deadline: float,
-                 grow: bool = False) -> ProbePoint:
+                 grow: bool = False, finale: Any = None) -> ProbePoint:
         """k streams copying ranges of about want_bytes heap bytes until
         t_step seconds have passed (grow: the range doubles each time, for
-        the warm-up).  Raises _Aborted at the deadline, ProbeError on a
-        failure."""
+        the warm-up).  finale(stream) -> a script (or None) the stream runs
+        after its last range, outside the timed part: it must end with a
+        ``\\warn pgparmon-probe index SECONDS N`` line.  Raises _Aborted at
+        the deadline, ProbeError on a failure."""
         self.step_no += 1
         streams: list[_Stream] = []
         sel = selectors.DefaultSelector()
@@ -662,9 +707,12 @@ class _Probe:
                 s.t_end = now
                 if s.cpu0 is not None:
                     s.cpu1 = _cpu_of(s.pid)
+                extra = finale(s) if finale is not None else None
+                if extra and s.send(extra + "\n"):
+                    s.index_wait = True
                 s.close_input()
 
-            while any(s.t_end is None for s in streams):
+            while any(s.t_end is None or s.index_wait for s in streams):
                 self._pump(sel, streams, deadline, on_done=on_done)
 
             # 3. sessions closed, compressors flushed, files on disk
@@ -747,6 +795,11 @@ class _Probe:
                 if m:
                     s.pid = int(m.group(1))
                     continue
+                m = _INDEX_RE.match(line)
+                if m and s.index_wait:
+                    s.index_result = (float(m.group(1)), int(m.group(2)))
+                    s.index_wait = False
+                    continue
                 m = _DONE_RE.match(line)
                 if m:
                     n = int(m.group(1))
@@ -762,6 +815,8 @@ class _Probe:
             waiting = s.pid is None or (s.t_end is None and on_done is not None)
             if waiting and s.psql is not None and s.psql.poll() is not None:
                 raise self._fail(sel, s)
+            if s.index_wait and s.stderr_eof:
+                s.index_wait = False  # psql ended without telling: nothing measured
 
     def _fail(self, sel: selectors.BaseSelector, s: _Stream) -> ProbeError:
         """The error for a stream whose psql (or compressor) failed."""
@@ -923,12 +978,12 @@ def _cpu_note(probe: _Probe, points: list[ProbePoint], notes: list[str]) -> None
 
 
 def _run(probe: _Probe, scratch: str, notes: list[str], t_start: float, budget_s: float,
-         max_streams: int) -> list[ProbePoint]:
+         max_streams: int, finale: Any = None) -> list[ProbePoint]:
     """The steps, then the scratch directory removed whatever happened."""
     points: dict[int, ProbePoint] = {}
     try:
         try:
-            _measure(probe, points, notes, t_start, budget_s, max_streams)
+            _measure(probe, points, notes, t_start, budget_s, max_streams, finale)
         except OSError as exc:
             raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
     finally:
@@ -937,7 +992,7 @@ def _run(probe: _Probe, scratch: str, notes: list[str], t_start: float, budget_s
 
 
 def _measure(probe: _Probe, points: dict[int, ProbePoint], notes: list[str], t_start: float,
-             budget_s: float, max_streams: int) -> None:
+             budget_s: float, max_streams: int, finale: Any = None) -> None:
     deadline = t_start + budget_s - CLEANUP_RESERVE_S
 
     def left() -> float:
@@ -947,7 +1002,8 @@ def _measure(probe: _Probe, points: dict[int, ProbePoint], notes: list[str], t_s
     # budget; it also finds a missing table or a lock before anything counts.
     warm_s = min(1.0, max(0.2, 0.05 * budget_s))
     try:
-        warm = probe.run_step(1, warm_s, WARMUP_FIRST_BYTES, deadline, grow=True)
+        warm = probe.run_step(1, warm_s, WARMUP_FIRST_BYTES, deadline, grow=True,
+                              finale=finale)
     except _Aborted:
         notes.append("the budget ran out during the warm-up: nothing measured")
         return
@@ -1031,29 +1087,56 @@ def _measure(probe: _Probe, points: dict[int, ProbePoint], notes: list[str], t_s
 # Decompressor per data file suffix (pg_dump -Fd: NNNN.dat[.gz|.lz4|.zst]).
 _DECOMPRESSORS = {".gz": "gzip", ".lz4": "lz4", ".zst": "zstd"}
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")
-# A range skips at most this many times its own length of a file (the skipped
-# part is decompressed for nothing); past that the next file is used.
-MAX_SKIP = 2
+# A data file up to this many times the wanted range is loaded whole (no
+# pipeline but its decompressor, its size from the gzip trailer); a larger
+# one gives a range of its first lines (``| head -n N | dd``).  Ranges never
+# skip into a file: skipping decompresses the skipped part for nothing.
+WHOLE_FILE_FACTOR = 2.0
+# Small files go several to a range (one round trip for all), at most this many.
+MAX_FILES_PER_RANGE = 64
+# A temporary table is emptied (TRUNCATE) once it holds this many heap bytes,
+# not after every load: for small files a TRUNCATE per file costs about as
+# much as the load.
+TRUNCATE_AFTER_BYTES = 64e6
 MIN_RANGE_LINES = 100
 FIRST_LINE_BYTES = 100.0  # a guess of COPY text bytes per row, until measured
 TEMP_PREFIX = "pgparmon_probe_"
+# The index build after the warm-up: at most this share of the budget (a
+# statement_timeout), and only when this much of the budget is left.
+INDEX_SHARE = 0.15
+INDEX_MIN_LEFT_S = 3.0
+INDEX_MIN_HEAP = 256 * 1024.0
 
 
 @dataclass
 class _DataFile:
     table: str
     path: str
-    size: float
+    size: float  # heap bytes (the caller's estimate)
     link: str  # its safe name in the scratch directory
     decompress: str | None  # the decompressor's path; None: plain text
-    offset: int = 0  # lines already handed out
+    text: float | None = None  # its exact COPY text bytes when known (gzip trailer, plain)
+
+
+@dataclass
+class _Part:
+    """One file (or its first `lines` lines) into one temporary table."""
+
+    table: str
+    temp: str
+    known: float | None  # COPY text bytes, known up front; else counted by dd
+    count_path: str | None
+    lines: int = 0  # a prefix of the file; 0: the whole file
+    truncate: bool = False  # the temporary table is emptied before this load
 
 
 class _RestoreSource:
-    """Ranges of a restore probe: the next lines of a data file, through its
-    decompressor, into a temporary clone of the table (COPY FROM via psql's
-    \\copy ... FROM PROGRAM: the data goes straight from the pipeline into
-    psql, as from pg_restore's own decompression).  dd counts the bytes."""
+    """Ranges of a restore probe: whole data files (several small ones to a
+    range), or the first lines of a large one, through the decompressor into
+    a temporary clone of the table (COPY FROM via psql's \\copy ... FROM
+    PROGRAM: the data goes straight from the decompressor into psql, as from
+    pg_restore's own decompression).  Tables with the same columns share one
+    temporary table per session; it is emptied only when it has grown."""
 
     def __init__(self, files: list[_DataFile], create: dict[str, str], scratch: str,
                  text_ratio: float) -> None:
@@ -1068,54 +1151,182 @@ class _RestoreSource:
         self.lines_seen = 0
         self.dd = shutil.which("dd") or "dd"
         self.head = shutil.which("head") or "head"
-        self.tail = shutil.which("tail") or "tail"
+        self.temps: dict[str, str] = {}  # CREATE TEMP TABLE text (name X) -> name
+        self.temp_sql: dict[str, str] = {}  # name -> its CREATE TEMP TABLE
+        self.whole_files = 0
+        self.prefix_ranges = 0
 
     def _line_bytes(self) -> float:
         return self.bytes_seen / self.lines_seen if self.lines_seen > 0 else FIRST_LINE_BYTES
 
-    def take(self, s: _Stream, want_bytes: float) -> _Range:
-        lines = max(MIN_RANGE_LINES,
-                    int(want_bytes * self.text_ratio / self._line_bytes()))
-        for _ in range(2 * len(self.files) + 1):
-            if self.i >= len(self.files):
-                self.i = 0
-                for f in self.files:
-                    f.offset = 0
-                self.reused = True
-            f = self.files[self.i]
-            if f.offset == 0 or f.offset <= MAX_SKIP * lines:
-                break
-            self.i += 1
-        fi = self.i
-        start = f.offset
-        f.offset += lines
-        # a file shorter than that is simply used up: the next range goes on
-        # with the next file (its true length shows in the byte count)
-        if f.offset * self._line_bytes() > f.size * self.text_ratio * 1.5:
-            self.i += 1
-        self.seq += 1
-        count = f"n{self.seq}.txt"
-        cmd = (f"{f.decompress} -dc {f.link}" if f.decompress
-               else f"{self.tail} -n +1 {f.link}")
-        if start > 0:
-            cmd += f" | {self.tail} -n +{start + 1}"
-        cmd += f" | {self.head} -n {lines} | {self.dd} bs=65536 2>{count}"
-        temp = f"{TEMP_PREFIX}{fi}"
+    def temp_for(self, table: str) -> str:
+        key = temp_table_sql(self.create.get(table), table, "X")
+        name = self.temps.get(key)
+        if name is None:
+            name = f"{TEMP_PREFIX}{len(self.temps)}"
+            self.temps[key] = name
+            self.temp_sql[name] = temp_table_sql(self.create.get(table), table, name)
+        return name
+
+    def _next_file(self) -> _DataFile:
+        if self.i >= len(self.files):
+            self.i = 0
+            self.reused = True
+        f = self.files[self.i]
+        self.i += 1
+        return f
+
+    def _part_script(self, s: _Stream, f: _DataFile, lines: int) -> tuple[_Part, str]:
+        temp = self.temp_for(f.table)
+        heap = f.size if lines == 0 else lines * self._line_bytes() / self.text_ratio
         script = ""
-        if fi not in s.created:
-            s.created.add(fi)
-            script += temp_table_sql(self.create.get(f.table), f.table, temp) + "\n"
-        script += f"\\copy {temp} FROM PROGRAM '{cmd}'\nTRUNCATE {temp};"
-        return _Range(f.table, script, count_path=os.path.join(self.scratch, count), lines=lines)
+        truncate = False
+        if temp not in s.created:
+            s.created.add(temp)
+            s.loaded[temp] = 0.0
+            script += self.temp_sql[temp] + "\n"
+        elif s.loaded.get(temp, 0.0) + heap > TRUNCATE_AFTER_BYTES:
+            truncate = True
+            s.loaded[temp] = 0.0
+            script += f"TRUNCATE {temp};\n"
+        s.loaded[temp] = s.loaded.get(temp, 0.0) + heap
+        count: str | None = None
+        if lines == 0 and f.text is not None:
+            # the whole file, its size known: no pipeline at all
+            src = (f"FROM PROGRAM '{f.decompress} -dc {f.link}'" if f.decompress
+                   else f"FROM '{f.link}'")
+        else:
+            self.seq += 1
+            count = os.path.join(self.scratch, f"n{self.seq}.txt")
+            cmd = f"{f.decompress} -dc {f.link} | " if f.decompress else ""
+            if lines:
+                cmd += (f"{self.head} -n {lines} | " if f.decompress
+                        else f"{self.head} -n {lines} {f.link} | ")
+            elif not f.decompress:
+                cmd = f"{self.dd} bs=65536 if={f.link} 2>n{self.seq}.txt"
+            if f.decompress or lines:
+                cmd += f"{self.dd} bs=65536 2>n{self.seq}.txt"
+            src = f"FROM PROGRAM '{cmd}'"
+        script += f"\\copy {temp} {src}\n"
+        s.table_of[temp] = f.table
+        return _Part(f.table, temp, f.text if count is None else None, count, lines,
+                     truncate), script
+
+    def take(self, s: _Stream, want_bytes: float) -> _Range:
+        parts: list[_Part] = []
+        script = ""
+        total = 0.0
+        first = self._next_file()
+        if first.size > WHOLE_FILE_FACTOR * want_bytes:
+            # a large file: its first lines only
+            lines = max(MIN_RANGE_LINES,
+                        int(want_bytes * self.text_ratio / self._line_bytes()))
+            part, script = self._part_script(s, first, lines)
+            self.prefix_ranges += 1
+            return _Range(first.table, script, lines=lines, parts=[part], owner=s)
+        f = first
+        while True:
+            part, text = self._part_script(s, f, 0)
+            parts.append(part)
+            script += text
+            total += f.size
+            self.whole_files += 1
+            if (total >= want_bytes or len(parts) >= MAX_FILES_PER_RANGE
+                    or self.i >= len(self.files)):
+                break
+            nxt = self.files[self.i]
+            if total + nxt.size > WHOLE_FILE_FACTOR * want_bytes:
+                break
+            f = self._next_file()
+        label = first.table if len(parts) == 1 else f"{first.table} and {len(parts) - 1} more"
+        return _Range(label, script, parts=parts, owner=s)
 
     def finish(self, r: _Range) -> None:
-        n = _dd_bytes(r.count_path)
-        if n is None:
-            raise ProbeError(f"the probe could not count the bytes it fed into {r.label} "
-                             "(dd's report is missing)")
-        self.bytes_seen += n
-        self.lines_seen += r.lines if n > 0 else 0
-        r.heap = n / self.text_ratio
+        total = 0.0
+        for part in r.parts:
+            n = part.known if part.known is not None else _dd_bytes(part.count_path)
+            if n is None:
+                raise ProbeError(f"the probe could not count the bytes it fed into {r.label} "
+                                 "(dd's report is missing)")
+            if part.lines and n > 0:
+                self.bytes_seen += n
+                self.lines_seen += part.lines
+            heap = n / self.text_ratio
+            if r.owner is not None:
+                if part.truncate:
+                    r.owner.exact[part.temp] = 0.0
+                r.owner.exact[part.temp] = r.owner.exact.get(part.temp, 0.0) + heap
+            total += heap
+        r.heap = total
+
+    def index_script(self, s: _Stream, index_sql: Mapping[str, Sequence[str]] | None,
+                     timeout_s: float) -> tuple[str, str, str, float] | None:
+        """(script, table, index statement, heap bytes) of the index build on
+        the stream's temporary table that holds the most, or None when it
+        holds too little.  The build is shaped like the table's first index in
+        index_sql (rewritten onto the temporary table), else a btree on its
+        first column that has a default btree operator class."""
+        if not s.exact:
+            return None
+        temp = max(s.exact, key=lambda t: s.exact[t])
+        table = s.table_of[temp]
+        heap = s.exact[temp]
+        if heap < INDEX_MIN_HEAP:
+            return None
+        stmt = None
+        for cand in (index_sql or {}).get(table, ()):
+            stmt = index_on_temp(cand, temp)
+            if stmt is not None:
+                break
+        if stmt is not None:
+            build = stmt + ";"
+            shown = stmt
+        else:
+            build = (f"SELECT format('CREATE INDEX ON {temp} (%I)', a.attname) "
+                     f"FROM pg_attribute a WHERE a.attrelid = '{temp}'::regclass "
+                     "AND a.attnum > 0 AND NOT a.attisdropped AND EXISTS ("
+                     "SELECT 1 FROM pg_opclass o JOIN pg_am m ON m.oid = o.opcmethod "
+                     "WHERE m.amname = 'btree' AND o.opcdefault AND (o.opcintype = a.atttypid "
+                     "OR EXISTS (SELECT 1 FROM pg_cast c WHERE c.castsource = a.atttypid "
+                     "AND c.casttarget = o.opcintype AND c.castmethod = 'b'))) "
+                     "ORDER BY a.attnum LIMIT 1 \\gexec")
+            shown = "btree on the first column"
+        ms = max(100, int(timeout_s * 1000))
+        script = (
+            "\\set ON_ERROR_STOP 0\n"
+            f"SET statement_timeout = {ms};\n"
+            "SELECT clock_timestamp() AS pgparmon_t0 \\gset\n"
+            f"{build}\n"
+            "SELECT round(extract(epoch FROM clock_timestamp() - :'pgparmon_t0'::timestamptz)"
+            ", 6) AS pgparmon_ix_s, (SELECT count(*) FROM pg_index "
+            f"WHERE indrelid = '{temp}'::regclass) AS pgparmon_ix_n \\gset\n"
+            f"\\warn {_MARK} index :pgparmon_ix_s :pgparmon_ix_n")
+        return script, table, shown, heap
+
+
+_INDEX_HEAD = re.compile(
+    r'\s*CREATE\s+(UNIQUE\s+)?INDEX\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?'
+    r'(?:(?:"(?:[^"]|"")*"|[^\s"(]+)\s+)?ON\s+(?:ONLY\s+)?'
+    r'(?:"(?:[^"]|"")*"|[^\s."(]+)(?:\.(?:"(?:[^"]|"")*"|[^\s."(]+))?\s*'
+    r'((?:USING\s|\().*?)\s*;?\s*$', re.IGNORECASE | re.DOTALL)
+_CONSTRAINT_HEAD = re.compile(
+    r'\s*ALTER\s+TABLE\s+(?:ONLY\s+)?(?:"(?:[^"]|"")*"|[^\s."(]+)'
+    r'(?:\.(?:"(?:[^"]|"")*"|[^\s."(]+))?\s+ADD\s+(?:CONSTRAINT\s+(?:"(?:[^"]|"")*"|\S+)\s+)?'
+    r'(?:PRIMARY\s+KEY|UNIQUE)\s*(\([^()]*\))', re.IGNORECASE | re.DOTALL)
+
+
+def index_on_temp(stmt: str, temp: str) -> str | None:
+    """The archive's CREATE [UNIQUE] INDEX (or ALTER TABLE ... ADD [CONSTRAINT
+    c] PRIMARY KEY / UNIQUE (cols)) rewritten to build the same index, with
+    no name, on the temporary table `temp`; None for anything else."""
+    m = _INDEX_HEAD.match(stmt)
+    if m:
+        return f"CREATE {(m.group(1) or '').upper().strip()} INDEX ON {temp} {m.group(2)}" \
+            .replace("CREATE  INDEX", "CREATE INDEX")
+    m = _CONSTRAINT_HEAD.match(stmt)
+    if m:
+        return f"CREATE UNIQUE INDEX ON {temp} {m.group(1)}"
+    return None
 
 
 def _dd_bytes(path: str | None) -> float | None:
@@ -1207,6 +1418,49 @@ def _text_size(path: str) -> float:
     return float(size)
 
 
+def _exact_text_size(path: str) -> float | None:
+    """The COPY text bytes of a whole data file when known exactly: a plain
+    file's size, a gzip file's trailer (ISIZE, when plausible); else None."""
+    if path.endswith((".zst", ".lz4")):
+        return None
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if not path.endswith(".gz"):
+        return float(size)
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return None
+            f.seek(max(0, size - 4))
+            isize = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return None
+    # ISIZE is the length modulo 4 GiB: trusted below that only
+    return float(isize) if size < 2**31 and isize >= size // 2 else None
+
+
+def archive_index_sql(archive_dir: str, pg_restore: str | None = None) -> dict[str, list[str]]:
+    """table ("schema.table") -> the archive's CREATE INDEX and ADD PRIMARY
+    KEY / UNIQUE statements on it, in archive order (``pg_restore -v
+    --section=post-data -f -``: the TOC only, no data read); {} when the
+    archive cannot be read."""
+    from .. import toc
+
+    try:
+        text = toc._run_pg_restore(["-v", "--section=post-data", "-f", "-"], archive_dir,
+                                   pg_restore, 60)
+    except toc.TocError:
+        return {}
+    out: dict[str, list[str]] = {}
+    # parse_post_data_sql walks the same entries in the same order
+    for e, t in zip(toc._entries(text), toc.parse_post_data_sql(text), strict=False):
+        if t.table and t.kind in ("index", "primary key", "unique"):
+            out.setdefault(t.table, []).append("\n".join(e.body).strip())
+    return out
+
+
 def restore_probe_inputs(archive_dir: str, pg_restore: str | None = None,
                          text_ratio: float = DEFAULT_TEXT_RATIO
                          ) -> tuple[list[tuple[str, str, float]], dict[str, str]]:
@@ -1244,22 +1498,35 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
                       data_files: list[tuple[str, str, float]] | None = None,
                       create_sql: dict[str, str] | None = None, *,
                       budget_s: float, max_streams: int, server_version_num: int,
-                      text_ratio: float = DEFAULT_TEXT_RATIO) -> ProbeResult:
+                      text_ratio: float = DEFAULT_TEXT_RATIO,
+                      index_sql: Mapping[str, Sequence[str]] | None = None) -> ProbeResult:
     """Measure X(k) of a restore's data phase within budget_s seconds: k
     sessions COPY FROM the archive's data files (through their decompressor)
-    into temporary clones of the tables.
+    into temporary clones of the tables; and, after the warm-up, the time of
+    one index build (ProbeResult.build_s_per_byte).
 
     data_files: (table as "schema.name", path of NNNN.dat[.gz|.lz4|.zst],
-    size) with size the file's work in heap bytes (only the order and the
-    file-length check use it).  create_sql: table -> the archive's CREATE
+    size) with size the file's work in heap bytes (the order, and whether a
+    file is loaded whole or a range of its first lines, use it).  create_sql: table -> the archive's CREATE
     TABLE text (a table missing here must exist in the target database:
     LIKE is used).  Either left out (None): read from the archive
     (`restore_probe_inputs`).  Work unit: heap bytes = COPY text bytes /
-    text_ratio.
+    text_ratio.  index_sql: table -> the archive's CREATE INDEX (or ALTER
+    TABLE ... ADD PRIMARY KEY / UNIQUE) statements for it: the index build
+    after the warm-up copies the first one that `index_on_temp` can rewrite,
+    on the temporary table the warm-up loaded most into; without one, a btree on its first
+    column.
+
+    build_s_per_byte: seconds of that build / heap bytes (COPY text bytes /
+    text_ratio) in the temporary table, one session, on what the warm-up
+    loaded (tens of MB): so a build on a table of B heap bytes takes about
+    build_s_per_byte * B seconds with nothing else running.  The build runs
+    outside the timed steps, under a statement_timeout of INDEX_SHARE of the
+    budget, and only when INDEX_MIN_LEFT_S are left after the warm-up.
 
     What it does not measure: WAL and the table's own writes (temporary
-    tables have neither) and the index builds; it measures parsing and
-    inserting, and decompression on the client.  The session is read-write
+    tables have neither; a real index build writes WAL); it measures parsing
+    and inserting, and decompression on the client.  The session is read-write
     (temporary tables need that); nothing outside the session is touched."""
     t_start = time.monotonic()
     del server_version_num  # COPY FROM works on any version; kept for symmetry
@@ -1271,6 +1538,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
         found_files, found_create = restore_probe_inputs(archive_dir, text_ratio=text_ratio)
         data_files = found_files if data_files is None else data_files
         create_sql = found_create if create_sql is None else create_sql
+    if index_sql is None:
+        index_sql = archive_index_sql(archive_dir)
     if not data_files:
         raise ProbeError("the archive has no table data to probe")
     psql = _checked_psql()
@@ -1304,7 +1573,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
                 raise ProbeError(f"cannot use {path}: {exc.strerror or exc}") from None
             if not os.path.exists(os.path.join(scratch, link)):
                 raise ProbeError(f"{path}: no such file")
-            files.append(_DataFile(table, path, float(size), link, dec))
+            files.append(_DataFile(table, path, float(size), link, dec,
+                                   text=_exact_text_size(path)))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -1312,13 +1582,49 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     probe = _Probe(psql=psql, comp=None, env=env, scratch=scratch, source=source,
                    device=device, local=_is_local_host(env.get("PGHOST")),
                    connect_timeout_s=float(target.connect_timeout_s))
-    points = _run(probe, scratch, notes, t_start, budget_s, max_streams)
+    built: dict[str, Any] = {}
+
+    def finale(s: _Stream) -> str | None:
+        # the index build, after the warm-up's last range, in its session
+        left = t_start + budget_s - CLEANUP_RESERVE_S - time.monotonic()
+        if left < INDEX_MIN_LEFT_S:
+            notes.append("no time left in the budget for the index build")
+            return None
+        got = source.index_script(s, index_sql, min(INDEX_SHARE * budget_s, left / 4))
+        if got is None:
+            notes.append("the warm-up loaded too little to time an index build on")
+            return None
+        script, table, shown, heap = got
+        built.update(stream=s, table=table, index=shown, heap_bytes=heap)
+        return script
+
+    points = _run(probe, scratch, notes, t_start, budget_s, max_streams, finale)
+    build_s_per_byte = None
+    build: dict[str, Any] | None = None
+    s_ix = built.pop("stream", None)
+    if s_ix is not None:
+        res_ix = s_ix.index_result
+        if res_ix is not None and res_ix[1] > 0 and built["heap_bytes"] > 0:
+            build = dict(built, seconds=round(res_ix[0], 6))
+            build_s_per_byte = res_ix[0] / built["heap_bytes"]
+        elif res_ix is not None and res_ix[0] >= 0.9 * min(INDEX_SHARE * budget_s, 1e9):
+            notes.append(f"the index build on {built['table']} took longer than the probe "
+                         f"allows ({res_ix[0]:.1f} s): not measured")
+        else:
+            err = _error_line(s_ix.other)
+            notes.append(f"the index build on {built['table']} failed"
+                         + (f": {err}" if err else ""))
     if source.reused:
         notes.append("the archive's data files were read more than once (the archive is "
                      "small): the cache helped and the throughput may be optimistic")
-    notes.append("restore probe: COPY into temporary tables (no WAL, no index builds): "
-                 "parsing, inserting and decompression only")
+    notes.append("restore probe: COPY into temporary tables (no WAL): parsing, inserting "
+                 "and decompression only")
+    if build_s_per_byte is not None and build is not None:
+        notes.append(f"index build: {build['index']} on {_mb(build['heap_bytes'])} of "
+                     f"{build['table']} in {build['seconds']:.3f} s "
+                     f"({build_s_per_byte * GB:.2f} s/GB)")
     _cpu_note(probe, points, notes)
     label = kinds.pop() if len(kinds) == 1 else "mixed"
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
-                       compression=label, ratio=None, device=device, notes=notes)
+                       compression=label, ratio=None, device=device, notes=notes,
+                       build_s_per_byte=build_s_per_byte, build=build)
