@@ -439,14 +439,14 @@ def test_index_on_temp() -> None:
         "CREATE INDEX ON pgparmon_probe_0 USING btree (c)")
     assert index_on_temp('CREATE UNIQUE INDEX "I x" ON ONLY "we ird"."t.1" USING btree '
                          "(lower(a), b) INCLUDE (c) WHERE (b > 0);", t) == (
-        "CREATE UNIQUE INDEX ON pgparmon_probe_0 USING btree (lower(a), b) INCLUDE (c) "
+        "CREATE INDEX ON pgparmon_probe_0 USING btree (lower(a), b) INCLUDE (c) "
         "WHERE (b > 0)")
     assert index_on_temp("CREATE INDEX ON s.x (a)", t) == "CREATE INDEX ON pgparmon_probe_0 (a)"
     assert index_on_temp("ALTER TABLE ONLY public.eq_0\n    ADD CONSTRAINT eq_0_pkey "
                          "PRIMARY KEY (id);", t) == (
-        "CREATE UNIQUE INDEX ON pgparmon_probe_0 (id)")
+        "CREATE INDEX ON pgparmon_probe_0 (id)")
     assert index_on_temp("ALTER TABLE ONLY public.x ADD CONSTRAINT x_u UNIQUE (a, b);", t) == (
-        "CREATE UNIQUE INDEX ON pgparmon_probe_0 (a, b)")
+        "CREATE INDEX ON pgparmon_probe_0 (a, b)")
     assert index_on_temp("ALTER TABLE ONLY public.x ADD CONSTRAINT x_fk FOREIGN KEY (a) "
                          "REFERENCES y(id);", t) is None
     assert index_on_temp("CREATE TRIGGER x AFTER INSERT ON t EXECUTE FUNCTION f();", t) is None

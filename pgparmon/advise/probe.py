@@ -1320,14 +1320,16 @@ _CONSTRAINT_HEAD = re.compile(
 def index_on_temp(stmt: str, temp: str) -> str | None:
     """The archive's CREATE [UNIQUE] INDEX (or ALTER TABLE ... ADD [CONSTRAINT
     c] PRIMARY KEY / UNIQUE (cols)) rewritten to build the same index, with
-    no name, on the temporary table `temp`; None for anything else."""
+    no name, on the temporary table `temp`; None for anything else. Never
+    UNIQUE: the probe loads ranges more than once on a small archive, and a
+    duplicate would fail the build; the uniqueness check costs little next
+    to the sort."""
     m = _INDEX_HEAD.match(stmt)
     if m:
-        return f"CREATE {(m.group(1) or '').upper().strip()} INDEX ON {temp} {m.group(2)}" \
-            .replace("CREATE  INDEX", "CREATE INDEX")
+        return f"CREATE INDEX ON {temp} {m.group(2)}"
     m = _CONSTRAINT_HEAD.match(stmt)
     if m:
-        return f"CREATE UNIQUE INDEX ON {temp} {m.group(1)}"
+        return f"CREATE INDEX ON {temp} {m.group(1)}"
     return None
 
 
