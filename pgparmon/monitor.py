@@ -334,7 +334,15 @@ class Monitor:
                                    devices=disks, stalled=stalled, stopped_clients=stopped)
         est = eta.estimate(tr, stalled=stalled or stopped > 0)
         state = self.outcome.state if self.outcome else "running"
-        warns = self._warnings(snap, est.seconds) if state == "running" else []
+        if state == "running":
+            warns = self._warnings(snap, est.seconds)
+        else:
+            # a job that died on a full target: say so on its last sample too
+            # (a fast job can fill the disk between two samples)
+            warns = [w for w in self.free_space.check(snap.free_bytes, None)
+                     if w.code == "disk-full"]
+            for w in warns:
+                self._note(w.message)
         progress = tr.fraction()
         if self.outcome and self.outcome.state == "finished" and progress is not None:
             progress = 1.0

@@ -157,10 +157,15 @@ def test_summary_text_for_a_terminal(dump: JobRun) -> None:
 
 @pytest.mark.integration
 def test_report_and_replay_commands_read_a_real_recording(dump: JobRun, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     if dump.recording is None:
         pytest.skip("`pgparmon run --record` is not available in this build")
+    # wide enough that the items table shows whole table names: at 80
+    # columns they are cut, and whether the advice line names the big table
+    # depends on how many samples a fast run left
+    monkeypatch.setenv("COLUMNS", "160")
     rec = str(dump.recording)
     assert report_command(rec, None) == 0
     out = capsys.readouterr().out

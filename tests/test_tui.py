@@ -361,7 +361,9 @@ async def test_replay_feed_in_the_tui(dump: JobRun) -> None:
         pytest.skip("`pgparmon run --record` is not available in this build")
     from pgparmon.record import ReplayFeed, read_recording
 
-    feed = ReplayFeed(read_recording(str(dump.recording)), speed=1000.0)
+    # real time: a quiet machine dumps the sample in ~2 s (8 samples at
+    # 0.3 s), and a fast replay would end before the keys below are pressed
+    feed = ReplayFeed(read_recording(str(dump.recording)), speed=1.0)
     app = PgParMonApp(feed, 0.0, "replay")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.ticks >= 3, timeout=20)
