@@ -7,6 +7,7 @@ Exit codes (also in docs/exit-codes.md):
   3  cannot connect to the server
   4  no job found
   5  several jobs found: pick one with --pid
+  6  the job ended, but its outcome cannot be seen by this user
   129 / 143 stopped by SIGHUP (terminal gone) / SIGTERM; the recording is complete
   130 interrupted (Ctrl-C)
 """
@@ -106,12 +107,9 @@ class Follower:
     def exit_code(self) -> int:
         if self.stop_signal is not None:
             return 128 + self.stop_signal  # the shell's convention for a signal
-        out = self.mon.outcome
-        if out is None:
-            return EXIT_OK
-        if out.exit_code is not None:
-            return int(out.exit_code)
-        return EXIT_OK if out.state == "finished" else EXIT_FAILED
+        from .monitor import outcome_exit_code
+
+        return outcome_exit_code(self.mon.outcome)
 
     # -- headless ------------------------------------------------------------
 

@@ -28,11 +28,35 @@ SCHEMA = "pgparmon.sample/1"
 STALL_SAMPLES = 5
 
 
+# The job ended but nothing this monitor can see says how: another OS user's
+# pg_dump (no exit status for a process that is not our child, and its -Fd
+# directory is mode 0700) leaves only its backends' disappearance.
+EXIT_ENDED_UNKNOWN = 6
+
+
 @dataclass
 class Outcome:
-    state: str  # finished | failed
+    state: str  # finished | failed | ended (outcome unknown)
     reason: str
     exit_code: int | None = None
+
+
+def outcome_exit_code(outcome: Outcome | None) -> int:
+    """A watcher's exit code: still running 0; the job's own exit code when
+    known; else 0 finished, 1 failed, 6 ended with an outcome it cannot see."""
+    if outcome is None:
+        return 0
+    if outcome.exit_code is not None:
+        return int(outcome.exit_code)
+    return {"finished": 0, "ended": EXIT_ENDED_UNKNOWN}.get(outcome.state, 1)
+
+
+def _readable_dir(path: str) -> bool:
+    try:
+        os.listdir(path)
+    except OSError:
+        return False
+    return True
 
 
 def _iso(wall: float) -> str:
@@ -207,6 +231,12 @@ class Monitor:
         left = tr.unfinished()
         if self.job and self.job.kind == "pg_restore" and left:
             left = self._restore_leftovers(left, snap)
+        if (left and tr.planned and self.job and self.job.kind == "pg_dump" and not full
+                and self.target_dir and not _readable_dir(self.target_dir)):
+            return Outcome("ended", f"the job's processes are gone, but its outcome cannot be "
+                                    f"seen: {self.target_dir} is not readable by this user and "
+                                    "its exit status is not ours to read (run pgparmon as the "
+                                    "job's OS user, or with `pgparmon run`)")
         if left and tr.planned:
             names = ", ".join(i.name for i in left[:5])
             return Outcome("failed", f"the job ended with {len(left)} item(s) not done: "

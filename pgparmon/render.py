@@ -96,7 +96,8 @@ def screen(doc: dict[str, Any]) -> Group:
 def summary_table(summary: dict[str, Any]) -> Group:
     head = Text(f"{summary['kind']} on {summary.get('database')}: {summary['state']} "
                 f"({summary.get('reason') or ''}) in {human_s(summary['wall_s'])}",
-                style="bold green" if summary["state"] == "finished" else "bold red")
+                style={"finished": "bold green", "ended": "bold yellow"}.get(summary["state"],
+                                                                            "bold red"))
     t = Table(box=None, header_style="bold")
     for col in ("item", "kind", "state", "duration", "rows", "bytes"):
         t.add_column(col)

@@ -576,7 +576,8 @@ def render_summary_text(samples: list[dict[str, Any]],
     if facts.jobs:
         head.append(f" -j {facts.jobs}", style="bold")
     head.append(f" on {facts.database}: ")
-    head.append(facts.state, style="bold green" if ok else "bold red")
+    head.append(facts.state, style="bold green" if ok else
+                "bold yellow" if facts.state == "ended" else "bold red")
     if facts.reason:
         head.append(f" ({facts.reason})")
     head.append(f" in {human_s(facts.wall_s)}; {facts.items_done}/{facts.items_total} items, "

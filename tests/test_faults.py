@@ -313,3 +313,24 @@ def test_another_users_processes(cluster: Cluster, sample_db: str,
     assert sum("another user's process" in n for n in notes) == 1
     assert any(w["phase"] == "copy" for s in samples for w in s["workers"])
     assert json.dumps(samples)  # well-formed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the monitor as another user")
+def test_another_users_dump_ends_with_an_outcome_it_cannot_see(
+        cluster: Cluster, sample_db: str, slow_dump: subprocess.Popen[bytes]) -> None:
+    """Followed to its end, another user's dump (exit status not ours, -Fd
+    directory mode 0700) is "ended", exit 6: never called failed (nor
+    finished) on evidence the monitor does not have."""
+    system = Path("/usr/bin/python3.%d" % sys.version_info.minor)
+    if not system.exists():
+        pytest.skip(f"no {system} to run the monitor as another user")
+    site = next(Path(sys.prefix).glob("lib/python3.*/site-packages"))
+    repo = Path(__file__).resolve().parent.parent
+    att = _attach_proc(cluster, sample_db, preexec=_as_postgres(), python=str(system),
+                       env={"PYTHONPATH": f"{site}:{repo}"})
+    first = _first_sample(att)
+    samples, summary, err = _finish(att, first)
+    assert slow_dump.wait(timeout=60) == 0  # the dump itself succeeded
+    assert att.returncode == 6, (err, samples[-1]["job"])
+    assert samples[-1]["job"]["state"] == "ended" and summary["state"] == "ended"
+    assert "cannot be seen" in summary["reason"]

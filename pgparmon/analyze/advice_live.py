@@ -77,7 +77,7 @@ class AdviceTracker:
         t = float(doc.get("elapsed_s") or 0.0)
         if self._prev_t is not None and t < self._prev_t:
             return
-        self.ended = job.get("state") in ("finished", "failed")
+        self.ended = job.get("state") in ("finished", "failed", "ended")
         self.jobs = job.get("jobs") or self.jobs
         self.kind = job.get("kind") or self.kind
         self.last_item = job.get("last_item") or self.last_item

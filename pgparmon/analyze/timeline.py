@@ -95,7 +95,7 @@ class TimelineBuilder:
             if pid not in seen:  # the worker left the sample (a dump leader, an exit)
                 self._close(pid, t)
         self._present = seen
-        if doc.get("job", {}).get("state") in ("finished", "failed"):
+        if doc.get("job", {}).get("state") in ("finished", "failed", "ended"):
             for pid in list(self._open):
                 self._close(pid, t)
         self.series.append(_series_point(doc, t))

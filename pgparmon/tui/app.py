@@ -490,14 +490,12 @@ class PgParMonApp(App[int]):
 
 
 def exit_code(feed: Any) -> int:
-    """run's rule: still running (quit early) 0; the job's own exit code when
-    known; else 0 finished, 1 failed."""
-    outcome = getattr(feed, "outcome", None)
-    if outcome is None:
-        return 0
-    if getattr(outcome, "exit_code", None) is not None:
-        return int(outcome.exit_code)
-    return 0 if outcome.state == "finished" else 1
+    """The headless rule (monitor.outcome_exit_code): still running (quit
+    early) 0; the job's own exit code when known; else 0 finished, 1 failed,
+    6 ended with an outcome this user cannot see."""
+    from ..monitor import outcome_exit_code
+
+    return outcome_exit_code(getattr(feed, "outcome", None))
 
 
 def run_tui(feed: Feed, interval: float, title: str) -> int:

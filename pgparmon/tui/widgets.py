@@ -19,7 +19,8 @@ from . import draw
 
 Doc = dict[str, Any]
 
-STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "failed": "bold red"}
+STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "failed": "bold red",
+               "ended": "bold yellow"}
 GOOD_VERDICTS = ("nothing", "starting")
 
 
