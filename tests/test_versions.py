@@ -4,6 +4,7 @@ machine's version (15); set PGPARMON_PG_VERSIONS to choose the others."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -116,3 +117,25 @@ def test_attach_restore(versioned: tuple[int, Cluster, Path]) -> None:
     assert summary["state"] == "finished"
     assert {"data", "index", "constraint"} <= {i["kind"] for i in summary["items"]}
     _monotone_to_one(samples)
+
+
+def test_advise(versioned: tuple[int, Cluster, Path]) -> None:
+    """Static and probed dump advice, and restore advice from this version's
+    own archive (read with its own pg_restore)."""
+    major, cl, work = versioned
+    env = {**cl.env(), "PGPARMON_PGBIN": str(cl.bindir)}
+    res = subprocess.run(pgparmon_cmd("advise", "-d", "sample", "--target",
+                                      str(work / f"adv{time.monotonic_ns()}"), "--probe",
+                                      "--probe-seconds", "3", "--max-jobs", "2", "--json"),
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["server"]["version"].startswith(str(major))
+    assert doc["basis"] == "probe", doc["warnings"]  # TID range scans on every 14+
+    assert doc["inventory"]["largest_item"] == "public.orders"
+    res = subprocess.run(pgparmon_cmd("advise", "-d", "postgres", "--archive", str(work / "a"),
+                                      "--json"), capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["kind"] == "restore" and doc["inventory"]["items"] > doc["inventory"]["tables"]
