@@ -213,14 +213,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _human_s(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
-
-
 # ------------------------------------------------------------------ advise
 
 
@@ -522,11 +514,11 @@ def _why(ev: Evidence, choice: model.Choice, preds: list[Prediction],
          dom: dict[str, Any] | None) -> list[str]:
     by = {p.jobs: p for p in preds}
     fast = by[choice.fastest]
-    out = [f"fastest predicted: -j {choice.fastest} ({_human_s(fast.wall_s)})"]
+    out = [f"fastest predicted: -j {choice.fastest} ({model.human_s(fast.wall_s)})"]
     if choice.knee != choice.fastest:
         k = by[choice.knee]
         out.append(f"-j {choice.knee} is within {100 * (model.KNEE - 1):.0f}% of that "
-                   f"({_human_s(k.wall_s)}): more jobs buy little")
+                   f"({model.human_s(k.wall_s)}): more jobs buy little")
     if choice.efficient is not None and choice.efficient < choice.knee:
         out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
                    f"{100 * (model.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
@@ -598,9 +590,10 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
     budget, forced = probe_budget(req, guess)
     if budget < PROBE_MIN_S and not forced:
         warnings.append(Warning_("probe_skipped",
-                                 f"the whole {req.kind} is predicted at about {_human_s(guess)}: "
-                                 f"a probe within 3% of that ({budget:.1f} s) cannot measure "
-                                 "anything; give --probe-seconds N to probe anyway"))
+                                 f"the whole {req.kind} is predicted at about "
+                                 f"{model.human_s(guess)}: a probe within 3% of that "
+                                 f"({budget:.1f} s) cannot measure anything; give "
+                                 "--probe-seconds N to probe anyway"))
         return None, None
     from . import probe as probe_mod
 

@@ -288,9 +288,19 @@ def dominant(items: Sequence[WorkItem], ev: Evidence, pred: Prediction,
             "split_bytes": round(max(total / (j * 2), 1.0)),
             "message": (f"{labels.get(big.key, big.label or big.key)} is "
                         f"{100 * big.work / total:.0f}% of the data and takes about "
-                        f"{alone:.0f} s on one worker whatever -j is: split it into pieces "
+                        f"{human_s(alone)} on one worker whatever -j is: split it into pieces "
                         f"of about {_human(total / (j * 2))} (partition it, or copy it in ctid "
                         "ranges as pgcopydb does) to let the other jobs share it")}
+
+
+def human_s(s: float) -> str:
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
 
 
 def _human(n: float) -> str:
