@@ -133,7 +133,8 @@ class Advice:
 # ------------------------------------------------------------------ input
 
 
-_TIMING = re.compile(r"^\s*(?:j\s*=?\s*)?(\d+)\s*[=:]\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*s?\s*$")
+_TIMING = re.compile(r"^\s*(?:j\s*=?\s*)?(\d+)\s*[=:]\s*"
+                     r"([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*s?\s*$")
 
 
 def parse_timings(text: str) -> dict[int, float]:

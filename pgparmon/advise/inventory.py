@@ -246,10 +246,12 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
     if index_factor is not None and index_factor > 0:
         tr.index_factor = index_factor
     tr.plan_restore(toc, files, targets)
-    tables = sorted((TableSize(name=it.relation or it.key, schema=(it.relation or ".").split(".")[0],
+    tables = sorted((TableSize(name=it.relation or it.key,
+                               schema=(it.relation or ".").split(".")[0],
                                relname=(it.relation or it.key).split(".")[-1], relpages=0,
                                heap_bytes=it.work)
-                     for it in tr.items.values() if it.kind == "data"), key=lambda t: -t.heap_bytes)
+                     for it in tr.items.values() if it.kind == "data"),
+                    key=lambda t: -t.heap_bytes)
     inv = Inventory("restore", _work_items(tr), tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp)
     if fmt == "custom":

@@ -130,7 +130,8 @@ class Prediction:
     def to_json(self) -> dict[str, Any]:
         return {"jobs": self.jobs, "wall_s": round(self.wall_s, 2),
                 "bottleneck": self.bottleneck,
-                "lower_bound_s": None if self.lower_bound_s is None else round(self.lower_bound_s, 2),
+                "lower_bound_s": (None if self.lower_bound_s is None
+                                  else round(self.lower_bound_s, 2)),
                 "tail_s": None if self.tail_s is None else round(self.tail_s, 2),
                 "last_item": self.last_item, "measured_s": self.measured_s,
                 "extrapolated": self.extrapolated}
@@ -259,7 +260,8 @@ def choose(preds: Sequence[Prediction], cpu_per_gb: dict[int, float],
     eff: int | None = None
     base = _interp(cpu_per_gb, 1)
     if base:
-        ok = [p.jobs for p in preds if (_interp(cpu_per_gb, p.jobs) or math.inf) <= EFFICIENCY * base]
+        ok = [p.jobs for p in preds
+              if (_interp(cpu_per_gb, p.jobs) or math.inf) <= EFFICIENCY * base]
         eff = max(ok) if ok else 1
     rec = min(knee, eff) if eff is not None else knee
     capped: list[str] = []
