@@ -1513,8 +1513,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     size) with size the file's work in heap bytes (the order, and whether a
     file is loaded whole or a range of its first lines, use it).
     create_sql: table -> the archive's CREATE TABLE text (a table missing
-    here must exist in the target database: LIKE is used).  Either left out (None): read from the archive
-    (`restore_probe_inputs`).  Work unit: heap bytes = COPY text bytes /
+    here must exist in the target database: LIKE is used).  Either left
+    out (None): read from the archive (`restore_probe_inputs`).  Work unit: heap bytes = COPY text bytes /
     text_ratio.  index_sql: table -> the archive's CREATE INDEX (or ALTER
     TABLE ... ADD PRIMARY KEY / UNIQUE) statements for it: the index build
     after the warm-up copies the first one that `index_on_temp` can rewrite,
