@@ -1511,15 +1511,15 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
 
     data_files: (table as "schema.name", path of NNNN.dat[.gz|.lz4|.zst],
     size) with size the file's work in heap bytes (the order, and whether a
-    file is loaded whole or a range of its first lines, use it).
-    create_sql: table -> the archive's CREATE TABLE text (a table missing
-    here must exist in the target database: LIKE is used).  Either left
-    out (None): read from the archive (`restore_probe_inputs`).  Work unit: heap bytes = COPY text bytes /
-    text_ratio.  index_sql: table -> the archive's CREATE INDEX (or ALTER
-    TABLE ... ADD PRIMARY KEY / UNIQUE) statements for it: the index build
-    after the warm-up copies the first one that `index_on_temp` can rewrite,
-    on the temporary table the warm-up loaded most into; without one, a btree on its first
-    column.
+    file is loaded whole or a range of its first lines, use it). create_sql:
+    table -> the archive's CREATE TABLE text (a table missing here must exist
+    in the target database: LIKE is used).  Either left out (None): read from
+    the archive (`restore_probe_inputs`).  Work unit: heap bytes = COPY text
+    bytes / text_ratio.  index_sql: table -> the archive's CREATE INDEX (or
+    ALTER TABLE ... ADD PRIMARY KEY / UNIQUE) statements for it: the index
+    build after the warm-up copies the first one that `index_on_temp` can
+    rewrite, on the temporary table the warm-up loaded most into; without one,
+    a btree on its first column.
 
     build_s_per_byte: seconds of that build / heap bytes (COPY text bytes /
     text_ratio) in the temporary table, one session, on what the warm-up
