@@ -420,17 +420,15 @@ def advise(host: str | None = HostOpt, port: str | None = PortOpt,
     except AdviseError as exc:
         fail(str(exc), exc.code)
     kind = "restore" if archive else "dump"
-    server_wanted = bool(dbname or host or port or username or target or probe or
-                         (archive and not timings) or os.environ.get("PGDATABASE"))
     if not target and not archive and not timings:
         fail("what to advise: --target DIR (a dump of -d DB), --archive PATH (a restore into "
              "-d DB) or --from-timings \"1=70,2=44\"", EXIT_USAGE)
-    if (target or (archive and not timings) or probe) and not dbname and \
-            not os.environ.get("PGDATABASE"):
-        fail(f"give the database with -d DB (the one to {'dump' if kind == 'dump' else 'restore into'})",
-             EXIT_USAGE)
-    conn = _target(host, port, username, dbname) if server_wanted and (dbname or os.environ.get(
-        "PGDATABASE") or host or port) else None
+    has_db = bool(dbname or os.environ.get("PGDATABASE"))
+    if (target or (archive and not timings) or probe) and not has_db:
+        what = "dump" if kind == "dump" else "restore into"
+        fail(f"give the database with -d DB (the one to {what})", EXIT_USAGE)
+    # timings alone need no server; any connection option asks for one
+    conn = _target(host, port, username, dbname) if (has_db or host or port) else None
     req = Request(kind=kind, conn=conn, target_dir=target, archive=archive, probe=probe,
                   probe_seconds=probe_seconds, history=list(history or []), timings=timings,
                   compression=comp, max_jobs=max_jobs, dbname_for_command=dbname,

@@ -159,7 +159,7 @@ def test_warning_connections() -> None:
     afacts = {"connections_in_use": 95, "settings": {
         "max_connections": ["100", None], "superuser_reserved_connections": ["3", None]}}
     # 100 - 3 reserved - 94 in use (our own session is the monitor's) = 3 free
-    caps = adv._connection_cap("dump", afacts, None, None)  # type: ignore[arg-type]
+    caps = adv._connection_cap("dump", afacts)
     assert caps == {"connections": 1}
     w = adv._connection_warnings("dump", afacts, _choice(1, knee=4))
     assert [x.code for x in w] == ["connections"]
@@ -438,3 +438,26 @@ def test_probe_names_the_limit() -> None:
     limit, per_stream = adv._probe_limits(srv, cores=16)
     assert per_stream == "the server's COPY (CPU)"
     assert limit.startswith("the server or the disk")
+
+
+@pytest.mark.integration
+def test_restore_advice_with_a_probe(cluster: Cluster, sample_db: str,
+                                     dump_archive: Path) -> None:
+    """The restore probe loads the archive's files into temporary tables and
+    times one of its index builds; the builds are then costed from it."""
+    cluster.psql("DROP DATABASE IF EXISTS advise_restore_probe")
+    cluster.psql("CREATE DATABASE advise_restore_probe")
+    r = run_advise(*conn_args(cluster, "advise_restore_probe"), "--archive", str(dump_archive),
+                   "--probe", "--probe-seconds", "6", "--max-jobs", "2", "--json", timeout=180)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["basis"] == "probe", doc["warnings"]
+    pr = doc["probe"]
+    assert pr["seconds"] <= pr["budget_s"] * 1.25 + 1.0 and len(pr["points"]) >= 1
+    assert pr["build_s_per_byte"] > 0, pr["notes"]
+    assert any(n.startswith("index builds from the probe") for n in doc["notes"])
+    # temporary tables only: the target database is left as it was
+    left = cluster.psql("SELECT count(*) FROM pg_class c JOIN pg_namespace n "
+                        "ON n.oid = c.relnamespace WHERE n.nspname = 'public'",
+                        dbname="advise_restore_probe")
+    assert left.strip().splitlines()[-1].strip() == "0"

@@ -120,7 +120,7 @@ class Advice:
             "confidence": self.confidence,
             "fit": self.evidence.fit.to_json(),
             "evidence_note": self.evidence.note,
-            "probe": self.probe,
+            "probe": _redacted_probe(self.probe),
             "inventory": self.inventory.to_json() if self.inventory else None,
             "server": self.server,
             "warnings": [w.to_json() for w in self.warnings],
@@ -128,6 +128,14 @@ class Advice:
             "notes": [redact_text(s) for s in self.notes],
             "command": redact_text(self.command),
         }
+
+
+def _redacted_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The probe's notes quote psql's errors: through the redactor, like
+    every other message."""
+    if probe is None:
+        return None
+    return {**probe, "notes": [redact_text(str(n)) for n in probe.get("notes") or []]}
 
 
 # ------------------------------------------------------------------ input
@@ -278,16 +286,12 @@ def advise(req: Request) -> Advice:
                                           "measures this system within a minute"))
 
     spb = (probe_json or {}).get("build_s_per_byte")
-    if req.kind == "restore" and req.archive and ev.basis == "probe" and spb:
+    if req.kind == "restore" and inv is not None and ev.basis == "probe" and spb:
         # the probe timed an index build: express builds in the streams' work
         # units (seconds per byte x bytes per second of one stream)
         factor = float(spb) * ev.fit.throughput(1)
-        try:
-            inv = restore_inventory(req.archive, index_factor=factor)
-            notes.append(f"index builds from the probe: {factor:.2f} x their table's load "
-                         "work")
-        except InventoryError:
-            pass
+        inv = inv.with_index_factor(factor)
+        notes.append(f"index builds from the probe: {factor:.2f} x their table's load work")
 
     if ev.basis in ("probe", "history") and ev.fit.n_points < 2:
         ev = _calibrated_static(ev, static)
@@ -311,7 +315,7 @@ def advise(req: Request) -> Advice:
     server: dict[str, Any] | None = None
     if facts is not None:
         server = _server_facts(facts, afacts, local)
-        caps.update(_connection_cap(req.kind, afacts, facts, warnings_out=None))
+        caps.update(_connection_cap(req.kind, afacts))
     if inv is not None and inv.tables and req.kind == "dump":
         caps["tables"] = max(1, len(inv.tables))
     if req.kind == "restore" and facts is not None and local:
@@ -397,14 +401,13 @@ def _need(kind: str, j: int) -> int:
     return j + (1 if kind == "dump" else 0) + 1
 
 
-def _connection_cap(kind: str, afacts: dict[str, Any], facts: ServerFacts,
-                    warnings_out: list[Warning_] | None) -> dict[str, int]:
+def _connection_cap(kind: str, afacts: dict[str, Any]) -> dict[str, int]:
+    """The largest j whose connections (_need) fit in the free ones."""
     fc = _free_connections(afacts)
     if fc is None:
         return {}
     free, _ = fc
-    cap = free - (1 if kind == "dump" else 0) - 1
-    return {"connections": max(1, cap)}
+    return {"connections": max(1, free - _need(kind, 0))}
 
 
 def _connection_warnings(kind: str, afacts: dict[str, Any], choice: model.Choice
@@ -602,14 +605,13 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
     try:
         if req.kind == "dump":
             assert req.target_dir
-            os.makedirs(_existing_ancestor(req.target_dir), exist_ok=True)
             tables = [probe_mod.ProbeTable(name=t.name, schema=t.schema, relname=t.relname,
                                            relpages=t.relpages)
                       for t in inv.tables if t.relpages > 0][:8]
             if not tables:
                 notes.append("no table with pages to probe (run ANALYZE)")
                 return None, None
-            res = probe_mod.run_probe(req.conn, tables, _probe_dir(req.target_dir),
+            res = probe_mod.run_probe(req.conn, tables, req.target_dir,
                                       budget_s=budget, max_streams=streams,
                                       compression=req.compression.method,
                                       level=req.compression.level, block_size=inv.block_size,
@@ -641,11 +643,6 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
     ev = model.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                cpu_per_gb=cpu, detail={"probe": pj})
     return ev, pj
-
-
-def _probe_dir(target: str) -> str:
-    ap = os.path.abspath(target)
-    return ap if os.path.isdir(ap) else _existing_ancestor(ap)
 
 
 def _probe_limits(res: Any, cores: int) -> tuple[str, str | None]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psutil
@@ -57,6 +57,17 @@ class Inventory:
     archive_bytes: float | None = None  # restore: the archive's size on disk
     archive_compression: str | None = None  # restore: gzip | lz4 | zstd | none
     notes: list[str] = field(default_factory=list)
+    # restore: what the items were planned from (TOC, data files, post-data
+    # targets), kept so a measured build cost re-plans without re-reading
+    plan_inputs: tuple[Any, ...] | None = field(default=None, repr=False)
+
+    def with_index_factor(self, index_factor: float) -> Inventory:
+        """The same restore, its builds costed at index_factor x their
+        table's load work."""
+        if self.kind != "restore" or self.plan_inputs is None:
+            return self
+        items, tables = _plan_restore(*self.plan_inputs, index_factor)
+        return replace(self, items=items, tables=tables, notes=list(self.notes))
 
     @property
     def data_bytes(self) -> float:
@@ -208,6 +219,22 @@ def _archive_files(archive: str, toc: list[Any]) -> tuple[dict[str, tuple[str | 
     return files, comp, on_disk
 
 
+def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
+                  targets: dict[int, Any], index_factor: float | None
+                  ) -> tuple[list[WorkItem], list[TableSize]]:
+    tr = Tracker(Job(kind="pg_restore", database=None))
+    if index_factor is not None and index_factor > 0:
+        tr.index_factor = index_factor
+    tr.plan_restore(toc, files, targets)
+    tables = sorted((TableSize(name=it.relation or it.key,
+                               schema=(it.relation or ".").split(".")[0],
+                               relname=(it.relation or it.key).split(".")[-1], relpages=0,
+                               heap_bytes=it.work)
+                     for it in tr.items.values() if it.kind == "data"),
+                    key=lambda t: -t.heap_bytes)
+    return _work_items(tr), tables
+
+
 def restore_inventory(archive: str, pg_restore: str | None = None,
                       index_factor: float | None = None) -> Inventory:
     """Items of `pg_restore -j` from an archive (no server needed).
@@ -242,18 +269,9 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         each = max(size / 0.3 / DEFAULT_TEXT_RATIO / max(1, len(data)), 1.0)
         files = {str(it.dump_id): (None, each) for it in data}
         comp = None
-    tr = Tracker(Job(kind="pg_restore", database=None))
-    if index_factor is not None and index_factor > 0:
-        tr.index_factor = index_factor
-    tr.plan_restore(toc, files, targets)
-    tables = sorted((TableSize(name=it.relation or it.key,
-                               schema=(it.relation or ".").split(".")[0],
-                               relname=(it.relation or it.key).split(".")[-1], relpages=0,
-                               heap_bytes=it.work)
-                     for it in tr.items.values() if it.kind == "data"),
-                    key=lambda t: -t.heap_bytes)
-    inv = Inventory("restore", _work_items(tr), tables, archive_format=fmt, archive_bytes=size,
-                    archive_compression=comp)
+    items, tables = _plan_restore(toc, files, targets, index_factor)
+    inv = Inventory("restore", items, tables, archive_format=fmt, archive_bytes=size,
+                    archive_compression=comp, plan_inputs=(toc, files, targets))
     if fmt == "custom":
         inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
                          "taken as equal, so the largest-table bound is unknown")

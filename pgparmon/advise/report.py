@@ -55,10 +55,10 @@ def render(a: Advice) -> RenderableType:
     t = Table(box=None, pad_edge=False, header_style="bold")
     t.add_column("-j", justify="right")
     t.add_column("predicted", justify="right")
-    if any(p.measured_s is not None for p in a.predictions):
+    has_measured = any(p.measured_s is not None for p in a.predictions)
+    if has_measured:
         t.add_column("measured", justify="right")
     t.add_column("limited by")
-    has_measured = any(p.measured_s is not None for p in a.predictions)
     for p in a.predictions:
         mark = ""
         if p.jobs == a.recommended:
