@@ -16,7 +16,7 @@ the order of J interleaved across repeats, and compares:
   predicted run time, 60 s);
 - whether repeated advice agrees within one step of the j grid.
 
-Targets (../shared/design/advisor.md): median regret <= 1.05, worst <= 1.10,
+Targets (docs/advise.md): median regret <= 1.05, worst <= 1.10,
 prediction error <= 15% at the recommended j.
 
 Raw timings go to docs/bench/advise_accuracy.json; a markdown table is printed.

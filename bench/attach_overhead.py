@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import median, machine, pgparmon, start_cluster, write_json
+from common import machine, median, pgparmon, start_cluster, write_json
 
 from pgparmon.demo import sample_sql
 

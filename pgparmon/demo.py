@@ -10,6 +10,7 @@ import tempfile
 from rich.console import Console
 
 from .cluster import Cluster, ClusterError, start_cluster
+from .exitcodes import ExitCode
 
 
 def sample_sql(scale: float = 1.0, small_tables: int = 20) -> str:
@@ -53,7 +54,7 @@ def create_sample(cl: Cluster, dbname: str, scale: float = 1.0) -> None:
 
 def run_demo(jobs: int = 4, scale: float = 1.0, interval: float = 1.0, as_json: bool = False,
              keep: bool = False, record: str | None = None, plain: bool = False) -> int:
-    from .cli import EXIT_CONNECT, run_job
+    from .launch import run_job
 
     console = Console(highlight=False, stderr=as_json)
     console.print("[bold]pgparmon demo[/]: starting a throwaway PostgreSQL cluster…")
@@ -61,7 +62,7 @@ def run_demo(jobs: int = 4, scale: float = 1.0, interval: float = 1.0, as_json: 
         cl = start_cluster(prefix="pgparmon-demo-")
     except ClusterError as exc:
         console.print(f"[red]pgparmon: {exc}[/]")
-        return EXIT_CONNECT
+        return ExitCode.CONNECT
     work = tempfile.mkdtemp(prefix="pgparmon-demo-out-")
     if os.geteuid() == 0:
         shutil.chown(work, "postgres")

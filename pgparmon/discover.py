@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .cmdline import ClientArgs, parse_client_cmdline
-from .model import Backend, DbSample
+from .exitcodes import ExitCode
+from .readers import procs
+from .readers.db import ServerFacts
 from .redact import redact_argv
-from .sample import procs
-from .sample.db import ServerFacts
+from .snapshot import Backend, DbSample
 
 COPY_FROM = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+from\s", re.IGNORECASE | re.DOTALL)
 COPY_TO = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+to\s", re.IGNORECASE | re.DOTALL)
@@ -230,11 +231,11 @@ def choose_job(jobs: list[Job], pid: int | None) -> Job:
             if j.client_pid == pid or pid in j.pid_hint:
                 return j
         raise DiscoveryError(f"no pg_dump, pg_restore or COPY job with pid {pid} on this server "
-                             "(give the client process pid or one of its backend pids)", 4)
+                             "(give the client process pid or one of its backend pids)", ExitCode.NO_JOB)
     if not jobs:
         raise DiscoveryError("no running pg_dump, pg_restore or COPY load found on this server "
-                             "(check -h/-p/-d point at the job's server, or use --wait)", 4)
+                             "(check -h/-p/-d point at the job's server, or use --wait)", ExitCode.NO_JOB)
     if len(jobs) > 1:
         listing = "; ".join(j.describe() for j in jobs)
-        raise DiscoveryError(f"several jobs found, pick one with --pid: {listing}", 5)
+        raise DiscoveryError(f"several jobs found, pick one with --pid: {listing}", ExitCode.SEVERAL_JOBS)
     return jobs[0]

@@ -19,19 +19,14 @@ from .analyze.progress import Tracker
 from .analyze.warnings import FULL_BYTES, FreeSpace, Warning, exclusive_waiters
 from .connect import ConnTarget
 from .discover import DiscoveryError, Job, copy_target
-from .model import Snapshot
-from .sample import host as hostmod
-from .sample.db import ServerFacts
+from .exitcodes import ExitCode
+from .readers import host as hostmod
+from .readers.db import ServerFacts
+from .snapshot import Snapshot
 from .source import LiveSource, RecordingSource, post_targets, toc_items
 
 SCHEMA = "pgparmon.sample/1"
 STALL_SAMPLES = 5
-
-
-# The job ended but nothing this monitor can see says how: another OS user's
-# pg_dump (no exit status for a process that is not our child, and its -Fd
-# directory is mode 0700) leaves only its backends' disappearance.
-EXIT_ENDED_UNKNOWN = 6
 
 
 @dataclass
@@ -43,12 +38,15 @@ class Outcome:
 
 def outcome_exit_code(outcome: Outcome | None) -> int:
     """A watcher's exit code: still running 0; the job's own exit code when
-    known; else 0 finished, 1 failed, 6 ended with an outcome it cannot see."""
+    known; else finished, failed, or ended with an outcome it cannot see
+    (another OS user's pg_dump: no exit status for a process that is not our
+    child, and its -Fd directory is mode 0700)."""
     if outcome is None:
         return 0
     if outcome.exit_code is not None:
         return int(outcome.exit_code)
-    return {"finished": 0, "ended": EXIT_ENDED_UNKNOWN}.get(outcome.state, 1)
+    return {"finished": ExitCode.OK, "ended": ExitCode.ENDED_UNSEEN}.get(
+        outcome.state, ExitCode.FAILED)
 
 
 def _readable_dir(path: str) -> bool:
@@ -497,7 +495,7 @@ def wait_for_job(target: ConnTarget, pid: int | None, wait_s: float | None,
             mon.discover()
             return mon
         except DiscoveryError as exc:
-            if exc.code != 4 or wait_s is None or time.monotonic() >= deadline:
+            if exc.code != ExitCode.NO_JOB or wait_s is None or time.monotonic() >= deadline:
                 live.close()
                 raise
             live.job = None

@@ -19,11 +19,12 @@ import psycopg
 
 from .connect import ConnTarget
 from .discover import DiscoveryError, Job, choose_job, find_jobs
-from .model import FileSize, Snapshot
-from .sample import host as hostmod
-from .sample import procs
-from .sample.db import DbSampler, ServerFacts
-from .sample.files import table_file_sizes
+from .exitcodes import ExitCode
+from .readers import host as hostmod
+from .readers import procs
+from .readers.db import DbSampler, ServerFacts
+from .readers.files import table_file_sizes
+from .snapshot import FileSize, Snapshot
 from .toc import PostDataTarget, TocError, TocItem, list_archive, post_data_targets
 
 
@@ -85,7 +86,7 @@ class LiveSource:
         if self.job is None:
             db = self.sampler.sample()
             if db.error:
-                raise DiscoveryError(db.error, 3)
+                raise DiscoveryError(db.error, ExitCode.CONNECT)
             self.job = choose_job(find_jobs(self.facts, db, scan_processes=True), self.pid)
         job = self.job
         if job.database is None:
@@ -97,7 +98,7 @@ class LiveSource:
                 self.facts = self.sampler.open()
             except Exception as exc:  # noqa: BLE001 - one line to the user
                 raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
-                                     f"database: {exc}", 3) from None
+                                     f"database: {exc}", ExitCode.CONNECT) from None
         self.sampler.database_filter = job.database
         self.target_dir = self._resolve_target(job)
         if job.client_pid:

@@ -17,10 +17,11 @@ import pytest
 from support import pgparmon_cmd
 
 from pgparmon.advise import advice as adv
-from pgparmon.advise import model, usl
+from pgparmon.advise import predict as model
+from pgparmon.advise import usl
 from pgparmon.advise.advice import AdviseError, Request, parse_timings
 from pgparmon.advise.inventory import Inventory, TableSize, setting_bytes
-from pgparmon.advise.model import Compression, Prediction
+from pgparmon.advise.predict import Compression, Prediction
 from pgparmon.analyze.schedule import WorkItem
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget

@@ -6,16 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from support import pgparmon_cmd, read_jsonl, wait_for_backends
 
 from pgparmon.cluster import Cluster
-
-from support import pgparmon_cmd, read_jsonl, wait_for_backends
 
 pytestmark = pytest.mark.integration
 

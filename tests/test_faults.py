@@ -22,8 +22,8 @@ from support import pgparmon_cmd, read_jsonl, wait_for_backends
 
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
+from pgparmon.readers.db import DbSampler
 from pgparmon.record import read_recording
-from pgparmon.sample.db import DbSampler
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,8 @@ from pgparmon.advise.history import HistoryError, HistoryRun, history_points, lo
 from pgparmon.analyze.progress import DEFAULT_TEXT_RATIO
 from pgparmon.analyze.rates import throughput_by_active
 from pgparmon.cluster import Cluster
-from pgparmon.record import Recorder, ReplayFeed, read_recording
+from pgparmon.playback import ReplayFeed
+from pgparmon.record import Recorder, read_recording
 
 BLOCK = 8192
 

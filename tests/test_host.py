@@ -1,4 +1,4 @@
-"""pgparmon.sample.host: diskstats parsing (golden files), rates between
+"""pgparmon.readers.host: diskstats parsing (golden files), rates between
 samples, device lookup, per-process CPU and the I/O saturation rule."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgparmon.sample import host
-from pgparmon.sample.host import (
+from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
+from pgparmon.readers import host
+from pgparmon.readers.host import (
     CpuPercent,
     CpuTimes,
     DiskCounters,
@@ -28,15 +29,12 @@ from pgparmon.sample.host import (
     HostRates,
     HostSample,
     ProcCpu,
-    Saturation,
-    StreamPoint,
     device_for_path,
     host_rates,
     parse_diskstats,
     process_cpu,
     read_host,
     rotational,
-    saturation,
     whole_disk,
 )
 

@@ -1,4 +1,4 @@
-"""pgparmon.advise.probe: the calibration probe (advisor.md, "Evidence
+"""pgparmon.advise.probe: the calibration probe (docs/advise.md, "Evidence
 sources" 1): a real probe on a small table within its budget, the psql
 environment (no connection settings on argv), and cleanup on every way out."""
 

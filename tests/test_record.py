@@ -14,7 +14,8 @@ import pytest
 from support import pgparmon_cmd
 
 from pgparmon.cluster import Cluster
-from pgparmon.record import Recorder, RecordingError, ReplayFeed, read_recording
+from pgparmon.playback import ReplayFeed
+from pgparmon.record import Recorder, RecordingError, read_recording
 
 
 @pytest.fixture(scope="module")

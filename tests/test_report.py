@@ -18,8 +18,8 @@ from rich.console import Console
 
 from pgparmon.analyze.advice_live import AdviceTracker, advise_samples
 from pgparmon.cluster import Cluster
-from pgparmon.report import build_html, render_summary_text
-from pgparmon.tui.commands import replay_command, report_command
+from pgparmon.playback import replay_command, report_command
+from pgparmon.views.report import build_html, render_summary_text
 
 Doc = dict[str, Any]
 

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgparmon.analyze.schedule import (RateFn, Schedule, Span, WorkItem, lower_bound,
-                                       simulate)
+from pgparmon.analyze.schedule import RateFn, Schedule, Span, WorkItem, lower_bound, simulate
 
 
 def const(v: float = 1.0) -> RateFn:

@@ -359,7 +359,8 @@ async def test_live_advice_is_honest_early_and_concrete_at_the_end(dump: JobRun)
 async def test_replay_feed_in_the_tui(dump: JobRun) -> None:
     if dump.recording is None:
         pytest.skip("`pgparmon run --record` is not available in this build")
-    from pgparmon.record import ReplayFeed, read_recording
+    from pgparmon.playback import ReplayFeed
+    from pgparmon.record import read_recording
 
     # real time: a quiet machine dumps the sample in ~2 s (8 samples at
     # 0.3 s), and a fast replay would end before the keys below are pressed

@@ -1,6 +1,6 @@
 """The throughput model (pgparmon/advise/usl.py): synthetic curves with known
-parameters, and the published sweeps of /work/shared/seeds (advisor.md,
-"Evidence the published runs give")."""
+parameters, and the published sweeps quoted in docs/advise.md
+("Evidence the published runs give")."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_from_timings() -> None:
     assert pts == [(1.0, 1 / 80.0), (4.0, 1 / 20.0)]
 
 
-# ---- the published sweeps (../shared/seeds) ----------------------------------
+# ---- the published sweeps (docs/advise.md) ------------------------------------
 
 # Seed 002: 10 equal tables of 20M rows, i7-2600 (4 cores, 8 threads), a 7.2k rpm
 # SATA disk over USB3; `time pg_dump -Fd -j N` real times. "After 6 concurrent

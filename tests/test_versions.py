@@ -22,7 +22,7 @@ from pgparmon import sql
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.demo import sample_sql
-from pgparmon.sample.db import DbSampler
+from pgparmon.readers.db import DbSampler
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """`pgparmon advise`: gather the inventory and the best evidence at hand,
 predict each -j, choose, and say what would bite.
 
-Evidence, best first (advisor.md): a calibration probe on the real system,
+Evidence, best first (docs/advise.md): a calibration probe on the real system,
 recordings of earlier runs, wall times the user gives, static facts (a
 guess, and the advice says so).
 """
@@ -18,10 +18,11 @@ from typing import Any
 import psycopg
 
 from ..connect import ConnTarget, connect
+from ..exitcodes import ExitCode
+from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
-from ..sample.db import ServerFacts, read_facts
 from ..toc import client_program, program_major
-from . import model, usl
+from . import predict, usl
 from .inventory import (
     Inventory,
     InventoryError,
@@ -34,10 +35,10 @@ from .inventory import (
     setting_int,
     setting_str,
 )
-from .model import Compression, Evidence, Prediction
+from .predict import Compression, Evidence, Prediction
 
 SCHEMA = "pgparmon.advice/1"
-# advisor.md: a probe costs at most 3% of the predicted run, and never more
+# docs/advise.md: a probe costs at most 3% of the predicted run, and never more
 # than a minute; under this many seconds it cannot measure a curve.
 PROBE_SHARE = 0.03
 PROBE_MAX_S = 60.0
@@ -47,7 +48,7 @@ PROBE_MIN_S = 4.0
 class AdviseError(Exception):
     """Bad input: one line, what to do. `code` is the exit code."""
 
-    def __init__(self, msg: str, code: int = 2) -> None:
+    def __init__(self, msg: str, code: int = ExitCode.USAGE) -> None:
         super().__init__(msg)
         self.code = code
 
@@ -91,7 +92,7 @@ class Advice:
     warnings: list[Warning_]
     command: str
     evidence: Evidence
-    choice: model.Choice
+    choice: predict.Choice
     inventory: Inventory | None
     dominant: dict[str, Any] | None
     probe: dict[str, Any] | None = None
@@ -254,7 +255,7 @@ def advise(req: Request) -> Advice:
                 notes += inv.notes
         except psycopg.Error as exc:
             raise AdviseError(f"the server refused the catalog queries: "
-                              f"{redact_text(str(exc).strip().splitlines()[0])}", 3) from None
+                              f"{redact_text(str(exc).strip().splitlines()[0])}", ExitCode.CONNECT) from None
         finally:
             if conn is not None:
                 conn.close()
@@ -266,14 +267,14 @@ def advise(req: Request) -> Advice:
     # ---- evidence, best first
     ev: Evidence | None = None
     probe_json: dict[str, Any] | None = None
-    static = model.static_evidence(req.kind, cores, req.compression, local or req.conn is None)
+    static = predict.static_evidence(req.kind, cores, req.compression, local or req.conn is None)
     if req.probe:
         ev, probe_json = _probe(req, inv, facts, static, max_jobs, notes, warnings)
     if ev is None and req.history:
         ev = _history(req, notes)
     if ev is None and req.timings:
         try:
-            ev = model.timings_evidence(req.timings)
+            ev = predict.timings_evidence(req.timings)
         except ValueError as exc:
             raise AdviseError(f"--from-timings: {exc}") from None
     if ev is None:
@@ -308,7 +309,7 @@ def advise(req: Request) -> Advice:
     jobs = list(range(1, max(1, limit) + 1))
     items = inv.items if inv is not None and inv.items else None
     labels = {it.key: it.label or it.key for it in items} if items else {}
-    preds = model.predict(ev, items, jobs, labels)
+    preds = predict.predict(ev, items, jobs, labels)
 
     # ---- caps
     caps: dict[str, int] = {}
@@ -325,10 +326,10 @@ def advise(req: Request) -> Advice:
     if inv is not None and inv.archive_format in ("plain", "tar"):
         caps["archive format"] = 1
 
-    choice = model.choose(preds, ev.cpu_per_gb, caps)
+    choice = predict.choose(preds, ev.cpu_per_gb, caps)
     rec = choice.recommended
     rec_pred = next(p for p in preds if p.jobs == rec)
-    dom = model.dominant(items or [], ev, rec_pred, labels) if items else None
+    dom = predict.dominant(items or [], ev, rec_pred, labels) if items else None
 
     # ---- warnings that would bite
     if facts is not None:
@@ -410,7 +411,7 @@ def _connection_cap(kind: str, afacts: dict[str, Any]) -> dict[str, int]:
     return {"connections": max(1, free - _need(kind, 0))}
 
 
-def _connection_warnings(kind: str, afacts: dict[str, Any], choice: model.Choice
+def _connection_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choice
                          ) -> list[Warning_]:
     fc = _free_connections(afacts)
     if fc is None:
@@ -428,7 +429,7 @@ def _connection_warnings(kind: str, afacts: dict[str, Any], choice: model.Choice
                      "max_connections or close idle sessions")]
 
 
-def _restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: model.Choice,
+def _restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: predict.Choice,
                       local: bool) -> list[Warning_]:
     out: list[Warning_] = []
     if inv is not None and inv.archive_format == "plain":
@@ -446,15 +447,15 @@ def _restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: m
         if j * mwm > 0.5 * free:
             out.append(Warning_("memory",
                                 f"-j {j} index builds may use {j} x maintenance_work_mem = "
-                                f"{model.human_bytes(j * mwm)}, more than half of the "
-                                f"{model.human_bytes(free)} free memory: the advice is capped "
+                                f"{predict.human_bytes(j * mwm)}, more than half of the "
+                                f"{predict.human_bytes(free)} free memory: the advice is capped "
                                 f"at -j {choice.recommended}; lower maintenance_work_mem for "
                                 "the restore or add memory"))
     wal = setting_bytes(settings, "max_wal_size")
     if wal and inv is not None and inv.data_bytes > wal:
         out.append(Warning_("max_wal_size",
-                            f"the restore writes about {model.human_bytes(inv.data_bytes)} of "
-                            f"WAL and max_wal_size is {model.human_bytes(wal)}: checkpoints "
+                            f"the restore writes about {predict.human_bytes(inv.data_bytes)} of "
+                            f"WAL and max_wal_size is {predict.human_bytes(wal)}: checkpoints "
                             "will interrupt the load; raise max_wal_size for the restore"))
     if (setting_str(settings, "archive_mode") or "off") not in ("off", ""):
         out.append(Warning_("wal_archiving", "WAL archiving is on: every loaded byte is "
@@ -480,12 +481,12 @@ def _space_warning(req: Request, inv: Inventory, probe_json: dict[str, Any] | No
         return []
     if free >= est:
         return []
-    return [Warning_("disk_space", f"the dump needs about {model.human_bytes(est)} ({how}) "
-                                   f"but {req.target_dir} has {model.human_bytes(free)} free: "
+    return [Warning_("disk_space", f"the dump needs about {predict.human_bytes(est)} ({how}) "
+                                   f"but {req.target_dir} has {predict.human_bytes(free)} free: "
                                    "free space or choose another target")]
 
 
-def _compression_warning(req: Request, ev: Evidence, choice: model.Choice) -> list[Warning_]:
+def _compression_warning(req: Request, ev: Evidence, choice: predict.Choice) -> list[Warning_]:
     if req.kind != "dump" or req.compression.method != "gzip":
         return []
     if (req.compression.level or 6) <= 1:
@@ -514,18 +515,18 @@ def _confidence(ev: Evidence) -> str:
     return "low"
 
 
-def _why(ev: Evidence, choice: model.Choice, preds: list[Prediction],
+def _why(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
          dom: dict[str, Any] | None) -> list[str]:
     by = {p.jobs: p for p in preds}
     fast = by[choice.fastest]
-    out = [f"fastest predicted: -j {choice.fastest} ({model.human_s(fast.wall_s)})"]
+    out = [f"fastest predicted: -j {choice.fastest} ({predict.human_s(fast.wall_s)})"]
     if choice.knee != choice.fastest:
         k = by[choice.knee]
-        out.append(f"-j {choice.knee} is within {100 * (model.KNEE - 1):.0f}% of that "
-                   f"({model.human_s(k.wall_s)}): more jobs buy little")
+        out.append(f"-j {choice.knee} is within {100 * (predict.KNEE - 1):.0f}% of that "
+                   f"({predict.human_s(k.wall_s)}): more jobs buy little")
     if choice.efficient is not None and choice.efficient < choice.knee:
         out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
-                   f"{100 * (model.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
+                   f"{100 * (predict.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
     for why in choice.capped_by:
         out.append(f"capped by {why}")
     if dom:
@@ -569,7 +570,7 @@ def _history(req: Request, notes: list[str]) -> Evidence | None:
     if not pts:
         notes.append(f"the recordings hold no steady {kind} throughput to learn from")
         return None
-    return model.points_evidence("history", pts, limit="a shared resource (from past runs)",
+    return predict.points_evidence("history", pts, limit="a shared resource (from past runs)",
                                  note=f"{len(runs)} recording(s), {len(pts)} job counts seen")
 
 
@@ -590,12 +591,12 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
         notes.append("nothing to probe: no table data")
         return None, None
     items = inv.items
-    guess = model.predict(static, items, [max(1, min(max_jobs, _cores()))])[0].wall_s
+    guess = predict.predict(static, items, [max(1, min(max_jobs, _cores()))])[0].wall_s
     budget, forced = probe_budget(req, guess)
     if budget < PROBE_MIN_S and not forced:
         warnings.append(Warning_("probe_skipped",
                                  f"the whole {req.kind} is predicted at about "
-                                 f"{model.human_s(guess)}: a probe within 3% of that "
+                                 f"{predict.human_s(guess)}: a probe within 3% of that "
                                  f"({budget:.1f} s) cannot measure anything; give "
                                  "--probe-seconds N to probe anyway"))
         return None, None
@@ -640,14 +641,14 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
     cpu = {int(p.streams): v for p in res.points
            if (v := res.cpu_s_per_gb(p.streams)) is not None}
     limit, per_stream = _probe_limits(res, _cores())
-    ev = model.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
+    ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                cpu_per_gb=cpu, detail={"probe": pj})
     return ev, pj
 
 
 def _probe_limits(res: Any, cores: int) -> tuple[str, str | None]:
     """Name what saturates and what bounds one stream, from the probe's
-    per-step CPU and disk readings (advisor.md, "When is I/O saturated")."""
+    per-step CPU and disk readings (docs/advise.md, "When is I/O saturated")."""
     pts = sorted(res.points, key=lambda p: p.streams)
     first, last = pts[0], pts[-1]
     per_stream = None

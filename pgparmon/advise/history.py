@@ -1,6 +1,6 @@
 """Throughput against the number of active streams, from recordings of
 earlier runs (`pgparmon attach --record FILE`, `pgparmon run --record FILE`):
-advisor.md, evidence source 2. Every run's tail, where fewer workers remain
+docs/advise.md, evidence source 2. Every run's tail, where fewer workers remain
 busy than -j, gives the points below N for free.
 
 What is read: the published samples (`pgparmon.sample/1`, docs/json.md) of a

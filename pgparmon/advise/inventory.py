@@ -5,7 +5,7 @@ plan_dump / plan_restore), so that the advice and the ETA of the run it
 advised never disagree about the items: a dump's items are its tables, sized
 by pg_class.relpages (heap + TOAST, what pg_dump orders by); a restore's are
 the archive's data files and the index and constraint builds that depend on
-them (signals.md). The work unit is the heap byte: a restore's data files are
+them (docs/signals.md). The work unit is the heap byte: a restore's data files are
 converted from COPY text bytes (the uncompressed size, read from the gzip
 trailer without decompressing) with the text/heap ratio.
 
@@ -27,9 +27,9 @@ from .. import sql
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
 from ..discover import Job
-from ..sample import procs
-from ..sample.db import ServerFacts
-from ..sample.files import table_file_sizes
+from ..readers import procs
+from ..readers.db import ServerFacts
+from ..readers.files import table_file_sizes
 from ..toc import TocError, archive_format, list_archive, post_data_targets
 
 

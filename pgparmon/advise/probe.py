@@ -1,5 +1,5 @@
 """The calibration probe: total throughput X(k) with k parallel streams, on
-the real system, the way ``pg_dump -Fd -j k`` moves data (advisor.md,
+the real system, the way ``pg_dump -Fd -j k`` moves data (docs/advise.md,
 "Evidence sources" 1).
 
 Each stream is one ``psql`` session that runs, one after the other,
@@ -49,7 +49,6 @@ long enough for the probe, a short lock_timeout, application_name
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import resource
@@ -69,9 +68,10 @@ import psycopg
 from psycopg import conninfo as pgconninfo
 
 from ..analyze.progress import DEFAULT_TEXT_RATIO
+from ..analyze.saturation import FLAT_GAIN, doubling_gain
 from ..connect import ConnTarget, build_conninfo
+from ..readers.host import HostSample, device_for_path, host_rates, read_host
 from ..redact import redact_text
-from ..sample.host import HostSample, device_for_path, host_rates, read_host
 from ..toc import program_major
 
 APP_NAME = "pgparmon-probe"
@@ -94,8 +94,6 @@ RANGES_PER_STEP = 6
 MIN_RANGE_S = 0.15
 MIN_RANGE_PAGES = 8
 WARMUP_FIRST_BYTES = 256 * 1024.0
-# Stop doubling when a doubling gains less than this (advisor.md).
-FLAT_GAIN = 0.10
 # X(2) above this many times X(1) is superlinear: k=1 was cold, measure again.
 SUPERLINEAR = 2.2
 GB = 1e9
@@ -877,12 +875,7 @@ def _existing_dir(target_dir: str) -> str:
 
 
 def _gain(a: ProbePoint, b: ProbePoint) -> float:
-    """Gain from a to b per doubling of streams (host._doubling_gain's rule)."""
-    if a.bytes_per_s <= 0 or b.bytes_per_s <= 0:
-        return -1.0
-    g = ((math.log(b.bytes_per_s) - math.log(a.bytes_per_s))
-         / math.log2(b.streams / a.streams))
-    return math.inf if g > 700 else math.exp(g) - 1.0
+    return doubling_gain(a.streams, a.bytes_per_s, b.streams, b.bytes_per_s)
 
 
 def stream_plan(max_streams: int) -> list[int]:

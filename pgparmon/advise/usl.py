@@ -1,5 +1,5 @@
 """Throughput against the number of streams: the Universal Scalability Law,
-and the plateau model for when the data cannot support it (advisor.md, Model 2).
+and the plateau model for when the data cannot support it (docs/advise.md, "The model").
 
     X(N) = lambda*N / (1 + sigma*(N-1) + kappa*N*(N-1))      peak at sqrt((1-sigma)/kappa)
     X(N) = min(lambda*N, X_max)                              the operational bound
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 # A fitted curve is used up to this many times the largest measured stream
-# count and no further: beyond it the fit is a guess (advisor.md).
+# count and no further: beyond it the fit is a guess (docs/advise.md).
 EXTRAPOLATE = 2.0
 # Below this many distinct stream counts a 3-parameter fit has no residual
 # degrees of freedom worth the name: use the plateau model.
@@ -208,7 +208,7 @@ def retrograde(f: Fit) -> float:
 
 
 def fit(points: Iterable[Point], noise: float = DEFAULT_NOISE) -> Fit:
-    """The model advisor.md asks for.
+    """The model docs/advise.md describes.
 
     - fewer than MIN_USL_POINTS distinct stream counts: the plateau;
     - kappa visible: the curve falls past its peak within the measured range

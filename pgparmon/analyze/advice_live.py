@@ -9,7 +9,7 @@ The measure is COPY throughput against the number of workers in COPY
 no COPY bytes, and counting it would make a restore's post-data phase look
 like "2 workers, 0 bytes/s". Throughput per stream count comes from
 `rates.throughput_by_active` (steady windows only, duration-weighted median);
-whether the flattening is the disk comes from `host.saturation`, the rule
+whether the flattening is the disk comes from `analyze.saturation`, the rule
 `advise` uses too. The verdict stays "not enough data yet" until two stream
 counts have steady windows: one run with a fixed -j often shows only its
 -j and the long tail, and pretending otherwise would be guessing.
@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sample.host import MIN_SAMPLES, StreamPoint, saturation
 from .rates import throughput_by_active
+from .saturation import MIN_SAMPLES, StreamPoint, saturation
 
 MIN_STEADY_S = 2.0  # and 2+ seconds of them: 3 quick samples are one noisy blip
 HOST_CPU_BUSY = 90.0  # % of all CPUs: more workers would only queue for CPU

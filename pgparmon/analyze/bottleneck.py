@@ -1,7 +1,7 @@
 """What limits the run now, in one line, from wait events and the host.
 
 The verdict is read over a short window of samples (wait events flicker),
-following signals.md section 5: ClientWrite with a busy client means
+following docs/signals.md ("Reading the limit"): ClientWrite with a busy client means
 compression, DataFile waits mean storage, WAL waits mean WAL, Lock means
 blocked, and a run whose other workers sit idle is waiting on one table.
 """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..discover import Job, belongs, copy_target
-from ..model import Backend, CopyProgress, IndexProgress, Snapshot
+from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import PostDataTarget, TocItem, data_file_id
 from .rates import WindowRate
 

@@ -9,7 +9,7 @@ of a run is slow because one big item runs alone; dividing remaining work by N
 hides that, simulating the queue shows it.
 
 Rates: every active stream progresses at r(k) work units per second, k being
-the number of streams active at that moment (r(k) = X(k)/k, see advisor.md).
+the number of streams active at that moment (r(k) = X(k)/k, see docs/advise.md).
 Because all active items share one rate, the simulation tracks a single
 "per-stream progress" clock P (work units one stream has done since t = 0): an
 item started at P0 with work w finishes when P reaches P0 + w. That keeps each

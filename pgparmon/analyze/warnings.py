@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..model import Backend
+from ..snapshot import Backend
 from .rates import WindowRate
 
 FULL_BYTES = 1 << 20  # under 1 MiB free: full, for any practical purpose

@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Footer, RichLog
 
 from ..analyze.advice_live import AdviceTracker
 from ..analyze.timeline import TimelineBuilder, idle_share
-from ..render import human_s
+from ..views.text import human_s
 from . import draw
 from .screens import DetailsScreen, HelpScreen
 from .widgets import (
@@ -48,7 +48,7 @@ NARROW = 120  # below this many columns the compact layout
 
 class Feed(Protocol):
     """What the app needs from a sample source (pgparmon.monitor.Monitor,
-    record.ReplayFeed, a test's list of docs). Optional: details(pid),
+    playback.ReplayFeed, a test's list of docs). Optional: details(pid),
     seek(index), step(), total_samples, position."""
 
     @property

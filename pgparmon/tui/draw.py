@@ -15,7 +15,7 @@ from typing import Any
 from rich.text import Text
 
 from ..analyze.timeline import SeriesPoint, Span
-from ..render import human_bytes, human_s
+from ..views.text import human_bytes, human_s
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 PHASE_STYLES: dict[str, tuple[str, str]] = {

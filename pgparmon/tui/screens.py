@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from ..render import human_bytes
+from ..views.text import human_bytes
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit (when the job has ended the final state stays until q)"),

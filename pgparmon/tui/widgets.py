@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 
 from ..analyze.advice_live import LiveAdvice
 from ..analyze.timeline import SeriesPoint, Span
-from ..render import human_bytes, human_s
+from ..views.text import human_bytes, human_s
 from . import draw
 
 Doc = dict[str, Any]

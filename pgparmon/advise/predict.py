@@ -1,5 +1,5 @@
 """From evidence to advice: predicted wall time at each -j, what limits it,
-and the choice of advisor.md (the fastest j, the knee within 10% of it, the
+and the choice of docs/advise.md (the fastest j, the knee within 10% of it, the
 efficient j whose CPU per GB stays within 1.25x of one job's, then the caps).
 
 Evidence becomes a throughput curve X(k) (usl.fit); r(k) = X(k)/k drives the
@@ -19,16 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analyze.saturation import FLAT_GAIN
 from ..analyze.schedule import WorkItem, lower_bound, simulate
 from . import usl
 
-# advisor.md: the knee is the smallest j within 10% of the fastest, and the
+# docs/advise.md: the knee is the smallest j within 10% of the fastest, and the
 # efficient j keeps CPU-seconds per GB within 1.25x of one job's.
 KNEE = 1.10
 EFFICIENCY = 1.25
-# A stream's marginal gain below this fraction of one stream's throughput:
-# the curve has flattened, something other than the job count limits.
-FLAT_GAIN = 0.10
 # The largest item alone takes at least this share of the predicted time:
 # it, not the job count, sets the wall time.
 DOMINANT_SHARE = 0.85
@@ -249,7 +247,7 @@ def _interp(d: dict[int, float], j: int) -> float | None:
 
 def choose(preds: Sequence[Prediction], cpu_per_gb: dict[int, float],
            caps: dict[str, int]) -> Choice:
-    """advisor.md's rule: min(j_knee, j_eff), then the caps (each a reason
+    """the rule of docs/advise.md: min(j_knee, j_eff), then the caps (each a reason
     and the largest j it allows). Extrapolated predictions are shown, never
     chosen: a j beyond the evidence is a guess about the one thing measured."""
     preds = [p for p in preds if not p.extrapolated] or list(preds)

@@ -187,7 +187,7 @@ class Snapshot:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Snapshot:
         """Inverse of to_dict (a recording's JSON): rebuilds the nested values."""
-        from .sample.host import HostSample
+        from .readers.host import HostSample
 
         db = d.get("db")
         dbs = None

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..redact import redact_text
 from .advice import Advice
-from .model import human_bytes
+from .predict import human_bytes
 
 
 def _dur(s: float | None) -> str:

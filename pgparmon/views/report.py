@@ -24,9 +24,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .analyze.advice_live import LiveAdvice, advise_samples
-from .analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
-from .render import human_bytes, human_s
+from ..analyze.advice_live import LiveAdvice, advise_samples
+from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
+from .text import human_bytes, human_s
 
 Doc = Mapping[str, Any]
 

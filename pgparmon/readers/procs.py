@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..model import ClientProc, OpenFile
+from ..snapshot import ClientProc, OpenFile
 
 JOB_PROGRAMS = ("pg_dump", "pg_restore")
 

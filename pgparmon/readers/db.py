@@ -10,8 +10,8 @@ import psycopg
 
 from .. import sql
 from ..connect import ConnectError, ConnTarget, connect
-from ..model import DbSample
 from ..redact import redact_text
+from ..snapshot import DbSample
 
 
 class PrivilegeError(RuntimeError):

@@ -1,0 +1,162 @@
+"""Following a job: the feed a view pulls samples from (`Follower`), the
+headless loop (live lines, plain lines or JSON Lines), and the choice between
+that loop and the full-screen TUI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from .exitcodes import ExitCode, Fatal, for_signal
+from .monitor import outcome_exit_code
+from .record import Recorder, RecordingError
+from .views import text as render
+
+
+class Follower:
+    """Drives a Monitor for a view. As a feed (tick/outcome/summary/details/
+    close) it serves the TUI; run() is the headless loop: ticks on a fixed
+    cadence, never overlapping (a slow tick stretches the interval)."""
+
+    def __init__(self, mon: Any, interval: float, as_json: bool, duration: float | None,
+                 console: Console | None = None, recorder: Any = None) -> None:
+        self.mon = mon
+        self.recorder = recorder
+        self.interval = interval
+        self.as_json = as_json
+        self.duration = duration
+        self.console = console or Console(highlight=False)
+        self.stop = False
+        self.last: dict[str, Any] | None = None
+        self.closed = False
+        self.stop_signal: int | None = None  # SIGHUP / SIGTERM that stopped us
+
+    # -- the feed protocol ---------------------------------------------------
+
+    def tick(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.mon.tick()
+        self.last = doc
+        if self.recorder is not None:
+            self.recorder.event("sample", doc)
+        return doc
+
+    @property
+    def outcome(self) -> Any:
+        return self.mon.outcome
+
+    def summary(self) -> dict[str, Any]:
+        return self.mon.summary()  # type: ignore[no-any-return]
+
+    def details(self, pid: int) -> dict[str, Any]:
+        return self.mon.details(pid)  # type: ignore[no-any-return]
+
+    def close(self) -> dict[str, Any]:
+        """Finish the recording (summary last) and the monitor; idempotent."""
+        summary: dict[str, Any] = self.mon.summary()
+        if not self.closed:
+            self.closed = True
+            if self.recorder is not None:
+                self.recorder.event("summary", summary)
+                self.recorder.close()
+            self.mon.close()
+        return summary
+
+    def exit_code(self) -> int:
+        if self.stop_signal is not None:
+            return for_signal(self.stop_signal)
+        return outcome_exit_code(self.mon.outcome)
+
+    # -- headless ------------------------------------------------------------
+
+    def run(self) -> int:
+        start = time.monotonic()
+        use_live = not self.as_json and self.console.is_terminal
+        live = Live(console=self.console, auto_refresh=False, transient=False) if use_live \
+            else None
+        try:
+            if live:
+                live.start()
+            nxt = time.monotonic()
+            while not self.stop:
+                doc = self.tick()
+                if self.as_json:
+                    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+                    sys.stdout.flush()
+                elif live is not None:
+                    live.update(render.screen(doc), refresh=True)
+                else:
+                    self.console.print(render.plain_line(doc), markup=False)
+                if self.mon.outcome is not None:
+                    break
+                if self.duration is not None and time.monotonic() - start >= self.duration:
+                    break
+                nxt += self.interval
+                delay = nxt - time.monotonic()
+                if delay < 0:  # a slow tick: stretch instead of piling up
+                    nxt = time.monotonic()
+                    delay = 0
+                time.sleep(delay)
+        finally:
+            if live:
+                live.stop()
+            summary = self.close()
+        if self.as_json:
+            sys.stdout.write(json.dumps(summary, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+        elif self.mon.outcome is not None:
+            self.console.print(render.summary_table(summary))
+        return self.exit_code()
+
+
+def follow(mon: Any, interval: float, as_json: bool, duration: float | None,
+           recorder: Any, plain: bool, console: Console | None = None,
+           title: str = "pgparmon") -> int:
+    """Show a monitored job: the TUI in a terminal, else lines or JSON."""
+    follower = Follower(mon, interval, as_json, duration, console=console, recorder=recorder)
+    install_signals(follower)
+    use_tui = (not as_json and not plain and duration is None and sys.stdout.isatty()
+               and sys.stdin.isatty())
+    try:
+        if use_tui:
+            try:
+                from .tui import run_tui
+            except ImportError:
+                use_tui = False
+        if use_tui:
+            try:
+                code = run_tui(follower, interval=interval, title=title)
+            finally:
+                follower.close()
+            return follower.exit_code() if follower.stop_signal is not None else int(code)
+        return follower.run()
+    except KeyboardInterrupt:
+        follower.close()
+        return ExitCode.INTERRUPTED
+
+
+def install_signals(follower: Follower) -> None:
+    def handler(signum: int, frame: Any) -> None:
+        follower.stop = True
+        follower.stop_signal = signum
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, OSError):
+            pass
+
+
+def open_recorder(path: str | None) -> Any:
+    if not path:
+        return None
+
+    try:
+        return Recorder(path)
+    except RecordingError as exc:
+        raise Fatal(str(exc), ExitCode.USAGE) from None
