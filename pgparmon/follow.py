@@ -14,12 +14,13 @@ from rich.console import Console
 from rich.live import Live
 
 from .exitcodes import ExitCode, Fatal, for_signal
+from .feed import FeedBase
 from .monitor import outcome_exit_code
 from .record import Recorder, RecordingError
 from .views import text as render
 
 
-class Follower:
+class Follower(FeedBase):
     """Drives a Monitor for a view. As a feed (tick/outcome/summary/details/
     close) it serves the TUI; run() is the headless loop: ticks on a fixed
     cadence, never overlapping (a slow tick stretches the interval)."""

@@ -16,6 +16,7 @@ from .connect import ConnectError, ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
+from .jobs.registry import client_programs
 from .monitor import Monitor, job_for_process
 from .redact import redact_text
 from .source import LiveSource, RecordingSource
@@ -40,8 +41,8 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
             console: Console | None = None, record: str | None = None,
             plain: bool = False) -> int:
     prog = os.path.basename(argv[0]) if argv else ""
-    if prog not in ("pg_dump", "pg_restore"):
-        raise Fatal(f"run wraps pg_dump or pg_restore, not {prog or 'nothing'}: "
+    if prog not in client_programs():
+        raise Fatal(f"run wraps {' or '.join(client_programs())}, not {prog or 'nothing'}: "
                     "pgparmon run -- pg_dump -Fd -j 4 -f DIR DB", ExitCode.USAGE)
     args = parse_client_cmdline(argv)
     if target is None:  # watch the server the job talks to, found the way libpq finds it
@@ -51,7 +52,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
                             port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
     recorder = open_recorder(record)
     proc, tag, log = start_job(argv, env)
-    job = job_for_process(prog, proc.pid, argv, tag)
+    job = job_for_process(proc.pid, argv, tag)
     code: int = ExitCode.INTERRUPTED
     try:
         try:

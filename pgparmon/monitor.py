@@ -2,7 +2,9 @@
 
 The Monitor talks to nothing itself: every reading comes from its Source (the
 live server and host, or a recording), so a replay goes through exactly this
-code. tick() builds the `pgparmon.sample/1` object from the tracker's state.
+code and reaches the same verdicts anywhere. What differs between tool kinds
+is asked of the job's driver (jobs/). tick() builds the `pgparmon.sample/1`
+object from the tracker's state.
 """
 
 from __future__ import annotations
@@ -10,20 +12,23 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from .analyze import bottleneck, eta
 from .analyze.progress import Tracker
-from .analyze.warnings import FULL_BYTES, FreeSpace, Warning, exclusive_waiters
+from .analyze.warnings import FULL_BYTES, FreeSpace, JobWarning, exclusive_waiters
 from .connect import ConnTarget
-from .discover import DiscoveryError, Job, copy_target
+from .discover import DiscoveryError
 from .exitcodes import ExitCode
+from .jobs.base import Job
+from .jobs.registry import drivers
+from .jobs.statements import copy_target
 from .readers import host as hostmod
 from .readers.db import ServerFacts
 from .snapshot import Snapshot
-from .source import LiveSource, RecordingSource, post_targets, toc_items
+from .source import LiveSource, RecordingSource, Source
 
 SCHEMA = "pgparmon.sample/1"
 STALL_SAMPLES = 5
@@ -49,14 +54,6 @@ def outcome_exit_code(outcome: Outcome | None) -> int:
         outcome.state, ExitCode.FAILED)
 
 
-def _readable_dir(path: str) -> bool:
-    try:
-        os.listdir(path)
-    except OSError:
-        return False
-    return True
-
-
 def _iso(wall: float) -> str:
     return datetime.fromtimestamp(wall, tz=UTC).isoformat(timespec="milliseconds")
 
@@ -65,7 +62,7 @@ class Monitor:
     """The analysis of one job: feed it a Source (live, recording, replay);
     tick() takes one snapshot and returns the published sample."""
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Source) -> None:
         self.source = source
         self.facts: ServerFacts = source.facts
         self.job: Job | None = source.job
@@ -80,6 +77,9 @@ class Monitor:
         self.client_pids: set[int] = set()
         self.no_members = 0
         self.samples = 0
+        self.plan_failed = False
+        self.died: set[int] = set()  # worker processes that died mid-run
+        self.died_note: str | None = None
         self.free_space = FreeSpace()
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
@@ -91,11 +91,11 @@ class Monitor:
 
     @property
     def target_dir(self) -> str | None:
-        return self.source.target_dir  # type: ignore[no-any-return]
+        return self.source.target_dir
 
     @property
     def devices(self) -> set[str]:
-        return self.source.devices  # type: ignore[no-any-return]
+        return self.source.devices
 
     # ---- discovery ------------------------------------------------------
 
@@ -110,26 +110,18 @@ class Monitor:
 
     def _plan(self) -> None:
         tr = self.tracker
-        job = self.job
-        assert tr is not None and job is not None
-        if tr.planned or (job.kind == "copy") or getattr(self, "_plan_failed", False):
+        assert tr is not None
+        if tr.planned or not tr.driver.plans_work or self.plan_failed:
             return
         inputs = self.source.plan_inputs()
         if inputs is None:
+            return  # not readable yet: ask again next tick
+        if inputs.error:
+            self._note(inputs.error)
+        if inputs.error or not tr.driver.plan(tr, inputs):
+            self.plan_failed = True
             return
-        if inputs.get("error"):
-            self._note(inputs["error"])
-            self._plan_failed = True
-            return
-        if job.kind == "pg_dump" and "tables" in inputs:
-            toc = toc_items(inputs["toc"]) if inputs.get("toc") is not None else None
-            tr.plan_dump(toc, inputs["tables"], inputs.get("file_sizes"))
-        elif job.kind == "pg_restore" and "toc" in inputs:
-            tr.plan_restore(toc_items(inputs["toc"]), inputs.get("archive_files") or {},
-                            post_targets(inputs.get("targets") or {}))
-            self._settle_from_catalog(self.snaps[-1].wall, running=self._running_keys())
-        else:
-            self._plan_failed = True
+        tr.driver.after_plan(tr, self.source, self.snaps[-1], self._running_keys())
 
     def _running_keys(self) -> set[str]:
         """Items some backend works on right now (their rows are not committed)."""
@@ -186,11 +178,16 @@ class Monitor:
             root_alive = bool(snap.root_alive)
             live = {c.pid for c in snap.clients}
             died = {p for p in self.client_pids if p != job.client_pid and p not in live}
-            # workers exit before the leader at a normal end: a worker gone
-            # while items still wait to start is one that died
+            # workers exit before the leader at a normal end, all together: a
+            # worker gone while another still works and items still wait to
+            # start is one that died (items that ran between two samples are
+            # never seen running, so "pending" alone proves nothing)
             waiting = any(i.state == "pending" for i in tr.items.values())
-            if root_alive and died and waiting and job.kind in ("pg_dump", "pg_restore"):
-                self._note(f"worker process {', '.join(map(str, sorted(died)))} died")
+            others = live - died - {job.client_pid}
+            if root_alive and died and waiting and others and not died <= self.died:
+                self.died |= died
+                self.died_note = f"worker process {', '.join(map(str, sorted(died)))} died"
+                self._note(self.died_note)
             if root_alive:
                 return
             code = snap.exit_code
@@ -210,27 +207,20 @@ class Monitor:
     def _verdict_at_end(self, snap: Snapshot, code: int | None) -> Outcome:
         tr = self.tracker
         assert tr is not None
-        # the last items may have finished between two samples: take the
-        # files' and the catalog's word for them
-        if self.job and self.job.kind == "pg_dump" and self.target_dir:
-            tr.update(replace(snap, files=self.source.final_files(), clients=()))
-        died = [n for n in self.notes if "died" in n]
+        driver = tr.driver
+        # the last items may have finished between two samples
+        readable = driver.settle_at_end(tr, self.source, snap)
         full = (" (the target filesystem is full)" if snap.free_bytes is not None
                 and snap.free_bytes < FULL_BYTES else "")
         if code is not None:
             if code == 0:
                 tr.finish_all(snap.wall)
                 return Outcome("finished", "exit code 0", code)
-            return Outcome("failed", f"exit code {code}"
-                           + (" (pg_restore ignored errors)" if code == 1 and self.job
-                              and self.job.kind == "pg_restore" else "") + full, code)
-        if died:
-            return Outcome("failed", died[0] + full)
-        left = tr.unfinished()
-        if self.job and self.job.kind == "pg_restore" and left:
-            left = self._restore_leftovers(left, snap)
-        if (left and tr.planned and self.job and self.job.kind == "pg_dump" and not full
-                and self.target_dir and not _readable_dir(self.target_dir)):
+            return Outcome("failed", driver.exit_reason(code) + full, code)
+        if self.died_note:
+            return Outcome("failed", self.died_note + full)
+        left = driver.leftovers(tr, self.source, snap)
+        if left and tr.planned and readable is False and not full:
             return Outcome("ended", f"the job's processes are gone, but its outcome cannot be "
                                     f"seen: {self.target_dir} is not readable by this user and "
                                     "its exit status is not ours to read (run pgparmon as the "
@@ -241,46 +231,6 @@ class Monitor:
                            f"{names}{full}")
         tr.finish_all(snap.wall)
         return Outcome("finished", "all items done")
-
-    def _restore_leftovers(self, left: list[Any], snap: Snapshot) -> list[Any]:
-        """Items that ran between two samples left their rows, index or
-        constraint behind: the catalogs settle them."""
-        tr = self.tracker
-        assert tr is not None
-
-        for attempt in range(4):
-            self._settle_from_catalog(snap.wall)
-            left = [i for i in tr.unfinished() if not (i.kind == "data" and i.work < 512)]
-            if not left or not self.source.may_ask_again("done"):
-                break
-            # a worker's table statistics reach the server's shared memory
-            # within about a second of its commit: ask again before calling
-            # the run failed
-            self.source.pause(0.5 * (attempt + 1))
-        return left
-
-    def _settle_from_catalog(self, wall: float, running: set[str] | None = None) -> None:
-        tr = self.tracker
-        assert tr is not None
-        done = self.source.catalog_done()
-        loaded = set(done.get("loaded") or ())
-        names = set(done.get("relations") or ()) | set(done.get("constraints") or ())
-        built_on: set[str] = set()  # tables with an index or constraint built
-        for it in tr.unfinished():
-            if running and it.key in running:
-                continue
-            schema = (it.relation or "public").split(".")[0]
-            if it.kind != "data" and f"{schema}.{it.name}" in names:
-                tr._finish(it, wall)
-        for it in tr.items.values():
-            if it.kind in ("index", "constraint") and it.state == "done" and it.relation:
-                built_on.add(it.relation)
-        for it in tr.unfinished():
-            if running and it.key in running:
-                continue
-            # pg_restore builds a table's indexes only after its data is in
-            if it.kind == "data" and (it.relation in loaded or it.relation in built_on):
-                tr._finish(it, wall)
 
     # ---- the published sample ----------------------------------------------
 
@@ -357,9 +307,10 @@ class Monitor:
         hr = self.host_rates
         disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None
                  and (not self.devices or n in self.devices)}
-        verdict = bottleneck.judge(list(self.obs_window), kind=job.kind, jobs=job.jobs,
-                                   pending=pending, running_items=running, host=hr,
-                                   devices=disks, stalled=stalled, stopped_clients=stopped)
+        verdict = bottleneck.judge(list(self.obs_window), flow=tr.driver.data_flow,
+                                   tool=job.kind, jobs=job.jobs, pending=pending,
+                                   running_items=running, host=hr, devices=disks,
+                                   stalled=stalled, stopped_clients=stopped)
         est = eta.estimate(tr, stalled=stalled or stopped > 0)
         state = self.outcome.state if self.outcome else "running"
         if state == "running":
@@ -406,15 +357,15 @@ class Monitor:
             doc["job"]["exit_code"] = self.outcome.exit_code
         return doc
 
-    def _warnings(self, snap: Snapshot, eta_s: float | None) -> list[Warning]:
+    def _warnings(self, snap: Snapshot, eta_s: float | None) -> list[JobWarning]:
         tr, job = self.tracker, self.job
         assert tr is not None and job is not None
         self.free_space.add(snap.ts, snap.free_bytes)
         out = self.free_space.check(snap.free_bytes, eta_s)
-        if snap.db is not None and not snap.db.error:
+        if snap.db is not None and not snap.db.error and tr.driver.fails_on_lock_queue:
             members = {b.pid for b in tr.members(snap)}
             pending = {i.relation for i in tr.items.values() if i.state != "done" and i.relation}
-            out += exclusive_waiters(snap.db.backends, members, pending, job.kind)
+            out += exclusive_waiters(snap.db.backends, members, pending)
         for w in out:
             if w.code != "disk-full-soon":  # its figures change every tick
                 self._note(w.message)
@@ -502,11 +453,13 @@ def wait_for_job(target: ConnTarget, pid: int | None, wait_s: float | None,
             time.sleep(interval)
 
 
-def job_for_process(kind: str, pid: int, argv: list[str], app_name: str) -> Job:
+def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:
+    """The job of a client process we started ourselves (`pgparmon run`)."""
     from .cmdline import parse_client_cmdline
     from .redact import redact_argv
 
     args = parse_client_cmdline(argv)
-    return Job(kind=kind, database=args.dbname or os.environ.get("PGDATABASE"), client_pid=pid,
-               jobs=args.jobs, format=args.format, target=args.file,
+    driver = next(d for d in drivers() if os.path.basename(argv[0]) in d.programs)
+    return Job(kind=driver.kind, database=args.dbname or os.environ.get("PGDATABASE"),
+               client_pid=pid, jobs=args.jobs, format=args.format, target=args.file,
                command=tuple(redact_argv(argv)), app_name=app_name, args=args)

@@ -17,12 +17,13 @@ from typing import Any
 from rich.console import Console
 
 from .exitcodes import ExitCode
+from .feed import FeedBase
 from .monitor import Monitor
 from .record import Recording, RecordingError, read_recording
 from .source import EndOfRecording, ReplaySource
 
 
-class ReplayFeed:
+class ReplayFeed(FeedBase):
     """Drives the same analysis as a live run from a recording (the feed the
     TUI and `pgparmon replay` use): tick() re-derives the next sample from the
     recorded readings, sleeping as the recording did, divided by speed."""
@@ -73,6 +74,12 @@ class ReplayFeed:
             time.sleep(max(0.0, min(5.0, (wall - self._last_wall) / self.speed)))
         self._last_wall = wall
         return doc
+
+    seekable = True
+
+    @property
+    def replay_position(self) -> tuple[int, int] | None:
+        return (self.position, self.total_samples)
 
     def step(self) -> dict[str, Any] | None:
         """One sample forward, without waiting."""
@@ -129,7 +136,7 @@ def replay_command(path: str, speed: float) -> int:
     return run_tui(feed, interval=0.0, title=title)
 
 
-def _replay_plain(feed: Any) -> int:
+def _replay_plain(feed: ReplayFeed) -> int:
     from .tui.app import exit_code
     from .views.text import plain_line, summary_table
 
@@ -141,7 +148,7 @@ def _replay_plain(feed: Any) -> int:
             break
         last = doc
         console.print(plain_line(doc), markup=False, soft_wrap=True)
-        if feed.outcome is not None or getattr(feed, "ended", False):
+        if feed.outcome is not None or feed.ended:
             break
     console.print(summary_table(feed.summary()))
     return exit_code(feed)
@@ -164,7 +171,7 @@ def report_command(path: str, html: str | None) -> int:
     summary = rec.summary
     if html is None:
         console = Console(highlight=False)
-        if getattr(rec, "truncated", False):
+        if rec.truncated:
             console.print("[yellow]the recording ends early (still being written, or cut "
                           "off): this covers what it holds[/]")
         console.print(render_summary_text(samples, summary))

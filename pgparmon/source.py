@@ -1,9 +1,10 @@
 """Where a Monitor's inputs come from: the live server and host, or a
 recording of them.
 
-Every reading that the analysis depends on goes through a Source method, so
-a recording of those readings (RecordingSource) replays through the very same
-analysis (ReplaySource) and gives the same derived values.
+Every reading that the analysis depends on goes through a `Source` method
+(nothing else in the Monitor reads the server, the host or the filesystem),
+so a recording of those readings (RecordingSource) replays through the very
+same analysis (ReplaySource) and reaches the same verdicts on any host.
 """
 
 from __future__ import annotations
@@ -13,19 +14,21 @@ import os
 import shutil
 import subprocess
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from .connect import ConnTarget
-from .discover import DiscoveryError, Job, choose_job, find_jobs
+from .discover import DiscoveryError, choose_job, find_jobs
 from .exitcodes import ExitCode
+from .jobs.base import Job, PlanInputs
+from .jobs.registry import driver_for
 from .readers import host as hostmod
 from .readers import procs
 from .readers.db import DbSampler, ServerFacts
-from .readers.files import table_file_sizes
+from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
-from .toc import PostDataTarget, TocError, TocItem, list_archive, post_data_targets
+from .toc import TocError
 
 
 class EndOfRecording(Exception):
@@ -36,24 +39,36 @@ class ReplayError(RuntimeError):
     pass
 
 
-def job_to_dict(job: Job) -> dict[str, Any]:
-    d = {f.name: getattr(job, f.name) for f in dataclasses.fields(job) if f.name != "args"}
-    d["pid_hint"] = sorted(job.pid_hint)
-    d["command"] = list(job.command)
-    return d
-
-
-def job_from_dict(d: dict[str, Any]) -> Job:
-    names = {f.name for f in dataclasses.fields(Job)} - {"args"}
-    kw = {k: v for k, v in d.items() if k in names}
-    kw["pid_hint"] = frozenset(kw.get("pid_hint") or ())
-    kw["command"] = tuple(kw.get("command") or ())
-    return Job(**kw)
-
-
 def facts_from_dict(d: dict[str, Any]) -> ServerFacts:
     names = {f.name for f in dataclasses.fields(ServerFacts)}
     return ServerFacts(**{k: v for k, v in d.items() if k in names})
+
+
+class Source(Protocol):
+    """The readings a Monitor works from, in the order it asks for them."""
+
+    facts: ServerFacts
+    job: Job | None
+    target_dir: str | None  # the job's output directory or archive, resolved
+    devices: set[str]  # block devices the job loads
+
+    def discover(self) -> Job: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def plan_inputs(self) -> PlanInputs | None: ...
+
+    def catalog_done(self) -> dict[str, Any]: ...
+
+    def final_files(self) -> tuple[FileSize, ...] | None: ...
+
+    def may_ask_again(self, kind: str) -> bool: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 class LiveSource:
@@ -71,14 +86,14 @@ class LiveSource:
         self.target = target
         self.sampler = DbSampler(target)
         self.facts: ServerFacts = self.sampler.open()
-        self.local = procs.postmaster_of(self.facts.backend_pid) is not None
+        self.local = procs.server_is_local(self.facts.backend_pid)
         self.job = job
         self.pid = pid
         self.process = process
         self.target_dir: str | None = None
         self.devices: set[str] = set()
         self.client_pids: set[int] = set()
-        self._snaps = 0
+        self.snapshots_taken = 0
 
     # ---- the job ----------------------------------------------------------
 
@@ -108,7 +123,7 @@ class LiveSource:
 
     def header(self) -> dict[str, Any]:
         assert self.job is not None
-        return {"job": job_to_dict(self.job), "facts": dataclasses.asdict(self.facts),
+        return {"job": self.job.to_dict(), "facts": dataclasses.asdict(self.facts),
                 "target_dir": self.target_dir, "devices": sorted(self.devices),
                 "local": self.local}
 
@@ -163,8 +178,9 @@ class LiveSource:
         backend_pids = [b.pid for b in (db.backends if not db.error else ())]
         backends_os = procs.read_procs(backend_pids) if self.local else ()
         files: tuple[FileSize, ...] = ()
-        if self.target_dir and job.kind == "pg_dump" and os.path.isdir(self.target_dir):
-            files = dir_sizes(self.target_dir)
+        if (self.target_dir and driver_for(job.kind).writes_target_files
+                and os.path.isdir(self.target_dir)):
+            files = dir_sizes(self.target_dir) or ()
         free = None
         if self.target_dir:
             try:
@@ -172,58 +188,30 @@ class LiveSource:
                                          else os.path.dirname(self.target_dir)).free
             except OSError:
                 free = None
-        self._snaps += 1
+        self.snapshots_taken += 1
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
                         backends_os=backends_os, files=files, free_bytes=free,
                         root_alive=root_alive, exit_code=exit_code)
 
     # ---- planning inputs ------------------------------------------------------
 
-    def plan_inputs(self) -> dict[str, Any] | None:
+    def plan_inputs(self) -> PlanInputs | None:
         """What the work list is built from; None: not available yet (a dump's
         toc.dat is written just after it starts)."""
-        job = self.job
-        assert job is not None
-        pg_restore = self._client_binary("pg_restore")
+        assert self.job is not None
         try:
-            if job.kind == "pg_dump":
-                toc: list[TocItem] | None = None
-                if self.target_dir and os.path.exists(os.path.join(self.target_dir, "toc.dat")):
-                    try:
-                        toc = list_archive(self.target_dir, pg_restore=pg_restore)[1]
-                    except TocError:
-                        return None  # still being written
-                elif self.target_dir and self._snaps < 3:
-                    return None
-                tables = self.sampler.query_json("tables") or []
-                return {"toc": [dataclasses.asdict(t) for t in toc] if toc is not None else None,
-                        "tables": tables, "file_sizes": self._table_file_sizes(tables)}
-            if job.kind == "pg_restore" and self.target_dir:
-                items = list_archive(self.target_dir, pg_restore=pg_restore)[1]
-                try:
-                    targets = post_data_targets(self.target_dir, pg_restore=pg_restore)
-                except TocError:
-                    targets = {}
-                files = {}
-                for it in items:
-                    if it.desc == "TABLE DATA":
-                        files[str(it.dump_id)] = archive_file(self.target_dir, it.dump_id)
-                return {"toc": [dataclasses.asdict(t) for t in items],
-                        "targets": {str(k): dataclasses.asdict(v) for k, v in targets.items()},
-                        "archive_files": files}
+            return driver_for(self.job.kind).read_plan(self)
         except TocError as exc:
-            return {"error": f"cannot read the archive's TOC ({exc}): progress from activity "
-                             "only"}
+            return PlanInputs(error=f"cannot read the archive's TOC ({exc}): progress from "
+                                    "activity only")
         except psycopg.Error as exc:
-            return {"error": f"cannot read table sizes: {str(exc).strip().splitlines()[0]}"}
-        return {"error": None}
+            return PlanInputs(error=f"cannot read table sizes: {_one_line(exc)}")
 
-    def _table_file_sizes(self, tables: list[list[Any]]) -> dict[str, float]:
-        """On-disk size of never-vacuumed tables, when we run on the server's
-        host with access to its files (no lock, no SQL)."""
-        return table_file_sizes(self.facts.data_directory if self.local else None, tables)
+    def query_json(self, name: str) -> Any:
+        return self.sampler.query_json(name)
 
-    def _client_binary(self, name: str) -> str | None:
+    def client_binary(self, name: str) -> str | None:
+        """The job's own client program of that name (same version), else PATH's."""
         job = self.job
         if job and job.command:
             d = os.path.dirname(job.command[0])
@@ -237,19 +225,17 @@ class LiveSource:
         except psycopg.Error:
             return {}
 
-    def final_files(self) -> tuple[FileSize, ...]:
-        if self.target_dir and os.path.isdir(self.target_dir):
-            return dir_sizes(self.target_dir)
-        return ()
+    def final_files(self) -> tuple[FileSize, ...] | None:
+        """The target directory's files now; None when this user cannot list
+        it (another OS user's 0700 directory, or one never created)."""
+        return dir_sizes(self.target_dir) if self.target_dir else ()
 
     def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
-        from .redact import redact_argv
-
         out: dict[str, Any] = {"pid": pid, "locks": [], "client": None, "error": None}
         try:
             out["locks"] = self.sampler.query_json("locks", {"pid": pid}) or []
         except psycopg.Error as exc:
-            out["error"] = str(exc).strip().splitlines()[0]
+            out["error"] = _one_line(exc)
         if client_pid:
             try:
                 import psutil
@@ -285,9 +271,9 @@ class RecordingSource:
         self.recorder.event("snapshot", snap.to_dict())
         return snap
 
-    def plan_inputs(self) -> dict[str, Any] | None:
+    def plan_inputs(self) -> PlanInputs | None:
         v = self.live.plan_inputs()
-        self.recorder.event("plan", v)
+        self.recorder.event("plan", v.to_dict() if v is not None else None)
         return v
 
     def catalog_done(self) -> dict[str, Any]:
@@ -295,9 +281,9 @@ class RecordingSource:
         self.recorder.event("done", v)
         return v
 
-    def final_files(self) -> tuple[FileSize, ...]:
+    def final_files(self) -> tuple[FileSize, ...] | None:
         v = self.live.final_files()
-        self.recorder.event("files", [dataclasses.asdict(f) for f in v])
+        self.recorder.event("files", None if v is None else [dataclasses.asdict(f) for f in v])
         return v
 
     def close(self) -> None:
@@ -311,7 +297,7 @@ class ReplaySource:
 
     def __init__(self, header: dict[str, Any], events: list[tuple[str, Any]]) -> None:
         self.facts = facts_from_dict(header["facts"])
-        self.job: Job | None = job_from_dict(header["job"])
+        self.job: Job | None = Job.from_dict(header["job"])
         self.target_dir = header.get("target_dir")
         self.devices = set(header.get("devices") or ())
         self._events = [e for e in events if e[0] in ("snapshot", "plan", "done", "files")]
@@ -340,16 +326,17 @@ class ReplaySource:
     def snapshot(self) -> Snapshot:
         return Snapshot.from_dict(self._next("snapshot"))
 
-    def plan_inputs(self) -> dict[str, Any] | None:
-        v: dict[str, Any] | None = self._next("plan")
-        return v
+    def plan_inputs(self) -> PlanInputs | None:
+        v = self._next("plan")
+        return None if v is None else PlanInputs.from_dict(v)
 
     def catalog_done(self) -> dict[str, Any]:
         v: dict[str, Any] = self._next("done")
         return v
 
-    def final_files(self) -> tuple[FileSize, ...]:
-        return tuple(FileSize(**f) for f in self._next("files"))
+    def final_files(self) -> tuple[FileSize, ...] | None:
+        v = self._next("files")
+        return None if v is None else tuple(FileSize(**f) for f in v)
 
     def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
         return {"pid": pid, "locks": [], "client": None,
@@ -359,7 +346,9 @@ class ReplaySource:
         pass
 
 
-def dir_sizes(path: str) -> tuple[FileSize, ...]:
+def dir_sizes(path: str) -> tuple[FileSize, ...] | None:
+    """The files of a directory and their sizes; None when it cannot be read
+    (another OS user's 0700 dump directory)."""
     out = []
     try:
         with os.scandir(path) as it:
@@ -369,31 +358,10 @@ def dir_sizes(path: str) -> tuple[FileSize, ...]:
                 except OSError:
                     continue
     except OSError:
-        return ()
+        return None
     return tuple(sorted(out, key=lambda f: f.path))
 
 
-def archive_file(archive: str, dump_id: int) -> tuple[str | None, float]:
-    if os.path.isdir(archive):
-        for ext in (".dat", ".dat.gz", ".dat.lz4", ".dat.zst"):
-            p = os.path.join(archive, f"{dump_id}{ext}")
-            try:
-                return p, float(os.stat(p).st_size)
-            except OSError:
-                continue
-    return None, 1.0
-
-
-def toc_items(rows: list[dict[str, Any]]) -> list[TocItem]:
-    return [TocItem(**{k: v for k, v in r.items()
-                       if k in {f.name for f in dataclasses.fields(TocItem)}}) for r in rows]
-
-
-def post_targets(d: dict[str, Any]) -> dict[int, PostDataTarget]:
-    names = {f.name for f in dataclasses.fields(PostDataTarget)}
-    out = {}
-    for k, v in d.items():
-        kw = {kk: vv for kk, vv in v.items() if kk in names}
-        kw["dependencies"] = tuple(kw.get("dependencies") or ())
-        out[int(k)] = PostDataTarget(**kw)
-    return out
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return redact_text(lines[0] if lines else type(exc).__name__)

@@ -30,14 +30,14 @@ def window(*workers: WorkerObs, n: int = 4) -> list[list[WorkerObs]]:
 def test_compression_bound_dump() -> None:
     v = judge(window(obs(wait="Client:ClientWrite", client=99), obs(wait="Client:ClientWrite",
                                                                      client=97)),
-              kind="pg_dump", jobs=2, pending=5, running_items=[("a", .1), ("b", .2)],
+              flow="out", tool="pg_dump", jobs=2, pending=5, running_items=[("a", .1), ("b", .2)],
               host=Host(60))
     assert v.kind == "client-cpu"
     assert "-Z 1" in v.detail
 
 
 def test_client_write_with_busy_disk_is_disk_write() -> None:
-    v = judge(window(obs(wait="Client:ClientWrite", client=20)), kind="pg_dump", jobs=1,
+    v = judge(window(obs(wait="Client:ClientWrite", client=20)), flow="out", tool="pg_dump", jobs=1,
               pending=3, running_items=[("a", .5)], host=Host(30),
               devices={"sda": Disk(97)})
     assert v.kind == "disk-write"
@@ -46,25 +46,25 @@ def test_client_write_with_busy_disk_is_disk_write() -> None:
 
 def test_storage_reads() -> None:
     v = judge(window(obs(wait="IO:DataFileRead"), obs(wait="IO:DataFileRead"), obs()),
-              kind="pg_dump", jobs=3, pending=4, running_items=[("a", .1)] * 3, host=Host(40))
+              flow="out", tool="pg_dump", jobs=3, pending=4, running_items=[("a", .1)] * 3, host=Host(40))
     assert v.kind == "disk-read"
 
 
 def test_wal_pressure_on_restore() -> None:
-    v = judge(window(obs(wait="LWLock:WALWrite"), obs(wait="IO:WALSync")), kind="pg_restore",
+    v = judge(window(obs(wait="LWLock:WALWrite"), obs(wait="IO:WALSync")), flow="in", tool="pg_restore",
               jobs=2, pending=9, running_items=[("a", .1), ("b", .1)], host=Host(50))
     assert v.kind == "wal" and "max_wal_size" in v.detail
 
 
 def test_locks() -> None:
-    v = judge(window(obs(phase="lock-wait", wait="Lock:relation"), obs()), kind="pg_restore",
+    v = judge(window(obs(phase="lock-wait", wait="Lock:relation"), obs()), flow="in", tool="pg_restore",
               jobs=2, pending=1, running_items=[("a", .1)], host=Host(10))
     assert v.kind == "locks"
 
 
 def test_one_table_left_names_it_and_the_inner_limit() -> None:
     v = judge(window(obs(wait="Client:ClientWrite", client=99), obs(phase="idle")),
-              kind="pg_dump", jobs=4, pending=0, running_items=[("public.orders", .42)],
+              flow="out", tool="pg_dump", jobs=4, pending=0, running_items=[("public.orders", .42)],
               host=Host(30))
     assert v.kind == "one-table"
     assert "public.orders" in v.detail and "42%" in v.detail and "3 of 4" in v.detail
@@ -72,26 +72,26 @@ def test_one_table_left_names_it_and_the_inner_limit() -> None:
 
 
 def test_host_cpu_and_server_cpu() -> None:
-    v = judge(window(obs(), obs()), kind="pg_restore", jobs=2, pending=3,
+    v = judge(window(obs(), obs()), flow="in", tool="pg_restore", jobs=2, pending=3,
               running_items=[("a", .1), ("b", .1)], host=Host(97))
     assert v.kind == "host-cpu"
-    v = judge(window(obs(server=95), obs(server=92)), kind="pg_restore", jobs=2, pending=3,
+    v = judge(window(obs(server=95), obs(server=92)), flow="in", tool="pg_restore", jobs=2, pending=3,
               running_items=[("a", .1), ("b", .1)], host=Host(50))
     assert v.kind == "server-cpu"
 
 
 def test_stalled_and_stopped() -> None:
-    v = judge(window(obs()), kind="pg_dump", jobs=2, pending=2, running_items=[("a", .1)],
+    v = judge(window(obs()), flow="out", tool="pg_dump", jobs=2, pending=2, running_items=[("a", .1)],
               host=Host(1), stopped_clients=2)
     assert v.kind == "stalled" and "SIGSTOP" in v.detail
-    v = judge(window(obs()), kind="pg_dump", jobs=2, pending=2, running_items=[("a", .1)],
+    v = judge(window(obs()), flow="out", tool="pg_dump", jobs=2, pending=2, running_items=[("a", .1)],
               host=Host(1), stalled=True)
     assert v.kind == "stalled"
 
 
 def test_nothing_saturated() -> None:
-    v = judge(window(obs(client=30, server=40)), kind="pg_dump", jobs=1, pending=3,
+    v = judge(window(obs(client=30, server=40)), flow="out", tool="pg_dump", jobs=1, pending=3,
               running_items=[("a", .1)], host=Host(35))
     assert v.kind == "nothing"
-    v = judge([], kind="pg_dump", jobs=2, pending=3, running_items=[], host=None)
+    v = judge([], flow="out", tool="pg_dump", jobs=2, pending=3, running_items=[], host=None)
     assert v.kind == "starting"

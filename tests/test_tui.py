@@ -20,6 +20,7 @@ from textual.pilot import Pilot
 
 from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
+from pgparmon.feed import FeedBase
 from pgparmon.tui import PgParMonApp, exit_code
 from pgparmon.tui.draw import bar, gantt, throughput_chart
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
@@ -32,7 +33,7 @@ Doc = dict[str, Any]
 SNAPSHOT_TEXTUAL = "8.2"
 
 
-class ListFeed:
+class ListFeed(FeedBase):
     """The feed protocol over a list of recorded docs. hold=True keeps
     returning the last doc (a job that never ends: for key tests)."""
 

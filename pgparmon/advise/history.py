@@ -16,7 +16,7 @@ DEFAULT_TEXT_RATIO of the heap, varying with the row format). But the
 recording does carry work in the tracker's unit (analyze/progress.py):
 `job.progress` is the share of the total work done, and the total is the sum
 of the summary's `items[].work` (or, for a recording cut before its summary,
-what Tracker.plan_dump / plan_restore make of the recorded plan). So:
+what the job's driver plans from the recorded plan). So:
 
 - pg_dump: work done = progress * total, in heap bytes already (the
   tracker's unit for a dump): its rate is used directly.
@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
+from ..jobs.base import Job, PlanInputs
 from ..record import Recording, RecordingError, read_recording
 
 KINDS = ("pg_dump", "pg_restore", "copy")
@@ -247,23 +248,15 @@ def _work_total(rec: Recording, kind: str) -> float | None:
 
 
 def _plan_total(rec: Recording, kind: str) -> float | None:
-    from ..source import job_from_dict, post_targets, toc_items
-
     plan = next((v for k, v in reversed(rec.events) if k == "plan" and isinstance(v, dict)
                  and not v.get("error")), None)
-    if plan is None or kind not in ("pg_dump", "pg_restore"):
+    if plan is None:
         return None
     facts = rec.header.get("facts") or {}
     try:
-        tr = Tracker(job_from_dict(rec.header["job"]),
+        tr = Tracker(Job.from_dict(rec.header["job"]),
                      block_size=int(facts.get("block_size") or 8192))
-        if kind == "pg_dump" and "tables" in plan:
-            toc = toc_items(plan["toc"]) if plan.get("toc") is not None else None
-            tr.plan_dump(toc, plan["tables"], plan.get("file_sizes"))
-        elif kind == "pg_restore" and "toc" in plan:
-            tr.plan_restore(toc_items(plan["toc"]), plan.get("archive_files") or {},
-                            post_targets(plan.get("targets") or {}))
-        else:
+        if not tr.driver.plan(tr, PlanInputs.from_dict(plan)):
             return None
     except (KeyError, TypeError, ValueError, IndexError):
         return None

@@ -1,7 +1,7 @@
 """What a dump or a restore will have to move, before it runs.
 
-The same inventory the live monitor plans with (analyze.progress.Tracker's
-plan_dump / plan_restore), so that the advice and the ETA of the run it
+The same inventory the live monitor plans with (the drivers'
+plan_tables / plan_archive), so that the advice and the ETA of the run it
 advised never disagree about the items: a dump's items are its tables, sized
 by pg_class.relpages (heap + TOAST, what pg_dump orders by); a restore's are
 the archive's data files and the index and constraint builds that depend on
@@ -26,7 +26,9 @@ import psycopg
 from .. import sql
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
-from ..discover import Job
+from ..jobs.base import Job
+from ..jobs.pg_dump import plan_tables
+from ..jobs.pg_restore import plan_archive
 from ..readers import procs
 from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
@@ -105,12 +107,8 @@ def _work_items(tr: Tracker) -> list[WorkItem]:
 
 
 def server_is_local(facts: ServerFacts) -> bool:
-    """The server runs on this host (its backend is one of our processes'
-    neighbours): then its data directory, memory and disks are ours to read."""
-    try:
-        return procs.postmaster_of(facts.backend_pid) is not None
-    except Exception:  # noqa: BLE001 - /proc unreadable: treat as remote
-        return False
+    """The server runs on this host: its files, memory and disks are ours."""
+    return procs.server_is_local(facts.backend_pid)
 
 
 def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
@@ -119,7 +117,7 @@ def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
     tables: list[list[Any]] = (row[0] if row else None) or []
     tr = Tracker(Job(kind="pg_dump", database=facts.database), block_size=facts.block_size)
     sizes = table_file_sizes(facts.data_directory if local else None, tables)
-    tr.plan_dump(None, tables, sizes)
+    plan_tables(tr, None, tables, sizes)
     info = {f"{t[1]}.{t[2]}": t for t in tables}
     out: list[TableSize] = []
     unsized = 0
@@ -225,7 +223,7 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
     tr = Tracker(Job(kind="pg_restore", database=None))
     if index_factor is not None and index_factor > 0:
         tr.index_factor = index_factor
-    tr.plan_restore(toc, files, targets)
+    plan_archive(tr, toc, files, targets)
     tables = sorted((TableSize(name=it.relation or it.key,
                                schema=(it.relation or ".").split(".")[0],
                                relname=(it.relation or it.key).split(".")[-1], relpages=0,

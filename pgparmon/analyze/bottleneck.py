@@ -35,11 +35,14 @@ class WorkerObs:
     direction: str | None  # "to" (dump) | "from" (restore / load) | None
 
 
-def judge(window: Sequence[Sequence[WorkerObs]], *, kind: str, jobs: int | None,
+def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str, jobs: int | None,
           pending: int, running_items: Sequence[tuple[str, float]],
           host: Any | None, devices: Mapping[str, Any] | None = None,
-          stalled: bool = False, stopped_clients: int = 0) -> Verdict:
-    """window: the last few samples' worker observations (oldest first)."""
+          stalled: bool = False, stopped_clients: int = 0, tool: str = "client") -> Verdict:
+    """window: the last few samples' worker observations (oldest first).
+    flow: "out" when the server sends the job's data to the client (a dump),
+    "in" when the client feeds the server (a restore, a load). tool names the
+    client program in the verdict."""
     if stopped_clients:
         return Verdict("stalled", f"{stopped_clients} client process(es) are stopped (SIGSTOP): "
                                   "no work is done until they continue")
@@ -56,7 +59,7 @@ def judge(window: Sequence[Sequence[WorkerObs]], *, kind: str, jobs: int | None,
     if locked >= n / 2:
         return Verdict("locks", "workers wait on locks held by other sessions")
     tail = _tail(jobs, pending, running_items)
-    inner = _inner(obs, waits, n, host, devices, kind)
+    inner = _inner(obs, waits, n, host, devices, flow, tool)
     if tail is not None:
         return Verdict("one-table", f"{tail}; {inner.detail}" if inner.kind != "nothing"
                        else tail)
@@ -82,7 +85,7 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def _inner(obs: list[WorkerObs], waits: Counter[str | None], n: int, host: Any | None,
-           devices: Mapping[str, Any] | None, kind: str) -> Verdict:
+           devices: Mapping[str, Any] | None, flow: str, tool: str) -> Verdict:
     client_cpu = _mean([o.client_cpu for o in obs if o.client_cpu is not None])
     server_cpu = _mean([o.server_cpu for o in obs if o.server_cpu is not None])
     host_cpu = getattr(host, "cpu_percent", None) if host is not None else None
@@ -97,9 +100,9 @@ def _inner(obs: list[WorkerObs], waits: Counter[str | None], n: int, host: Any |
     on_cpu = waits.get(None, 0) / n
     disk = _busiest(devices)
     cpu_txt = f"; host CPU {host_cpu:.0f}%" if host_cpu is not None else ""
-    if client_write >= 0.4 and kind == "pg_dump":
+    if client_write >= 0.4 and flow == "out":
         if client_cpu is not None and client_cpu >= BUSY_CPU:
-            return Verdict("client-cpu", f"pg_dump workers at {client_cpu:.0f}% of a core while "
+            return Verdict("client-cpu", f"{tool} workers at {client_cpu:.0f}% of a core while "
                            "the server waits to send (ClientWrite): compression is the limit; "
                            "try -Z 1, or lz4/zstd on 16+" + cpu_txt)
         if disk and disk[1] >= 85:
@@ -107,7 +110,7 @@ def _inner(obs: list[WorkerObs], waits: Counter[str | None], n: int, host: Any |
                            f"{disk[0]} is {disk[1]:.0f}% busy: writing the dump is the limit")
         return Verdict("client-cpu", "the server waits to send (ClientWrite): the client "
                        "cannot take data faster (compression, disk or network)" + cpu_txt)
-    if client_read >= 0.4 and kind in ("pg_restore", "copy"):
+    if client_read >= 0.4 and flow == "in":
         if client_cpu is not None and client_cpu >= BUSY_CPU:
             return Verdict("client-cpu", f"client processes at {client_cpu:.0f}% of a core "
                            "while the server waits for data (ClientRead): decompression or "
@@ -130,7 +133,7 @@ def _inner(obs: list[WorkerObs], waits: Counter[str | None], n: int, host: Any |
         return Verdict("server-cpu", f"server backends at {server_cpu:.0f}% of a core each: "
                        "the server's CPU work per row is the limit")
     if iowait is not None and iowait >= 30 and disk:
-        return Verdict("disk-read" if kind == "pg_dump" else "disk-write",
+        return Verdict("disk-read" if flow == "out" else "disk-write",
                        f"iowait {iowait:.0f}%, {disk[0]} {disk[1]:.0f}% busy")
     return Verdict("nothing", "no resource saturated: more jobs would likely help" + cpu_txt)
 

@@ -55,7 +55,7 @@ def per_stream_rate(tr: Tracker, window_s: float = 15.0) -> Callable[[int], floa
 def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     if stalled:
         return Eta(None, None, None, "stalled: no progress")
-    if not tr.planned and tr.job.kind != "copy":
+    if not tr.planned and tr.driver.plans_work:
         return Eta(None, None, None, "no work list yet")
     rate = per_stream_rate(tr)
     if rate is None:
@@ -83,7 +83,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
         else:
             pending.append(WorkItem(key=it.key, work=remaining, size=it.size, table=it.relation,
                                     exclusive=it.exclusive, deps=it.deps, label=it.name))
-    if tr.job.kind == "copy" and not any(it.work > it.bytes_done for it in tr.items.values()):
+    if not tr.driver.has_total(tr):
         return Eta(None, None, None, "no total known for this COPY")
     workers = tr.job.jobs or max(1, len(running))
     sched: Schedule = simulate(pending, workers, rate, running=running)

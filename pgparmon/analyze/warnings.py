@@ -20,17 +20,16 @@ SOON_S = 600.0
 
 
 @dataclass(frozen=True)
-class Warning:
+class JobWarning:
     code: str
     message: str
 
 
 def exclusive_waiters(backends: Iterable[Backend], members: set[int],
-                      pending_tables: set[str], kind: str) -> list[Warning]:
+                      pending_tables: set[str]) -> list[JobWarning]:
     """Sessions (not the job's) waiting for an exclusive table lock that a
-    job backend holds or is queued behind."""
-    if kind != "pg_dump":
-        return []
+    job backend holds or is queued behind (for a job whose workers lock each
+    table with NOWAIT, as pg_dump's do: such a queue makes it fail)."""
     out = []
     for b in backends:
         if b.pid in members or b.wait_event_type != "Lock" or not b.waiting_for:
@@ -40,7 +39,7 @@ def exclusive_waiters(backends: Iterable[Backend], members: set[int],
             continue
         if rel and rel not in pending_tables:
             continue  # that table's data is already dumped: nothing left to fail
-        out.append(Warning(
+        out.append(JobWarning(
             "exclusive-lock-waiter",
             f"session {b.pid} ({b.usename or '?'}) waits for AccessExclusiveLock on "
             f"{rel or 'a table'} behind the dump: the dump will fail when a worker reaches "
@@ -65,11 +64,11 @@ class FreeSpace:
         # understands (a drop means someone freed space: a new segment)
         self.used.add(t, max(0.0, self.first_free - free))
 
-    def check(self, free: int | None, eta_s: float | None) -> list[Warning]:
+    def check(self, free: int | None, eta_s: float | None) -> list[JobWarning]:
         if free is None:
             return []
         if free < FULL_BYTES:
-            return [Warning("disk-full", f"the target filesystem is full ({free} bytes free): "
+            return [JobWarning("disk-full", f"the target filesystem is full ({free} bytes free): "
                                          "the job will fail writing")]
         rate = self.used.rate(30.0)
         if not rate or rate <= 0:
@@ -79,7 +78,7 @@ class FreeSpace:
             when = f"{t_full / 60:.0f} min" if t_full >= 90 else f"{t_full:.0f} s"
             tail = (f", before the job ends (ETA {eta_s / 60:.0f} min)" if eta_s is not None
                     and t_full < eta_s else "")
-            return [Warning("disk-full-soon",
+            return [JobWarning("disk-full-soon",
                             f"the target filesystem will be full in about {when} at "
                             f"{rate / 1e6:.1f} MB/s ({free / 1e6:.0f} MB free){tail}")]
         return []

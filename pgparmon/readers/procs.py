@@ -13,8 +13,6 @@ import psutil
 
 from ..snapshot import ClientProc, OpenFile
 
-JOB_PROGRAMS = ("pg_dump", "pg_restore")
-
 
 @dataclass(frozen=True)
 class ProcInfo:
@@ -26,8 +24,8 @@ class ProcInfo:
     username: str | None
 
 
-def scan_job_processes(programs: Iterable[str] = JOB_PROGRAMS) -> list[ProcInfo]:
-    """Every pg_dump / pg_restore process visible on this host."""
+def scan_job_processes(programs: Iterable[str]) -> list[ProcInfo]:
+    """Every process of these client programs visible on this host."""
     progs = set(programs)
     out = []
     for p in psutil.process_iter(["pid", "ppid", "name", "cmdline", "create_time", "username"]):
@@ -177,6 +175,16 @@ def postmaster_of(backend_pid: int) -> int | None:
     except psutil.Error:
         return None
     return None
+
+
+def server_is_local(backend_pid: int) -> bool:
+    """The server runs on this host (our own backend is a child of a
+    postmaster we can see): then its data directory, memory and disks are
+    ours to read."""
+    try:
+        return postmaster_of(backend_pid) is not None
+    except Exception:  # noqa: BLE001 - /proc unreadable: treat as remote
+        return False
 
 
 def environ_port(pid: int) -> tuple[int | None, bool]:

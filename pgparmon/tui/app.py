@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, RichLog
 
 from ..analyze.advice_live import AdviceTracker
 from ..analyze.timeline import TimelineBuilder, idle_share
+from ..feed import Feed
 from ..views.text import human_s
 from . import draw
 from .screens import DetailsScreen, HelpScreen
@@ -44,19 +45,6 @@ from .widgets import (
 Doc = dict[str, Any]
 INTERVAL_STEPS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 NARROW = 120  # below this many columns the compact layout
-
-
-class Feed(Protocol):
-    """What the app needs from a sample source (pgparmon.monitor.Monitor,
-    playback.ReplayFeed, a test's list of docs). Optional: details(pid),
-    seek(index), step(), total_samples, position."""
-
-    @property
-    def outcome(self) -> Any: ...
-
-    def tick(self) -> Doc: ...
-
-    def summary(self) -> Doc: ...
 
 
 class PgParMonApp(App[int]):
@@ -135,7 +123,7 @@ class PgParMonApp(App[int]):
         self.set_interval(0.5, self._check_stop)
 
     def _check_stop(self) -> None:
-        if getattr(self.feed, "stop", False) is True:
+        if self.feed.stop:
             self.exit()
 
     def on_resize(self, event: Resize) -> None:
@@ -162,7 +150,7 @@ class PgParMonApp(App[int]):
 
     def _collect(self) -> None:
         self._timer = None
-        if getattr(self.feed, "stop", False) is True:
+        if self.feed.stop:
             # the CLI's feed sets stop on SIGTERM / SIGHUP (a closed SSH session)
             self.exit()
             return
@@ -212,10 +200,9 @@ class PgParMonApp(App[int]):
             self._schedule(delay)
 
     def _check_end(self) -> None:
-        outcome = getattr(self.feed, "outcome", None)
         # a replay of a recording cut before the job ended has no outcome
         # but nothing more to show
-        if outcome is None and not getattr(self.feed, "ended", False):
+        if self.feed.outcome is None and not self.feed.ended:
             return
         if not self.ended:
             self.ended = True
@@ -332,9 +319,8 @@ class PgParMonApp(App[int]):
             if self.stretched is not None and self.latency is not None:
                 t.append(f" → stretched to {self.stretched:.1f}s (a tick took "
                          f"{self.latency:.1f}s)", style="bold yellow")
-        if hasattr(self.feed, "total_samples") and hasattr(self.feed, "position"):
-            t.append(f" · replay {getattr(self.feed, 'position', 0)}/"
-                     f"{getattr(self.feed, 'total_samples', 0)}")
+        if (pos := self.feed.replay_position) is not None:
+            t.append(f" · replay {pos[0]}/{pos[1]}")
         lat = ((self.last or {}).get("server") or {}).get("latency_ms")
         if lat is not None:
             t.append(f" · server {lat:.0f} ms")
@@ -352,11 +338,11 @@ class PgParMonApp(App[int]):
         header.label = "PAUSED" if self.paused and not self.ended else ""
 
     def _end_text(self) -> str:
-        o = getattr(self.feed, "outcome", None)
+        o = self.feed.outcome
         if o is None:
             return "end of recording (the job had not ended)"
-        reason = str(getattr(o, "reason", "") or "")
-        code = getattr(o, "exit_code", None)
+        reason = str(o.reason or "")
+        code = o.exit_code
         extra = f", exit code {code}" if code is not None and "exit code" not in reason else ""
         return f"job {o.state}: {reason}{extra}"
 
@@ -404,8 +390,7 @@ class PgParMonApp(App[int]):
         if w is None:
             self.notify("no worker highlighted", severity="warning")
             return
-        fetch = getattr(self.feed, "details", None)
-        self.push_screen(DetailsScreen(w, fetch if callable(fetch) else None))
+        self.push_screen(DetailsScreen(w, self.feed.details))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -422,11 +407,11 @@ class PgParMonApp(App[int]):
     def _replay_move(self, delta: int) -> None:
         """Replay only: step through samples (pausing the clock). Back seeks
         the feed and rebuilds the charts from the samples already seen."""
-        if not (hasattr(self.feed, "seek") and hasattr(self.feed, "step")) or self._collecting:
+        if not self.feed.seekable or self._collecting:
             return
         if not self.paused:
             self.action_toggle_pause()
-        feed: Any = self.feed
+        feed = self.feed
         self._collecting = True
 
         def work() -> None:
@@ -436,7 +421,8 @@ class PgParMonApp(App[int]):
                 if delta > 0:
                     doc = feed.step()
                 else:
-                    doc = feed.seek(max(0, int(getattr(feed, "position", 1)) - 2))
+                    pos = feed.replay_position
+                    doc = feed.seek(max(0, (pos[0] if pos else 1) - 2))
             except Exception as exc:  # noqa: BLE001
                 err = f"{type(exc).__name__}: {exc}"
             try:
@@ -456,7 +442,8 @@ class PgParMonApp(App[int]):
             if doc is not self.last:
                 self.ingest(doc)
         else:
-            keep = max(1, int(getattr(self.feed, "position", len(self.docs))))
+            pos = self.feed.replay_position
+            keep = max(1, pos[0] if pos else len(self.docs))
             docs = self.docs[:keep]
             self.docs, self.timeline, self.advisor = [], TimelineBuilder(), AdviceTracker()
             self.ended, self.summary = False, None
@@ -489,13 +476,13 @@ class PgParMonApp(App[int]):
         yield SystemCommand("Help", "List the keys (?)", self.action_help)
 
 
-def exit_code(feed: Any) -> int:
+def exit_code(feed: Feed) -> int:
     """The headless rule (monitor.outcome_exit_code): still running (quit
     early) 0; the job's own exit code when known; else 0 finished, 1 failed,
     6 ended with an outcome this user cannot see."""
     from ..monitor import outcome_exit_code
 
-    return outcome_exit_code(getattr(feed, "outcome", None))
+    return outcome_exit_code(feed.outcome)
 
 
 def run_tui(feed: Feed, interval: float, title: str) -> int:

@@ -103,6 +103,9 @@ class DetailsScreen(ModalScreen[None]):
         self.run_worker(work, thread=True, group="details", exclusive=True)
 
     def _show(self, det: Mapping[str, Any] | None, err: str | None) -> None:
+        if err is None and det is None:
+            self._show_client(Text("this feed gives no lock or client details", style="dim"))
+            return
         if err is not None or det is None:
             self._show_client(Text(f"details unavailable: {err}", style="red"))
             return

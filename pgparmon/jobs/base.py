@@ -1,0 +1,258 @@
+"""The job model: a job is what the DBA started (one tool's process tree and
+every server session it opened), and each tool kind is a driver.
+
+A driver answers four questions, and the Monitor and the views never ask
+which tool a job is:
+
+- recognise: which processes (`programs`, `from_tree`) and which server
+  sessions (`session_key`, `from_sessions`, `belongs`) make up a job;
+- plan: what the work list is built from (`read_plan`, live only: it reads
+  the archive, the catalog, files) and the work list itself (`plan`, pure);
+- observe: how an item's progress follows from the readings (`progress`,
+  `on_finish`, `file_evidence`, `fraction`), pure;
+- outcome: how the end is judged (`settle_at_end`, `leftovers`,
+  `exit_reason`).
+
+Adding a tool kind is one module with a Driver subclass and a line in
+`registry.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from ..cmdline import ClientArgs
+from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
+from ..toc import PostDataTarget, TocItem
+
+if TYPE_CHECKING:
+    from ..analyze.items import Item
+    from ..analyze.progress import Tracker
+    from ..readers.db import ServerFacts
+    from ..readers.procs import ProcInfo
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # a registered driver's kind: "pg_dump" | "pg_restore" | "copy"
+    database: str | None
+    client_pid: int | None = None
+    jobs: int | None = None
+    format: str | None = None
+    target: str | None = None  # dump directory / archive path
+    command: tuple[str, ...] = ()  # redacted
+    app_name: str | None = None  # exact application_name when we tagged the job
+    xmin: str | None = None  # a dump's shared snapshot
+    usename: str | None = None
+    client_addr: str | None = None
+    relation: str | None = None  # a COPY pool's target table
+    pid_hint: frozenset[int] = field(default_factory=frozenset)  # backends seen at discovery
+    args: ClientArgs | None = None
+
+    def describe(self) -> str:
+        who = f"pid {self.client_pid}" if self.client_pid else "remote client"
+        j = f" -j {self.jobs}" if self.jobs else ""
+        tgt = f" {self.target}" if self.target else ""
+        rel = f" into {self.relation}" if self.relation else ""
+        return f"{self.kind}{j}{tgt}{rel} on database {self.database or '?'} ({who})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job as a recording's header holds it (no parsed argv)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "args"}
+        d["pid_hint"] = sorted(self.pid_hint)
+        d["command"] = list(self.command)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Job:
+        names = {f.name for f in dataclasses.fields(Job)} - {"args"}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["pid_hint"] = frozenset(kw.get("pid_hint") or ())
+        kw["command"] = tuple(kw.get("command") or ())
+        return Job(**kw)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a job's work list is built from, as read once from the live
+    system and kept in recordings (the "plan" event) so that a replay plans
+    the same work. Each driver fills the fields it needs."""
+
+    toc: list[dict[str, Any]] | None = None  # archive TOC entries (toc.TocItem as dicts)
+    tables: list[list[Any]] | None = None  # the catalog's tables (sql/tables_*.sql rows)
+    file_sizes: dict[str, float] | None = None  # never-vacuumed tables' on-disk bytes
+    targets: dict[str, Any] | None = None  # post-data items' tables (toc.PostDataTarget)
+    archive_files: dict[str, Any] | None = None  # dump id -> (path, bytes) of data files
+    error: str | None = None  # why there is no plan (said once to the user)
+
+    _KEYS: ClassVar[tuple[str, ...]] = ("toc", "tables", "file_sizes", "targets",
+                                        "archive_files", "error")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None} \
+            or {"error": None}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> PlanInputs:
+        return PlanInputs(**{k: d.get(k) for k in PlanInputs._KEYS})
+
+    def toc_items(self) -> list[TocItem]:
+        names = {f.name for f in dataclasses.fields(TocItem)}
+        return [TocItem(**{k: v for k, v in r.items() if k in names}) for r in self.toc or ()]
+
+    def post_targets(self) -> dict[int, PostDataTarget]:
+        names = {f.name for f in dataclasses.fields(PostDataTarget)}
+        out = {}
+        for k, v in (self.targets or {}).items():
+            kw = {kk: vv for kk, vv in v.items() if kk in names}
+            kw["dependencies"] = tuple(kw.get("dependencies") or ())
+            out[int(k)] = PostDataTarget(**kw)
+        return out
+
+
+class PlanReader(Protocol):
+    """What a driver may read while planning (a live source)."""
+
+    facts: ServerFacts
+    target_dir: str | None
+    local: bool
+    snapshots_taken: int
+
+    def query_json(self, name: str) -> Any: ...
+
+    def client_binary(self, name: str) -> str | None: ...
+
+
+class EndContext(Protocol):
+    """What a driver may consult when a job ends (the Monitor's source)."""
+
+    target_dir: str | None
+
+    def final_files(self) -> Any: ...
+
+    def catalog_done(self) -> dict[str, Any]: ...
+
+    def may_ask_again(self, kind: str) -> bool: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+
+class Driver:
+    """One tool kind. The defaults describe a tool that loads data into the
+    server through COPY, with no plan and nothing to settle at its end."""
+
+    kind: ClassVar[str] = ""
+    # client programs recognised in the process table (basename of argv[0])
+    programs: ClassVar[tuple[str, ...]] = ()
+    # "out": the server sends the data to the client (a dump); "in": the
+    # client feeds the server (a restore, a load)
+    data_flow: ClassVar[str] = "in"
+    # the first session holds the job's locks and waits while workers work
+    has_leader: ClassVar[bool] = False
+    # a session queued for an exclusive lock behind the job makes it fail
+    fails_on_lock_queue: ClassVar[bool] = False
+    # the work list comes from a plan (False: items appear as sessions work)
+    plans_work: ClassVar[bool] = True
+    # the client writes its output files into the target directory
+    writes_target_files: ClassVar[bool] = False
+
+    # ---- recognise ---------------------------------------------------------
+
+    def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
+        """Whether a process tree of one of `programs` is a job to follow."""
+        return True
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        """For sessions whose client processes cannot be seen: the key that
+        groups them into one job, or None when this kind does not claim it."""
+        return None
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        raise NotImplementedError
+
+    def refine(self, job: Job, linked: list[Backend]) -> Job:
+        """A job found from its processes, completed by the sessions linked
+        to them (e.g. a dump's shared snapshot)."""
+        return job
+
+    def belongs(self, job: Job, b: Backend) -> bool:
+        """The grouping rule: does this session belong to this job?"""
+        if b.backend_type == "parallel worker":
+            return False  # counted through its leader
+        if job.database and b.datname != job.database:
+            return False
+        if job.app_name:
+            return b.application_name == job.app_name  # we tagged the job's sessions
+        return self.session_matches(job, b)
+
+    def session_matches(self, job: Job, b: Backend) -> bool:
+        """belongs() for an untagged job, once database and type match."""
+        raise NotImplementedError
+
+    # ---- plan --------------------------------------------------------------
+
+    def read_plan(self, src: PlanReader) -> PlanInputs | None:
+        """Read what the work list is built from; None: not available yet."""
+        return PlanInputs()
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        """Build the work list into the tracker; False when the inputs cannot
+        make one (the job is then followed from its sessions alone)."""
+        return False
+
+    def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
+                   running: set[str]) -> None:
+        """Once planned: settle what finished before the monitor attached
+        (`running`: keys of items some session works on right now)."""
+
+    # ---- observe -----------------------------------------------------------
+
+    def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None:
+        """The item a session's COPY of `rel` works on (its key)."""
+        key = tr.by_relation.get(rel or "")
+        if key is None and rel and not tr.planned:
+            key = rel
+            tr.add_data_item(rel)
+        return key
+
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
+                 ip: IndexProgress | None, snap: Snapshot) -> None:
+        """Advance a running item from this tick's readings."""
+        if it.kind in ("index", "constraint") and ip is not None:
+            f = ip.fraction
+            if f is not None:
+                it.done = max(it.done, min(0.99, f) * it.work)
+
+    def on_finish(self, tr: Tracker, it: Item) -> None:
+        """Learn from a finished item (ratios used for the items to come)."""
+
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
+        """Items settled by the files the job writes or reads."""
+
+    def fraction(self, tr: Tracker) -> float | None:
+        """Overall progress, 0..1, or None when no total is known."""
+        total = tr.work_total()
+        if not tr.planned or total <= 0:
+            return None
+        return min(1.0, tr.work_done() / total)
+
+    def has_total(self, tr: Tracker) -> bool:
+        """Whether the items' work adds up to a known total (an ETA needs one)."""
+        return True
+
+    # ---- outcome -----------------------------------------------------------
+
+    def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
+        """Last readings before the verdict (items that finished between two
+        samples). Returns whether the job's output can be seen by this user
+        (None: nothing to say)."""
+        return None
+
+    def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
+        """Items still not done when the processes are gone."""
+        return tr.unfinished()
+
+    def exit_reason(self, code: int) -> str:
+        return f"exit code {code}"

@@ -1,0 +1,165 @@
+"""pg_dump -Fd -j N: a leader session that holds every table's lock in a
+shared snapshot, and N worker sessions that COPY tables out, largest first.
+
+Work is counted in heap bytes (what pg_dump sorts by); a running table's
+progress is its rows sent over pg_class.reltuples (or its COPY bytes over its
+heap size times the text/heap ratio learned from finished tables); a table
+whose data file exists and is no longer open is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..analyze.items import Item
+from ..readers.files import table_file_sizes
+from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
+from ..toc import TocError, TocItem, data_file_id, list_archive
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .registry import program_of
+
+if TYPE_CHECKING:
+    from ..analyze.progress import Tracker
+
+# tables bigger than this teach the text/heap ratio
+_RATIO_MIN_HEAP = 64 * 1024
+
+
+class PgDump(Driver):
+    kind = "pg_dump"
+    programs = ("pg_dump",)
+    data_flow = "out"
+    has_leader = True
+    fails_on_lock_queue = True
+    writes_target_files = True
+
+    # ---- recognise ---------------------------------------------------------
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        if program_of(b.application_name) != self.kind:
+            return None
+        return (self.kind, b.datname, b.backend_xmin)
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        return Job(kind=self.kind, database=members[0].datname, xmin=members[0].backend_xmin,
+                   jobs=max(1, len(members) - 1) if len(members) > 1 else None,
+                   pid_hint=frozenset(b.pid for b in members))
+
+    def refine(self, job: Job, linked: list[Backend]) -> Job:
+        # every session of one dump shares the leader's exported snapshot
+        xmins = {b.backend_xmin for b in linked if b.backend_xmin}
+        if len(xmins) == 1:
+            return dataclasses.replace(job, xmin=xmins.pop())
+        return job
+
+    def session_matches(self, job: Job, b: Backend) -> bool:
+        if program_of(b.application_name) != self.kind:
+            return False
+        return not (job.xmin and b.backend_xmin and b.backend_xmin != job.xmin)
+
+    # ---- plan --------------------------------------------------------------
+
+    def read_plan(self, src: PlanReader) -> PlanInputs | None:
+        toc: list[TocItem] | None = None
+        tdir = src.target_dir
+        if tdir and os.path.exists(os.path.join(tdir, "toc.dat")):
+            try:
+                toc = list_archive(tdir, pg_restore=src.client_binary("pg_restore"))[1]
+            except TocError:
+                return None  # still being written
+        elif tdir and src.snapshots_taken < 3:
+            return None  # toc.dat comes just after the start
+        tables = src.query_json("tables") or []
+        sizes = table_file_sizes(src.facts.data_directory if src.local else None, tables)
+        return PlanInputs(toc=[dataclasses.asdict(t) for t in toc] if toc is not None else None,
+                          tables=tables, file_sizes=sizes)
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        if inputs.tables is None:
+            return False
+        plan_tables(tr, inputs.toc_items() if inputs.toc is not None else None,
+                    inputs.tables, inputs.file_sizes)
+        return True
+
+    # ---- observe -----------------------------------------------------------
+
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
+                 ip: IndexProgress | None, snap: Snapshot) -> None:
+        if it.kind == "data" and cp is not None:
+            if it.reltuples:
+                frac = cp.tuples_processed / it.reltuples
+            else:
+                frac = cp.bytes_processed / max(1.0, (it.heap_bytes or 1.0) * tr.text_ratio)
+            it.done = max(it.done, min(0.99, frac) * it.work)
+            return
+        super().progress(tr, it, cp, ip, snap)
+
+    def on_finish(self, tr: Tracker, it: Item) -> None:
+        if it.kind == "data" and it.heap_bytes and it.bytes_done:
+            ratios = [i.bytes_done / i.heap_bytes for i in tr.items.values()
+                      if i.kind == "data" and i.state == "done" and i.heap_bytes
+                      and i.bytes_done and i.heap_bytes > _RATIO_MIN_HEAP]
+            if ratios:
+                tr.text_ratio = sorted(ratios)[len(ratios) // 2]
+
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
+        """pg_dump writes each item's file from start to end: a data file that
+        exists and no worker holds open belongs to a finished item."""
+        if not snap.files:
+            return
+        if any(c.open_files is None for c in snap.clients):
+            return  # cannot tell open from closed
+        open_paths = {f.path for c in snap.clients for f in c.open_files or ()}
+        for fs in snap.files:
+            did = data_file_id(fs.path)
+            if did is None:
+                continue
+            it = tr.items.get(str(did))
+            if it is None or it.state == "done" or it.key in running_now:
+                continue
+            if fs.path in open_paths:
+                if it.state == "pending":
+                    it.state = "running"
+                    it.started = snap.wall
+                continue
+            tr.finish(it, snap.wall)
+
+    # ---- outcome -----------------------------------------------------------
+
+    def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
+        """The last items may have finished between two samples: the files
+        say. Returns whether the dump's directory could be read at all."""
+        if not ctx.target_dir:
+            return None
+        files = ctx.final_files()
+        if files is None:
+            return False
+        tr.update(dataclasses.replace(snap, files=files, clients=()))
+        return True
+
+
+def plan_tables(tr: Tracker, toc: list[TocItem] | None, tables: list[list[Any]],
+                file_sizes: dict[str, float] | None = None) -> None:
+    """Items of a dump: its TOC's TABLE DATA entries (or, when the TOC is not
+    readable, every user table), sized from pg_class like pg_dump does;
+    tables never vacuumed (relpages 0) by their files' size when known."""
+    info: dict[str, list[Any]] = {f"{t[1]}.{t[2]}": t for t in tables}
+    sizes = file_sizes or {}
+    wanted: list[tuple[str, str]] = []
+    if toc is not None:
+        for it in toc:
+            if it.desc == "TABLE DATA" and it.schema is not None:
+                wanted.append((str(it.dump_id), f"{it.schema}.{it.tag}"))
+    else:
+        wanted = [(rel, rel) for rel, t in info.items() if t[3] in ("r", "m")]
+    for key, rel in wanted:
+        t = info.get(rel)
+        relpages = (t[4] or 0) + (t[6] or 0) if t else 0
+        heap = float(relpages * tr.block_size) if relpages > 0 else None
+        heap = heap or sizes.get(rel) or float(tr.block_size)
+        reltuples = float(t[5]) if t and t[5] is not None and t[5] > 0 else None
+        tr.add(Item(key=key, kind="data", relation=rel, name=rel, size=relpages or heap,
+                    work=heap, reltuples=reltuples, heap_bytes=heap))
+    tr.planned = True

@@ -1,0 +1,187 @@
+"""pg_restore -j N: pre-data on the leader's one session, then N worker
+sessions that each COPY one table's data file in and build indexes and
+constraints once their table is loaded; the leader has no session meanwhile.
+
+Work is counted in archive data-file bytes: a worker's read position in its
+file (from the client process's open files) is exact. Index and constraint
+builds get a work estimate from their table's data size. Items that finished
+between two samples are settled from the catalog (loaded tables, built
+indexes and constraints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..analyze.items import Item
+from ..cmdline import ClientArgs
+from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
+from ..toc import PostDataTarget, TocError, TocItem, data_file, list_archive, post_data_targets
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .registry import program_of
+
+if TYPE_CHECKING:
+    from ..analyze.progress import Tracker
+    from ..readers.procs import ProcInfo
+
+# A foreign key's validation costs about this share of loading its table
+DEFAULT_FK_FACTOR = 0.15
+# a data item this small leaves no trace worth waiting for at the end
+_TINY_WORK = 512
+_DONE_ASKS = 4
+
+
+class PgRestore(Driver):
+    kind = "pg_restore"
+    programs = ("pg_restore",)
+
+    # ---- recognise ---------------------------------------------------------
+
+    def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
+        # pg_restore -l, or writing SQL to a file: no server work to follow
+        return not args.list_only and bool(args.dbname)
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        if program_of(b.application_name) != self.kind:
+            return None
+        return (self.kind, b.datname, b.usename, b.client_addr)
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        return Job(kind=self.kind, database=members[0].datname, usename=members[0].usename,
+                   client_addr=members[0].client_addr,
+                   pid_hint=frozenset(b.pid for b in members))
+
+    def session_matches(self, job: Job, b: Backend) -> bool:
+        return program_of(b.application_name) == self.kind
+
+    # ---- plan --------------------------------------------------------------
+
+    def read_plan(self, src: PlanReader) -> PlanInputs | None:
+        if not src.target_dir:
+            return PlanInputs()
+        pg_restore = src.client_binary("pg_restore")
+        items = list_archive(src.target_dir, pg_restore=pg_restore)[1]
+        try:
+            targets = post_data_targets(src.target_dir, pg_restore=pg_restore)
+        except TocError:
+            targets = {}
+        files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
+                 for it in items if it.desc == "TABLE DATA"}
+        return PlanInputs(toc=[dataclasses.asdict(t) for t in items],
+                          targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
+                          archive_files=files)
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        if inputs.toc is None:
+            return False
+        plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets())
+        return True
+
+    def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
+                   running: set[str]) -> None:
+        # attached mid-run: what was restored before is in the catalog
+        settle_from_catalog(tr, ctx, snap.wall, running)
+
+    # ---- observe -----------------------------------------------------------
+
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
+                 ip: IndexProgress | None, snap: Snapshot) -> None:
+        if it.kind != "data":
+            super().progress(tr, it, cp, ip, snap)
+            return
+        pos = tr.file_position(it, snap)
+        if pos is not None:
+            it.done = max(it.done, min(pos, 0.99 * it.work))
+        elif cp is not None:
+            frac = cp.bytes_processed / max(1.0, it.work * tr.restore_ratio())
+            it.done = max(it.done, min(0.99, frac) * it.work)
+
+    # ---- outcome -----------------------------------------------------------
+
+    def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
+        """Items that ran between two samples left their rows, index or
+        constraint behind: the catalog settles them."""
+        left = tr.unfinished()
+        if not left:
+            return left
+        for attempt in range(_DONE_ASKS):
+            settle_from_catalog(tr, ctx, snap.wall)
+            left = [i for i in tr.unfinished() if not (i.kind == "data" and i.work < _TINY_WORK)]
+            if not left or not ctx.may_ask_again("done"):
+                break
+            # a worker's table statistics reach the server's shared memory
+            # within about a second of its commit: ask again before calling
+            # the run failed
+            ctx.pause(0.5 * (attempt + 1))
+        return left
+
+    def exit_reason(self, code: int) -> str:
+        return f"exit code {code}" + (" (pg_restore ignored errors)" if code == 1 else "")
+
+
+def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,
+                        running: set[str] | None = None) -> None:
+    """Finish the items the catalog shows done: indexes and constraints that
+    exist, tables whose rows are in (or that have a build done: pg_restore
+    builds a table's indexes only after its data)."""
+    done = ctx.catalog_done()
+    loaded = set(done.get("loaded") or ())
+    names = set(done.get("relations") or ()) | set(done.get("constraints") or ())
+    for it in tr.unfinished():
+        if running and it.key in running:
+            continue
+        schema = (it.relation or "public").split(".")[0]
+        if it.kind != "data" and f"{schema}.{it.name}" in names:
+            tr.finish(it, wall)
+    built_on = {it.relation for it in tr.items.values()
+                if it.kind in ("index", "constraint") and it.state == "done" and it.relation}
+    for it in tr.unfinished():
+        if running and it.key in running:
+            continue
+        if it.kind == "data" and (it.relation in loaded or it.relation in built_on):
+            tr.finish(it, wall)
+
+
+def archive_file(archive: str, dump_id: int) -> tuple[str | None, float]:
+    """An item's data file in a directory archive and its size (1 byte when
+    there is none: a custom-format archive keeps data in one file)."""
+    p = data_file(archive, dump_id) if os.path.isdir(archive) else None
+    if p is not None:
+        try:
+            return str(p), float(os.stat(p).st_size)
+        except OSError:
+            pass
+    return None, 1.0
+
+
+def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
+                 targets: dict[int, PostDataTarget]) -> None:
+    """Items of a restore: data files (sized by the file) and post-data
+    builds, which depend on their table's data and, except INDEX, lock it."""
+    data_size: dict[str, float] = {}
+    for it in toc:
+        if it.desc != "TABLE DATA" or it.schema is None:
+            continue
+        rel = f"{it.schema}.{it.tag}"
+        path, size = archive_files.get(str(it.dump_id)) or (None, 1.0)
+        data_size[rel] = size
+        tr.add(Item(key=str(it.dump_id), kind="data", relation=rel, name=rel, size=size,
+                    work=max(size, 1.0), file=path))
+    for it in toc:
+        kind = {"INDEX": "index", "CONSTRAINT": "constraint",
+                "FK CONSTRAINT": "fk"}.get(it.desc)
+        if kind is None:
+            continue
+        tgt = targets.get(it.dump_id)
+        rel = tgt.table if tgt else None
+        name = (tgt.object_name or tgt.name.split(" ")[-1]) if tgt else it.tag.split(" ")[-1]
+        base = data_size.get(rel or "", 0.0)
+        factor = DEFAULT_FK_FACTOR if kind == "fk" else tr.index_factor
+        deps = {tr.by_relation[r] for r in (rel, tgt.references if tgt else None)
+                if r and r in tr.by_relation}
+        tr.add(Item(key=str(it.dump_id), kind=kind, relation=rel, name=name, size=base,
+                    work=max(base * factor, 1.0), deps=frozenset(deps),
+                    exclusive=kind != "index"))
+    tr.planned = True

@@ -1,0 +1,46 @@
+"""The tool kinds pgparmon knows, in the order they claim sessions: a
+session goes to the first driver whose `session_key` accepts it (tools that
+name themselves before the catch-all COPY load)."""
+
+from __future__ import annotations
+
+from .base import Driver
+
+_DRIVERS: list[Driver] = []
+
+
+def _load() -> list[Driver]:
+    if not _DRIVERS:
+        from .copy import CopyLoad
+        from .pg_dump import PgDump
+        from .pg_restore import PgRestore
+
+        _DRIVERS.extend([PgDump(), PgRestore(), CopyLoad()])  # one line per tool kind
+    return _DRIVERS
+
+
+def drivers() -> list[Driver]:
+    return _load()
+
+
+def driver_for(kind: str) -> Driver:
+    for d in _load():
+        if d.kind == kind:
+            return d
+    raise KeyError(f"no driver for job kind {kind!r}")
+
+
+def client_programs() -> tuple[str, ...]:
+    """Every client program some driver recognises in the process table."""
+    return tuple(p for d in _load() for p in d.programs)
+
+
+def program_of(app: str | None) -> str | None:
+    """The client program an application_name names (pg_dump falls back to
+    its own name; a tag like 'pg_dump/pgparmon-1a2b' starts with it)."""
+    if not app:
+        return None
+    for prog in client_programs():
+        if app.startswith(prog):
+            return prog
+    return None
