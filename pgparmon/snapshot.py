@@ -7,7 +7,7 @@ same analysis as a live run.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 
@@ -124,12 +124,6 @@ class DbSample:
             latency_ms=latency_ms,
         )
 
-    def backend(self, pid: int) -> Backend | None:
-        for b in self.backends:
-            if b.pid == pid:
-                return b
-        return None
-
 
 @dataclass(frozen=True)
 class OpenFile:
@@ -177,7 +171,6 @@ class Snapshot:
     backends_os: tuple[ClientProc, ...] = ()  # server backend processes (same host)
     files: tuple[FileSize, ...] = ()  # the dump directory's files, as they grow
     free_bytes: int | None = None  # free space where the job writes
-    notes: tuple[str, ...] = field(default_factory=tuple)
     root_alive: bool | None = None  # the job's leader process (None: not visible)
     exit_code: int | None = None  # known when we started the job ourselves
 
@@ -206,7 +199,7 @@ class Snapshot:
             clients=tuple(_proc(c) for c in d.get("clients") or ()),
             backends_os=tuple(_proc(c) for c in d.get("backends_os") or ()),
             files=tuple(_from_dict(FileSize, f) for f in d.get("files") or ()),
-            free_bytes=d.get("free_bytes"), notes=tuple(d.get("notes") or ()),
+            free_bytes=d.get("free_bytes"),
             root_alive=d.get("root_alive"), exit_code=d.get("exit_code"))
 
 
@@ -221,9 +214,3 @@ def _proc(d: dict[str, Any]) -> ClientProc:
     files = d.get("open_files")
     return replace(c, open_files=None if files is None else tuple(
         _from_dict(OpenFile, f) for f in files))
-
-    def client(self, pid: int) -> ClientProc | None:
-        for c in self.clients:
-            if c.pid == pid:
-                return c
-        return None

@@ -23,6 +23,19 @@ def drivers() -> list[Driver]:
     return _load()
 
 
+def register(driver: Driver, first: bool = False) -> None:
+    """Add a tool kind (a plug-in, or a test's); first: it claims sessions
+    before the built-in kinds."""
+    _load()
+    if any(d.kind == driver.kind for d in _DRIVERS):
+        raise ValueError(f"a driver for {driver.kind!r} is registered already")
+    _DRIVERS.insert(0, driver) if first else _DRIVERS.append(driver)
+
+
+def unregister(kind: str) -> None:
+    _DRIVERS[:] = [d for d in _load() if d.kind != kind]
+
+
 def driver_for(kind: str) -> Driver:
     for d in _load():
         if d.kind == kind:

@@ -1,0 +1,160 @@
+"""The job model: a tool kind is one Driver subclass and a registry line.
+A kind the Monitor has never heard of, registered here, is discovered from
+its sessions, planned, followed and judged through its driver alone, with
+no change to the Monitor or the views (no server needed)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pgparmon.analyze.items import Item
+from pgparmon.analyze.progress import Tracker
+from pgparmon.discover import find_jobs
+from pgparmon.jobs import registry
+from pgparmon.jobs.base import Driver, Job, PlanInputs
+from pgparmon.monitor import Monitor
+from pgparmon.readers.db import ServerFacts
+from pgparmon.snapshot import Backend, CopyProgress, DbSample, FileSize, Snapshot
+from pgparmon.views.text import plain_line
+
+FACTS = ServerFacts(version_num=150000, version="15.0", database="shop", user="postgres",
+                    backend_pid=1, backend_start=None, postmaster_start=None,
+                    settings={"block_size": "8192"}, is_superuser=True, read_all_stats=True,
+                    has_copy_progress=True, has_index_progress=True)
+
+
+class ToyLoad(Driver):
+    """A loader that names itself 'toyload' and loads two known tables."""
+
+    kind = "toyload"
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        return (self.kind, b.datname) if b.application_name == "toyload" else None
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        return Job(kind=self.kind, database=members[0].datname, jobs=len(members),
+                   pid_hint=frozenset(b.pid for b in members))
+
+    def session_matches(self, job: Job, b: Backend) -> bool:
+        return b.application_name == "toyload"
+
+    def read_plan(self, src: Any) -> PlanInputs | None:
+        raise AssertionError("a replayed or synthetic source answers for the driver")
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        for name, size in (inputs.file_sizes or {}).items():
+            tr.add(Item(key=name, kind="data", relation=name, name=name, size=size, work=size))
+        tr.planned = True
+        return True
+
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None, ip: Any,
+                 snap: Snapshot) -> None:
+        if cp is not None:
+            it.done = min(float(cp.bytes_processed), 0.99 * it.work)
+
+
+def _backend(pid: int, table: str | None) -> Backend:
+    return Backend(pid=pid, datname="shop", usename="loader", application_name="toyload",
+                   client_addr=None, client_port=-1, backend_start=0.0, xact_start=0.0,
+                   query_start=0.0, state="active" if table else "idle",
+                   wait_event_type=None, wait_event=None, backend_type="client backend",
+                   backend_xmin=None, leader_pid=None,
+                   query=f"COPY {table} FROM STDIN" if table else "COMMIT")
+
+
+class ScriptSource:
+    """A Source that plays a scripted load: two sessions COPY into a and b
+    (1 MB each, 100 kB per tick), then leave."""
+
+    def __init__(self) -> None:
+        self.facts = FACTS
+        self.job: Job | None = None
+        self.target_dir = None
+        self.devices: set[str] = set()
+        self.ticks = itertools.count()
+        self.plans = 0
+
+    def discover(self) -> Job:
+        jobs = find_jobs(self.facts, self._db(0), scan_processes=False)
+        assert len(jobs) == 1
+        self.job = jobs[0]
+        return self.job
+
+    def _db(self, t: int) -> DbSample:
+        if t > 12:
+            return DbSample(server_ts=float(t), backends=())
+        done = min(1_000_000, 100_000 * t)
+        tables = ["public.a", "public.b"] if done < 1_000_000 else [None, None]
+        backends = tuple(_backend(10 + i, tab) for i, tab in enumerate(tables))
+        copies = tuple(CopyProgress(pid=10 + i, datname="shop", relid=None, relation=tab,
+                                    command="COPY FROM", type="PIPE", bytes_processed=done,
+                                    bytes_total=0, tuples_processed=done // 100,
+                                    tuples_excluded=0)
+                       for i, tab in enumerate(tables) if tab)
+        return DbSample(server_ts=float(t), backends=backends, copies=copies, indexes=())
+
+    def snapshot(self) -> Snapshot:
+        t = next(self.ticks)
+        return Snapshot(ts=float(t), wall=1000.0 + t, db=self._db(t), host=None)
+
+    def plan_inputs(self) -> PlanInputs | None:
+        self.plans += 1
+        return PlanInputs(file_sizes={"public.a": 1e6, "public.b": 1e6})
+
+    def catalog_done(self) -> dict[str, Any]:
+        return {}
+
+    def final_files(self) -> tuple[FileSize, ...] | None:
+        return ()
+
+    def may_ask_again(self, kind: str) -> bool:
+        return False
+
+    def pause(self, seconds: float) -> None:
+        pass
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def toyload() -> Iterator[None]:
+    registry.register(ToyLoad(), first=True)
+    yield
+    registry.unregister("toyload")
+
+
+def test_a_new_kind_is_followed_through_its_driver_alone(toyload: None) -> None:
+    src = ScriptSource()
+    mon = Monitor(src)
+    job = mon.discover()
+    assert job.kind == "toyload" and job.jobs == 2
+    docs = []
+    while mon.outcome is None and len(docs) < 30:
+        docs.append(mon.tick())
+    assert src.plans == 1  # planned once, from the source's recorded-style inputs
+    mid = docs[5]
+    assert mid["job"]["kind"] == "toyload" and mid["job"]["items_total"] == 2
+    assert 0.4 < mid["job"]["progress"] < 0.6  # 500 kB of 2 x 1 MB through progress()
+    assert {w["relation"] for w in mid["workers"]} == {"public.a", "public.b"}
+    assert mid["job"]["eta_s"] is not None
+    assert "toyload" in plain_line(mid)
+    assert docs[-1]["job"]["state"] == "finished" and mon.outcome is not None
+    assert mon.summary()["kind"] == "toyload"
+
+
+def test_sessions_go_to_the_first_driver_that_claims_them(toyload: None) -> None:
+    db = ScriptSource()._db(1)
+    assert [j.kind for j in find_jobs(FACTS, db, scan_processes=False)] == ["toyload"]
+    registry.unregister("toyload")
+    # without it, the same sessions are a COPY load of the catch-all driver
+    kinds = [j.kind for j in find_jobs(FACTS, db, scan_processes=False)]
+    registry.register(ToyLoad(), first=True)
+    assert kinds == ["copy", "copy"]  # one per target table, as today's rule groups them
