@@ -4,8 +4,6 @@ options and calls the module that does the work; exit codes are
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import typer
@@ -162,48 +160,12 @@ def advise(host: str | None = HostOpt, port: str | None = PortOpt,
                                         "(pgparmon.advice/1, docs/advise.md)"),
            ) -> None:
     """Advise the job count for a dump or restore: predicted time per -j, the limit, the command."""
-    from .advise.advice import AdviseError, Request, parse_timings
-    from .advise.advice import advise as run_advise
-    from .advise.predict import Compression
+    from .advise.command import advise_command
 
-    if target and archive:
-        fail("give --target (advise a dump) or --archive (advise a restore), not both",
-             ExitCode.USAGE)
-    try:
-        comp = Compression.parse(compress)
-    except ValueError as exc:
-        fail(f"--compress: {exc}", ExitCode.USAGE)
-    try:
-        timings = parse_timings(from_timings) if from_timings is not None else None
-    except AdviseError as exc:
-        fail(str(exc), exc.code)
-    kind = "restore" if archive else "dump"
-    if not target and not archive and not timings:
-        fail("what to advise: --target DIR (a dump of -d DB), --archive PATH (a restore into "
-             "-d DB) or --from-timings \"1=70,2=44\"", ExitCode.USAGE)
-    has_db = bool(dbname or os.environ.get("PGDATABASE"))
-    if (target or (archive and not timings) or probe) and not has_db:
-        what = "dump" if kind == "dump" else "restore into"
-        fail(f"give the database with -d DB (the one to {what})", ExitCode.USAGE)
-    # timings alone need no server; any connection option asks for one
-    conn = _target(host, port, username, dbname) if (has_db or host or port) else None
-    req = Request(kind=kind, conn=conn, target_dir=target, archive=archive, probe=probe,
-                  probe_seconds=probe_seconds, history=list(history or []), timings=timings,
-                  compression=comp, max_jobs=max_jobs, dbname_for_command=dbname,
-                  host=host, port=port, user=username)
-    try:
-        advice = run_advise(req)
-    except ConnectError as exc:
-        fail(str(exc), ExitCode.CONNECT)
-    except AdviseError as exc:
-        fail(str(exc), exc.code)
-    if as_json:
-        sys.stdout.write(json.dumps(advice.to_json()) + "\n")
-    else:
-        from .advise.view import print_advice
-
-        print_advice(advice)
-    raise typer.Exit(ExitCode.OK)
+    raise typer.Exit(advise_command(
+        conn=_target(host, port, username, dbname), dbname=dbname, target=target,
+        archive=archive, probe=probe, probe_seconds=probe_seconds, history=list(history or []),
+        from_timings=from_timings, compress=compress, max_jobs=max_jobs, as_json=as_json))
 
 
 def main() -> None:

@@ -320,8 +320,8 @@ class Monitor:
             # (a fast job can fill the disk between two samples)
             warns = [w for w in self.free_space.check(snap.free_bytes, None)
                      if w.code == "disk-full"]
-            for w in warns:
-                self._note(w.message)
+            for jw in warns:
+                self._note(jw.message)
         progress = tr.fraction()
         if self.outcome and self.outcome.state == "finished" and progress is not None:
             progress = 1.0

@@ -216,10 +216,10 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
                     del locked[it.table]
                     for b in blocked.pop(it.table, ()):
                         heapq.heappush(ready, (-items[b].size, b))
-            for d in dependents[i]:
-                missing[d] -= 1
-                if missing[d] == 0:
-                    heapq.heappush(ready, (-items[d].size, d))
+            for dep in dependents[i]:
+                missing[dep] -= 1
+                if missing[dep] == 0:
+                    heapq.heappush(ready, (-items[dep].size, dep))
         fill()
         record()
 

@@ -175,13 +175,13 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         if kind is None:
             continue
         tgt = targets.get(it.dump_id)
-        rel = tgt.table if tgt else None
+        table = tgt.table if tgt else None
         name = (tgt.object_name or tgt.name.split(" ")[-1]) if tgt else it.tag.split(" ")[-1]
-        base = data_size.get(rel or "", 0.0)
+        base = data_size.get(table or "", 0.0)
         factor = DEFAULT_FK_FACTOR if kind == "fk" else tr.index_factor
-        deps = {tr.by_relation[r] for r in (rel, tgt.references if tgt else None)
+        deps = {tr.by_relation[r] for r in (table, tgt.references if tgt else None)
                 if r and r in tr.by_relation}
-        tr.add(Item(key=str(it.dump_id), kind=kind, relation=rel, name=name, size=base,
+        tr.add(Item(key=str(it.dump_id), kind=kind, relation=table, name=name, size=base,
                     work=max(base * factor, 1.0), deps=frozenset(deps),
                     exclusive=kind != "index"))
     tr.planned = True

@@ -56,7 +56,7 @@ class DetailsScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "dismiss", "Close")]
 
     def __init__(self, worker: Mapping[str, Any],
-                 fetch: Callable[[int], Mapping[str, Any]] | None) -> None:
+                 fetch: Callable[[int], Mapping[str, Any] | None] | None) -> None:
         super().__init__()
         self.worker = dict(worker)
         self.fetch = fetch

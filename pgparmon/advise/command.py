@@ -1,0 +1,59 @@
+"""`pgparmon advise`: check the options, build the request, print the advice
+(text, or one pgparmon.advice/1 JSON object)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..connect import ConnectError, ConnTarget
+from ..exitcodes import ExitCode, Fatal
+from .advice import AdviseError, Request, parse_timings
+from .advice import advise as run_advise
+from .predict import Compression
+
+
+def advise_command(*, conn: ConnTarget, dbname: str | None, target: str | None,
+                   archive: str | None, probe: bool, probe_seconds: float | None,
+                   history: list[str], from_timings: str | None, compress: str,
+                   max_jobs: int | None, as_json: bool) -> int:
+    if target and archive:
+        raise Fatal("give --target (advise a dump) or --archive (advise a restore), not both",
+                    ExitCode.USAGE)
+    try:
+        comp = Compression.parse(compress)
+    except ValueError as exc:
+        raise Fatal(f"--compress: {exc}", ExitCode.USAGE) from None
+    try:
+        timings = parse_timings(from_timings) if from_timings is not None else None
+    except AdviseError as exc:
+        raise Fatal(str(exc), exc.code) from None
+    kind = "restore" if archive else "dump"
+    if not target and not archive and not timings:
+        raise Fatal("what to advise: --target DIR (a dump of -d DB), --archive PATH (a restore "
+                    "into -d DB) or --from-timings \"1=70,2=44\"", ExitCode.USAGE)
+    has_db = bool(dbname or os.environ.get("PGDATABASE"))
+    if (target or (archive and not timings) or probe) and not has_db:
+        what = "dump" if kind == "dump" else "restore into"
+        raise Fatal(f"give the database with -d DB (the one to {what})", ExitCode.USAGE)
+    # timings alone need no server; any connection option asks for one
+    wants_server = has_db or conn.host or conn.port
+    req = Request(kind=kind, conn=conn if wants_server else None, target_dir=target,
+                  archive=archive, probe=probe, probe_seconds=probe_seconds, history=history,
+                  timings=timings, compression=comp, max_jobs=max_jobs,
+                  dbname_for_command=dbname, host=conn.host,
+                  port=None if conn.port is None else str(conn.port), user=conn.user)
+    try:
+        advice = run_advise(req)
+    except ConnectError as exc:
+        raise Fatal(str(exc), ExitCode.CONNECT) from None
+    except AdviseError as exc:
+        raise Fatal(str(exc), exc.code) from None
+    if as_json:
+        sys.stdout.write(json.dumps(advice.to_json()) + "\n")
+    else:
+        from .view import print_advice
+
+        print_advice(advice)
+    return ExitCode.OK
