@@ -1,5 +1,5 @@
 """pgparmon.readers.host: diskstats parsing (golden files), rates between
-samples, device lookup, per-process CPU and the I/O saturation rule."""
+samples, device lookup and the I/O saturation rule."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import dataclasses
 import json
 import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,11 +26,9 @@ from pgparmon.readers.host import (
     DiskRates,
     HostRates,
     HostSample,
-    ProcCpu,
     device_for_path,
     host_rates,
     parse_diskstats,
-    process_cpu,
     read_host,
     rotational,
     whole_disk,
@@ -172,8 +168,6 @@ def test_rates_and_other_roundtrips() -> None:
                   disks={"sda": DiskRates(1, 2, 3, 4, 5, None, 0.5, 1), "sdb": None},
                   elapsed_s=1.0)
     assert HostRates.from_dict(_json_roundtrip(r)) == r
-    p = ProcCpu(1.0, 2.0, None, 4, "sleeping", 1)
-    assert ProcCpu.from_dict(_json_roundtrip(p)) == p
     sp = StreamPoint(4, 1e8, 2.0, None, 50.0, True, None, 5)
     assert StreamPoint.from_dict(_json_roundtrip(sp)) == sp
     sat = Saturation(True, 4, "x")
@@ -495,65 +489,6 @@ def test_overlay_upper_on_real_machine(tmp_path: Path) -> None:
             f"rw,lowerdir=/l,upperdir={tmp_path},workdir=/w\n")
     m = host._parse_mountinfo(line)[0]
     assert host._device_for_mount(m, 0) == device_for_path(str(tmp_path))
-
-
-# ---- process_cpu --------------------------------------------------------------------
-
-
-def _missing_pid() -> int:
-    pid = 4_000_000
-    while psutil.pid_exists(pid):
-        pid += 1
-    return pid
-
-
-def test_process_cpu_self_and_missing() -> None:
-    sum(i * i for i in range(200_000))  # some CPU time of our own
-    me = os.getpid()
-    missing = _missing_pid()
-    got = process_cpu([me, missing, me, -5])
-    assert set(got) == {me}
-    p = got[me]
-    assert p.user is not None and p.user > 0
-    assert p.system is not None and p.system >= 0
-    assert p.read_chars is not None and p.read_chars > 0  # we have read files
-    assert p.write_chars is not None and p.write_chars >= 0
-    assert p.status in ("running", "sleeping")
-    assert p.num_threads is not None and p.num_threads >= 1
-    assert process_cpu([]) == {}
-
-
-def test_process_cpu_access_denied_keeps_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    # As root every process is readable: simulate another user's process,
-    # whose /proc/PID/io needs ptrace rights.
-    def denied(self: psutil.Process) -> Any:
-        raise psutil.AccessDenied(self.pid)
-
-    monkeypatch.setattr(psutil.Process, "io_counters", denied)
-    got = process_cpu([os.getpid()])[os.getpid()]
-    assert got.read_chars is None and got.write_chars is None
-    assert got.user is not None and got.num_threads is not None and got.status is not None
-
-
-def test_process_cpu_exiting_midway_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    def gone(self: psutil.Process) -> Any:
-        raise psutil.NoSuchProcess(self.pid)
-
-    monkeypatch.setattr(psutil.Process, "num_threads", gone)
-    assert process_cpu([os.getpid()]) == {}
-
-
-def test_process_cpu_zombie() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    try:
-        deadline = time.monotonic() + 5
-        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        got = process_cpu([child.pid])
-        assert got[child.pid].status == "zombie"
-    finally:
-        child.wait()
 
 
 # ---- saturation -------------------------------------------------------------------

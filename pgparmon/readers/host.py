@@ -8,8 +8,7 @@ I/O time columns that psutil does not expose, which is why diskstats is parsed
 here instead of using psutil.disk_io_counters.
 
 Also here: which block device holds a path (`device_for_path`, `whole_disk`,
-`rotational`), per-process CPU and file I/O (`process_cpu`), and the
-the I/O-saturation rule lives in `analyze.saturation`.
+`rotational`). The I/O-saturation rule lives in `analyze.saturation`.
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 
@@ -33,9 +32,6 @@ SECTOR_BYTES = 512
 # point them at a fake tree.
 _PROC = "/proc"
 _SYS = "/sys"
-
-_T = TypeVar("_T")
-
 
 def _known(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
     """The keys of d that are fields of cls: recordings written by a newer
@@ -516,82 +512,3 @@ def rotational(name: str) -> bool | None:
     disk = whole_disk(name) or name
     v = _read_text(f"{_SYS}/block/{disk}/queue/rotational").strip()
     return {"1": True, "0": False}.get(v)
-
-
-# ---- processes ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcCpu:
-    """Cumulative CPU seconds and file I/O of one process. read_chars /
-    write_chars count bytes through read()/write() and friends, page cache
-    and pipes included (for pg_dump workers that is the archive files they
-    write, not the socket). A field is None when it could not be read (another
-    user's process: /proc/PID/io needs ptrace rights; a zombie)."""
-
-    user: float | None
-    system: float | None
-    read_chars: int | None
-    write_chars: int | None
-    status: str | None
-    num_threads: int | None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ProcCpu:
-        k = _known(cls, d)
-        return cls(user=_opt_float(k.get("user")), system=_opt_float(k.get("system")),
-                   read_chars=_opt_int(k.get("read_chars")),
-                   write_chars=_opt_int(k.get("write_chars")),
-                   status=None if k.get("status") is None else str(k["status"]),
-                   num_threads=_opt_int(k.get("num_threads")))
-
-
-class _Gone(Exception):
-    """The process exited while being read."""
-
-
-def _field(fn: Callable[[], _T]) -> _T | None:
-    try:
-        return fn()
-    # ZombieProcess subclasses NoSuchProcess: a zombie still exists (its
-    # status says so), only some files are unreadable, so it must come first.
-    except (psutil.ZombieProcess, psutil.AccessDenied):
-        return None
-    except psutil.NoSuchProcess as exc:
-        raise _Gone from exc
-    # io_counters is missing without CONFIG_TASK_IO_ACCOUNTING (AttributeError)
-    # and /proc/PID/io may fail with a bare OSError on hardened kernels.
-    except (OSError, AttributeError, NotImplementedError):
-        return None
-
-
-def process_cpu(pids: Iterable[int]) -> dict[int, ProcCpu]:
-    """ProcCpu per pid. A pid that does not exist, or exits while being read,
-    is left out, so callers can tell "gone" from "unreadable" (None fields)."""
-    out: dict[int, ProcCpu] = {}
-    for pid in dict.fromkeys(pids):
-        try:
-            p = psutil.Process(pid)
-        except (psutil.NoSuchProcess, ValueError):  # ValueError: a negative pid
-            continue
-        except psutil.AccessDenied:
-            out[pid] = ProcCpu(None, None, None, None, None, None)
-            continue
-        try:
-            # oneshot: cpu_times, status and num_threads come from the same
-            # /proc/PID/stat and status reads instead of one read each.
-            with p.oneshot():
-                ct = _field(p.cpu_times)
-                status = _field(p.status)
-                nthreads = _field(p.num_threads)
-                io = _field(p.io_counters)
-        except _Gone:
-            continue
-        out[pid] = ProcCpu(
-            user=ct.user if ct is not None else None,
-            system=ct.system if ct is not None else None,
-            read_chars=getattr(io, "read_chars", None) if io is not None else None,
-            write_chars=getattr(io, "write_chars", None) if io is not None else None,
-            status=str(status) if status is not None else None,
-            num_threads=nthreads)
-    return out
