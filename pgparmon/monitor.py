@@ -14,13 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .analyze import bottleneck, eta
+from .analyze import bottleneck, eta, hostrates
 from .analyze.progress import Tracker
 from .analyze.warnings import FULL_BYTES, FreeSpace, Warning, exclusive_waiters
 from .connect import ConnTarget
 from .discover import DiscoveryError, Job, copy_target
 from .exitcodes import ExitCode
-from .readers import host as hostmod
 from .readers.db import ServerFacts
 from .snapshot import Snapshot
 from .source import LiveSource, RecordingSource, post_targets, toc_items
@@ -170,7 +169,7 @@ class Monitor:
         self._plan()
         tr.update(snap)
         if snap.host is not None and self.prev_host is not None:
-            self.host_rates = hostmod.host_rates(self.prev_host, snap.host)
+            self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
         self._check_end(snap)
         return self._sample_doc(snap, prev)

@@ -20,6 +20,7 @@ import psycopg
 from .connect import ConnTarget
 from .discover import DiscoveryError, Job, choose_job, find_jobs
 from .exitcodes import ExitCode
+from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
 from .readers.db import DbSampler, ServerFacts
@@ -131,12 +132,12 @@ class LiveSource:
                 continue
             probe = p if os.path.exists(p) else os.path.dirname(p)
             try:
-                d = hostmod.device_for_path(probe)
+                d = devmod.device_for_path(probe)
             except OSError:
                 d = None
             if d:
                 self.devices.add(d)
-                w = hostmod.whole_disk(d)
+                w = devmod.whole_disk(d)
                 if w:
                     self.devices.add(w)
 

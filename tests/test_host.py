@@ -1,5 +1,7 @@
-"""pgparmon.readers.host: diskstats parsing (golden files), rates between
-samples, device lookup and the I/O saturation rule."""
+"""The host readings and what is made of them: pgparmon.readers.host
+(diskstats parsing against golden files, raw samples), readers.devices (which
+device holds a path, whether it spins), analyze.hostrates (rates between
+samples) and the I/O saturation rule."""
 
 from __future__ import annotations
 
@@ -17,21 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgparmon.analyze.hostrates import CpuPercent, DiskRates, HostRates, host_rates
 from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
-from pgparmon.readers import host
+from pgparmon.readers import devices
+from pgparmon.readers.devices import device_for_path, rotational, whole_disk
 from pgparmon.readers.host import (
-    CpuPercent,
     CpuTimes,
     DiskCounters,
-    DiskRates,
-    HostRates,
     HostSample,
-    device_for_path,
-    host_rates,
     parse_diskstats,
     read_host,
-    rotational,
-    whole_disk,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "host"
@@ -338,7 +335,7 @@ def test_device_for_root_and_tmp() -> None:
 
 def test_device_for_pseudo_filesystems() -> None:
     assert device_for_path("/proc") is None
-    mounts = host._parse_mountinfo(open("/proc/self/mountinfo").read())
+    mounts = devices._parse_mountinfo(open("/proc/self/mountinfo").read())
     for m in mounts:
         if m.fstype == "tmpfs" and os.path.isdir(m.mountpoint) and m.mountpoint.startswith("/dev"):
             assert device_for_path(m.mountpoint) is None
@@ -395,7 +392,7 @@ def fake_sys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _link(sysroot / "class" / "block" / "dm-0", dm)
     _link(sysroot / "block" / "dm-0", dm)
     _link(sysroot / "dev" / "block" / "253:0", dm)
-    monkeypatch.setattr(host, "_SYS", str(sysroot))
+    monkeypatch.setattr(devices, "_SYS", str(sysroot))
     return sysroot
 
 
@@ -421,12 +418,12 @@ def test_rotational_fake(fake_sys: Path) -> None:
 
 
 def test_names_from_majmin_and_source(fake_sys: Path) -> None:
-    assert host._name_for_majmin(8, 1) == "sda1"
-    assert host._name_for_majmin(253, 0) == "dm-0"
+    assert devices._name_for_majmin(8, 1) == "sda1"
+    assert devices._name_for_majmin(253, 0) == "dm-0"
     # Device nodes missing from this /dev: matched by name, dm by its dm name.
-    assert host._name_for_source("/dev/nvme0n1p2") == "nvme0n1p2"
-    assert host._name_for_source("/dev/mapper/vg-root") == "dm-0"
-    assert host._name_for_source("/dev/mapper/vg-other") is None
+    assert devices._name_for_source("/dev/nvme0n1p2") == "nvme0n1p2"
+    assert devices._name_for_source("/dev/mapper/vg-root") == "dm-0"
+    assert devices._name_for_source("/dev/mapper/vg-other") is None
 
 
 MOUNTINFO = """\
@@ -442,7 +439,7 @@ rw,lowerdir=/l1:/l2,upperdir={upper},workdir=/w
 
 
 def test_parse_mountinfo() -> None:
-    ms = host._parse_mountinfo(MOUNTINFO.format(upper="/u") + "garbage line\n\n")
+    ms = devices._parse_mountinfo(MOUNTINFO.format(upper="/u") + "garbage line\n\n")
     assert len(ms) == 7
     assert ms[2].majmin == "0:45" and ms[2].fstype == "btrfs"
     assert ms[2].source == "/dev/nvme0n1p2" and ms[2].mountpoint == "/srv/data"
@@ -450,10 +447,10 @@ def test_parse_mountinfo() -> None:
 
 
 def test_mount_for() -> None:
-    ms = host._parse_mountinfo(MOUNTINFO.format(upper="/u"))
+    ms = devices._parse_mountinfo(MOUNTINFO.format(upper="/u"))
 
     def at(path: str, majmin: str) -> str:
-        m = host._mount_for(path, majmin, ms)
+        m = devices._mount_for(path, majmin, ms)
         assert m is not None
         return m.mountpoint
 
@@ -469,26 +466,27 @@ def test_mount_for() -> None:
 def test_device_for_mount(fake_sys: Path, tmp_path: Path) -> None:
     upper = tmp_path / "upper dir"
     upper.mkdir()
-    ms = {m.mountpoint: m for m in host._parse_mountinfo(
+    ms = {m.mountpoint: m for m in devices._parse_mountinfo(
         MOUNTINFO.format(upper=str(upper).replace(" ", "\\040")))}
-    assert host._device_for_mount(ms["/srv/data"], 0) == "nvme0n1p2"  # btrfs via its source
-    assert host._device_for_mount(ms["/run/my dir"], 0) is None  # tmpfs
-    assert host._device_for_mount(ms["/mnt/nfs"], 0) is None  # NFS
-    assert host._device_for_mount(ms["/proc"], 0) is None
+    assert devices._device_for_mount(ms["/srv/data"], 0) == "nvme0n1p2"  # btrfs via its source
+    assert devices._device_for_mount(ms["/run/my dir"], 0) is None  # tmpfs
+    assert devices._device_for_mount(ms["/mnt/nfs"], 0) is None  # NFS
+    assert devices._device_for_mount(ms["/proc"], 0) is None
     # Overlay: the upper dir's device. Real stat of tmp_path, fake sysfs, so
     # compare with device_for_path under the same fake tree.
     over = ms["/var/lib/docker/overlay2/abc/merged"]
-    assert host._device_for_mount(over, 0) == device_for_path(str(upper))
+    assert devices._device_for_mount(over, 0) == device_for_path(str(upper))
     gone = dataclasses.replace(over, superopts="rw,lowerdir=/l,upperdir=/no/such/upper")
-    assert host._device_for_mount(gone, 0) is None
-    assert host._device_for_mount(dataclasses.replace(over, superopts="ro,lowerdir=/l"), 0) is None
+    assert devices._device_for_mount(gone, 0) is None
+    no_upper = dataclasses.replace(over, superopts="ro,lowerdir=/l")
+    assert devices._device_for_mount(no_upper, 0) is None
 
 
 def test_overlay_upper_on_real_machine(tmp_path: Path) -> None:
     line = (f"41 27 0:46 / /merged rw - overlay overlay "
             f"rw,lowerdir=/l,upperdir={tmp_path},workdir=/w\n")
-    m = host._parse_mountinfo(line)[0]
-    assert host._device_for_mount(m, 0) == device_for_path(str(tmp_path))
+    m = devices._parse_mountinfo(line)[0]
+    assert devices._device_for_mount(m, 0) == device_for_path(str(tmp_path))
 
 
 # ---- saturation -------------------------------------------------------------------
