@@ -478,7 +478,8 @@ def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
         "disks": {n: {"read_bytes_per_s": _r(d.read_bytes_per_s),
                       "write_bytes_per_s": _r(d.write_bytes_per_s),
                       "util_percent": _r(d.util_percent), "await_ms": _r(d.await_ms),
-                      "queue_depth": _r(d.queue_depth)} for n, d in disks.items()},
+                      "queue_depth": _r(d.queue_depth), "rotational": d.rotational}
+                  for n, d in disks.items()},
     }
 
 

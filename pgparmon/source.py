@@ -145,7 +145,7 @@ class LiveSource:
 
     def snapshot(self) -> Snapshot:
         db = self.sampler.sample()
-        host = hostmod.read_host(self.devices or None)
+        host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         job = self.job
         assert job is not None
         live: list[int] = []

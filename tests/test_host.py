@@ -1,7 +1,8 @@
 """The host readings and what is made of them: pgparmon.readers.host
 (diskstats parsing against golden files, raw samples), readers.devices (which
 device holds a path, whether it spins), analyze.hostrates (rates between
-samples) and the I/O saturation rule."""
+samples), the I/O saturation rule, and the spinning-disk flag's way from the
+readings to the live advice."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgparmon.analyze.advice_live import advise_samples
 from pgparmon.analyze.hostrates import CpuPercent, DiskRates, HostRates, host_rates
 from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
+from pgparmon.monitor import _host_doc
 from pgparmon.readers import devices
-from pgparmon.readers.devices import device_for_path, rotational, whole_disk
+from pgparmon.readers.devices import device_for_path, rotational, rotational_of, whole_disk
 from pgparmon.readers.host import (
     CpuTimes,
     DiskCounters,
@@ -30,6 +33,7 @@ from pgparmon.readers.host import (
     parse_diskstats,
     read_host,
 )
+from pgparmon.snapshot import Snapshot
 
 GOLDEN = Path(__file__).parent / "golden" / "host"
 GOLDEN_NAMES = ["real", "kernel4_14field", "kernel5_18field", "kernel6_20field",
@@ -149,6 +153,18 @@ def test_host_sample_roundtrip() -> None:
     assert HostSample.from_dict(_json_roundtrip(s)) == s
     real = read_host()
     assert HostSample.from_dict(_json_roundtrip(real)) == real
+    spun = dataclasses.replace(s, rotational={"sda": True})
+    assert HostSample.from_dict(_json_roundtrip(spun)) == spun
+
+
+def test_recording_without_rotational_still_reads() -> None:
+    # Recordings made before the flag was sampled: nothing known, nothing breaks.
+    d = _json_roundtrip(_sample(1.0, [_cpu(1)], {"sda": _disk(1)}))
+    del d["rotational"]
+    assert HostSample.from_dict(d).rotational == {}
+    r = _json_roundtrip(DiskRates(1, 2, 3, 4, 5, None, 0.5, 1))
+    del r["rotational"]
+    assert DiskRates.from_dict(r).rotational is None
 
 
 def test_from_dict_ignores_unknown_keys() -> None:
@@ -165,6 +181,8 @@ def test_rates_and_other_roundtrips() -> None:
                   disks={"sda": DiskRates(1, 2, 3, 4, 5, None, 0.5, 1), "sdb": None},
                   elapsed_s=1.0)
     assert HostRates.from_dict(_json_roundtrip(r)) == r
+    spun = dataclasses.replace(r, disks={"sda": DiskRates(1, 2, 3, 4, 5, 6, 0.5, 1, True)})
+    assert HostRates.from_dict(_json_roundtrip(spun)) == spun
     sp = StreamPoint(4, 1e8, 2.0, None, 50.0, True, None, 5)
     assert StreamPoint.from_dict(_json_roundtrip(sp)) == sp
     sat = Saturation(True, 4, "x")
@@ -324,6 +342,17 @@ def test_read_host_device_filter() -> None:
     assert set(read_host([name]).disks) == {name}
     assert read_host(["no-such-device"]).disks == {}
     assert read_host([]).disks == {}
+    # The flags given are kept for the disks the sample holds.
+    got = read_host([name], {name: True, "no-such-device": False})
+    assert got.rotational == {name: True}
+    assert read_host([name]).rotational == {}
+
+
+def test_rates_carry_the_later_samples_rotational_flag() -> None:
+    prev, cur = _pair()
+    assert host_rates(prev, cur).disks["sda"].rotational is None  # type: ignore[union-attr]
+    cur = dataclasses.replace(cur, rotational={"sda": True})
+    assert host_rates(prev, cur).disks["sda"].rotational is True  # type: ignore[union-attr]
 
 
 def test_device_for_root_and_tmp() -> None:
@@ -415,6 +444,16 @@ def test_rotational_fake(fake_sys: Path) -> None:
     assert rotational("nvme0n1p2") is False
     assert rotational("dm-0") is False
     assert rotational("sdq") is None
+
+
+def test_rotational_of_is_read_once(fake_sys: Path) -> None:
+    names = ["sda1", "sda", "nvme0n1p2", "sdq"]
+    assert rotational_of(names) == {"sda": True, "sda1": True, "nvme0n1p2": False}
+    # Asked every tick but read once: a disk does not start or stop spinning.
+    (fake_sys / "block" / "sda" / "queue" / "rotational").write_text("0\n")
+    assert rotational("sda") is False
+    assert rotational_of(["sda"]) == {"sda": True}
+    assert rotational_of([]) == {}
 
 
 def test_names_from_majmin_and_source(fake_sys: Path) -> None:
@@ -621,3 +660,62 @@ def test_saturation_total(points: list[StreamPoint]) -> None:
         assert s.at_streams is not None
     if s.at_streams is not None:
         assert s.at_streams in {p.streams for p in points}
+
+
+# ---- a spinning disk, from the readings to the live advice ---------------------
+
+
+def _busy_run(rot: dict[str, bool]) -> list[dict[str, Any]]:
+    """Sample docs as the monitor makes them, 1 s apart, for 6 s at each of
+    1, 2 and 4 streams copying 100, 150 and 155 MB/s (flat from 2 on) onto a
+    disk 60%, 85% and 95% busy with steady await and queue depth: host
+    samples through a recording's round trip, then host_rates and the
+    monitor's host part of a doc, as a live run or a replay does."""
+    docs: list[dict[str, Any]] = []
+    done: dict[int, int] = {}
+    counters = _disk()
+    prev: HostSample | None = None
+    t = 0
+    for streams, mbs, util in ((1, 100, 60), (2, 150, 85), (4, 155, 95)):
+        for _ in range(6):
+            counters = dataclasses.replace(
+                counters, writes=counters.writes + 100, write_ms=counters.write_ms + 200,
+                write_sectors=counters.write_sectors + int(mbs * MB / 512),
+                io_ms=counters.io_ms + util * 10, weighted_ms=counters.weighted_ms + 200)
+            sample = dataclasses.replace(
+                _sample(float(t), [_cpu(user=t, idle=3 * t)], {"sda1": counters}),
+                rotational=rot)
+            snap = Snapshot(ts=float(t), wall=sample.wall, db=None, host=sample)
+            host = Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))).host
+            hr = host_rates(prev, host) if prev is not None else None
+            prev = host
+            disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None}
+            workers = []
+            for pid in range(1, streams + 1):
+                done[pid] = done.get(pid, 0) + int(mbs * MB / streams)
+                workers.append({"pid": pid, "phase": "copy", "item": f"t{pid}",
+                                "bytes_done": done[pid]})
+            docs.append({"elapsed_s": float(t),
+                         "job": {"jobs": 4, "state": "running", "active_workers": streams,
+                                 "items_total": 100, "items_done": 0},
+                         "workers": workers, "server": {"error": None},
+                         "host": _host_doc(hr, disks)})
+            t += 1
+    return docs
+
+
+def test_spinning_disk_busy_and_flat_is_saturated_live(fake_sys: Path) -> None:
+    # The flag as a live source reads it: once, from sysfs (sda1 is on the
+    # spinning sda of the fake tree).
+    rot = rotational_of(["sda1"])
+    assert rot == {"sda1": True}
+    docs = _busy_run(rot)
+    assert docs[-1]["host"]["disks"]["sda1"]["rotational"] is True
+    a = advise_samples(docs)
+    assert a.status == "saturated" and a.next_jobs == 2
+    assert "rotational disk 95% busy (at 4 streams)" in a.detail
+    # Not known to spin (an SSD, or a recording made before the flag): %util
+    # alone is no sign, so the same run is only "flat".
+    for unknown in ({}, {"sda1": False}):
+        b = advise_samples(_busy_run(unknown))
+        assert b.status == "flat" and b.next_jobs == 2 and "no disk sign" in b.detail

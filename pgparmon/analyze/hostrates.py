@@ -45,15 +45,18 @@ class DiskRates:
     await_ms: float | None  # mean time per completed I/O; None without I/O
     queue_depth: float  # weighted_ms delta / elapsed ms: mean I/Os in flight
     in_flight: int  # at the later sample
+    rotational: bool | None = None  # the disk spins (HostSample.rotational); None: unknown
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DiskRates:
         k = _known(cls, d)
+        rot = k.get("rotational")
         return cls(read_bytes_per_s=float(k["read_bytes_per_s"]),
                    write_bytes_per_s=float(k["write_bytes_per_s"]),
                    read_iops=float(k["read_iops"]), write_iops=float(k["write_iops"]),
                    util_percent=float(k["util_percent"]), await_ms=_opt_float(k.get("await_ms")),
-                   queue_depth=float(k["queue_depth"]), in_flight=int(k["in_flight"]))
+                   queue_depth=float(k["queue_depth"]), in_flight=int(k["in_flight"]),
+                   rotational=None if rot is None else bool(rot))
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ def _cpu_percent(d: Mapping[str, float]) -> CpuPercent | None:
                       busy=_clamp_pct(100.0 * (total - d["idle"] - d["iowait"]) / total))
 
 
-def _disk_rates(a: DiskCounters, b: DiskCounters, elapsed: float) -> DiskRates | None:
+def _disk_rates(a: DiskCounters, b: DiskCounters, elapsed: float,
+                rotational: bool | None) -> DiskRates | None:
     deltas = {f: getattr(b, f) - getattr(a, f) for f in _DISK_CUMULATIVE}
     # A counter going backwards is a wrap (32-bit kernels), a device removed
     # and re-added under the same name, or a driver reset: no honest rate.
@@ -122,11 +126,12 @@ def _disk_rates(a: DiskCounters, b: DiskCounters, elapsed: float) -> DiskRates |
         util_percent=min(100.0, 100.0 * deltas["io_ms"] / ms),
         await_ms=(deltas["read_ms"] + deltas["write_ms"]) / ios if ios else None,
         queue_depth=deltas["weighted_ms"] / ms,
-        in_flight=b.in_flight)
+        in_flight=b.in_flight, rotational=rotational)
 
 
 def host_rates(prev: HostSample, cur: HostSample) -> HostRates:
-    """Rates between two samples of the same host, prev taken before cur."""
+    """Rates between two samples of the same host, prev taken before cur.
+    A disk's rotational flag is the later sample's."""
     elapsed = cur.ts - prev.ts
     per_cpu: tuple[CpuPercent, ...] = ()
     cpu_pct = iowait_pct = None
@@ -145,6 +150,7 @@ def host_rates(prev: HostSample, cur: HostSample) -> HostRates:
     disks: dict[str, DiskRates | None] = {}
     for name in sorted(prev.disks.keys() | cur.disks.keys()):
         a, b = prev.disks.get(name), cur.disks.get(name)
-        disks[name] = _disk_rates(a, b, elapsed) if a and b and elapsed > 0 else None
+        disks[name] = (_disk_rates(a, b, elapsed, cur.rotational.get(name))
+                       if a and b and elapsed > 0 else None)
     return HostRates(cpu_percent=cpu_pct, per_cpu=per_cpu, iowait_percent=iowait_pct,
                      mem_used_percent=mem, disks=disks, elapsed_s=elapsed)

@@ -1,15 +1,16 @@
 """Which block device holds a path, the whole disk of a partition, and
 whether a disk spins: the /proc/diskstats names a host sample is asked to
-read.
+read, and what is known about them once (it does not change while we run).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .host import _diskstats_entries, _read_text
@@ -177,3 +178,21 @@ def rotational(name: str) -> bool | None:
     disk = whole_disk(name) or name
     v = _read_text(f"{_SYS}/block/{disk}/queue/rotational").strip()
     return {"1": True, "0": False}.get(v)
+
+
+@functools.cache
+def _rotational_once(sys_root: str, name: str) -> bool | None:
+    # sys_root is only part of the key: tests point _SYS at fake trees.
+    return rotational(name)
+
+
+def rotational_of(names: Iterable[str]) -> dict[str, bool]:
+    """rotational() of each name that has an answer (unknown names are left
+    out), for `read_host`. Read once per name for the life of the process: a
+    disk does not start or stop spinning, and this is asked every tick."""
+    out: dict[str, bool] = {}
+    for n in sorted(names):
+        v = _rotational_once(_SYS, n)
+        if v is not None:
+            out[n] = v
+    return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import psutil
@@ -97,6 +97,10 @@ class HostSample:
     mem_total: int
     mem_available: int
     load1: float
+    # Which of the disks spin (/sys/block/DISK/queue/rotational), as far as
+    # known: the saturation rule takes a spinning disk 90%+ busy as full.
+    # Given to read_host by the caller, which reads it once (readers.devices).
+    rotational: dict[str, bool] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HostSample:
@@ -105,7 +109,10 @@ class HostSample:
                    disks={str(k): DiskCounters.from_dict(v)
                           for k, v in (d.get("disks") or {}).items()},
                    mem_total=int(d["mem_total"]), mem_available=int(d["mem_available"]),
-                   load1=float(d["load1"]))
+                   load1=float(d["load1"]),
+                   # absent from recordings made before it was sampled
+                   rotational={str(k): bool(v)
+                               for k, v in (d.get("rotational") or {}).items()})
 
 
 # ---- /proc/diskstats -------------------------------------------------------
@@ -188,10 +195,13 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_host(devices: Collection[str] | None = None) -> HostSample:
+def read_host(devices: Collection[str] | None = None,
+              rotational: Mapping[str, bool] | None = None) -> HostSample:
     """One raw host sample. devices None: every disk and partition that has
     had I/O (idle loop / ram / zram devices would only add noise); given
-    names: only those (a name not in /proc/diskstats is simply absent)."""
+    names: only those (a name not in /proc/diskstats is simply absent).
+    rotational: what is known of which disks spin (`devices.rotational_of`),
+    kept in the sample for the disks it holds."""
     # Timestamp right next to the diskstats read: disk rates divide by the
     # time between samples, CPU rates use the CPU counters' own clock.
     ts = time.monotonic()
@@ -212,4 +222,6 @@ def read_host(devices: Collection[str] | None = None) -> HostSample:
     except OSError:
         load1 = 0.0
     return HostSample(ts=ts, wall=wall, cpus=cpus, disks=disks, mem_total=int(vm.total),
-                      mem_available=int(vm.available), load1=float(load1))
+                      mem_available=int(vm.available), load1=float(load1),
+                      rotational={n: bool(v) for n, v in (rotational or {}).items()
+                                  if n in disks})
