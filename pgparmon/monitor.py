@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .analyze import bottleneck, eta
+from .analyze import bottleneck, eta, hostrates
 from .analyze.progress import Tracker
 from .analyze.warnings import FULL_BYTES, FreeSpace, JobWarning, exclusive_waiters
 from .connect import ConnTarget
@@ -25,7 +25,6 @@ from .exitcodes import ExitCode
 from .jobs.base import Job
 from .jobs.registry import drivers
 from .jobs.statements import copy_target
-from .readers import host as hostmod
 from .readers.db import ServerFacts
 from .snapshot import Snapshot
 from .source import LiveSource, RecordingSource, Source
@@ -162,7 +161,7 @@ class Monitor:
         self._plan()
         tr.update(snap)
         if snap.host is not None and self.prev_host is not None:
-            self.host_rates = hostmod.host_rates(self.prev_host, snap.host)
+            self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
         self._check_end(snap)
         return self._sample_doc(snap, prev)
@@ -430,7 +429,8 @@ def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
         "disks": {n: {"read_bytes_per_s": _r(d.read_bytes_per_s),
                       "write_bytes_per_s": _r(d.write_bytes_per_s),
                       "util_percent": _r(d.util_percent), "await_ms": _r(d.await_ms),
-                      "queue_depth": _r(d.queue_depth)} for n, d in disks.items()},
+                      "queue_depth": _r(d.queue_depth), "rotational": d.rotational}
+                  for n, d in disks.items()},
     }
 
 

@@ -23,6 +23,7 @@ from .discover import DiscoveryError, choose_job, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import Job, PlanInputs
 from .jobs.registry import driver_for
+from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
 from .readers.db import DbSampler, ServerFacts
@@ -146,12 +147,12 @@ class LiveSource:
                 continue
             probe = p if os.path.exists(p) else os.path.dirname(p)
             try:
-                d = hostmod.device_for_path(probe)
+                d = devmod.device_for_path(probe)
             except OSError:
                 d = None
             if d:
                 self.devices.add(d)
-                w = hostmod.whole_disk(d)
+                w = devmod.whole_disk(d)
                 if w:
                     self.devices.add(w)
 
@@ -159,7 +160,7 @@ class LiveSource:
 
     def snapshot(self) -> Snapshot:
         db = self.sampler.sample()
-        host = hostmod.read_host(self.devices or None)
+        host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         job = self.job
         assert job is not None
         live: list[int] = []

@@ -1,5 +1,8 @@
-"""pgparmon.readers.host: diskstats parsing (golden files), rates between
-samples, device lookup, per-process CPU and the I/O saturation rule."""
+"""The host readings and what is made of them: pgparmon.readers.host
+(diskstats parsing against golden files, raw samples), readers.devices (which
+device holds a path, whether it spins), analyze.hostrates (rates between
+samples), the I/O saturation rule, and the spinning-disk flag's way from the
+readings to the live advice."""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ import dataclasses
 import json
 import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,24 +20,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgparmon.analyze.advice_live import advise_samples
+from pgparmon.analyze.hostrates import CpuPercent, DiskRates, HostRates, host_rates
 from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
-from pgparmon.readers import host
+from pgparmon.monitor import _host_doc
+from pgparmon.readers import devices
+from pgparmon.readers.devices import device_for_path, rotational, rotational_of, whole_disk
 from pgparmon.readers.host import (
-    CpuPercent,
     CpuTimes,
     DiskCounters,
-    DiskRates,
-    HostRates,
     HostSample,
-    ProcCpu,
-    device_for_path,
-    host_rates,
     parse_diskstats,
-    process_cpu,
     read_host,
-    rotational,
-    whole_disk,
 )
+from pgparmon.snapshot import Snapshot
 
 GOLDEN = Path(__file__).parent / "golden" / "host"
 GOLDEN_NAMES = ["real", "kernel4_14field", "kernel5_18field", "kernel6_20field",
@@ -156,6 +153,18 @@ def test_host_sample_roundtrip() -> None:
     assert HostSample.from_dict(_json_roundtrip(s)) == s
     real = read_host()
     assert HostSample.from_dict(_json_roundtrip(real)) == real
+    spun = dataclasses.replace(s, rotational={"sda": True})
+    assert HostSample.from_dict(_json_roundtrip(spun)) == spun
+
+
+def test_recording_without_rotational_still_reads() -> None:
+    # Recordings made before the flag was sampled: nothing known, nothing breaks.
+    d = _json_roundtrip(_sample(1.0, [_cpu(1)], {"sda": _disk(1)}))
+    del d["rotational"]
+    assert HostSample.from_dict(d).rotational == {}
+    r = _json_roundtrip(DiskRates(1, 2, 3, 4, 5, None, 0.5, 1))
+    del r["rotational"]
+    assert DiskRates.from_dict(r).rotational is None
 
 
 def test_from_dict_ignores_unknown_keys() -> None:
@@ -172,8 +181,8 @@ def test_rates_and_other_roundtrips() -> None:
                   disks={"sda": DiskRates(1, 2, 3, 4, 5, None, 0.5, 1), "sdb": None},
                   elapsed_s=1.0)
     assert HostRates.from_dict(_json_roundtrip(r)) == r
-    p = ProcCpu(1.0, 2.0, None, 4, "sleeping", 1)
-    assert ProcCpu.from_dict(_json_roundtrip(p)) == p
+    spun = dataclasses.replace(r, disks={"sda": DiskRates(1, 2, 3, 4, 5, 6, 0.5, 1, True)})
+    assert HostRates.from_dict(_json_roundtrip(spun)) == spun
     sp = StreamPoint(4, 1e8, 2.0, None, 50.0, True, None, 5)
     assert StreamPoint.from_dict(_json_roundtrip(sp)) == sp
     sat = Saturation(True, 4, "x")
@@ -333,6 +342,17 @@ def test_read_host_device_filter() -> None:
     assert set(read_host([name]).disks) == {name}
     assert read_host(["no-such-device"]).disks == {}
     assert read_host([]).disks == {}
+    # The flags given are kept for the disks the sample holds.
+    got = read_host([name], {name: True, "no-such-device": False})
+    assert got.rotational == {name: True}
+    assert read_host([name]).rotational == {}
+
+
+def test_rates_carry_the_later_samples_rotational_flag() -> None:
+    prev, cur = _pair()
+    assert host_rates(prev, cur).disks["sda"].rotational is None  # type: ignore[union-attr]
+    cur = dataclasses.replace(cur, rotational={"sda": True})
+    assert host_rates(prev, cur).disks["sda"].rotational is True  # type: ignore[union-attr]
 
 
 def test_device_for_root_and_tmp() -> None:
@@ -344,7 +364,7 @@ def test_device_for_root_and_tmp() -> None:
 
 def test_device_for_pseudo_filesystems() -> None:
     assert device_for_path("/proc") is None
-    mounts = host._parse_mountinfo(open("/proc/self/mountinfo").read())
+    mounts = devices._parse_mountinfo(open("/proc/self/mountinfo").read())
     for m in mounts:
         if m.fstype == "tmpfs" and os.path.isdir(m.mountpoint) and m.mountpoint.startswith("/dev"):
             assert device_for_path(m.mountpoint) is None
@@ -401,7 +421,7 @@ def fake_sys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _link(sysroot / "class" / "block" / "dm-0", dm)
     _link(sysroot / "block" / "dm-0", dm)
     _link(sysroot / "dev" / "block" / "253:0", dm)
-    monkeypatch.setattr(host, "_SYS", str(sysroot))
+    monkeypatch.setattr(devices, "_SYS", str(sysroot))
     return sysroot
 
 
@@ -426,13 +446,23 @@ def test_rotational_fake(fake_sys: Path) -> None:
     assert rotational("sdq") is None
 
 
+def test_rotational_of_is_read_once(fake_sys: Path) -> None:
+    names = ["sda1", "sda", "nvme0n1p2", "sdq"]
+    assert rotational_of(names) == {"sda": True, "sda1": True, "nvme0n1p2": False}
+    # Asked every tick but read once: a disk does not start or stop spinning.
+    (fake_sys / "block" / "sda" / "queue" / "rotational").write_text("0\n")
+    assert rotational("sda") is False
+    assert rotational_of(["sda"]) == {"sda": True}
+    assert rotational_of([]) == {}
+
+
 def test_names_from_majmin_and_source(fake_sys: Path) -> None:
-    assert host._name_for_majmin(8, 1) == "sda1"
-    assert host._name_for_majmin(253, 0) == "dm-0"
+    assert devices._name_for_majmin(8, 1) == "sda1"
+    assert devices._name_for_majmin(253, 0) == "dm-0"
     # Device nodes missing from this /dev: matched by name, dm by its dm name.
-    assert host._name_for_source("/dev/nvme0n1p2") == "nvme0n1p2"
-    assert host._name_for_source("/dev/mapper/vg-root") == "dm-0"
-    assert host._name_for_source("/dev/mapper/vg-other") is None
+    assert devices._name_for_source("/dev/nvme0n1p2") == "nvme0n1p2"
+    assert devices._name_for_source("/dev/mapper/vg-root") == "dm-0"
+    assert devices._name_for_source("/dev/mapper/vg-other") is None
 
 
 MOUNTINFO = """\
@@ -448,7 +478,7 @@ rw,lowerdir=/l1:/l2,upperdir={upper},workdir=/w
 
 
 def test_parse_mountinfo() -> None:
-    ms = host._parse_mountinfo(MOUNTINFO.format(upper="/u") + "garbage line\n\n")
+    ms = devices._parse_mountinfo(MOUNTINFO.format(upper="/u") + "garbage line\n\n")
     assert len(ms) == 7
     assert ms[2].majmin == "0:45" and ms[2].fstype == "btrfs"
     assert ms[2].source == "/dev/nvme0n1p2" and ms[2].mountpoint == "/srv/data"
@@ -456,10 +486,10 @@ def test_parse_mountinfo() -> None:
 
 
 def test_mount_for() -> None:
-    ms = host._parse_mountinfo(MOUNTINFO.format(upper="/u"))
+    ms = devices._parse_mountinfo(MOUNTINFO.format(upper="/u"))
 
     def at(path: str, majmin: str) -> str:
-        m = host._mount_for(path, majmin, ms)
+        m = devices._mount_for(path, majmin, ms)
         assert m is not None
         return m.mountpoint
 
@@ -475,85 +505,27 @@ def test_mount_for() -> None:
 def test_device_for_mount(fake_sys: Path, tmp_path: Path) -> None:
     upper = tmp_path / "upper dir"
     upper.mkdir()
-    ms = {m.mountpoint: m for m in host._parse_mountinfo(
+    ms = {m.mountpoint: m for m in devices._parse_mountinfo(
         MOUNTINFO.format(upper=str(upper).replace(" ", "\\040")))}
-    assert host._device_for_mount(ms["/srv/data"], 0) == "nvme0n1p2"  # btrfs via its source
-    assert host._device_for_mount(ms["/run/my dir"], 0) is None  # tmpfs
-    assert host._device_for_mount(ms["/mnt/nfs"], 0) is None  # NFS
-    assert host._device_for_mount(ms["/proc"], 0) is None
+    assert devices._device_for_mount(ms["/srv/data"], 0) == "nvme0n1p2"  # btrfs via its source
+    assert devices._device_for_mount(ms["/run/my dir"], 0) is None  # tmpfs
+    assert devices._device_for_mount(ms["/mnt/nfs"], 0) is None  # NFS
+    assert devices._device_for_mount(ms["/proc"], 0) is None
     # Overlay: the upper dir's device. Real stat of tmp_path, fake sysfs, so
     # compare with device_for_path under the same fake tree.
     over = ms["/var/lib/docker/overlay2/abc/merged"]
-    assert host._device_for_mount(over, 0) == device_for_path(str(upper))
+    assert devices._device_for_mount(over, 0) == device_for_path(str(upper))
     gone = dataclasses.replace(over, superopts="rw,lowerdir=/l,upperdir=/no/such/upper")
-    assert host._device_for_mount(gone, 0) is None
-    assert host._device_for_mount(dataclasses.replace(over, superopts="ro,lowerdir=/l"), 0) is None
+    assert devices._device_for_mount(gone, 0) is None
+    no_upper = dataclasses.replace(over, superopts="ro,lowerdir=/l")
+    assert devices._device_for_mount(no_upper, 0) is None
 
 
 def test_overlay_upper_on_real_machine(tmp_path: Path) -> None:
     line = (f"41 27 0:46 / /merged rw - overlay overlay "
             f"rw,lowerdir=/l,upperdir={tmp_path},workdir=/w\n")
-    m = host._parse_mountinfo(line)[0]
-    assert host._device_for_mount(m, 0) == device_for_path(str(tmp_path))
-
-
-# ---- process_cpu --------------------------------------------------------------------
-
-
-def _missing_pid() -> int:
-    pid = 4_000_000
-    while psutil.pid_exists(pid):
-        pid += 1
-    return pid
-
-
-def test_process_cpu_self_and_missing() -> None:
-    sum(i * i for i in range(200_000))  # some CPU time of our own
-    me = os.getpid()
-    missing = _missing_pid()
-    got = process_cpu([me, missing, me, -5])
-    assert set(got) == {me}
-    p = got[me]
-    assert p.user is not None and p.user > 0
-    assert p.system is not None and p.system >= 0
-    assert p.read_chars is not None and p.read_chars > 0  # we have read files
-    assert p.write_chars is not None and p.write_chars >= 0
-    assert p.status in ("running", "sleeping")
-    assert p.num_threads is not None and p.num_threads >= 1
-    assert process_cpu([]) == {}
-
-
-def test_process_cpu_access_denied_keeps_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    # As root every process is readable: simulate another user's process,
-    # whose /proc/PID/io needs ptrace rights.
-    def denied(self: psutil.Process) -> Any:
-        raise psutil.AccessDenied(self.pid)
-
-    monkeypatch.setattr(psutil.Process, "io_counters", denied)
-    got = process_cpu([os.getpid()])[os.getpid()]
-    assert got.read_chars is None and got.write_chars is None
-    assert got.user is not None and got.num_threads is not None and got.status is not None
-
-
-def test_process_cpu_exiting_midway_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    def gone(self: psutil.Process) -> Any:
-        raise psutil.NoSuchProcess(self.pid)
-
-    monkeypatch.setattr(psutil.Process, "num_threads", gone)
-    assert process_cpu([os.getpid()]) == {}
-
-
-def test_process_cpu_zombie() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    try:
-        deadline = time.monotonic() + 5
-        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        got = process_cpu([child.pid])
-        assert got[child.pid].status == "zombie"
-    finally:
-        child.wait()
+    m = devices._parse_mountinfo(line)[0]
+    assert devices._device_for_mount(m, 0) == device_for_path(str(tmp_path))
 
 
 # ---- saturation -------------------------------------------------------------------
@@ -688,3 +660,62 @@ def test_saturation_total(points: list[StreamPoint]) -> None:
         assert s.at_streams is not None
     if s.at_streams is not None:
         assert s.at_streams in {p.streams for p in points}
+
+
+# ---- a spinning disk, from the readings to the live advice ---------------------
+
+
+def _busy_run(rot: dict[str, bool]) -> list[dict[str, Any]]:
+    """Sample docs as the monitor makes them, 1 s apart, for 6 s at each of
+    1, 2 and 4 streams copying 100, 150 and 155 MB/s (flat from 2 on) onto a
+    disk 60%, 85% and 95% busy with steady await and queue depth: host
+    samples through a recording's round trip, then host_rates and the
+    monitor's host part of a doc, as a live run or a replay does."""
+    docs: list[dict[str, Any]] = []
+    done: dict[int, int] = {}
+    counters = _disk()
+    prev: HostSample | None = None
+    t = 0
+    for streams, mbs, util in ((1, 100, 60), (2, 150, 85), (4, 155, 95)):
+        for _ in range(6):
+            counters = dataclasses.replace(
+                counters, writes=counters.writes + 100, write_ms=counters.write_ms + 200,
+                write_sectors=counters.write_sectors + int(mbs * MB / 512),
+                io_ms=counters.io_ms + util * 10, weighted_ms=counters.weighted_ms + 200)
+            sample = dataclasses.replace(
+                _sample(float(t), [_cpu(user=t, idle=3 * t)], {"sda1": counters}),
+                rotational=rot)
+            snap = Snapshot(ts=float(t), wall=sample.wall, db=None, host=sample)
+            host = Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))).host
+            hr = host_rates(prev, host) if prev is not None else None
+            prev = host
+            disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None}
+            workers = []
+            for pid in range(1, streams + 1):
+                done[pid] = done.get(pid, 0) + int(mbs * MB / streams)
+                workers.append({"pid": pid, "phase": "copy", "item": f"t{pid}",
+                                "bytes_done": done[pid]})
+            docs.append({"elapsed_s": float(t),
+                         "job": {"jobs": 4, "state": "running", "active_workers": streams,
+                                 "items_total": 100, "items_done": 0},
+                         "workers": workers, "server": {"error": None},
+                         "host": _host_doc(hr, disks)})
+            t += 1
+    return docs
+
+
+def test_spinning_disk_busy_and_flat_is_saturated_live(fake_sys: Path) -> None:
+    # The flag as a live source reads it: once, from sysfs (sda1 is on the
+    # spinning sda of the fake tree).
+    rot = rotational_of(["sda1"])
+    assert rot == {"sda1": True}
+    docs = _busy_run(rot)
+    assert docs[-1]["host"]["disks"]["sda1"]["rotational"] is True
+    a = advise_samples(docs)
+    assert a.status == "saturated" and a.next_jobs == 2
+    assert "rotational disk 95% busy (at 4 streams)" in a.detail
+    # Not known to spin (an SSD, or a recording made before the flag): %util
+    # alone is no sign, so the same run is only "flat".
+    for unknown in ({}, {"sda1": False}):
+        b = advise_samples(_busy_run(unknown))
+        assert b.status == "flat" and b.next_jobs == 2 and "no disk sign" in b.detail

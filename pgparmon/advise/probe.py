@@ -67,10 +67,12 @@ import psutil
 import psycopg
 from psycopg import conninfo as pgconninfo
 
+from ..analyze.hostrates import host_rates
 from ..analyze.progress import DEFAULT_TEXT_RATIO
 from ..analyze.saturation import FLAT_GAIN, doubling_gain
 from ..connect import ConnTarget, build_conninfo
-from ..readers.host import HostSample, device_for_path, host_rates, read_host
+from ..readers.devices import device_for_path
+from ..readers.host import HostSample, read_host
 from ..redact import redact_text
 from ..toc import program_major
 

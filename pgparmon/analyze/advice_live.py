@@ -13,6 +13,9 @@ whether the flattening is the disk comes from `analyze.saturation`, the rule
 `advise` uses too. The verdict stays "not enough data yet" until two stream
 counts have steady windows: one run with a fixed -j often shows only its
 -j and the long tail, and pretending otherwise would be guessing.
+
+The disk fields of a StreamPoint (await, queue depth, %util, whether it
+spins) are those of the busiest watched disk in the sample docs' `host.disks`.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class _Acc:
     await_ms: list[float] = field(default_factory=list)
     queue: list[float] = field(default_factory=list)
     util: list[float] = field(default_factory=list)
+    rotational: list[bool] = field(default_factory=list)
 
 
 class AdviceTracker:
@@ -119,6 +123,8 @@ class AdviceTracker:
                     acc.queue.append(float(disk["queue_depth"]))
                 if disk.get("util_percent") is not None:
                     acc.util.append(float(disk["util_percent"]))
+                if disk.get("rotational") is not None:
+                    acc.rotational.append(bool(disk["rotational"]))
         if self._prev_t is not None and job.get("state", "running") == "running":
             # the long tail: workers idle while no item waits to start
             active = int(job.get("active_workers") or 0)
@@ -170,6 +176,7 @@ class AdviceTracker:
                               await_ms=_mean(self._acc[k].await_ms),
                               queue_depth=_mean(self._acc[k].queue),
                               util_percent=_mean(self._acc[k].util),
+                              rotational=_any(self._acc[k].rotational),
                               samples=steady[k]) for k in usable]
         sat = saturation(points)
         top = usable[-1]
@@ -226,6 +233,12 @@ def _busiest_disk(disks: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] |
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def _any(xs: list[bool]) -> bool | None:
+    """Spinning if any steady sample's disk spun; None when never known
+    (recordings made before the flag was sampled, a device sysfs hides)."""
+    return any(xs) if xs else None
 
 
 def _mb(x: float) -> str:

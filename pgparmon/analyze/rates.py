@@ -76,7 +76,8 @@ class WindowRate:
         cutoff = t_end - window_s
         first: tuple[float, float] | None = None
         count = 0
-        for pt in reversed(self._pts):  # the window is near the end: walk back only as far as needed
+        # the window is near the end: walk back only as far as needed
+        for pt in reversed(self._pts):
             if pt[0] < cutoff:
                 break
             first = pt
@@ -100,10 +101,6 @@ class WindowRate:
     def total(self) -> float:
         """The counter's value with every reset folded in (0 before any reading)."""
         return self._pts[-1][1] if self._pts else 0.0
-
-    @property
-    def last_t(self) -> float | None:
-        return self._pts[-1][0] if self._pts else None
 
 
 class Ewma:

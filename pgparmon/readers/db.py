@@ -14,10 +14,6 @@ from ..redact import redact_text
 from ..snapshot import DbSample
 
 
-class PrivilegeError(RuntimeError):
-    pass
-
-
 @dataclass(frozen=True)
 class ServerFacts:
     version_num: int
@@ -36,11 +32,6 @@ class ServerFacts:
     @property
     def port(self) -> int:
         return int(self.settings.get("port") or 5432)
-
-    @property
-    def socket_dirs(self) -> list[str]:
-        raw = self.settings.get("unix_socket_directories") or ""
-        return [d.strip() for d in raw.split(",") if d.strip()]
 
     @property
     def data_directory(self) -> str | None:
