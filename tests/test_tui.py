@@ -162,7 +162,8 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         await wait_for(pilot, lambda: table.row_count >= 2 and app.ticks >= 3)
         await pilot.press("p")
         assert app.paused and "PAUSED" in status_text(app)
-        await pilot.pause(0.2)  # a tick in flight when p was pressed may still land
+        # a tick in flight when p was pressed still lands: wait for it
+        await wait_for(pilot, lambda: not app.collecting)
         n = app.ticks
         await pilot.pause(0.3)
         assert app.ticks == n, "ticking went on while paused"
@@ -186,7 +187,8 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         # pause: at a 0.02 s interval on a loaded 2-core machine the table
         # would be rebuilt under the key presses below
         await pilot.press("p")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: not app.collecting)
+        await pilot.pause()
         table.focus()
         table.move_cursor(row=0)
         pid = table.highlighted_pid()

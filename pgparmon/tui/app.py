@@ -148,6 +148,11 @@ class PgParMonApp(App[int]):
         else:
             self._timer = self.set_timer(delay, self._collect)
 
+    @property
+    def collecting(self) -> bool:
+        """A tick is in flight (its sample has not been shown yet)."""
+        return self._collecting
+
     def _collect(self) -> None:
         self._timer = None
         if self.feed.stop:
