@@ -17,11 +17,12 @@ import pytest
 from support import pgparmon_cmd
 
 from pgparmon.advise import advice as adv
+from pgparmon.advise import checks, evidence, usl
 from pgparmon.advise import predict as model
-from pgparmon.advise import usl
-from pgparmon.advise.advice import AdviseError, Request, parse_timings
+from pgparmon.advise.advice import parse_timings
 from pgparmon.advise.inventory import Inventory, TableSize, setting_bytes
 from pgparmon.advise.predict import Compression, Prediction
+from pgparmon.advise.request import AdviseError, Request
 from pgparmon.analyze.schedule import WorkItem
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
@@ -160,13 +161,13 @@ def test_warning_connections() -> None:
     afacts = {"connections_in_use": 95, "settings": {
         "max_connections": ["100", None], "superuser_reserved_connections": ["3", None]}}
     # 100 - 3 reserved - 94 in use (our own session is the monitor's) = 3 free
-    caps = adv._connection_cap("dump", afacts)
+    caps = checks.connection_cap("dump", afacts)
     assert caps == {"connections": 1}
-    w = adv._connection_warnings("dump", afacts, _choice(1, knee=4))
+    w = checks.connection_warnings("dump", afacts, _choice(1, knee=4))
     assert [x.code for x in w] == ["connections"]
     assert "-j 4 needs 6 connections" in w[0].message and "3 are free" in w[0].message
     roomy = {**afacts, "connections_in_use": 3}
-    assert adv._connection_warnings("dump", roomy, _choice(4)) == []
+    assert checks.connection_warnings("dump", roomy, _choice(4)) == []
 
 
 def _inv(data: float, fmt: str | None = "directory") -> Inventory:
@@ -175,46 +176,46 @@ def _inv(data: float, fmt: str | None = "directory") -> Inventory:
 
 
 def test_warning_memory_wal_archiving(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(adv, "available_memory", lambda: 4 * 1024.0 ** 3)
+    monkeypatch.setattr(checks, "available_memory", lambda: 4 * 1024.0 ** 3)
     settings = {"maintenance_work_mem": ["1048576", "kB"], "max_wal_size": ["1024", "MB"],
                 "archive_mode": ["on", None]}
-    w = adv._restore_warnings(_inv(5 * 1024.0 ** 3), settings, _choice(4), local=True)
+    w = checks.restore_warnings(_inv(5 * 1024.0 ** 3), settings, _choice(4), local=True)
     codes = {x.code: x.message for x in w}
     assert set(codes) == {"memory", "max_wal_size", "wal_archiving"}
     assert "4 x maintenance_work_mem = 4.0 GB" in codes["memory"]
     # the same restore, smaller: nothing bites
     quiet = {"maintenance_work_mem": ["65536", "kB"], "max_wal_size": ["1024", "MB"],
              "archive_mode": ["off", None]}
-    assert adv._restore_warnings(_inv(1e6), quiet, _choice(4), local=True) == []
+    assert checks.restore_warnings(_inv(1e6), quiet, _choice(4), local=True) == []
 
 
 def test_warning_restore_format() -> None:
     for fmt in ("plain", "tar"):
-        w = adv._restore_warnings(_inv(1.0, fmt), {}, _choice(1), local=False)
+        w = checks.restore_warnings(_inv(1.0, fmt), {}, _choice(1), local=False)
         assert [x.code for x in w] == ["restore_format"]
         assert "-Fc or -Fd" in w[0].message or "(-Fd)" in w[0].message
 
 
 def test_warning_disk_space(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(adv.shutil, "disk_usage", lambda p: SimpleNamespace(free=1e9))
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda p: SimpleNamespace(free=1e9))
     req = Request("dump", None, target_dir=str(tmp_path / "d"))
     inv = Inventory("dump", [], [TableSize("public.t", "public", "t", 1, 10e9)])
-    w = adv._space_warning(req, inv, None)
+    w = checks.space_warning(req, inv, None)
     assert [x.code for x in w] == ["disk_space"] and "gzip" in w[0].message
     # a measured ratio replaces the guess
-    assert adv._space_warning(req, inv, {"ratio": 0.05}) == []
+    assert checks.space_warning(req, inv, {"ratio": 0.05}) == []
 
 
 def test_warning_compression_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     ev = model.static_evidence("dump", 2, Compression("gzip"), local=True)
-    monkeypatch.setattr(adv, "client_major", lambda name: 15)
-    w = adv._compression_warning(Request("dump", None), ev, _choice(2))
+    monkeypatch.setattr(checks, "client_major", lambda name: 15)
+    w = checks.compression_warning(Request("dump", None), ev, _choice(2))
     assert [x.code for x in w] == ["compression_cpu"] and "-Z 1" in w[0].message
-    monkeypatch.setattr(adv, "client_major", lambda name: 16)
-    w = adv._compression_warning(Request("dump", None), ev, _choice(2))
+    monkeypatch.setattr(checks, "client_major", lambda name: 16)
+    w = checks.compression_warning(Request("dump", None), ev, _choice(2))
     assert "--compress=lz4" in w[0].message
     # already cheap compression: nothing to say
-    assert adv._compression_warning(Request("dump", None, compression=Compression("lz4")),
+    assert checks.compression_warning(Request("dump", None, compression=Compression("lz4")),
                                     ev, _choice(2)) == []
 
 
@@ -222,15 +223,15 @@ def test_target_checks(tmp_path: Path) -> None:
     f = tmp_path / "afile"
     f.write_text("x")
     with pytest.raises(AdviseError, match="is a file"):
-        adv.check_target(str(f))
+        checks.check_target(str(f))
     with pytest.raises(AdviseError, match="cannot create it"):
-        adv.check_target(str(f / "sub"))
+        checks.check_target(str(f / "sub"))
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("x")
-    assert [w.code for w in adv.check_target(str(full))] == ["target_not_empty"]
-    assert [w.code for w in adv.check_target(str(tmp_path / "db.dump"))] == ["directory_format"]
-    assert adv.check_target(str(tmp_path / "new" / "dir")) == []
+    assert [w.code for w in checks.check_target(str(full))] == ["target_not_empty"]
+    assert [w.code for w in checks.check_target(str(tmp_path / "db.dump"))] == ["directory_format"]
+    assert checks.check_target(str(tmp_path / "new" / "dir")) == []
 
 
 # ------------------------------------------------------------ the document
@@ -404,7 +405,7 @@ def test_one_measured_job_count_calibrates_the_static_shape() -> None:
     static = model.static_evidence("dump", 2, Compression("gzip"), local=True)
     x1 = static.fit.throughput(1)
     thin = model.points_evidence("history", [(1.0, 2 * x1)], limit="x")
-    ev = adv._calibrated_static(thin, static)
+    ev = evidence.calibrated_static(thin, static)
     assert ev.basis == "history" and adv._confidence(ev) == "low"
     assert ev.fit.throughput(1) == pytest.approx(2 * x1)
     # the static shape: flat past the cores, and not treated as extrapolation
@@ -424,19 +425,19 @@ def test_probe_names_the_limit() -> None:
     # compression-bound: each stream's client is a full core, the two cores run out
     comp = SimpleNamespace(compression="gzip:6", points=[
         _pt(1, 40e6, 2.0, 0.3), _pt(2, 72e6, 3.6, 0.5), _pt(4, 74e6, 3.7, 0.5)])
-    limit, per_stream = adv._probe_limits(comp, cores=2)
+    limit, per_stream = evidence.probe_limits(comp, cores=2)
     assert per_stream == "compression CPU"
     assert limit == "host CPU (2 cores, mostly compression)"
     # disk-bound: util pinned and await doubled, CPU to spare
     disk = SimpleNamespace(compression="lz4:1", points=[
         _pt(1, 300e6, 0.6, 0.4, util=60.0, await_ms=1.0),
         _pt(4, 320e6, 1.0, 0.8, util=98.0, await_ms=6.0)])
-    limit, per_stream = adv._probe_limits(disk, cores=16)
+    limit, per_stream = evidence.probe_limits(disk, cores=16)
     assert limit == "disk (the target device)" and per_stream is None
     # the server's COPY is the per-stream limit, no host limit in sight
     srv = SimpleNamespace(compression="none", points=[
         _pt(1, 200e6, 0.4, 1.8), _pt(2, 380e6, 0.8, 3.6)])
-    limit, per_stream = adv._probe_limits(srv, cores=16)
+    limit, per_stream = evidence.probe_limits(srv, cores=16)
     assert per_stream == "the server's COPY (CPU)"
     assert limit.startswith("the server or the disk")
 

@@ -9,9 +9,10 @@ import sys
 
 from ..connect import ConnectError, ConnTarget
 from ..exitcodes import ExitCode, Fatal
-from .advice import AdviseError, Request, parse_timings
 from .advice import advise as run_advise
+from .advice import parse_timings
 from .predict import Compression
+from .request import AdviseError, Request
 
 
 def advise_command(*, conn: ConnTarget, dbname: str | None, target: str | None,

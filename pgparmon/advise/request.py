@@ -1,0 +1,37 @@
+"""What `pgparmon advise` is asked (Request) and how it refuses bad input
+(AdviseError); shared by the orchestration (advice.py), the checks
+(checks.py) and the evidence gathering (evidence.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..connect import ConnTarget
+from ..exitcodes import ExitCode
+from .predict import Compression
+
+
+class AdviseError(Exception):
+    """Bad input: one line, what to do. `code` is the exit code."""
+
+    def __init__(self, msg: str, code: int = ExitCode.USAGE) -> None:
+        super().__init__(msg)
+        self.code = code
+
+
+@dataclass
+class Request:
+    kind: str  # dump | restore
+    conn: ConnTarget | None  # None: no server (timings alone)
+    target_dir: str | None = None
+    archive: str | None = None
+    probe: bool = False
+    probe_seconds: float | None = None
+    history: list[str] = field(default_factory=list)
+    timings: dict[int, float] | None = None
+    compression: Compression = field(default_factory=lambda: Compression("gzip"))
+    max_jobs: int | None = None
+    dbname_for_command: str | None = None  # as the user gave -d (redacted when shown)
+    host: str | None = None
+    port: str | None = None
+    user: str | None = None
