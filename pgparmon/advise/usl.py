@@ -31,8 +31,9 @@ MIN_USL_POINTS = 4
 # does not know better (repeats on a quiet machine agree within a few %).
 DEFAULT_NOISE = 0.05
 # The smooth USL curve replaces the plateau only when it fits clearly better
-# than the plateau's sharp knee: a gradual bend (seed 002: 70 s, 44 s, 39 s,
-# 34 s, 31 s) is badly described by a line and a ceiling.
+# than the plateau's sharp knee: a gradual bend (seed 002 of docs/advise.md,
+# "The published sweeps": 70 s, 44 s, 39 s, 34 s, 31 s) is badly described by
+# a line and a ceiling.
 SMOOTH_BETTER = 2.0
 
 Point = tuple[float, float]  # (streams, total throughput)
