@@ -22,6 +22,7 @@ from ..exitcodes import ExitCode
 from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
 from ..toc import client_program, program_major
+from ..views import fmt
 from . import predict, usl
 from .inventory import (
     Inventory,
@@ -447,15 +448,15 @@ def _restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: p
         if j * mwm > 0.5 * free:
             out.append(Warning_("memory",
                                 f"-j {j} index builds may use {j} x maintenance_work_mem = "
-                                f"{predict.human_bytes(j * mwm)}, more than half of the "
-                                f"{predict.human_bytes(free)} free memory: the advice is capped "
+                                f"{fmt.size(j * mwm)}, more than half of the "
+                                f"{fmt.size(free)} free memory: the advice is capped "
                                 f"at -j {choice.recommended}; lower maintenance_work_mem for "
                                 "the restore or add memory"))
     wal = setting_bytes(settings, "max_wal_size")
     if wal and inv is not None and inv.data_bytes > wal:
         out.append(Warning_("max_wal_size",
-                            f"the restore writes about {predict.human_bytes(inv.data_bytes)} of "
-                            f"WAL and max_wal_size is {predict.human_bytes(wal)}: checkpoints "
+                            f"the restore writes about {fmt.size(inv.data_bytes)} of "
+                            f"WAL and max_wal_size is {fmt.size(wal)}: checkpoints "
                             "will interrupt the load; raise max_wal_size for the restore"))
     if (setting_str(settings, "archive_mode") or "off") not in ("off", ""):
         out.append(Warning_("wal_archiving", "WAL archiving is on: every loaded byte is "
@@ -481,8 +482,8 @@ def _space_warning(req: Request, inv: Inventory, probe_json: dict[str, Any] | No
         return []
     if free >= est:
         return []
-    return [Warning_("disk_space", f"the dump needs about {predict.human_bytes(est)} ({how}) "
-                                   f"but {req.target_dir} has {predict.human_bytes(free)} free: "
+    return [Warning_("disk_space", f"the dump needs about {fmt.size(est)} ({how}) "
+                                   f"but {req.target_dir} has {fmt.size(free)} free: "
                                    "free space or choose another target")]
 
 
@@ -519,11 +520,11 @@ def _why(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
          dom: dict[str, Any] | None) -> list[str]:
     by = {p.jobs: p for p in preds}
     fast = by[choice.fastest]
-    out = [f"fastest predicted: -j {choice.fastest} ({predict.human_s(fast.wall_s)})"]
+    out = [f"fastest predicted: -j {choice.fastest} ({fmt.duration(fast.wall_s)})"]
     if choice.knee != choice.fastest:
         k = by[choice.knee]
         out.append(f"-j {choice.knee} is within {100 * (predict.KNEE - 1):.0f}% of that "
-                   f"({predict.human_s(k.wall_s)}): more jobs buy little")
+                   f"({fmt.duration(k.wall_s)}): more jobs buy little")
     if choice.efficient is not None and choice.efficient < choice.knee:
         out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
                    f"{100 * (predict.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
@@ -596,7 +597,7 @@ def _probe(req: Request, inv: Inventory | None, facts: ServerFacts | None, stati
     if budget < PROBE_MIN_S and not forced:
         warnings.append(Warning_("probe_skipped",
                                  f"the whole {req.kind} is predicted at about "
-                                 f"{predict.human_s(guess)}: a probe within 3% of that "
+                                 f"{fmt.duration(guess)}: a probe within 3% of that "
                                  f"({budget:.1f} s) cannot measure anything; give "
                                  "--probe-seconds N to probe anyway"))
         return None, None
