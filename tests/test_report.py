@@ -202,6 +202,19 @@ def test_live_and_report_advice_agree(dump: JobRun, restore: JobRun) -> None:
     assert early.next_jobs is None and "not enough data yet" in early.headline
 
 
+# ---- units ---------------------------------------------------------------------
+
+
+def test_one_unit_convention() -> None:
+    """SI sizes (base 1000), rates, durations, counts: README.md, "Units"."""
+    assert [fmt.size(x) for x in (None, 0, 850, 999.6, 14.2e6, 4 * 1024 ** 3)] == \
+        ["-", "0 B", "850 B", "1.0 kB", "14.2 MB", "4.3 GB"]
+    assert fmt.rate(12.3e6) == "12.3 MB/s" and fmt.rate(None) == "-"
+    assert [fmt.duration(x) for x in (None, 0.85, 4.2, 59.99, 185, 7380)] == \
+        ["-", "850 ms", "4.2 s", "1 min 00 s", "3 min 05 s", "2 h 03 min"]
+    assert fmt.count(12_345) == "12.3k" and fmt.count_exact(1_234_567) == "1,234,567"
+
+
 # ---- the end summary: whole names, short items grouped -------------------------
 
 LONG_NAMES = ("public.customer_order_line_items_archive_2023_partition_q4_by_region",
