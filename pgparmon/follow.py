@@ -18,6 +18,7 @@ from .feed import FeedBase
 from .monitor import outcome_exit_code
 from .record import Recorder, RecordingError
 from .views import text as render
+from .views.summary import end_summary
 
 
 class Follower(FeedBase):
@@ -35,6 +36,8 @@ class Follower(FeedBase):
         self.console = console or Console(highlight=False)
         self.stop = False
         self.last: dict[str, Any] | None = None
+        self.first: dict[str, Any] | None = None  # with last and times: the end summary's
+        self.times: list[float] = []  # elapsed_s of every sample (groups short items)
         self.closed = False
         self.stop_signal: int | None = None  # SIGHUP / SIGTERM that stopped us
 
@@ -43,6 +46,8 @@ class Follower(FeedBase):
     def tick(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.mon.tick()
         self.last = doc
+        self.first = self.first or doc
+        self.times.append(float(doc.get("elapsed_s") or 0.0))
         if self.recorder is not None:
             self.recorder.event("sample", doc)
         return doc
@@ -111,7 +116,9 @@ class Follower(FeedBase):
             sys.stdout.write(json.dumps(summary, separators=(",", ":")) + "\n")
             sys.stdout.flush()
         elif self.mon.outcome is not None:
-            self.console.print(render.summary_table(summary))
+            ends = [d for d in (self.first, self.last) if d is not None]
+            self.console.print(render.summary_table(end_summary(summary, ends,
+                                                                times=self.times)))
         return self.exit_code()
 
 

@@ -138,19 +138,22 @@ def replay_command(path: str, speed: float) -> int:
 
 def _replay_plain(feed: ReplayFeed) -> int:
     from .tui.app import exit_code
+    from .views.summary import end_summary
     from .views.text import plain_line, summary_table
 
     console = Console(highlight=False)
     last = None
+    seen: list[dict[str, Any]] = []
     while True:
         doc = feed.tick()
         if doc is last:  # the recording ran out before the job ended
             break
         last = doc
+        seen.append(doc)
         console.print(plain_line(doc), markup=False, soft_wrap=True)
         if feed.outcome is not None or feed.ended:
             break
-    console.print(summary_table(feed.summary()))
+    console.print(summary_table(end_summary(feed.summary(), seen)))
     return exit_code(feed)
 
 

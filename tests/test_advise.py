@@ -182,7 +182,7 @@ def test_warning_memory_wal_archiving(monkeypatch: pytest.MonkeyPatch) -> None:
     w = checks.restore_warnings(_inv(5 * 1024.0 ** 3), settings, _choice(4), local=True)
     codes = {x.code: x.message for x in w}
     assert set(codes) == {"memory", "max_wal_size", "wal_archiving"}
-    assert "4 x maintenance_work_mem = 4.0 GB" in codes["memory"]
+    assert "4 x maintenance_work_mem = 4.3 GB" in codes["memory"]
     # the same restore, smaller: nothing bites
     quiet = {"maintenance_work_mem": ["65536", "kB"], "max_wal_size": ["1024", "MB"],
              "archive_mode": ["off", None]}

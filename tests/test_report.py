@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobdocs import JobRun, dump_run, restore_run
+from jobdocs import JobRun, dump_run, golden, restore_run
 from rich.console import Console
 
 from pgparmon.analyze.advice_live import AdviceTracker, advise_samples
 from pgparmon.cluster import Cluster
 from pgparmon.playback import replay_command, report_command
+from pgparmon.views import fmt
 from pgparmon.views.report import build_html, render_summary_text
+from pgparmon.views.summary import GROUP_MIN, ItemGroup, end_summary
+from pgparmon.views.text import summary_table
 
 Doc = dict[str, Any]
 
@@ -197,6 +200,95 @@ def test_live_and_report_advice_agree(dump: JobRun, restore: JobRun) -> None:
         assert live.advice().headline.split(":")[0] in page
     early = advise_samples(dump.samples[:2])
     assert early.next_jobs is None and "not enough data yet" in early.headline
+
+
+# ---- units ---------------------------------------------------------------------
+
+
+def test_one_unit_convention() -> None:
+    """SI sizes (base 1000), rates, durations, counts: README.md, "Units"."""
+    assert [fmt.size(x) for x in (None, 0, 850, 999.6, 14.2e6, 4 * 1024 ** 3)] == \
+        ["-", "0 B", "850 B", "1.0 kB", "14.2 MB", "4.3 GB"]
+    assert fmt.rate(12.3e6) == "12.3 MB/s" and fmt.rate(None) == "-"
+    assert [fmt.duration(x) for x in (None, 0.85, 4.2, 59.99, 185, 7380)] == \
+        ["-", "850 ms", "4.2 s", "1 min 00 s", "3 min 05 s", "2 h 03 min"]
+    assert fmt.count(12_345) == "12.3k" and fmt.count_exact(1_234_567) == "1,234,567"
+
+
+# ---- the end summary: whole names, short items grouped -------------------------
+
+LONG_NAMES = ("public.customer_order_line_items_archive_2023_partition_q4_by_region",
+              "public.warehouse_inventory_snapshots_with_a_really_long_descriptive_name",
+              "analytics.daily_aggregated_page_views_per_country_and_device_type")
+
+
+def _many_small_tables() -> tuple[list[Doc], Doc]:
+    """The samples of a real restore (0.3 s apart, tests/golden/tui) and a
+    summary doc shaped as monitor.summary() writes it: three big tables with
+    long names, 200 small tables seen done at one sample (0.0 s measured, as
+    a table shorter than the interval is), and 3 more small ones at a later
+    sample: too few to group."""
+    samples = golden("restore_index")
+    ts = [d["ts"] for d in samples]
+
+    def item(name: str, at: int, dur: float, nbytes: int, worker: int) -> Doc:
+        return {"key": f"TABLE DATA {name}", "kind": "data", "name": name, "relation": name,
+                "worker": worker, "state": "done", "started": ts[at], "duration_s": dur,
+                "bytes": nbytes, "tuples": nbytes // 70, "work": nbytes}
+
+    items = [item(n, 1, 6.0 - i, 300_000_000 - i * 50_000_000, 13063 + i % 2)
+             for i, n in enumerate(LONG_NAMES)]
+    items += [item(f"public.lookup_{i:03d}", 10, 0.0, 70_000, 13063 + i % 2) for i in range(200)]
+    items += [item(f"public.late_{i}", 12, 0.0, 8_000, 13064) for i in range(3)]
+    summary = {"schema": "pgparmon.summary/1", "kind": "pg_restore", "database": "restored",
+               "jobs": 2, "state": "finished", "reason": "exit code 0", "exit_code": 0,
+               "wall_s": samples[-1]["elapsed_s"], "items": items, "notes": []}
+    return samples, summary
+
+
+def test_short_items_finished_in_one_interval_are_one_row() -> None:
+    samples, summary = _many_small_tables()
+    es = end_summary(summary, samples)
+    assert es.interval is not None and 0.28 < es.interval < 0.32
+    groups = [r for r in es.rows if isinstance(r, ItemGroup)]
+    assert len(groups) == 1 and groups[0].count == 200 and groups[0].bytes == 14_000_000
+    # the samples before and after the one that saw them done
+    assert (groups[0].after_s, groups[0].by_s) == (samples[9]["elapsed_s"],
+                                                   samples[10]["elapsed_s"])
+    assert groups[0].workers == 2
+    # 3 long tables, then the 3 late small ones on rows of their own
+    assert 3 < GROUP_MIN and len(es.rows) == 3 + 3 + 1
+    assert [r.name for r in es.rows[:3]] == list(LONG_NAMES)  # longest first
+    assert len(es.items) == 206  # every item is still there, for the HTML
+    assert o_rows(build_html(samples, summary, None)) == 1 + 206
+    for view in (render_summary_text(samples, summary), summary_table(es)):
+        console = Console(record=True, width=200, color_system=None)
+        console.print(view)
+        text = console.export_text()
+        assert "200 small tables, done between 2.7 s and 3.0 s" in text
+        assert f"< {fmt.duration(es.interval)} each" in text and "14.0 MB" in text
+        assert "public.lookup_" not in text and text.count("public.late_") == 3
+        assert all(n in text for n in LONG_NAMES) and "…" not in text
+
+
+def test_report_never_cuts_an_item_name() -> None:
+    """On a narrow terminal a long name folds onto the next line."""
+    samples, summary = _many_small_tables()
+    console = Console(record=True, width=90, color_system=None)
+    console.print(render_summary_text(samples, summary))
+    text = console.export_text()
+    assert "…" not in text and "14.0 MB" in text and "300.0 MB" in text
+    # the item column's pieces, line after line, make the whole name again
+    lines = text.splitlines()
+    for name in LONG_NAMES:
+        i = next(k for k, ln in enumerate(lines) if ln.startswith(name[:12]))
+        width = len(lines[i].split(" ")[0])
+        whole = "".join(ln[:width].strip() for ln in lines[i:i + 8])
+        assert whole.startswith(name)
+
+
+def o_rows(page: str) -> int:
+    return outline(page).rows["items"]
 
 
 # ---- the advice rule on shaped runs -------------------------------------------

@@ -25,6 +25,7 @@ from pgparmon.tui import PgParMonApp, exit_code
 from pgparmon.tui.draw import bar, gantt, throughput_chart
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
 from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
+from pgparmon.views import fmt
 
 Doc = dict[str, Any]
 
@@ -143,7 +144,10 @@ async def test_rows_progress_and_end_of_a_real_dump(dump: JobRun) -> None:
         assert "job finished" in status_text(app) and "press q" in status_text(app)
         assert "100.0%" in header_text(app)
         summary = app.query_one("#summary", SummaryTable)
-        assert summary.display and summary.row_count == len(dump.summary["items"])
+        # the end summary's rows: every item, short ones finished together grouped
+        assert app.end is not None and summary.display
+        assert summary.row_count == len(app.end.rows)
+        assert sum(getattr(r, "count", 1) for r in app.end.rows) == len(dump.summary["items"])
         assert table_rows(summary)[0][0] == "public.orders"  # longest first
         spans = app.timeline.spans()
         assert any(s.item == "public.orders" for lst in spans.values() for s in lst)
@@ -172,10 +176,10 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         assert "PAUSED" not in status_text(app)
 
         await pilot.press("plus")
-        assert app.interval == 0.1 and "every 0.1s" in status_text(app)
+        assert app.interval == 0.1 and "every 100 ms" in status_text(app)
         await pilot.press("minus", "minus")
         assert app.interval == 0.02 or app.interval == 0.1 or app.interval < 0.1
-        assert f"every {app.interval:g}s" in status_text(app)
+        assert f"every {fmt.duration(app.interval)}" in status_text(app)
 
         sorts = []
         for _ in range(4):

@@ -21,6 +21,7 @@ from ..connect import connect
 from ..exitcodes import ExitCode
 from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
+from ..views import fmt
 from . import predict
 from .checks import (
     Caution,
@@ -290,11 +291,11 @@ def _why(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
          dom: dict[str, Any] | None) -> list[str]:
     by = {p.jobs: p for p in preds}
     fast = by[choice.fastest]
-    out = [f"fastest predicted: -j {choice.fastest} ({predict.human_s(fast.wall_s)})"]
+    out = [f"fastest predicted: -j {choice.fastest} ({fmt.duration(fast.wall_s)})"]
     if choice.knee != choice.fastest:
         k = by[choice.knee]
         out.append(f"-j {choice.knee} is within {100 * (predict.KNEE - 1):.0f}% of that "
-                   f"({predict.human_s(k.wall_s)}): more jobs buy little")
+                   f"({fmt.duration(k.wall_s)}): more jobs buy little")
     if choice.efficient is not None and choice.efficient < choice.knee:
         out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
                    f"{100 * (predict.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")

@@ -13,6 +13,7 @@ from typing import Any
 from ..readers.db import ServerFacts
 from ..redact import redact_text
 from ..toc import client_program, program_major
+from ..views import fmt
 from . import predict
 from .inventory import Inventory, available_memory, setting_bytes, setting_int, setting_str
 from .predict import Evidence
@@ -148,15 +149,15 @@ def restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: pr
         if j * mwm > 0.5 * free:
             out.append(Caution("memory",
                                f"-j {j} index builds may use {j} x maintenance_work_mem = "
-                               f"{predict.human_bytes(j * mwm)}, more than half of the "
-                               f"{predict.human_bytes(free)} free memory: the advice is capped "
+                               f"{fmt.size(j * mwm)}, more than half of the "
+                               f"{fmt.size(free)} free memory: the advice is capped "
                                f"at -j {choice.recommended}; lower maintenance_work_mem for "
                                "the restore or add memory"))
     wal = setting_bytes(settings, "max_wal_size")
     if wal and inv is not None and inv.data_bytes > wal:
         out.append(Caution("max_wal_size",
-                           f"the restore writes about {predict.human_bytes(inv.data_bytes)} of "
-                           f"WAL and max_wal_size is {predict.human_bytes(wal)}: checkpoints "
+                           f"the restore writes about {fmt.size(inv.data_bytes)} of "
+                           f"WAL and max_wal_size is {fmt.size(wal)}: checkpoints "
                            "will interrupt the load; raise max_wal_size for the restore"))
     if (setting_str(settings, "archive_mode") or "off") not in ("off", ""):
         out.append(Caution("wal_archiving", "WAL archiving is on: every loaded byte is "
@@ -185,8 +186,8 @@ def space_warning(req: Request, inv: Inventory, probe_json: dict[str, Any] | Non
         return []
     if free >= est:
         return []
-    return [Caution("disk_space", f"the dump needs about {predict.human_bytes(est)} ({how}) "
-                                  f"but {req.target_dir} has {predict.human_bytes(free)} free: "
+    return [Caution("disk_space", f"the dump needs about {fmt.size(est)} ({how}) "
+                                  f"but {req.target_dir} has {fmt.size(free)} free: "
                                   "free space or choose another target")]
 
 

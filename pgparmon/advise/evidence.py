@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from ..readers.db import ServerFacts
+from ..views import fmt
 from . import predict, usl
 from .checks import Caution
 from .inventory import Inventory
@@ -72,7 +73,7 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
     if budget < PROBE_MIN_S and not forced:
         warnings.append(Caution("probe_skipped",
                                 f"the whole {req.kind} is predicted at about "
-                                f"{predict.human_s(guess)}: a probe within 3% of that "
+                                f"{fmt.duration(guess)}: a probe within 3% of that "
                                 f"({budget:.1f} s) cannot measure anything; give "
                                 "--probe-seconds N to probe anyway"))
         return None, None

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..analyze.saturation import FLAT_GAIN
 from ..analyze.schedule import WorkItem, lower_bound, simulate
+from ..views import fmt
 from . import usl
 
 # docs/advise.md: the knee is the smallest j within 10% of the fastest, and the
@@ -288,27 +289,6 @@ def dominant(items: Sequence[WorkItem], ev: Evidence, pred: Prediction,
             "split_bytes": round(max(total / (j * 2), 1.0)),
             "message": (f"{labels.get(big.key, big.label or big.key)} is "
                         f"{100 * big.work / total:.0f}% of the data and takes about "
-                        f"{human_s(alone)} on one worker whatever -j is: split it into pieces "
-                        f"of about {_human(total / (j * 2))} (partition it, or copy it in ctid "
+                        f"{fmt.duration(alone)} on one worker whatever -j is: split it into pieces "
+                        f"of about {fmt.size(total / (j * 2))} (partition it, or copy it in ctid "
                         "ranges as pgcopydb does) to let the other jobs share it")}
-
-
-def human_s(s: float) -> str:
-    if s < 10:
-        return f"{s:.1f} s"
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
-
-
-human_bytes = _human

@@ -75,6 +75,7 @@ from ..readers.devices import device_for_path
 from ..readers.host import HostSample, read_host
 from ..redact import redact_text
 from ..toc import program_major
+from ..views import fmt
 
 APP_NAME = "pgparmon-probe"
 MIN_SERVER_VERSION = 140000  # TID range scans
@@ -891,10 +892,6 @@ def stream_plan(max_streams: int) -> list[int]:
     return ks
 
 
-def _mb(x: float) -> str:
-    return f"{x / 1e6:.1f} MB"
-
-
 def run_probe(target: ConnTarget, tables: list[ProbeTable], target_dir: str, *,
               budget_s: float, max_streams: int, compression: str = "gzip",
               level: int | None = None, block_size: int = 8192,
@@ -934,7 +931,7 @@ def run_probe(target: ConnTarget, tables: list[ProbeTable], target_dir: str, *,
     heap = sum(p.heap_bytes for p in points)
     ratio = sum(p.out_bytes for p in points) / heap if heap > 0 else None
     if source.reused:
-        notes.append(f"the tables hold only {_mb(source.blocks.total_pages * block_size)} of "
+        notes.append(f"the tables hold only {fmt.size(source.blocks.total_pages * block_size)} of "
                      "heap: ranges were read more than once, so the cache helped and the "
                      "throughput may be optimistic")
     _cpu_note(probe, points, notes)
@@ -1054,8 +1051,8 @@ def _measure(probe: _Probe, points: dict[int, ProbePoint], notes: list[str], t_s
                 repeated_one = True
                 again = step(1, len(plan) - i + extra)
                 if again is not None:
-                    notes.append(f"1 stream measured again: {_mb(prev.bytes_per_s)}/s the "
-                                 f"first time, then {_mb(again.bytes_per_s)}/s (cold start)")
+                    notes.append(f"1 stream measured again: {fmt.rate(prev.bytes_per_s)} the "
+                                 f"first time, then {fmt.rate(again.bytes_per_s)} (cold start)")
                     points[1] = again
                     prev = again
             doubling.append(k)
@@ -1619,7 +1616,7 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     notes.append("restore probe: COPY into temporary tables (no WAL): parsing, inserting "
                  "and decompression only")
     if build_s_per_byte is not None and build is not None:
-        notes.append(f"index build: {build['index']} on {_mb(build['heap_bytes'])} of "
+        notes.append(f"index build: {build['index']} on {fmt.size(build['heap_bytes'])} of "
                      f"{build['table']} in {build['seconds']:.3f} s "
                      f"({build_s_per_byte * GB:.2f} s/GB)")
     _cpu_note(probe, points, notes)

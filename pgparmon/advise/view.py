@@ -8,19 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..redact import redact_text
+from ..views import fmt
 from .advice import Advice
-from .predict import human_bytes
-
-
-def _dur(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s < 100:
-        return f"{s:.1f} s"
-    if s < 6000:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.2f} h"
-
 
 _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier runs",
           "timings": "the timings given", "static": "static facts only: a guess"}
@@ -32,21 +21,21 @@ def render(a: Advice) -> RenderableType:
     head = Text()
     head.append(f"{what}: use -j {a.recommended}", style="bold green")
     if rec:
-        head.append(f"  predicted {_dur(rec.wall_s)}", style="bold")
+        head.append(f"  predicted {fmt.duration(rec.wall_s)}", style="bold")
     if a.fastest != a.recommended:
         fast = a.prediction(a.fastest)
-        head.append(f"   (fastest -j {a.fastest}: {_dur(fast.wall_s if fast else None)})")
+        head.append(f"   (fastest -j {a.fastest}: {fmt.duration(fast.wall_s if fast else None)})")
     basis = Text(f"basis: {_BASIS.get(a.basis, a.basis)}; confidence {a.confidence}",
                  style="dim" if a.basis != "static" else "yellow")
     parts: list[RenderableType] = [head, basis]
     if a.inventory is not None and a.inventory.items:
         inv = a.inventory
         big = inv.largest
-        parts.append(Text(f"{len(inv.tables)} tables, {human_bytes(inv.data_bytes)} of data"
-                          + (f", largest item {big.label} {human_bytes(big.work)}" if big else ""),
+        parts.append(Text(f"{len(inv.tables)} tables, {fmt.size(inv.data_bytes)} of data"
+                          + (f", largest item {big.label} {fmt.size(big.work)}" if big else ""),
                           style="dim"))
     if a.lower_bound_s is not None:
-        parts.append(Text(f"lower bound at -j {a.recommended}: {_dur(a.lower_bound_s)} "
+        parts.append(Text(f"lower bound at -j {a.recommended}: {fmt.duration(a.lower_bound_s)} "
                           "(largest item alone, or all work at full throughput)", style="dim"))
     parts.append(Text(""))
     parts.append(Text("command: ", style="bold").append(redact_text(a.command), style="cyan"))
@@ -66,9 +55,9 @@ def render(a: Advice) -> RenderableType:
         elif p.jobs == a.fastest:
             mark = " <- fastest"
         style = "bold green" if p.jobs == a.recommended else None
-        row = [str(p.jobs), _dur(p.wall_s) + ("*" if p.extrapolated else "")]
+        row = [str(p.jobs), fmt.duration(p.wall_s) + ("*" if p.extrapolated else "")]
         if has_measured:
-            row.append(_dur(p.measured_s))
+            row.append(fmt.duration(p.measured_s))
         row.append(p.bottleneck + mark)
         t.add_row(*row, style=style)
     parts.append(t)
@@ -80,8 +69,9 @@ def render(a: Advice) -> RenderableType:
             parts.append(Text(f"  {redact_text(w)}"))
     if a.probe:
         pr = a.probe
-        parts.append(Text(f"probe: {pr.get('seconds', 0):.1f} s of a {pr.get('budget_s', 0):.1f} "
-                          f"s budget, {len(pr.get('points') or [])} steps", style="dim"))
+        parts.append(Text(f"probe: {fmt.duration(pr.get('seconds', 0))} of a "
+                          f"{fmt.duration(pr.get('budget_s', 0))} budget, "
+                          f"{len(pr.get('points') or [])} steps", style="dim"))
     if a.warnings:
         parts.append(Text(""))
         for w in a.warnings:

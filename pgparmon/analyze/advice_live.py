@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..views import fmt
 from .rates import throughput_by_active
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
 
@@ -160,7 +161,7 @@ class AdviceTracker:
                        f"need {MIN_SAMPLES}+ samples over {MIN_STEADY_S:.0f}+ s at one "
                        "steady worker count" + tail)
         cpu = {k: _mean(self._acc[k].cpu) for k in usable}
-        seen = ", ".join(f"{_mb(tp[k])} at {k}" for k in usable)
+        seen = ", ".join(f"{fmt.rate(tp[k])} at {k}" for k in usable)
         if len(usable) == 1:
             k = usable[0]
             # only at the full -j: a busy CPU during the tail says nothing about -j
@@ -170,7 +171,7 @@ class AdviceTracker:
                            f"more than -j {k} would queue for CPU",
                            f"only one steady worker count seen ({seen})" + tail)
             return out("measuring", None,
-                       f"{self._nd()}: only {_workers(k)} seen steadily ({_mb(tp[k])})",
+                       f"{self._nd()}: only {_workers(k)} seen steadily ({fmt.rate(tp[k])})",
                        "a saturation point needs throughput at two worker counts" + tail)
         points = [StreamPoint(streams=k, throughput=tp[k],
                               await_ms=_mean(self._acc[k].await_ms),
@@ -184,7 +185,7 @@ class AdviceTracker:
             n = sat.at_streams
             return out("saturated" if sat.saturated else "flat", n,
                        f"adding workers stopped paying off at {n}: "
-                       f"{_mb(tp[n])} at {n}, {_mb(tp[top])} at {top}; next run: -j {n}",
+                       f"{fmt.rate(tp[n])} at {n}, {fmt.rate(tp[top])} at {top}; next run: -j {n}",
                        f"{sat.reason} (seen: {seen})" + tail)
         if (cpu[top] or 0) >= HOST_CPU_BUSY:
             return out("cpu-bound", top,
@@ -239,10 +240,6 @@ def _any(xs: list[bool]) -> bool | None:
     """Spinning if any steady sample's disk spun; None when never known
     (recordings made before the flag was sampled, a device sysfs hides)."""
     return any(xs) if xs else None
-
-
-def _mb(x: float) -> str:
-    return f"{x / 1e6:.1f} MB/s"
 
 
 def _workers(k: int) -> str:

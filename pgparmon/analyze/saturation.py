@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..readers.host import _known, _opt_float, _opt_int
+from ..views import fmt
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,6 @@ def _gain(a: StreamPoint, b: StreamPoint) -> float:
     return doubling_gain(a.streams, a.throughput, b.streams, b.throughput)
 
 
-def _rate(x: float) -> str:
-    return f"{x / 1e6:.1f} MB/s"
-
-
 def _plural(n: int) -> str:
     return f"{n} stream" if n == 1 else f"{n} streams"
 
@@ -133,7 +130,7 @@ def _disk_sign(p: StreamPoint, base: StreamPoint) -> str | None:
     if (p.ceiling_bytes_per_s is not None and p.ceiling_bytes_per_s > 0
             and p.throughput >= CEILING_SHARE * p.ceiling_bytes_per_s):
         return (f"throughput {100 * p.throughput / p.ceiling_bytes_per_s:.0f}% of the "
-                f"measured ceiling of {_rate(p.ceiling_bytes_per_s)}")
+                f"measured ceiling of {fmt.rate(p.ceiling_bytes_per_s)}")
     if p.rotational and p.util_percent is not None and p.util_percent >= ROTATIONAL_UTIL:
         return f"rotational disk {p.util_percent:.0f}% busy"
     return None
@@ -185,5 +182,5 @@ def saturation(points: Sequence[StreamPoint]) -> Saturation:
         tail = f", {100 * _gain(prev, last):+.0f}% per doubling from {prev.streams}"
     else:
         tail = ""
-    return Saturation(False, None, f"throughput still rising: {_rate(last.throughput)} at "
+    return Saturation(False, None, f"throughput still rising: {fmt.rate(last.throughput)} at "
                                    f"{_plural(last.streams)}{tail}")

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..snapshot import Backend
+from ..views import fmt
 from .rates import WindowRate
 
 FULL_BYTES = 1 << 20  # under 1 MiB free: full, for any practical purpose
@@ -75,10 +76,10 @@ class FreeSpace:
             return []
         t_full = free / rate
         if t_full < SOON_S or (eta_s is not None and t_full < eta_s):
-            when = f"{t_full / 60:.0f} min" if t_full >= 90 else f"{t_full:.0f} s"
-            tail = (f", before the job ends (ETA {eta_s / 60:.0f} min)" if eta_s is not None
+            tail = (f", before the job ends (ETA {fmt.duration(eta_s)})" if eta_s is not None
                     and t_full < eta_s else "")
             return [JobWarning("disk-full-soon",
-                            f"the target filesystem will be full in about {when} at "
-                            f"{rate / 1e6:.1f} MB/s ({free / 1e6:.0f} MB free){tail}")]
+                            f"the target filesystem will be full in about "
+                            f"{fmt.duration(t_full)} at {fmt.rate(rate)} "
+                            f"({fmt.size(free)} free){tail}")]
         return []

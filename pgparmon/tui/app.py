@@ -26,8 +26,8 @@ from textual.widgets import DataTable, Footer, RichLog
 from ..analyze.advice_live import AdviceTracker
 from ..analyze.timeline import TimelineBuilder, idle_share
 from ..feed import Feed
-from ..views.text import human_s
-from . import draw
+from ..views import fmt
+from ..views.summary import EndSummary, end_summary
 from .screens import DetailsScreen, HelpScreen
 from .widgets import (
     SORTS,
@@ -79,6 +79,7 @@ class PgParMonApp(App[int]):
         self.timeline = TimelineBuilder()
         self.advisor = AdviceTracker()
         self.summary: Doc | None = None
+        self.end: EndSummary | None = None  # the summary as the end screen shows it
         self.error: str | None = None  # the feed's last exception, until a good tick
         self.latency: float | None = None
         self.stretched: float | None = None  # the effective interval when a tick was slow
@@ -129,8 +130,8 @@ class PgParMonApp(App[int]):
     def on_resize(self, event: Resize) -> None:
         if self.last is not None:
             self._show_workers()
-        if self.summary is not None:
-            self.query_one("#summary", SummaryTable).show(self.summary, self.size.width)
+        if self.end is not None:
+            self.query_one("#summary", SummaryTable).show(self.end, self.size.width)
         self._size_gantt()
 
     def _size_gantt(self) -> None:
@@ -245,20 +246,20 @@ class PgParMonApp(App[int]):
         log = self.query_one("#events", RichLog)
         t_now = float(doc.get("elapsed_s") or 0.0)
         for ev in self.timeline.events[self._logged:]:
-            line = Text(f"{draw.human_t(ev.t):>7} ", style="dim")
+            line = Text(f"{fmt.duration(ev.t):>10} ", style="dim")
             line.append(f"{ev.pid:>7} ")
             if ev.what == "start":
                 line.append(f"{ev.phase} ", style="cyan")
                 line.append(ev.item)
             else:
                 line.append("done ", style="green")
-                line.append(f"{ev.item} ({ev.duration or 0:.1f}s)")
+                line.append(f"{ev.item} ({fmt.duration(ev.duration or 0)})")
             log.write(line)
         self._logged = len(self.timeline.events)
         kind = (doc.get("bottleneck") or {}).get("kind")
         if kind and kind != self._verdict:
             self._verdict = kind
-            log.write(Text(f"{draw.human_t(t_now):>7}         limit now: {kind}",
+            log.write(Text(f"{fmt.duration(t_now):>10}         limit now: {kind}",
                            style="yellow"))
         said = list(doc.get("notes") or [])
         err = (doc.get("server") or {}).get("error")
@@ -267,7 +268,7 @@ class PgParMonApp(App[int]):
         for msg in said:
             if msg not in self._said:
                 self._said.add(msg)
-                log.write(Text(f"{draw.human_t(t_now):>7}         {msg}", style="magenta"))
+                log.write(Text(f"{fmt.duration(t_now):>10}         {msg}", style="magenta"))
 
     def _render_doc(self, doc: Doc) -> None:
         self.query_one("#header", JobHeader).doc = doc
@@ -298,11 +299,12 @@ class PgParMonApp(App[int]):
             self.error = err
         if summary is not None:
             self.summary = summary
+            self.end = end = end_summary(summary, self.docs)
             table = self.query_one("#summary", SummaryTable)
-            table.show(summary, self.size.width)
+            table.show(end, self.size.width)
             table.display = True
-            table.border_title = (f"items (longest first) · {summary.get('state')} in "
-                                  f"{human_s(summary.get('wall_s'))}")
+            table.border_title = (f"items (longest first) · {end.facts.state} in "
+                                  f"{fmt.duration(end.facts.wall_s)}")
             self.query_one("#workers").display = False
         self._show_status()
 
@@ -320,10 +322,10 @@ class PgParMonApp(App[int]):
             t.append("⏸ PAUSED", style="bold")
             t.append(" (p resumes)")
         else:
-            t.append(f"sampling every {self.interval:g}s")
+            t.append(f"sampling every {fmt.duration(self.interval)}")
             if self.stretched is not None and self.latency is not None:
-                t.append(f" → stretched to {self.stretched:.1f}s (a tick took "
-                         f"{self.latency:.1f}s)", style="bold yellow")
+                t.append(f" → stretched to {fmt.duration(self.stretched)} (a tick took "
+                         f"{fmt.duration(self.latency)})", style="bold yellow")
         if (pos := self.feed.replay_position) is not None:
             t.append(f" · replay {pos[0]}/{pos[1]}")
         lat = ((self.last or {}).get("server") or {}).get("latency_ms")
@@ -451,7 +453,7 @@ class PgParMonApp(App[int]):
             keep = max(1, pos[0] if pos else len(self.docs))
             docs = self.docs[:keep]
             self.docs, self.timeline, self.advisor = [], TimelineBuilder(), AdviceTracker()
-            self.ended, self.summary = False, None
+            self.ended, self.summary, self.end = False, None, None
             self.query_one("#summary").display = False
             self.query_one("#workers").display = True
             for d in docs:

@@ -15,7 +15,7 @@ from typing import Any
 from rich.text import Text
 
 from ..analyze.timeline import SeriesPoint, Span
-from ..views.text import human_bytes, human_s
+from ..views import fmt
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 PHASE_STYLES: dict[str, tuple[str, str]] = {
@@ -47,22 +47,6 @@ def bar(frac: float | None, width: int, style: str = "green") -> Text:
     t = Text(s, style=style)
     t.append("░" * (width - len(s)), style="dim")
     return t
-
-
-def human_t(s: float | None) -> str:
-    """Elapsed time with tenths while short: runs are often seconds long."""
-    if s is None:
-        return "?"
-    return f"{s:.1f}s" if s < 60 else human_s(s)
-
-
-def human_count(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div:
-            return f"{n / div:.1f}{unit}"
-    return f"{n:.0f}"
 
 
 def resample(series: Sequence[SeriesPoint], width: int, t_end: float,
@@ -121,7 +105,7 @@ def throughput_chart(series: Sequence[SeriesPoint], width: int, height: int,
     body = columns(rates, rows, vmax if vmax > 0 else 1.0)
     out = Text(no_wrap=True, overflow="crop")
     for r, line in enumerate(body):
-        label = human_bytes(vmax, True) if r == 0 else ("0 B/s" if r == rows - 1 else "")
+        label = fmt.rate(vmax) if r == 0 else ("0 B/s" if r == rows - 1 else "")
         out.append(f"{label[:gutter - 1]:>{gutter - 1}}│", style="dim")
         out.append_text(line)
         out.append("\n")
@@ -141,9 +125,9 @@ def throughput_chart(series: Sequence[SeriesPoint], width: int, height: int,
 
 
 def time_axis(t_end: float, cols: int, gutter: int) -> Text:
-    left = "0s"
-    right = human_s(t_end)
-    mid = human_s(t_end / 2) if cols >= 24 else ""
+    left = "0 s"
+    right = fmt.duration(t_end)
+    mid = fmt.duration(t_end / 2) if cols >= 36 else ""
     line = [" "] * cols
     for i, ch in enumerate(left):
         if i < cols:

@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from ..views.text import human_bytes
+from ..views import fmt
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit (when the job has ended the final state stays until q)"),
@@ -72,7 +72,7 @@ class DetailsScreen(ModalScreen[None]):
             head.append(f"  blocked by {', '.join(map(str, w['blocked_by']))}",
                         style="bold red")
         head.append(f"  state {w.get('state') or '-'}  "
-                    f"done {human_bytes(w.get('bytes_done'))}")
+                    f"done {fmt.size(w.get('bytes_done'))}")
         with Vertical(id="details-box"):
             yield Static(head, id="details-head")
             yield Static(Text("query", style="bold"))

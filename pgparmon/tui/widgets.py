@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -14,7 +14,8 @@ from textual.widgets import DataTable
 
 from ..analyze.advice_live import LiveAdvice
 from ..analyze.timeline import SeriesPoint, Span
-from ..views.text import human_bytes, human_s
+from ..views import fmt
+from ..views.summary import EndSummary, ItemGroup
 from . import draw
 
 Doc = dict[str, Any]
@@ -44,7 +45,7 @@ class JobHeader(Widget):
         if j.get("format"):
             l1.append(f"  {j['format']}", style="dim")
         right = Text()
-        right.append(f"elapsed {human_s(d.get('elapsed_s'))}  ")
+        right.append(f"elapsed {fmt.duration(d.get('elapsed_s'))}  ")
         state = str(j.get("state") or "?")
         right.append(f"● {state}", style=STATE_STYLE.get(state, "bold"))
         if self.label:
@@ -62,12 +63,12 @@ class JobHeader(Widget):
         prog = j.get("progress")
         pct = f"{prog:6.1%}" if prog is not None else "   n/a"
         if j.get("eta_s") is not None:
-            eta = f"ETA {human_s(j['eta_s'])}"
+            eta = f"ETA {fmt.duration(j['eta_s'])}"
         else:
             eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
         tail = (f" {pct}  {eta}  items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
-                f"  {human_bytes(j.get('bytes_per_s'), True)}"
-                f"  {draw.human_count(j.get('tuples_per_s'))} rows/s")
+                f"  {fmt.rate(j.get('bytes_per_s'))}"
+                f"  {fmt.count(j.get('tuples_per_s'))} rows/s")
         l2 = Text(no_wrap=True, overflow="ellipsis")
         bw = max(10, w - len(tail))
         l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
@@ -162,8 +163,8 @@ class HostPanel(Widget):
         for name, d in (h.get("disks") or {}).items():
             t.append("\n")
             t.append(f"{name} ", style="bold")
-            t.append(f"r {human_bytes(d.get('read_bytes_per_s'), True)}  "
-                     f"w {human_bytes(d.get('write_bytes_per_s'), True)}")
+            t.append(f"r {fmt.rate(d.get('read_bytes_per_s'))}  "
+                     f"w {fmt.rate(d.get('write_bytes_per_s'))}")
             t.append("\n")
             aw = d.get("await_ms")
             q = d.get("queue_depth")
@@ -268,9 +269,9 @@ class WorkersTable(DataTable[Any]):
                 "phase": Text(("⚠ " if lock else "") + str(w.get("phase") or ""),
                               style=style or ("dim" if w.get("phase") == "idle" else "")),
                 "item": Text(_clip(item, widths["item"] - 1), style=style),
-                "bps": Text(human_bytes(w.get("bytes_per_s"), True)
+                "bps": Text(fmt.rate(w.get("bytes_per_s"))
                             if w.get("bytes_per_s") else "-", style=style, justify="right"),
-                "tps": Text(draw.human_count(w.get("tuples_per_s"))
+                "tps": Text(fmt.count(w.get("tuples_per_s"))
                             if w.get("tuples_per_s") else "-", style=style, justify="right"),
                 "prog": pcell,
                 "wait": Text(_clip(wait, widths["wait"] - 1),
@@ -307,42 +308,48 @@ def _clip(s: str, n: int) -> str:
 
 
 class SummaryTable(DataTable[Any]):
-    """At the end: every item with its duration and rates, longest first."""
+    """At the end: every item with its duration and rates, longest first,
+    then the short items grouped per sample interval (views/summary.py).
+    Whole names: a long one takes two lines, it is never cut."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
         self.cell_padding = 0  # as WorkersTable: cells carry their own gap
 
-    def show(self, summary: Mapping[str, Any], width: int) -> None:
+    def show(self, es: EndSummary, width: int) -> None:
         self.clear(columns=True)
-        fixed: tuple[tuple[str, str, int], ...] = (("kind", "kind", 11), ("worker", "worker", 8), ("state", "state", 9),
-                 ("duration", "dur", 9), ("bytes", "bytes", 10), ("rows", "rows", 8),
-                 ("MB/s", "mbs", 7))
+        fixed: tuple[tuple[str, str, int], ...] = (
+            ("kind", "kind", 11), ("worker", "worker", 10), ("state", "state", 9),
+            ("duration", "dur", 12), ("bytes", "bytes", 10), ("rows", "rows", 8),
+            ("bytes/s", "bps", 12))
         if width < 100:
             fixed = tuple(c for c in fixed if c[1] not in ("state", "worker"))
         item_w = max(16, min(60, width - sum(c[2] for c in fixed) - SCROLLBARS))
         self.add_column("item", width=item_w, key="item")
         for label, key, w in fixed:
             self.add_column(Text(label, justify="right") if key in ("dur", "bytes", "rows",
-                                                                    "mbs") else label,
+                                                                    "bps") else label,
                             width=w, key=key)
-        items = sorted(summary.get("items") or [], key=lambda i: -(i.get("duration_s") or 0))
         keys = [c[1] for c in fixed]
-        for it in items:
-            dur = it.get("duration_s")
-            rate = (it.get("bytes") or 0) / dur / 1e6 if dur and it.get("bytes") else None
+        measure = Console(width=item_w - 1)
+        for r in es.rows:
+            if isinstance(r, ItemGroup):
+                worker = f"{r.workers} workers" if r.workers > 1 else "-"
+                dur, bps = f"< {fmt.duration(es.interval)}", "-"
+            else:
+                worker, dur = str(r.worker or "-"), fmt.duration(r.duration_s)
+                bps = fmt.rate(r.bytes_per_s)
             cells: dict[str, Any] = {
-                "kind": str(it.get("kind") or ""),
-                "worker": str(it.get("worker") or "-"),
-                "state": Text(str(it.get("state") or ""),
-                              style="" if it.get("state") == "done" else "bold red"),
-                "dur": Text(draw.human_t(dur) if dur is not None else "-", justify="right"),
-                "bytes": Text(human_bytes(it.get("bytes")) if it.get("bytes") else "-",
-                              justify="right"),
-                "rows": Text(draw.human_count(it.get("tuples")) if it.get("tuples") else "-",
-                             justify="right"),
-                "mbs": Text(f"{rate:.1f}" if rate is not None else "-", justify="right"),
+                "kind": r.kind, "worker": worker,
+                "state": Text(r.state, style="" if r.state == "done" else "bold red"),
+                "dur": Text(dur, justify="right"),
+                "bytes": Text(fmt.size(r.bytes), justify="right"),
+                "rows": Text(fmt.count(r.rows), justify="right"),
+                "bps": Text(bps, justify="right"),
             }
-            self.add_row(_clip(str(it.get("name") or ""), item_w - 1),
-                         *(cells[k] for k in keys))
+            # folded a cell short of the column: the gap before the kind
+            lines = Text(r.name, style="dim" if isinstance(r, ItemGroup) else "",
+                         overflow="fold").wrap(measure, item_w - 1)
+            self.add_row(Text("\n").join(lines), *(cells[k] for k in keys),
+                         height=max(1, len(lines)))

@@ -7,7 +7,8 @@ from the run (table names, command lines, notes) is escaped.
 
 The analysis is the TUI's: `analyze.timeline` for the Gantt chart and the
 time series, `analyze.advice_live` for the saturation point and the -j to use
-next time, so the report says what the live screen said.
+next time, so the report says what the live screen said. The facts and
+item rows are views/summary.py's, shared with `pgparmon run` and the TUI.
 """
 
 from __future__ import annotations
@@ -16,17 +17,16 @@ import html
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from itertools import pairwise
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
-from .text import human_bytes, human_s
+from . import fmt
+from .summary import ItemRow, RunFacts, end_summary, verdict_shares
+from .text import ItemsTable, summary_head
 
 Doc = Mapping[str, Any]
 
@@ -37,117 +37,6 @@ PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
 
 def esc(x: Any) -> str:
     return html.escape("" if x is None else str(x), quote=True)
-
-
-# ---- facts -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    kind: str
-    database: str
-    jobs: int | None
-    format: str | None
-    target: str | None
-    command: str
-    server_version: str | None
-    started: str | None
-    ended: str | None
-    wall_s: float
-    state: str
-    reason: str | None
-    exit_code: int | None
-    items_done: int
-    items_total: int
-    copy_bytes: int
-    copy_rows: int
-
-
-def run_facts(samples: Sequence[Doc], summary: Doc | None, header: Doc | None) -> RunFacts:
-    first = samples[0] if samples else {}
-    last = samples[-1] if samples else {}
-    j0, j1 = first.get("job") or {}, last.get("job") or {}
-    hjob = (header or {}).get("job") or {}
-    facts = (header or {}).get("facts") or {}
-    items = (summary or {}).get("items") or []
-    server = (last.get("server") or {}).get("version") or facts.get("version")
-    cmd = j0.get("command") or hjob.get("command") or []
-    return RunFacts(
-        kind=str(j0.get("kind") or (summary or {}).get("kind") or hjob.get("kind") or "?"),
-        database=str(j0.get("database") or (summary or {}).get("database")
-                     or hjob.get("database") or "?"),
-        jobs=j0.get("jobs") or (summary or {}).get("jobs") or hjob.get("jobs"),
-        format=j0.get("format") or hjob.get("format"),
-        target=j0.get("target") or (header or {}).get("target_dir"),
-        command=" ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd),
-        server_version=server,
-        started=first.get("ts"), ended=last.get("ts"),
-        wall_s=float((summary or {}).get("wall_s") or last.get("elapsed_s") or 0.0),
-        state=str((summary or {}).get("state") or j1.get("state") or "?"),
-        reason=(summary or {}).get("reason") or j1.get("outcome"),
-        exit_code=(summary or {}).get("exit_code", j1.get("exit_code")),
-        items_done=int(j1.get("items_done") or sum(1 for i in items if i.get("state") == "done")),
-        items_total=int(j1.get("items_total") or len(items)),
-        copy_bytes=int(sum(i.get("bytes") or 0 for i in items)),
-        copy_rows=int(sum(i.get("tuples") or 0 for i in items)),
-    )
-
-
-def verdict_shares(samples: Sequence[Doc]) -> list[tuple[str, float, str]]:
-    """(bottleneck kind, seconds, its latest detail), most time first: what
-    limited the run, over the whole run rather than at one instant."""
-    secs: dict[str, float] = {}
-    detail: dict[str, str] = {}
-    for a, b in pairwise(samples):
-        bn = a.get("bottleneck") or {}
-        k = str(bn.get("kind") or "?")
-        dt = float(b.get("elapsed_s") or 0) - float(a.get("elapsed_s") or 0)
-        secs[k] = secs.get(k, 0.0) + max(0.0, dt)
-        detail[k] = str(bn.get("detail") or "")
-    return [(k, s, detail[k]) for k, s in sorted(secs.items(), key=lambda kv: -kv[1])]
-
-
-@dataclass(frozen=True)
-class ItemRow:
-    name: str
-    kind: str
-    worker: int | None
-    state: str
-    start_s: float | None  # since the first sample
-    duration_s: float | None
-    bytes: int | None
-    rows: int | None
-
-
-def item_rows(samples: Sequence[Doc], summary: Doc | None,
-              spans: Mapping[int, Sequence[Span]]) -> list[ItemRow]:
-    """Per item, longest first: from the summary when there is one (it has
-    the exact start and end), else from what the samples showed."""
-    t0 = _parse_ts(samples[0].get("ts")) if samples else None
-    out: list[ItemRow] = []
-    if summary and summary.get("items"):
-        for it in summary["items"]:
-            st = _parse_ts(it.get("started"))
-            out.append(ItemRow(str(it.get("name") or it.get("key") or "?"),
-                               str(it.get("kind") or ""), it.get("worker"),
-                               str(it.get("state") or ""),
-                               (st - t0) if st is not None and t0 is not None else None,
-                               it.get("duration_s"), it.get("bytes"), it.get("tuples")))
-    else:
-        for pid, lst in spans.items():
-            for sp in lst:
-                out.append(ItemRow(sp.item, sp.phase, pid, "running" if sp.open else "done",
-                                   sp.start, sp.end - sp.start, None, None))
-    return sorted(out, key=lambda r: (-(r.duration_s or 0), r.name))
-
-
-def _parse_ts(ts: Any) -> float | None:
-    if not ts:
-        return None
-    try:
-        return datetime.fromisoformat(str(ts)).timestamp()
-    except ValueError:
-        return None
 
 
 # ---- SVG ---------------------------------------------------------------------
@@ -190,10 +79,6 @@ def _time_ticks(t_end: float, n: int = 6) -> list[float]:
     return ticks
 
 
-def _fmt_t(t: float) -> str:
-    return f"{t:g}s" if t < 60 else human_s(t)
-
-
 def svg_chart(title: str, t_end: float, lines: Sequence[Line], *,
               y_fmt: Callable[[float], str], y_max: float | None = None,
               right: Sequence[Line] = (), right_max: float | None = None,
@@ -234,7 +119,7 @@ def svg_chart(title: str, t_end: float, lines: Sequence[Line], *,
         xx = x(t)
         out.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{mt}" y2="{mt + ph}" class="grid"/>')
         out.append(f'<text x="{xx:.1f}" y="{mt + ph + 18}" class="axis" '
-                   f'text-anchor="middle">{esc(_fmt_t(t))}</text>')
+                   f'text-anchor="middle">{esc(fmt.duration(t))}</text>')
     for ln in lines:
         out.append(_path(ln, x, lambda v: y(v, ymax), mt + ph))
     for ln in right:
@@ -300,7 +185,7 @@ def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 96
         out.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{mt}" y2="{height - mb}" '
                    'class="grid"/>')
         out.append(f'<text x="{xx:.1f}" y="{height - mb + 18}" class="axis" '
-                   f'text-anchor="middle">{esc(_fmt_t(t))}</text>')
+                   f'text-anchor="middle">{esc(fmt.duration(t))}</text>')
     for r, pid in enumerate(pids):
         top = mt + r * row_h
         out.append(f'<rect x="{ml}" y="{top + 3}" width="{pw}" height="{row_h - 6}" '
@@ -315,8 +200,8 @@ def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 96
             dur = sp.end - sp.start
             out.append(f'<g class="span"><rect x="{x0:.1f}" y="{top + 3}" width="{w:.1f}" '
                        f'height="{row_h - 6}" fill="{fill}" fill-opacity="{op}" rx="2">'
-                       f'<title>{esc(sp.item)} ({esc(sp.phase)}) {sp.start:.1f}s → '
-                       f'{sp.end:.1f}s, {dur:.1f}s</title></rect>')
+                       f'<title>{esc(sp.item)} ({esc(sp.phase)}) {fmt.duration(sp.start)} → '
+                       f'{fmt.duration(sp.end)}, {fmt.duration(dur)}</title></rect>')
             label = sp.item.split(".", 1)[1] if sp.item.startswith("public.") else sp.item
             if w > 7 * len(label) + 6:
                 out.append(f'<text x="{x0 + 4:.1f}" y="{top + row_h / 2 + 4}" '
@@ -368,7 +253,8 @@ details { margin-top: 8px; } footer { margin-top: 32px; color: var(--muted); fon
 def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
                header: dict[str, Any] | None) -> str:
     """The whole report as one HTML string (write it to a file)."""
-    facts = run_facts(samples, summary, header)
+    es = end_summary(summary, samples, header=header)
+    facts = es.facts
     tl = build(samples)
     spans = tl.spans()
     advice = advise_samples(samples)
@@ -396,7 +282,7 @@ def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
         "<h2>Host CPU</h2>", _cpu_svg(samples, tl),
         "<h2>Disks</h2>", _disk_svg(tl),
         "<h2>What limited the run</h2>", _verdicts_html(samples),
-        "<h2>Items</h2>", _items_html(item_rows(samples, summary, spans)),
+        "<h2>Items</h2>", _items_html(es.items),
         _notes_html(samples, summary),
         (f"<footer>pgparmon report · {esc(facts.kind)} · generated from "
          f"{len(samples)} samples of pgparmon.sample/1</footer>"),
@@ -406,7 +292,7 @@ def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
 
 
 def _advice_html(a: LiveAdvice, facts: RunFacts) -> str:
-    rows = "".join(f"<tr><td class=\"num\">{k}</td><td class=\"num\">{esc(human_bytes(v, True))}"
+    rows = "".join(f"<tr><td class=\"num\">{k}</td><td class=\"num\">{esc(fmt.rate(v))}"
                    f"</td><td class=\"num\">{a.steady_samples.get(k, 0)}</td></tr>"
                    for k, v in sorted(a.by_streams.items()))
     table = ("<table><tr><th class=\"num\">workers in COPY</th><th class=\"num\">throughput"
@@ -422,11 +308,11 @@ def _advice_html(a: LiveAdvice, facts: RunFacts) -> str:
 def _facts_html(f: RunFacts, header: Doc | None) -> str:
     rows = [("kind", f.kind), ("database", f.database), ("-j", f.jobs), ("format", f.format),
             ("target", f.target), ("server", f.server_version), ("started", f.started),
-            ("ended", f.ended), ("wall time", f"{human_s(f.wall_s)} ({f.wall_s:.1f} s)"),
+            ("ended", f.ended), ("wall time", fmt.duration(f.wall_s)),
             ("state", f"{f.state}" + (f" — {f.reason}" if f.reason else "")),
             ("exit code", f.exit_code), ("items", f"{f.items_done} / {f.items_total} done"),
-            ("COPY data", f"{human_bytes(f.copy_bytes)}, {f.copy_rows:,} rows"
-             + (f", {human_bytes(f.copy_bytes / f.wall_s, True)} on average"
+            ("COPY data", f"{fmt.size(f.copy_bytes)}, {fmt.count_exact(f.copy_rows)} rows"
+             + (f", {fmt.rate(f.copy_bytes / f.wall_s)} on average"
                 if f.wall_s > 0 and f.copy_bytes else ""))]
     body = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v if v is not None else '-')}</td></tr>"
                    for k, v in rows)
@@ -452,7 +338,7 @@ def _throughput_svg(tl: TimelineBuilder, facts: RunFacts) -> str:
                step=True, width=1.5)
     top = float(max([facts.jobs or 0] + [p.active_workers for p in s]) or 1)
     return svg_chart("throughput and active workers", tl.t_end, [bps],
-                     y_fmt=lambda v: human_bytes(v, True), right=[act, cps], right_max=top,
+                     y_fmt=fmt.rate, right=[act, cps], right_max=top,
                      right_fmt=lambda v: f"{v:.0f}" if v == int(v) else f"{v:.1f}",
                      right_label="workers", chart_id="throughput")
 
@@ -491,7 +377,7 @@ def _disk_svg(tl: TimelineBuilder) -> str:
                           _disk_pts(s, n, "write_bytes_per_s")))
         util.append(Line(f"{n} util %", PALETTE[(i + 3) % len(PALETTE)],
                          _disk_pts(s, n, "util_percent"), width=1.5))
-    charts = svg_chart("disk throughput", tl.t_end, lines, y_fmt=lambda v: human_bytes(v, True),
+    charts = svg_chart("disk throughput", tl.t_end, lines, y_fmt=fmt.rate,
                        right=util, right_max=100.0, right_fmt=lambda v: f"{v:.0f}%",
                        right_label="util", chart_id="disk")
     lat = [Line(f"{n} await ms", PALETTE[i % len(PALETTE)], _disk_pts(s, n, "await_ms"))
@@ -516,7 +402,7 @@ def _disk_pts(s: Sequence[SeriesPoint], name: str, key: str) -> list[tuple[float
 def _verdicts_html(samples: Sequence[Doc]) -> str:
     shares = verdict_shares(samples)
     total = sum(s for _, s, _ in shares) or 1.0
-    rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"num\">{s:.1f} s</td>"
+    rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"num\">{fmt.duration(s)}</td>"
                    f"<td class=\"num\">{100 * s / total:.0f}%</td><td>{esc(d)}</td></tr>"
                    for k, s, d in shares)
     return ('<table id="verdicts"><tr><th>limit</th><th class="num">time</th>'
@@ -524,19 +410,16 @@ def _verdicts_html(samples: Sequence[Doc]) -> str:
 
 
 def _items_html(rows: Sequence[ItemRow]) -> str:
+    """Every item, ungrouped: a file has room for all of them."""
     body = []
     for r in rows:
-        rate = (r.bytes / r.duration_s) if r.bytes and r.duration_s else None
         rps = (r.rows / r.duration_s) if r.rows and r.duration_s else None
+        cells = (fmt.duration(r.start_s), fmt.duration(r.duration_s), fmt.size(r.bytes),
+                 fmt.count_exact(r.rows), fmt.rate(r.bytes_per_s), fmt.count(rps))
         body.append(
             f"<tr><td>{esc(r.name)}</td><td>{esc(r.kind)}</td><td>{esc(r.worker or '-')}</td>"
             f"<td>{esc(r.state)}</td>"
-            f"<td class=\"num\">{'-' if r.start_s is None else f'{r.start_s:.1f} s'}</td>"
-            f"<td class=\"num\">{'-' if r.duration_s is None else f'{r.duration_s:.1f} s'}</td>"
-            f"<td class=\"num\">{esc(human_bytes(r.bytes)) if r.bytes else '-'}</td>"
-            f"<td class=\"num\">{f'{r.rows:,}' if r.rows else '-'}</td>"
-            f"<td class=\"num\">{esc(human_bytes(rate, True)) if rate else '-'}</td>"
-            f"<td class=\"num\">{f'{rps:,.0f}' if rps else '-'}</td></tr>")
+            + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")
     return ('<table id="items"><tr><th>item</th><th>kind</th><th>worker</th><th>state</th>'
             '<th class="num">start</th><th class="num">duration</th><th class="num">bytes</th>'
             '<th class="num">rows</th><th class="num">bytes/s</th><th class="num">rows/s</th>'
@@ -566,22 +449,12 @@ def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
 def render_summary_text(samples: list[dict[str, Any]],
                         summary: dict[str, Any] | None) -> RenderableType:
     """`pgparmon report FILE` without --html: the same facts and advice as
-    the HTML, as rich text (no charts)."""
-    facts = run_facts(samples, summary, None)
+    the HTML, as rich text (no charts); the items as `pgparmon run` prints
+    them at the end, whole names, short items grouped (views/summary.py)."""
+    es = end_summary(summary, samples)
     tl = build(samples)
     advice = advise_samples(samples)
-    ok = facts.state == "finished"
-    head = Text()
-    head.append(f"{facts.kind}", style="bold")
-    if facts.jobs:
-        head.append(f" -j {facts.jobs}", style="bold")
-    head.append(f" on {facts.database}: ")
-    head.append(facts.state, style="bold green" if ok else
-                "bold yellow" if facts.state == "ended" else "bold red")
-    if facts.reason:
-        head.append(f" ({facts.reason})")
-    head.append(f" in {human_s(facts.wall_s)}; {facts.items_done}/{facts.items_total} items, "
-                f"{human_bytes(facts.copy_bytes)} COPY data, {len(samples)} samples")
+    head = summary_head(es).append(f", {len(samples)} samples")
     adv = Text()
     adv.append("advice: ", style="bold")
     adv.append(advice.headline, style="bold magenta" if advice.next_jobs else "")
@@ -592,20 +465,4 @@ def render_summary_text(samples: list[dict[str, Any]],
     idle = idle_share(tl.spans(), 0.0, tl.t_end)
     idle_t = Text("idle share per worker: " + ", ".join(f"{pid} {100 * v:.0f}%"
                                                          for pid, v in idle.items()))
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    for col, just in (("item", "left"), ("kind", "left"), ("worker", "right"),
-                      ("state", "left"), ("start", "right"), ("duration", "right"),
-                      ("bytes", "right"), ("rows", "right"), ("bytes/s", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    rows = item_rows(samples, summary, tl.spans())
-    for r in rows[:30]:
-        rate = (r.bytes / r.duration_s) if r.bytes and r.duration_s else None
-        t.add_row(r.name[:48], r.kind, str(r.worker or "-"), r.state,
-                  "-" if r.start_s is None else f"{r.start_s:.1f}s",
-                  "-" if r.duration_s is None else f"{r.duration_s:.1f}s",
-                  human_bytes(r.bytes) if r.bytes else "-",
-                  f"{r.rows:,}" if r.rows else "-",
-                  human_bytes(rate, True) if rate else "-",
-                  style="red" if r.state not in ("done", "running") else None)
-    more = [Text(f"… and {len(rows) - 30} more items", style="dim")] if len(rows) > 30 else []
-    return Group(head, adv, lim, idle_t, t, *more)
+    return Group(head, adv, lim, idle_t, ItemsTable(es))

@@ -5,35 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-
-def human_bytes(n: float | None, per_s: bool = False) -> str:
-    if n is None:
-        return "-"
-    units = ["B", "kB", "MB", "GB", "TB"]
-    x = float(n)
-    i = 0
-    while abs(x) >= 1000 and i < len(units) - 1:
-        x /= 1000
-        i += 1
-    s = f"{x:.0f} {units[i]}" if i == 0 else f"{x:.1f} {units[i]}"
-    return s + ("/s" if per_s else "")
-
-
-def human_s(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = max(0.0, s)
-    if s < 60:
-        return f"{s:.0f}s"
-    m, sec = divmod(int(round(s)), 60)
-    if m < 60:
-        return f"{m}m{sec:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m"
+from . import fmt
+from .summary import EndSummary, ItemGroup
 
 
 def _bar(frac: float | None, width: int = 20) -> str:
@@ -46,11 +23,11 @@ def _bar(frac: float | None, width: int = 20) -> str:
 def headline(doc: dict[str, Any]) -> str:
     j = doc["job"]
     prog = f"{j['progress']:.1%}" if j.get("progress") is not None else "n/a"
-    eta = human_s(j.get("eta_s")) if j.get("eta_s") is not None else (j.get("eta_reason") or "?")
+    eta = fmt.duration(j["eta_s"]) if j.get("eta_s") is not None else (j.get("eta_reason") or "?")
     jobs = f" -j {j['jobs']}" if j.get("jobs") else ""
     return (f"{j['kind']}{jobs} {j.get('database') or ''} [{j['state']}] "
-            f"elapsed {human_s(doc.get('elapsed_s'))} progress {prog} ETA {eta} "
-            f"{human_bytes(j.get('bytes_per_s'), True)} "
+            f"elapsed {fmt.duration(doc.get('elapsed_s'))} progress {prog} ETA {eta} "
+            f"{fmt.rate(j.get('bytes_per_s'))} "
             f"items {j.get('items_done')}/{j.get('items_total')}")
 
 
@@ -76,15 +53,15 @@ def screen(doc: dict[str, Any]) -> Group:
         blk = f" ← {','.join(map(str, w['blocked_by']))}" if w.get("blocked_by") else ""
         t.add_row(str(w["pid"]), str(w.get("client_pid") or "-"), w["phase"],
                   (w.get("item") or w.get("relation") or "")[:40],
-                  human_bytes(w.get("bytes_per_s"), True),
+                  fmt.rate(w.get("bytes_per_s")),
                   f"{w['tuples_per_s']:.0f}" if w.get("tuples_per_s") else "-",
                   _bar(w.get("progress"), 10), (w.get("wait_event") or "CPU") + blk, style=style)
     h = doc["host"]
     host = Text(f"host CPU {h.get('cpu_percent') or 0:.0f}% (iowait "
                 f"{h.get('iowait_percent') or 0:.0f}%) per core "
                 + " ".join(f"{c or 0:.0f}" for c in h.get("per_cpu") or []))
-    disks = [Text(f"  {n}: read {human_bytes(d['read_bytes_per_s'], True)} write "
-                  f"{human_bytes(d['write_bytes_per_s'], True)} util {d['util_percent'] or 0:.0f}%"
+    disks = [Text(f"  {n}: read {fmt.rate(d['read_bytes_per_s'])} write "
+                  f"{fmt.rate(d['write_bytes_per_s'])} util {d['util_percent'] or 0:.0f}%"
                   f" await {d['await_ms'] if d['await_ms'] is not None else '-'} ms")
              for n, d in (h.get("disks") or {}).items()]
     notes = [Text(f"! {n}", style="magenta") for n in doc.get("notes") or []][-4:]
@@ -93,17 +70,66 @@ def screen(doc: dict[str, Any]) -> Group:
     return Group(head, bar, verdict, t, host, *disks, *extra, *notes)
 
 
-def summary_table(summary: dict[str, Any]) -> Group:
-    head = Text(f"{summary['kind']} on {summary.get('database')}: {summary['state']} "
-                f"({summary.get('reason') or ''}) in {human_s(summary['wall_s'])}",
-                style={"finished": "bold green", "ended": "bold yellow"}.get(summary["state"],
-                                                                            "bold red"))
-    t = Table(box=None, header_style="bold")
-    for col in ("item", "kind", "state", "duration", "rows", "bytes"):
-        t.add_column(col)
-    items = sorted(summary["items"], key=lambda i: -(i.get("duration_s") or 0))
-    for it in items[:25]:
-        t.add_row(it["name"][:48], it["kind"], it["state"], human_s(it.get("duration_s")),
-                  str(it.get("tuples") or "-"), human_bytes(it.get("bytes")))
-    more = [Text(f"… and {len(items) - 25} more items")] if len(items) > 25 else []
-    return Group(head, t, *more)
+STATE_STYLES = {"finished": "bold green", "ended": "bold yellow"}
+TERMINAL_ROWS = 40  # item rows on a terminal; `pgparmon report --html` lists every item
+
+
+def summary_head(es: EndSummary) -> Text:
+    """"pg_dump -j 4 on db: finished in 3 min 05 s; 120/120 items, 1.2 GB
+    COPY data": the first line of every end-of-run view."""
+    f = es.facts
+    head = Text()
+    head.append(f.kind + (f" -j {f.jobs}" if f.jobs else ""), style="bold")
+    head.append(f" on {f.database}: ")
+    head.append(f.state, style=STATE_STYLES.get(f.state, "bold red"))
+    if f.reason:
+        head.append(f" ({f.reason})")
+    head.append(f" in {fmt.duration(f.wall_s)}; {f.items_done}/{f.items_total} items, "
+                f"{fmt.size(f.copy_bytes)} COPY data")
+    return head
+
+
+class ItemsTable:
+    """The item rows, longest first then the groups of short items, with
+    whole names (folded onto more lines when the column is narrow, never
+    cut); on a narrow terminal the start and bytes/s columns go first, then
+    worker and rows."""
+
+    def __init__(self, es: EndSummary, limit: int = TERMINAL_ROWS) -> None:
+        self.es, self.limit = es, limit
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        es, w = self.es, options.max_width
+        drop = {"start", "bytes/s"} if w < 110 else set()
+        drop |= {"worker", "rows"} if w < 80 else set()
+        cols = [c for c in ("kind", "worker", "state", "start", "duration", "bytes", "rows",
+                            "bytes/s") if c not in drop]
+        t = Table(box=None, header_style="bold", pad_edge=False)
+        t.add_column("item", overflow="fold", ratio=1, min_width=16)
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("kind", "state") else "right",
+                         no_wrap=True)
+        for r in es.rows[:self.limit]:
+            if isinstance(r, ItemGroup):
+                cells = {"worker": f"{r.workers} workers" if r.workers > 1 else "-",
+                         "start": "-", "duration": f"< {fmt.duration(es.interval)} each",
+                         "bytes/s": "-"}
+            else:
+                cells = {"worker": str(r.worker or "-"), "start": fmt.duration(r.start_s),
+                         "duration": fmt.duration(r.duration_s), "bytes/s": fmt.rate(r.bytes_per_s)}
+            cells |= {"kind": r.kind, "state": r.state, "bytes": fmt.size(r.bytes),
+                      "rows": fmt.count_exact(r.rows)}
+            style = ("dim" if isinstance(r, ItemGroup)
+                     else "red" if r.state not in ("done", "running") else None)
+            t.add_row(r.name, *(cells[c] for c in cols), style=style)
+        yield t
+        rest = es.rows[self.limit:]
+        if rest:
+            n = sum(r.count if isinstance(r, ItemGroup) else 1 for r in rest)
+            yield Text(f"… and {n} more items (pgparmon report --html lists them all)",
+                       style="dim")
+
+
+def summary_table(es: EndSummary) -> Group:
+    """`pgparmon run`'s last print: the head line and the items."""
+    return Group(summary_head(es), ItemsTable(es))

@@ -1,0 +1,229 @@
+"""The end-of-run summary, built once for every view: `pgparmon run`'s final
+print (views/text.py), `pgparmon report` (views/report.py, terminal and
+HTML) and the TUI's end screen (tui/widgets.py, SummaryTable).
+
+`end_summary` turns the summary doc (pgparmon.summary/1) and the samples
+into facts about the run and item rows; the views only lay them out.
+
+Grouping of short items: the samples see an item that ran for less than a
+sample interval at one sample only, so its measured duration means nothing
+("done at 14.0 s, 0.0 s", 200 times over in a restore of many small
+tables). Items that are done, whose measured duration is shorter than the
+sample interval, and that finished between the same two samples are shown
+as one row per kind ("200 small tables, done between 13.0 s and 14.0 s",
+their bytes and rows summed) when there are at least GROUP_MIN of them;
+fewer stay rows of their own. Every other item is a row of its own, longest
+first; the groups follow, in time order. `EndSummary.items` keeps every
+item ungrouped (the HTML report lists them all).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+from ..analyze.timeline import build
+from . import fmt
+
+Doc = Mapping[str, Any]
+
+GROUP_MIN = 5  # this many short items finished in one interval make a group
+KIND_NOUNS = {"data": "small tables", "index": "small indexes", "constraint": "constraints"}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    kind: str
+    database: str
+    jobs: int | None
+    format: str | None
+    target: str | None
+    command: str
+    server_version: str | None
+    started: str | None
+    ended: str | None
+    wall_s: float
+    state: str
+    reason: str | None
+    exit_code: int | None
+    items_done: int
+    items_total: int
+    copy_bytes: int
+    copy_rows: int
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    name: str
+    kind: str
+    worker: int | None
+    state: str
+    start_s: float | None  # since the first sample
+    duration_s: float | None
+    bytes: int | None
+    rows: int | None
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bytes / self.duration_s if self.bytes and self.duration_s else None
+
+
+@dataclass(frozen=True)
+class ItemGroup:
+    """Short items of one kind that finished between two samples."""
+
+    kind: str
+    count: int
+    after_s: float  # the sample before they finished
+    by_s: float  # the sample that saw them done
+    bytes: int | None
+    rows: int | None
+    workers: int  # how many workers ran them
+
+    @property
+    def name(self) -> str:
+        noun = KIND_NOUNS.get(self.kind, f"{self.kind or 'other'} items")
+        return (f"{self.count} {noun}, done between {fmt.duration(self.after_s)} and "
+                f"{fmt.duration(self.by_s)}")
+
+    @property
+    def state(self) -> str:
+        return "done"
+
+
+Row = ItemRow | ItemGroup
+
+
+@dataclass(frozen=True)
+class EndSummary:
+    facts: RunFacts
+    items: list[ItemRow]  # every item, longest first
+    rows: list[Row]  # the same with short items grouped: what a terminal shows
+    interval: float | None  # the sample interval the grouping used
+
+
+def end_summary(summary: Doc | None, samples: Sequence[Doc] = (), *,
+                header: Doc | None = None, times: Sequence[float] | None = None
+                ) -> EndSummary:
+    """The summary of a run from its summary doc and samples (the first and
+    last give the job's facts; `times`, the samples' elapsed_s, default to
+    those of `samples`: a caller that kept only the first and the last
+    sample passes them)."""
+    facts = run_facts(samples, summary, header)
+    items = item_rows(samples, summary)
+    edges = list(times if times is not None
+                 else (float(d.get("elapsed_s") or 0.0) for d in samples))
+    interval = sample_interval(edges)
+    return EndSummary(facts, items, group_rows(items, edges, interval), interval)
+
+
+def sample_interval(times: Sequence[float]) -> float | None:
+    """The typical time between two samples (the median gap)."""
+    gaps = [b - a for a, b in pairwise(times) if b > a]
+    return statistics.median(gaps) if gaps else None
+
+
+def group_rows(items: Sequence[ItemRow], times: Sequence[float],
+               interval: float | None) -> list[Row]:
+    """`items` with the short ones that finished between the same two
+    samples grouped (see the module's docstring)."""
+    if not interval or len(times) < 2:
+        return list(items)
+    buckets: dict[tuple[int, str], list[ItemRow]] = {}
+    for r in items:
+        if r.state != "done" or r.start_s is None or (r.duration_s or 0.0) >= interval:
+            continue
+        end = r.start_s + (r.duration_s or 0.0)
+        i = min(max(1, bisect.bisect_left(times, end - 1e-3)), len(times) - 1)
+        buckets.setdefault((i, r.kind), []).append(r)
+    grouped = {id(r) for b in buckets.values() if len(b) >= GROUP_MIN for r in b}
+    rows: list[Row] = [r for r in items if id(r) not in grouped]
+    for (i, kind), b in sorted(buckets.items()):
+        if len(b) >= GROUP_MIN:
+            rows.append(ItemGroup(kind, len(b), times[i - 1], times[i],
+                                  sum(r.bytes or 0 for r in b) or None,
+                                  sum(r.rows or 0 for r in b) or None,
+                                  len({r.worker for r in b if r.worker is not None})))
+    return rows
+
+
+def run_facts(samples: Sequence[Doc], summary: Doc | None, header: Doc | None) -> RunFacts:
+    first = samples[0] if samples else {}
+    last = samples[-1] if samples else {}
+    j0, j1 = first.get("job") or {}, last.get("job") or {}
+    hjob = (header or {}).get("job") or {}
+    facts = (header or {}).get("facts") or {}
+    items = (summary or {}).get("items") or []
+    server = (last.get("server") or {}).get("version") or facts.get("version")
+    cmd = j0.get("command") or hjob.get("command") or []
+    return RunFacts(
+        kind=str(j0.get("kind") or (summary or {}).get("kind") or hjob.get("kind") or "?"),
+        database=str(j0.get("database") or (summary or {}).get("database")
+                     or hjob.get("database") or "?"),
+        jobs=j0.get("jobs") or (summary or {}).get("jobs") or hjob.get("jobs"),
+        format=j0.get("format") or hjob.get("format"),
+        target=j0.get("target") or (header or {}).get("target_dir"),
+        command=" ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd),
+        server_version=server,
+        started=first.get("ts"), ended=last.get("ts"),
+        wall_s=float((summary or {}).get("wall_s") or last.get("elapsed_s") or 0.0),
+        state=str((summary or {}).get("state") or j1.get("state") or "?"),
+        reason=(summary or {}).get("reason") or j1.get("outcome"),
+        exit_code=(summary or {}).get("exit_code", j1.get("exit_code")),
+        items_done=int(j1.get("items_done") or sum(1 for i in items if i.get("state") == "done")),
+        items_total=int(j1.get("items_total") or len(items)),
+        copy_bytes=int(sum(i.get("bytes") or 0 for i in items)),
+        copy_rows=int(sum(i.get("tuples") or 0 for i in items)),
+    )
+
+
+def verdict_shares(samples: Sequence[Doc]) -> list[tuple[str, float, str]]:
+    """(bottleneck kind, seconds, its latest detail), most time first: what
+    limited the run, over the whole run rather than at one instant."""
+    secs: dict[str, float] = {}
+    detail: dict[str, str] = {}
+    for a, b in pairwise(samples):
+        bn = a.get("bottleneck") or {}
+        k = str(bn.get("kind") or "?")
+        dt = float(b.get("elapsed_s") or 0) - float(a.get("elapsed_s") or 0)
+        secs[k] = secs.get(k, 0.0) + max(0.0, dt)
+        detail[k] = str(bn.get("detail") or "")
+    return [(k, s, detail[k]) for k, s in sorted(secs.items(), key=lambda kv: -kv[1])]
+
+
+def item_rows(samples: Sequence[Doc], summary: Doc | None) -> list[ItemRow]:
+    """Per item, longest first: from the summary when there is one (it has
+    the exact start and end), else from what the samples showed. Start times
+    count from the first sample (from the first item's start without
+    samples)."""
+    items = (summary or {}).get("items") or []
+    if not items:
+        spans = build(samples).spans()
+        return sorted((ItemRow(sp.item, sp.phase, pid, "running" if sp.open else "done",
+                               sp.start, sp.end - sp.start, None, None)
+                       for pid, lst in spans.items() for sp in lst),
+                      key=lambda r: (-(r.duration_s or 0), r.name))
+    starts = [_parse_ts(it.get("started")) for it in items]
+    t0 = _parse_ts(samples[0].get("ts")) if samples else None
+    if t0 is None:
+        t0 = min((s for s in starts if s is not None), default=None)
+    out = [ItemRow(str(it.get("name") or it.get("key") or "?"), str(it.get("kind") or ""),
+                   it.get("worker"), str(it.get("state") or ""),
+                   (st - t0) if st is not None and t0 is not None else None,
+                   it.get("duration_s"), it.get("bytes"), it.get("tuples"))
+           for it, st in zip(items, starts, strict=True)]
+    return sorted(out, key=lambda r: (-(r.duration_s or 0), r.name))
+
+
+def _parse_ts(ts: Any) -> float | None:
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(str(ts)).timestamp()
+    except ValueError:
+        return None
