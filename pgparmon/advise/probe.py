@@ -71,10 +71,18 @@ from ..analyze.hostrates import host_rates
 from ..analyze.progress import DEFAULT_TEXT_RATIO
 from ..analyze.saturation import FLAT_GAIN, doubling_gain
 from ..connect import ConnTarget, build_conninfo
+from ..ddl import (
+    archive_sql,
+    column_list,
+    create_table_statements,
+    index_shape,
+    index_statements,
+    split_qualified,
+)
 from ..readers.devices import device_for_path
 from ..readers.host import HostSample, read_host
 from ..redact import redact_text
-from ..toc import program_major
+from ..toc import TocError, archive_format, data_file, list_archive, program_major
 
 APP_NAME = "pgparmon-probe"
 MIN_SERVER_VERSION = 140000  # TID range scans
@@ -1301,17 +1309,6 @@ class _RestoreSource:
         return script, table, shown, heap
 
 
-_INDEX_HEAD = re.compile(
-    r'\s*CREATE\s+(UNIQUE\s+)?INDEX\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?'
-    r'(?:(?:"(?:[^"]|"")*"|[^\s"(]+)\s+)?ON\s+(?:ONLY\s+)?'
-    r'(?:"(?:[^"]|"")*"|[^\s."(]+)(?:\.(?:"(?:[^"]|"")*"|[^\s."(]+))?\s*'
-    r'((?:USING\s|\().*?)\s*;?\s*$', re.IGNORECASE | re.DOTALL)
-_CONSTRAINT_HEAD = re.compile(
-    r'\s*ALTER\s+TABLE\s+(?:ONLY\s+)?(?:"(?:[^"]|"")*"|[^\s."(]+)'
-    r'(?:\.(?:"(?:[^"]|"")*"|[^\s."(]+))?\s+ADD\s+(?:CONSTRAINT\s+(?:"(?:[^"]|"")*"|\S+)\s+)?'
-    r'(?:PRIMARY\s+KEY|UNIQUE)\s*(\([^()]*\))', re.IGNORECASE | re.DOTALL)
-
-
 def index_on_temp(stmt: str, temp: str) -> str | None:
     """The archive's CREATE [UNIQUE] INDEX (or ALTER TABLE ... ADD [CONSTRAINT
     c] PRIMARY KEY / UNIQUE (cols)) rewritten to build the same index, with
@@ -1319,13 +1316,8 @@ def index_on_temp(stmt: str, temp: str) -> str | None:
     UNIQUE: the probe loads ranges more than once on a small archive, and a
     duplicate would fail the build; the uniqueness check costs little next
     to the sort."""
-    m = _INDEX_HEAD.match(stmt)
-    if m:
-        return f"CREATE INDEX ON {temp} {m.group(2)}"
-    m = _CONSTRAINT_HEAD.match(stmt)
-    if m:
-        return f"CREATE INDEX ON {temp} {m.group(1)}"
-    return None
+    shape = index_shape(stmt)
+    return None if shape is None else f"CREATE INDEX ON {temp} {shape}"
 
 
 def _dd_bytes(path: str | None) -> float | None:
@@ -1340,59 +1332,14 @@ def _dd_bytes(path: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _split_name(name: str) -> tuple[str, str] | None:
-    """(schema, relname) of "schema.rel" / quoted forms; None if unparsable."""
-    parts = re.findall(r'"((?:[^"]|"")*)"|([^."]+)', name)
-    if len(parts) != 2:
-        return None
-    out = [q.replace('""', '"') if q else u for q, u in parts]
-    return out[0], out[1]
-
-
-def _column_list(sql: str) -> str | None:
-    """The text between the parentheses of CREATE TABLE name ( ... ), or None
-    (no column list: PARTITION OF, OF type, a statement we do not know)."""
-    m = re.match(r'\s*CREATE\s+(?:(?:GLOBAL|LOCAL)\s+)?(?:(?:TEMP|TEMPORARY|UNLOGGED)\s+)?'
-                 r'TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?'
-                 r'(?:"(?:[^"]|"")*"|[^\s."(]+)(?:\.(?:"(?:[^"]|"")*"|[^\s."(]+))?\s*\(',
-                 sql, re.IGNORECASE)
-    if not m:
-        return None
-    depth, i, n = 1, m.end(), len(sql)
-    begin = i
-    while i < n:
-        c = sql[i]
-        if c in "'\"":
-            escapes = c == "'" and i > 0 and sql[i - 1] in "eE"
-            i += 1
-            while i < n:
-                if escapes and sql[i] == "\\":
-                    i += 2
-                    continue
-                if sql[i] == c:
-                    if i + 1 < n and sql[i + 1] == c:
-                        i += 2
-                        continue
-                    break
-                i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return sql[begin:i]
-        i += 1
-    return None
-
-
 def temp_table_sql(create_sql: str | None, table: str, temp: str) -> str:
     """CREATE TEMP TABLE temp with the columns of the archive's CREATE TABLE
     (its options, INHERITS and PARTITION BY left out), or LIKE the table
     when there is no usable CREATE TABLE (the table must exist then)."""
-    cols = _column_list(create_sql) if create_sql else None
+    cols = column_list(create_sql) if create_sql else None
     if cols is not None and cols.strip():
         return f"CREATE TEMP TABLE {temp} ({cols});"
-    parts = _split_name(table)
+    parts = split_qualified(table)
     name = qualified_name(*parts) if parts else table
     return f"CREATE TEMP TABLE {temp} (LIKE {name} INCLUDING DEFAULTS INCLUDING GENERATED);"
 
@@ -1445,19 +1392,11 @@ def archive_index_sql(archive_dir: str, pg_restore: str | None = None) -> dict[s
     KEY / UNIQUE statements on it, in archive order (``pg_restore -v
     --section=post-data -f -``: the TOC only, no data read); {} when the
     archive cannot be read."""
-    from .. import toc
-
     try:
-        text = toc._run_pg_restore(["-v", "--section=post-data", "-f", "-"], archive_dir,
-                                   pg_restore, 60)
-    except toc.TocError:
+        text = archive_sql(archive_dir, "post-data", pg_restore, 60)
+    except TocError:
         return {}
-    out: dict[str, list[str]] = {}
-    # parse_post_data_sql walks the same entries in the same order
-    for e, t in zip(toc._entries(text), toc.parse_post_data_sql(text), strict=False):
-        if t.table and t.kind in ("index", "primary key", "unique"):
-            out.setdefault(t.table, []).append("\n".join(e.body).strip())
-    return out
+    return index_statements(text)
 
 
 def restore_probe_inputs(archive_dir: str, pg_restore: str | None = None,
@@ -1468,29 +1407,24 @@ def restore_probe_inputs(archive_dir: str, pg_restore: str | None = None,
     bytes (COPY text / text_ratio), and each TABLE's CREATE TABLE text (from
     ``pg_restore -v --section=pre-data -f -``: no server, no data read).
     Tables are named "schema.table" with raw names, as the TOC lists them."""
-    from .. import toc
-
-    if toc.archive_format(archive_dir) != "directory":
+    if archive_format(archive_dir) != "directory":
         raise ProbeError("the restore probe reads the data files of a directory-format "
                          "archive (pg_dump -Fd); for other formats use --history or "
                          "--from-timings")
     try:
-        _, items = toc.list_archive(archive_dir, pg_restore)
-        text = toc._run_pg_restore(["-v", "--section=pre-data", "-f", "-"], archive_dir,
-                                   pg_restore, 60)
-    except toc.TocError as exc:
+        _, items = list_archive(archive_dir, pg_restore)
+        text = archive_sql(archive_dir, "pre-data", pg_restore, 60)
+    except TocError as exc:
         raise ProbeError(str(exc)) from None
     files: list[tuple[str, str, float]] = []
     for it in items:
         if it.desc != "TABLE DATA" or it.schema is None:
             continue
-        path = toc.data_file(archive_dir, it.dump_id)
+        path = data_file(archive_dir, it.dump_id)
         if path is not None:
             files.append((f"{it.schema}.{it.tag}", str(path),
                           max(1.0, _text_size(str(path)) / text_ratio)))
-    create = {f"{e.schema}.{e.name}": "\n".join(e.body).strip()
-              for e in toc._entries(text) if e.desc == "TABLE" and e.schema is not None}
-    return files, create
+    return files, create_table_statements(text)
 
 
 def run_restore_probe(target: ConnTarget, archive_dir: str,
