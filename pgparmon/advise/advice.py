@@ -20,6 +20,7 @@ import psycopg
 from ..connect import ConnTarget, connect
 from ..exitcodes import ExitCode
 from ..readers.db import ServerFacts, read_facts
+from ..readers.files import nearest_existing as _existing_ancestor
 from ..redact import redact_text
 from ..toc import client_program, program_major
 from . import predict, usl
@@ -165,16 +166,6 @@ def parse_timings(text: str) -> dict[int, float]:
             raise AdviseError(f"--from-timings: {p!r}: jobs must be >= 1 and seconds > 0")
         acc.setdefault(j, []).append(s)
     return {j: sum(v) / len(v) for j, v in sorted(acc.items())}
-
-
-def _existing_ancestor(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
 
 
 def check_target(path: str) -> list[Warning_]:
