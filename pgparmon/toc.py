@@ -9,11 +9,11 @@ Sources, all read without touching the data:
   split using the known desc list, the schema names that the listing itself
   declares (``SCHEMA - my schema postgres``) and optional caller-supplied
   schema and owner names.
-* ``pg_restore -v --section=post-data -f - ARCHIVE``: the post-data SQL.  With
-  -v every item is preceded by ``-- TOC entry N (class C OID O)`` and
-  ``-- Dependencies: ...``, which links it to the listing by dump id; the
-  statement tells the table an index or constraint works on.
 * The files of a directory-format archive (``NNNN.dat[.gz|.lz4|.zst]``).
+
+Also here: finding and running pg_restore (and the other client programs of
+its release).  The archive's SQL (``pg_restore -f -``: post-data targets,
+CREATE TABLE / CREATE INDEX text) is read by `pgparmon.ddl`.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ _RELATION_DESCS = frozenset({"TABLE", "TABLE DATA", "FOREIGN TABLE", "MATERIALIZ
 
 def qualify(schema: str | None, name: str) -> str:
     """"schema.name" with raw (unquoted) names, the form shared by
-    TocItem.relation and PostDataTarget.table / references."""
+    TocItem.relation and ddl.PostDataTarget.table / references."""
     return f"{schema}.{name}" if schema else name
 
 
@@ -357,8 +357,11 @@ def _clean_tool_message(line: str) -> str:
     return _one_line(line)
 
 
-def _run_pg_restore(args: list[str], path: str | Path, pg_restore: str | None,
-                    timeout: float) -> str:
+def run_pg_restore(args: list[str], path: str | Path, pg_restore: str | None,
+                   timeout: float) -> str:
+    """The standard output of ``pg_restore ARGS path`` (no server: -l or -f -),
+    run in the C locale without passwords in its environment.  TocError (one
+    line) when the archive is missing, pg_restore fails or says nothing."""
     p = Path(path)
     if not p.exists():
         raise TocError(f"{p}: no such file or directory")
@@ -382,340 +385,8 @@ def list_archive(path: str | Path, pg_restore: str | None = None, timeout: float
                  schemas: Iterable[str] = (), owners: Iterable[str] = ()
                  ) -> tuple[TocHeader, list[TocItem]]:
     """Header and items of an archive (``pg_restore -l path``)."""
-    text = _run_pg_restore(["-l"], path, pg_restore, timeout)
+    text = run_pg_restore(["-l"], path, pg_restore, timeout)
     return parse_archive_listing(text, schemas=schemas, owners=owners)
-
-
-# ------------------------------------------------------- post-data SQL
-
-
-@dataclass(frozen=True)
-class PostDataTarget:
-    """A post-data item and the table it works on.  kind is one of index,
-    primary key, unique, foreign key, check, exclusion, trigger, other."""
-
-    desc: str
-    schema: str | None
-    name: str                          # the TOC tag, as in the listing
-    table: str | None                  # "schema.table" it works on (raw names)
-    references: str | None             # FK: the referenced "schema.table"
-    kind: str
-    dump_id: int | None = None         # from "-- TOC entry N" (pg_restore -v)
-    dependencies: tuple[int, ...] = ()  # dump ids from "-- Dependencies:"
-    object_name: str | None = None     # index / constraint / trigger name from the SQL
-
-
-_NAME_LINE_RE = re.compile(
-    r"^-- (?:Data for )?Name: (?P<name>.*); Type: (?P<desc>[A-Z][A-Z ]*?); "
-    r"Schema: (?P<schema>.*?); Owner: (?P<owner>.*?)(?:; Tablespace: .*)?$")
-_TOC_ENTRY_RE = re.compile(r"^-- TOC entry (\d+) \(class \d+ OID \d+\)")
-_DEPS_RE = re.compile(r"^-- Dependencies:((?: \d+)*)\s*$")
-_DESC_KIND = {"INDEX": "index", "FK CONSTRAINT": "foreign key", "TRIGGER": "trigger",
-              "EVENT TRIGGER": "trigger", "CHECK CONSTRAINT": "check"}
-_CONSTRAINT_KIND = {"PRIMARY": "primary key", "UNIQUE": "unique", "FOREIGN": "foreign key",
-                    "CHECK": "check", "EXCLUDE": "exclusion"}
-
-
-@dataclass(frozen=True)
-class _Tok:
-    kind: str   # "word" (unquoted), "qid" (quoted identifier), "str", "op"
-    text: str
-
-    def kw(self, *words: str) -> bool:
-        return self.kind == "word" and self.text.upper() in words
-
-
-_TOKEN_RE = re.compile(r"""
-    (?P<ws>\s+|--[^\n]*|/\*.*?\*/)
-  | (?P<qid>"(?:[^"]|"")*"?)
-  | (?P<str>[EeNnBbXxUu]?'(?:[^'\\]|''|\\.)*'?)
-  | (?P<dollar>\$(?P<tag>[A-Za-z_]\w*)?\$.*?(?:\$(?P=tag)\$|\Z))
-  | (?P<word>[A-Za-z_\u0080-\U0010ffff][\w$\u0080-\U0010ffff]*)
-  | (?P<num>\d+(?:\.\d*)?)
-  | (?P<op>.)
-""", re.VERBOSE | re.DOTALL)
-
-
-def _unquote(qid: str) -> str:
-    inner = qid[1:-1] if len(qid) > 1 and qid.endswith('"') else qid[1:]
-    return inner.replace('""', '"')
-
-
-def _tokens(sql: str, limit: int = 400) -> list[_Tok]:
-    """Tokens of the first statement (up to a top-level ';'); comments and
-    whitespace dropped, dollar-quoted bodies kept as one string token."""
-    toks: list[_Tok] = []
-    depth = 0
-    for m in _TOKEN_RE.finditer(sql):
-        kind, text = m.lastgroup or "op", m.group(0)
-        if kind == "ws":
-            continue
-        if kind == "op":
-            depth += {"(": 1, ")": -1}.get(text, 0)
-            if text == ";" and depth <= 0:
-                break
-        if kind == "qid":
-            text = _unquote(text)
-        toks.append(_Tok("str" if kind == "dollar" else kind, text))
-        if len(toks) >= limit:
-            break
-    return toks
-
-
-class _Cursor:
-    """A read position in a token list, with the few moves the statement
-    patterns need."""
-
-    def __init__(self, toks: list[_Tok]) -> None:
-        self.toks = toks
-        self.i = 0
-
-    def peek(self) -> _Tok | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
-
-    def at(self, *words: str) -> bool:
-        t = self.peek()
-        return t is not None and t.kw(*words)
-
-    def accept(self, *words: str) -> bool:
-        if self.at(*words):
-            self.i += 1
-            return True
-        return False
-
-    def accept_seq(self, *words: str) -> bool:
-        start = self.i
-        for w in words:
-            if not self.accept(w):
-                self.i = start
-                return False
-        return True
-
-    def ident(self) -> str | None:
-        t = self.peek()
-        if t is None or t.kind not in ("word", "qid"):
-            return None
-        self.i += 1
-        return t.text.lower() if t.kind == "word" else t.text
-
-    def qualified(self) -> list[str] | None:
-        first = self.ident()
-        if first is None:
-            return None
-        parts = [first]
-        while (t := self.peek()) is not None and t.kind == "op" and t.text == ".":
-            self.i += 1
-            nxt = self.ident()
-            if nxt is None:
-                break
-            parts.append(nxt)
-        return parts
-
-    def skip_to(self, *words: str) -> bool:
-        """Move past the next top-level keyword among words."""
-        depth = 0
-        while (t := self.peek()) is not None:
-            self.i += 1
-            if t.kind == "op" and t.text in "()":
-                depth += 1 if t.text == "(" else -1
-            elif depth == 0 and t.kw(*words):
-                return True
-        return False
-
-
-def _table_name(parts: list[str] | None, schema: str | None) -> str | None:
-    if not parts:
-        return None
-    # pg_dump (10+) always schema-qualifies; older archives rely on search_path
-    return qualify(parts[-2], parts[-1]) if len(parts) >= 2 else qualify(schema, parts[0])
-
-
-@dataclass
-class _Found:
-    table: str | None = None
-    references: str | None = None
-    kind: str | None = None
-    object_name: str | None = None
-
-
-def _parse_create_index(c: _Cursor, schema: str | None) -> _Found:
-    c.accept("CONCURRENTLY")
-    c.accept_seq("IF", "NOT", "EXISTS")
-    name = None if c.at("ON") else c.ident()
-    if not c.accept("ON"):
-        return _Found(kind="index", object_name=name)
-    c.accept("ONLY")
-    return _Found(_table_name(c.qualified(), schema), None, "index", name)
-
-
-def _parse_alter_table(c: _Cursor, schema: str | None) -> _Found:
-    c.accept_seq("IF", "EXISTS")
-    c.accept("ONLY")
-    table = _table_name(c.qualified(), schema)
-    if not c.accept_seq("ADD", "CONSTRAINT"):
-        return _Found(table=table, kind="other")
-    name = c.ident()
-    t = c.peek()
-    kind = _CONSTRAINT_KIND.get(t.text.upper(), "other") if t and t.kind == "word" else "other"
-    refs = None
-    if kind == "foreign key" and c.skip_to("REFERENCES"):
-        refs = _table_name(c.qualified(), schema)
-    return _Found(table, refs, kind, name)
-
-
-def _parse_create_trigger(c: _Cursor, schema: str | None) -> _Found:
-    name = c.ident()
-    if not c.skip_to("ON"):
-        return _Found(kind="trigger", object_name=name)
-    return _Found(_table_name(c.qualified(), schema), None, "trigger", name)
-
-
-def _parse_rule(c: _Cursor, schema: str | None) -> _Found:
-    name = c.ident()
-    if c.skip_to("TO"):
-        return _Found(_table_name(c.qualified(), schema), None, "other", name)
-    return _Found(kind="other", object_name=name)
-
-
-def _parse_policy(c: _Cursor, schema: str | None) -> _Found:
-    name = c.ident()
-    c.skip_to("ON")
-    return _Found(_table_name(c.qualified(), schema), None, "other", name)
-
-
-def _parse_statistics(c: _Cursor, schema: str | None) -> _Found:
-    c.accept_seq("IF", "NOT", "EXISTS")
-    parts = c.qualified()
-    c.skip_to("FROM")
-    return _Found(_table_name(c.qualified(), schema), None, "other", parts[-1] if parts else None)
-
-
-def _parse_create(c: _Cursor, schema: str | None) -> _Found:
-    c.accept_seq("OR", "REPLACE")
-    c.accept("UNIQUE")
-    if c.accept("INDEX"):
-        return _parse_create_index(c, schema)
-    if c.accept_seq("EVENT", "TRIGGER"):
-        return _Found(kind="trigger", object_name=c.ident())
-    c.accept("CONSTRAINT")
-    if c.accept("TRIGGER"):
-        return _parse_create_trigger(c, schema)
-    if c.accept("RULE"):
-        return _parse_rule(c, schema)
-    if c.accept("POLICY"):
-        return _parse_policy(c, schema)
-    if c.accept("STATISTICS"):
-        return _parse_statistics(c, schema)
-    return _Found()
-
-
-def _parse_statement(sql: str, schema: str | None) -> _Found:
-    """What a post-data statement works on, from its first statement."""
-    c = _Cursor(_tokens(sql))
-    if c.accept("CREATE"):
-        return _parse_create(c, schema)
-    if c.accept_seq("ALTER", "TABLE"):
-        return _parse_alter_table(c, schema)
-    if c.accept_seq("REFRESH", "MATERIALIZED", "VIEW"):
-        c.accept("CONCURRENTLY")
-        return _Found(_table_name(c.qualified(), schema), None, "other")
-    if c.accept_seq("ALTER", "PUBLICATION"):
-        c.ident()
-        if c.accept_seq("ADD", "TABLE"):
-            c.accept("ONLY")
-            return _Found(_table_name(c.qualified(), schema), None, "other")
-    return _Found()
-
-
-@dataclass
-class _Entry:
-    desc: str
-    schema: str | None
-    name: str
-    dump_id: int | None
-    deps: tuple[int, ...]
-    body: list[str]
-
-
-def _comment_meta(lines: list[str], at: int) -> tuple[int | None, tuple[int, ...]]:
-    """The TOC entry / Dependencies lines just above a '-- Name:' line."""
-    dump_id: int | None = None
-    deps: list[int] = []
-    j = at - 1
-    while j >= 0 and lines[j].startswith("--") and lines[j] != "--":
-        if m := _TOC_ENTRY_RE.match(lines[j]):
-            dump_id = int(m.group(1))
-        elif m := _DEPS_RE.match(lines[j]):
-            deps = [int(x) for x in m.group(1).split()]
-        j -= 1
-    return dump_id, tuple(dict.fromkeys(deps))  # pg_dump repeats dependencies
-
-
-_COPY_FROM_STDIN_RE = re.compile(r"^COPY .* FROM stdin;$")
-
-
-def _entries(text: str) -> list[_Entry]:
-    """The '-- Name:' blocks of a script with their SQL lines.  COPY data
-    of a full script is skipped: a row may look like a header comment."""
-    lines = [ln.rstrip("\r") for ln in text.split("\n")]
-    entries: list[_Entry] = []
-    in_copy = False
-    for i, line in enumerate(lines):
-        if in_copy:
-            in_copy = line != "\\."
-        elif m := _NAME_LINE_RE.match(line):
-            dump_id, deps = _comment_meta(lines, i)
-            schema = None if m.group("schema") == "-" else m.group("schema")
-            entries.append(_Entry(m.group("desc"), schema, m.group("name"), dump_id, deps, []))
-        elif entries and not line.startswith(("--", "\\")):
-            entries[-1].body.append(line)  # comments and psql \restrict lines are not SQL
-            in_copy = bool(_COPY_FROM_STDIN_RE.match(line))
-    return entries
-
-
-def parse_post_data_sql(text: str) -> list[PostDataTarget]:
-    """Items of a pg_dump SQL script (typically ``pg_restore [-v]
-    --section=post-data -f -``): for each ``-- Name: ...; Type: ...`` block,
-    the table its statement works on and what kind of build it is.
-    dump_id / dependencies are filled only when the script was made with -v."""
-    out: list[PostDataTarget] = []
-    for e in _entries(text):
-        found = _parse_statement("\n".join(e.body), e.schema)
-        # the statement decides (CONSTRAINT -> primary key / unique ...);
-        # the desc is the fallback when it could not be read
-        stated = found.kind if found.kind not in (None, "other") else None
-        kind = stated or _DESC_KIND.get(e.desc, "other")
-        out.append(PostDataTarget(e.desc, e.schema, e.name, found.table, found.references,
-                                  kind, e.dump_id, e.deps, found.object_name))
-    return out
-
-
-def link_targets(targets: Iterable[PostDataTarget], items: Iterable[TocItem]
-                 ) -> dict[int, PostDataTarget]:
-    """Key post-data targets by dump id: their own (from -v output) or, when
-    missing, the listing item with the same (desc, schema, tag)."""
-    by_name: dict[tuple[str, str | None, str], int] = {}
-    for it in items:
-        by_name.setdefault((it.desc, it.schema, it.tag), it.dump_id)
-    linked: dict[int, PostDataTarget] = {}
-    for t in targets:
-        dump_id = t.dump_id if t.dump_id is not None else by_name.get((t.desc, t.schema, t.name))
-        if dump_id is not None:
-            linked[dump_id] = t
-    return linked
-
-
-def post_data_targets(path: str | Path, pg_restore: str | None = None, timeout: float = 30
-                      ) -> dict[int, PostDataTarget]:
-    """For each post-data item of an archive (INDEX, CONSTRAINT, FK
-    CONSTRAINT, TRIGGER, RULE, ...), keyed by dump id: the table it works
-    on.  Reads only the TOC (``pg_restore -v --section=post-data -f -``)."""
-    text = _run_pg_restore(["-v", "--section=post-data", "-f", "-"], path, pg_restore, timeout)
-    targets = parse_post_data_sql(text)
-    if all(t.dump_id is not None for t in targets):
-        return link_targets(targets, ())
-    _, items = list_archive(path, pg_restore, timeout)
-    return link_targets(targets, items)
 
 
 # --------------------------------------------------------- archive files

@@ -1,4 +1,4 @@
-"""pgparmon.advise.probe: the calibration probe (docs/advise.md, "Evidence
+"""pgparmon.advise.probe (a package): the calibration probe (docs/advise.md, "Evidence
 sources" 1): a real probe on a small table within its budget, the psql
 environment (no connection settings on argv), and cleanup on every way out."""
 
@@ -32,9 +32,13 @@ from pgparmon.advise.probe import (
     restore_probe_inputs,
     run_probe,
     run_restore_probe,
+    steps,
     stream_plan,
     temp_table_sql,
 )
+from pgparmon.advise.probe.dump import BlockRanges
+from pgparmon.advise.probe.restore import exact_text_size
+from pgparmon.advise.probe.restore_ranges import DataFile, RestoreSource
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
 
@@ -90,7 +94,7 @@ def popen_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[list[str
             calls.append(([str(x) for x in args], kw.get("env")))
             super().__init__(args, *a, **kw)
 
-    monkeypatch.setattr(probe.subprocess, "Popen", Recording)
+    monkeypatch.setattr(subprocess, "Popen", Recording)
     yield calls
 
 
@@ -253,7 +257,7 @@ def test_interrupt_removes_scratch(cluster: Cluster, probe_db: dict[str, int], w
         assert len([p for p in workdir.iterdir() if p.name.startswith(".pgparmon-probe-")]) == 1
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(probe, "read_host", interrupted)
+    monkeypatch.setattr(steps, "read_host", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_probe(_target(cluster), _tables(probe_db), str(workdir), budget_s=6,
                   max_streams=2, server_version_num=150000)
@@ -275,7 +279,7 @@ def test_ranges_are_disjoint_then_reused() -> None:
     a = ProbeTable.of("s", 'we"ird', 100)
     b = ProbeTable.of("s", "b", 30)
     assert a.name == '"s"."we""ird"'
-    r = probe._Ranges([b, a, ProbeTable.of("s", "empty", 0)])
+    r = BlockRanges([b, a, ProbeTable.of("s", "empty", 0)])
     seen: list[tuple[str, int, int]] = []
     while not r.reused:
         t, lo, hi = r.take(16)
@@ -472,17 +476,17 @@ def test_restore_ranges_of_many_small_files(tmp_path: Path) -> None:
     for n in range(40):
         path = tmp_path / f"{n}.dat.gz"
         _gz(path, 200)
-        text = probe._exact_text_size(str(path))
+        text = exact_text_size(str(path))
         assert text is not None and text > 2000  # the gzip trailer: the exact text size
-        files.append(probe._DataFile(f"public.s{n}", str(path), text / 0.85, f"f{n}.dat.gz",
-                                     "gzip", text=text))
+        files.append(DataFile(f"public.s{n}", str(path), text / 0.85, f"f{n}.dat.gz",
+                              "gzip", text=text))
     big = tmp_path / "big.dat.gz"
     _gz(big, 20000)
-    files.append(probe._DataFile("public.big", str(big), 30e6, "fbig.dat.gz", "gzip",
-                                 text=probe._exact_text_size(str(big))))
+    files.append(DataFile("public.big", str(big), 30e6, "fbig.dat.gz", "gzip",
+                          text=exact_text_size(str(big))))
     create = {f.table: f"CREATE TABLE {f.table} (id integer, t text);" for f in files}
     create["public.big"] = "CREATE TABLE public.big (id bigint, t text);"
-    src = probe._RestoreSource(files, create, str(tmp_path), 0.85)
+    src = RestoreSource(files, create, str(tmp_path), 0.85)
     s = SimpleNamespace(created=set(), loaded={}, exact={}, table_of={})
 
     r = src.take(s, 1e6)  # the largest file first: its first lines, counted by dd

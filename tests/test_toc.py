@@ -1,4 +1,4 @@
-"""toc.py: archive listings, post-data targets, data files, formats.
+"""toc.py and ddl.py: archive listings, post-data targets, data files, formats.
 
 Golden files in tests/golden/toc/:
   captured_*   verbatim output of PostgreSQL 15 pg_restore on archives of
@@ -23,19 +23,21 @@ from pathlib import Path
 import pytest
 
 from pgparmon.cluster import Cluster, ClusterError, find_bindir, start_cluster
-from pgparmon.toc import (
+from pgparmon.ddl import (
     PostDataTarget,
+    link_targets,
+    parse_post_data_sql,
+    post_data_targets,
+)
+from pgparmon.toc import (
     TocError,
     TocItem,
     archive_format,
     data_file,
     data_file_id,
-    link_targets,
     list_archive,
     parse_archive_listing,
     parse_listing,
-    parse_post_data_sql,
-    post_data_targets,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "toc"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..readers.db import ServerFacts
+from ..readers.files import nearest_existing
 from ..redact import redact_text
 from ..toc import client_program, program_major
 from ..views import fmt
@@ -30,16 +31,6 @@ class Caution:
 
 
 # ---------------------------------------------------------- the target
-
-
-def existing_ancestor(path: str) -> str:
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
 
 
 def check_target(path: str) -> list[Caution]:
@@ -62,7 +53,7 @@ def check_target(path: str) -> list[Caution]:
         except OSError:
             pass
     else:
-        anc = existing_ancestor(ap)
+        anc = nearest_existing(ap)
         if not os.path.isdir(anc) or not os.access(anc, os.W_OK | os.X_OK):
             raise AdviseError(f"--target {path}: cannot create it ({anc} is not a writable "
                               "directory): give a directory you can write")
@@ -181,7 +172,7 @@ def space_warning(req: Request, inv: Inventory, probe_json: dict[str, Any] | Non
         ratio = req.compression.ratio_guess()
     est = inv.data_bytes * ratio
     try:
-        free = float(shutil.disk_usage(existing_ancestor(req.target_dir)).free)
+        free = float(shutil.disk_usage(nearest_existing(req.target_dir)).free)
     except OSError:
         return []
     if free >= est:

@@ -26,13 +26,14 @@ import psycopg
 from .. import sql
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
+from ..ddl import post_data_targets
 from ..jobs.base import Job
 from ..jobs.pg_dump import plan_tables
 from ..jobs.pg_restore import plan_archive
 from ..readers import procs
 from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
-from ..toc import TocError, archive_format, list_archive, post_data_targets
+from ..toc import TocError, archive_format, list_archive
 
 
 class InventoryError(ValueError):

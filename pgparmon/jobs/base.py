@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..cmdline import ClientArgs
+from ..ddl import PostDataTarget
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
-from ..toc import PostDataTarget, TocItem
+from ..toc import TocItem
 
 if TYPE_CHECKING:
     from ..analyze.items import Item
@@ -83,7 +84,7 @@ class PlanInputs:
     toc: list[dict[str, Any]] | None = None  # archive TOC entries (toc.TocItem as dicts)
     tables: list[list[Any]] | None = None  # the catalog's tables (sql/tables_*.sql rows)
     file_sizes: dict[str, float] | None = None  # never-vacuumed tables' on-disk bytes
-    targets: dict[str, Any] | None = None  # post-data items' tables (toc.PostDataTarget)
+    targets: dict[str, Any] | None = None  # post-data items' tables (ddl.PostDataTarget)
     archive_files: dict[str, Any] | None = None  # dump id -> (path, bytes) of data files
     error: str | None = None  # why there is no plan (said once to the user)
 

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item
 from ..cmdline import ClientArgs
+from ..ddl import PostDataTarget, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
-from ..toc import PostDataTarget, TocError, TocItem, data_file, list_archive, post_data_targets
+from ..toc import TocError, TocItem, data_file, list_archive
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
 from .registry import program_of
 

@@ -1,4 +1,6 @@
-"""Sizes read from the server's own files, when we run on its host."""
+"""Files on this host: sizes read from the server's own files (when we run on
+its host), and the nearest existing directory of a path that is yet to be
+made (a dump target)."""
 
 from __future__ import annotations
 
@@ -27,3 +29,15 @@ def table_file_sizes(data_directory: str | None, tables: list[list[Any]]) -> dic
         if total:
             out[f"{t[1]}.{t[2]}"] = float(total)
     return out
+
+
+def nearest_existing(path: str, *, dirs_only: bool = False) -> str:
+    """path made absolute if it exists, else its nearest ancestor that does
+    (dirs_only: that is a directory); the root when none does."""
+    p = os.path.abspath(path)
+    while not (os.path.isdir(p) if dirs_only else os.path.exists(p)):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p

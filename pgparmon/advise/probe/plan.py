@@ -1,0 +1,186 @@
+"""The plan of a probe: which steps, how long each, within the budget.
+
+A short warm-up at k=1 (not counted; its rate sizes the ranges), then
+k = 1, 2, 4, ... up to max_streams, stopping when a doubling gains under 10%
+(or throughput drops), then one point between the last two.  The time of
+each step comes from the budget, which the whole probe keeps: a step that
+would run past it is cut off (and dropped) and the probe returns what it has.
+Also the checks and notes the dump and restore probes share.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any
+
+from ...analyze.saturation import FLAT_GAIN, doubling_gain
+from ...readers.devices import device_for_path
+from ...views import fmt
+from .results import ProbeError, ProbePoint
+from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
+
+# Step timing (seconds).  A step shorter than MIN_STEP_S is noise; longer than
+# MAX_STEP_S adds nothing to a steady rate but time.
+MIN_STEP_S = 1.5
+MAX_STEP_S = 6.0
+# Below this the probe cannot measure anything worth fitting.
+MIN_BUDGET_S = 2.0
+# Kept free at the end of the budget for removing the scratch directory.
+CLEANUP_RESERVE_S = 0.25
+# A step lasts its planned time plus the tail of the ranges in flight:
+# ranges are sized to about 1/RANGES_PER_STEP of the step.
+RANGES_PER_STEP = 6
+MIN_RANGE_S = 0.15
+# The warm-up's first range; each range after it is twice the one before.
+WARMUP_FIRST_BYTES = 256 * 1024.0
+# X(2) above this many times X(1) is superlinear: k=1 was cold, measure again.
+SUPERLINEAR = 2.2
+
+
+def _gain(a: ProbePoint, b: ProbePoint) -> float:
+    return doubling_gain(a.streams, a.bytes_per_s, b.streams, b.bytes_per_s)
+
+
+def stream_plan(max_streams: int) -> list[int]:
+    """1, 2, 4, ... up to max_streams (and max_streams itself)."""
+    ks, k = [], 1
+    while k <= max_streams:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != max_streams:
+        ks.append(max_streams)
+    return ks
+
+
+def check_args(budget_s: float, max_streams: int) -> None:
+    """ProbeError for a budget too short to measure or no streams."""
+    if not budget_s >= MIN_BUDGET_S:
+        raise ProbeError(f"a probe budget of {budget_s:g} s is too short to measure anything "
+                         f"(give at least {MIN_BUDGET_S:g} s)")
+    if max_streams < 1:
+        raise ProbeError("max_streams must be at least 1")
+
+
+def probe_device(path: str, notes: list[str]) -> str | None:
+    """The block device that holds path, or None with a note saying so."""
+    try:
+        device = device_for_path(path)
+    except OSError:
+        device = None
+    if device is None:
+        notes.append(f"no block device found for {path}: disk metrics not measured")
+    return device
+
+
+def cpu_note(probe: StepRunner, points: list[ProbePoint], notes: list[str]) -> None:
+    """A note when the server's CPU could not be measured."""
+    if points and probe.server_cpu_missing:
+        notes.append("server CPU not measured (the server is not on this host, or its "
+                     "processes cannot be read)")
+
+
+def run_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
+              budget_s: float, max_streams: int, finale: Any = None) -> list[ProbePoint]:
+    """The steps (see the module's docstring), then the scratch directory
+    removed whatever happened.  finale: see StepRunner.run_step."""
+    points: dict[int, ProbePoint] = {}
+    try:
+        try:
+            _measure(probe, points, notes, t_start, budget_s, max_streams, finale)
+        except OSError as exc:
+            raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return sorted(points.values(), key=lambda p: p.streams)
+
+
+def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str], t_start: float,
+             budget_s: float, max_streams: int, finale: Any = None) -> None:
+    deadline = t_start + budget_s - CLEANUP_RESERVE_S
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    # Warm-up: one stream, ranges growing from a few blocks, about 5% of the
+    # budget; it also finds a missing table or a lock before anything counts.
+    warm_s = min(1.0, max(0.2, 0.05 * budget_s))
+    try:
+        warm = probe.run_step(1, warm_s, WARMUP_FIRST_BYTES, deadline, grow=True,
+                              finale=finale)
+    except Aborted:
+        notes.append("the budget ran out during the warm-up: nothing measured")
+        return
+    per_stream = max(warm.bytes_per_s, 1e6)  # heap bytes/s of one stream, estimated
+
+    plan = stream_plan(max_streams)
+    doubling: list[int] = []  # measured stream counts of the 1, 2, 4, ... sequence
+    stopped = False  # a doubling gained under FLAT_GAIN
+    repeated_one = False
+    extra = 1 if max_streams >= 3 else 0  # room for a point between two doublings
+
+    def step(k: int, steps_left: int) -> ProbePoint | None:
+        nonlocal per_stream
+        avail = left()
+        # a step lasts its time plus the ranges in flight at its end (a
+        # range is about 1/RANGES_PER_STEP of it; allow for two)
+        stretch = 1 + 2 / RANGES_PER_STEP
+        t_step = (avail / max(1, steps_left) - STEP_OVERHEAD_S) / stretch
+        t_step = min(MAX_STEP_S, t_step)
+        if t_step < MIN_STEP_S:
+            # fewer steps will fit: each still long enough to be steady
+            t_step = min(MIN_STEP_S, (avail - STEP_OVERHEAD_S) / stretch)
+        if t_step < MIN_STEP_S / 2:
+            return None
+        range_s = max(MIN_RANGE_S, t_step / RANGES_PER_STEP)
+        try:
+            p = probe.run_step(k, t_step, per_stream * range_s, deadline)
+        except Aborted:
+            notes.append(f"the step with {k} streams ran into the budget and was dropped")
+            return None
+        if p.bytes_per_s > 0:
+            per_stream = p.bytes_per_s / k
+        return p
+
+    i = 0
+    while i < len(plan):
+        k = plan[i]
+        # steps still planned: this one, the rest of the doublings, a midpoint
+        p = step(k, len(plan) - i + extra)
+        if p is None:
+            if not doubling or k > doubling[-1]:
+                notes.append(f"the budget of {budget_s:g} s allowed up to "
+                             f"{max(doubling) if doubling else 0} of {max_streams} streams")
+            return
+        points[k] = p
+        if doubling:
+            prev = points[doubling[-1]]
+            if (not repeated_one and doubling[-1] == 1 and k == 2
+                    and p.bytes_per_s > SUPERLINEAR * prev.bytes_per_s):
+                # superlinear: k=1 was cold; measure it again, then go on
+                repeated_one = True
+                again = step(1, len(plan) - i + extra)
+                if again is not None:
+                    notes.append(f"1 stream measured again: {fmt.rate(prev.bytes_per_s)} the "
+                                 f"first time, then {fmt.rate(again.bytes_per_s)} (cold start)")
+                    points[1] = again
+                    prev = again
+            doubling.append(k)
+            if _gain(prev, p) < FLAT_GAIN:
+                stopped = True
+                break
+        else:
+            doubling.append(k)
+        i += 1
+
+    # one point between the last two, when it tells where the knee is (the
+    # curve flattened) or the fit needs it (fewer than 4 points)
+    if len(doubling) >= 2:
+        a, b = doubling[-2], doubling[-1]
+        mid = (a + b) // 2
+        if a < mid < b and mid not in points and (stopped or len(points) < 4):
+            p = step(mid, 1)
+            if p is not None:
+                points[mid] = p
+            elif not any("ran into the budget" in n for n in notes):
+                notes.append(f"no time left in the budget for the point at {mid} streams")

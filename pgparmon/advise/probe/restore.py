@@ -1,0 +1,263 @@
+"""The restore probe (`run_restore_probe`): X(k) of a restore's data phase.
+
+It uses the dump probe's streams the other way round: ``\\copy tmp FROM
+PROGRAM 'gzip -dc NNNN.dat.gz'`` into a temporary clone of the table
+(read-write session, temporary tables only); the ranges are data files
+(`restore_ranges`).  After the warm-up, its session times one index build
+on what it loaded (`ProbeResult.build_s_per_byte`).  temp_buffers is left at
+the server's default: 128MB measured no faster here (a bigger local buffer
+pool makes each TRUNCATE and the first use dearer).
+
+Its inputs come from the archive without a server (`restore_probe_inputs`,
+`archive_index_sql`): the data files with their sizes, and the CREATE TABLE
+and CREATE INDEX text read by `pgparmon.ddl`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...analyze.progress import DEFAULT_TEXT_RATIO
+from ...connect import ConnTarget
+from ...ddl import archive_sql, create_table_statements, index_statements
+from ...toc import TocError, archive_format, data_file, list_archive
+from ...views import fmt
+from .plan import CLEANUP_RESERVE_S, check_args, cpu_note, probe_device, run_steps
+from .psql import checked_psql, error_line, is_local_host, psql_env
+from .restore_ranges import DataFile, RestoreSource
+from .results import GB, ProbeError, ProbeResult
+from .steps import StepRunner
+from .streams import Stream
+
+# Decompressor per data file suffix (pg_dump -Fd: NNNN.dat[.gz|.lz4|.zst]).
+_DECOMPRESSORS = {".gz": "gzip", ".lz4": "lz4", ".zst": "zstd"}
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_./+-]+$")
+# The index build after the warm-up: at most this share of the budget (a
+# statement_timeout), and only when this much of the budget is left.
+INDEX_SHARE = 0.15
+INDEX_MIN_LEFT_S = 1.5
+
+
+def _text_size(path: str) -> float:
+    """COPY text bytes of a data file: a gzip trailer's size when it is
+    plausible (it is the size modulo 4 GiB), else a typical ratio."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return 0.0
+    if path.endswith(".gz"):
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, size - 4))
+                isize = int.from_bytes(f.read(4), "little")
+        except OSError:
+            isize = 0
+        return float(isize) if isize >= size and size < 2**32 else size / 0.3
+    if path.endswith((".zst", ".lz4")):
+        return size / 0.4
+    return float(size)
+
+
+def exact_text_size(path: str) -> float | None:
+    """The COPY text bytes of a whole data file when known exactly: a plain
+    file's size, a gzip file's trailer (ISIZE, when plausible); else None."""
+    if path.endswith((".zst", ".lz4")):
+        return None
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if not path.endswith(".gz"):
+        return float(size)
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return None
+            f.seek(max(0, size - 4))
+            isize = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return None
+    # ISIZE is the length modulo 4 GiB: trusted below that only
+    return float(isize) if size < 2**31 and isize >= size // 2 else None
+
+
+def archive_index_sql(archive_dir: str, pg_restore: str | None = None) -> dict[str, list[str]]:
+    """table ("schema.table") -> the archive's CREATE INDEX and ADD PRIMARY
+    KEY / UNIQUE statements on it, in archive order (``pg_restore -v
+    --section=post-data -f -``: the TOC only, no data read); {} when the
+    archive cannot be read."""
+    try:
+        text = archive_sql(archive_dir, "post-data", pg_restore, 60)
+    except TocError:
+        return {}
+    return index_statements(text)
+
+
+def restore_probe_inputs(archive_dir: str, pg_restore: str | None = None,
+                         text_ratio: float = DEFAULT_TEXT_RATIO
+                         ) -> tuple[list[tuple[str, str, float]], dict[str, str]]:
+    """(data_files, create_sql) of a directory-format archive for
+    run_restore_probe: each TABLE DATA item's file with its size in heap
+    bytes (COPY text / text_ratio), and each TABLE's CREATE TABLE text (from
+    ``pg_restore -v --section=pre-data -f -``: no server, no data read).
+    Tables are named "schema.table" with raw names, as the TOC lists them."""
+    if archive_format(archive_dir) != "directory":
+        raise ProbeError("the restore probe reads the data files of a directory-format "
+                         "archive (pg_dump -Fd); for other formats use --history or "
+                         "--from-timings")
+    try:
+        _, items = list_archive(archive_dir, pg_restore)
+        text = archive_sql(archive_dir, "pre-data", pg_restore, 60)
+    except TocError as exc:
+        raise ProbeError(str(exc)) from None
+    files: list[tuple[str, str, float]] = []
+    for it in items:
+        if it.desc != "TABLE DATA" or it.schema is None:
+            continue
+        path = data_file(archive_dir, it.dump_id)
+        if path is not None:
+            files.append((f"{it.schema}.{it.tag}", str(path),
+                          max(1.0, _text_size(str(path)) / text_ratio)))
+    return files, create_table_statements(text)
+
+
+def run_restore_probe(target: ConnTarget, archive_dir: str,
+                      data_files: list[tuple[str, str, float]] | None = None,
+                      create_sql: dict[str, str] | None = None, *,
+                      budget_s: float, max_streams: int, server_version_num: int,
+                      text_ratio: float = DEFAULT_TEXT_RATIO,
+                      index_sql: Mapping[str, Sequence[str]] | None = None) -> ProbeResult:
+    """Measure X(k) of a restore's data phase within budget_s seconds: k
+    sessions COPY FROM the archive's data files (through their decompressor)
+    into temporary clones of the tables; and, after the warm-up, the time of
+    one index build (ProbeResult.build_s_per_byte).
+
+    data_files: (table as "schema.name", path of NNNN.dat[.gz|.lz4|.zst],
+    size) with size the file's work in heap bytes (the order, and whether a
+    file is loaded whole or a range of its first lines, use it). create_sql:
+    table -> the archive's CREATE TABLE text (a table missing here must exist
+    in the target database: LIKE is used).  Either left out (None): read from
+    the archive (`restore_probe_inputs`).  Work unit: heap bytes = COPY text
+    bytes / text_ratio.  index_sql: table -> the archive's CREATE INDEX (or
+    ALTER TABLE ... ADD PRIMARY KEY / UNIQUE) statements for it: the index
+    build after the warm-up copies the first one that `index_on_temp` can
+    rewrite, on the temporary table the warm-up loaded most into; without one,
+    a btree on its first column.
+
+    build_s_per_byte: seconds of that build / heap bytes (COPY text bytes /
+    text_ratio) in the temporary table, one session, on what the warm-up
+    loaded (tens of MB): so a build on a table of B heap bytes takes about
+    build_s_per_byte * B seconds with nothing else running.  The build runs
+    outside the timed steps, under a statement_timeout of INDEX_SHARE of the
+    budget, and only when INDEX_MIN_LEFT_S are left after the warm-up.
+
+    What it does not measure: WAL and the table's own writes (temporary
+    tables have neither; a real index build writes WAL); it measures parsing
+    and inserting, and decompression on the client.  The session is read-write
+    (temporary tables need that); nothing outside the session is touched."""
+    t_start = time.monotonic()
+    del server_version_num  # COPY FROM works on any version; kept for symmetry
+    if not isinstance(archive_dir, (str, os.PathLike)):
+        raise ProbeError("the restore probe needs the archive's directory (a path)")
+    archive_dir = os.fspath(archive_dir)
+    check_args(budget_s, max_streams)
+    if data_files is None or create_sql is None:
+        found_files, found_create = restore_probe_inputs(archive_dir, text_ratio=text_ratio)
+        data_files = found_files if data_files is None else data_files
+        create_sql = found_create if create_sql is None else create_sql
+    if index_sql is None:
+        index_sql = archive_index_sql(archive_dir)
+    if not data_files:
+        raise ProbeError("the archive has no table data to probe")
+    psql = checked_psql()
+    env = psql_env(target, statement_timeout_ms=int((budget_s + 30) * 1000), read_only=False)
+    notes: list[str] = []
+    device = probe_device(archive_dir, notes)
+    try:
+        scratch = tempfile.mkdtemp(prefix="pgparmon-restore-probe-")
+    except OSError as exc:
+        raise ProbeError(f"cannot make a scratch directory: {exc.strerror or exc}") from None
+    try:
+        files: list[DataFile] = []
+        kinds: set[str] = set()
+        for n, (table, path, size) in enumerate(data_files):
+            suffix = os.path.splitext(path)[1]
+            dec: str | None = None
+            if suffix in _DECOMPRESSORS:
+                tool = _DECOMPRESSORS[suffix]
+                found = shutil.which(tool)
+                if found is None:
+                    raise ProbeError(f"the probe decompresses {os.path.basename(path)} with the "
+                                     f"{tool} command, which is not installed (or not on PATH)")
+                dec = found if _SAFE_WORD.match(found) else tool
+                kinds.add(tool)
+            else:
+                kinds.add("none")
+            link = f"f{n}{suffix if suffix in _DECOMPRESSORS else '.dat'}"
+            try:
+                os.symlink(os.path.abspath(path), os.path.join(scratch, link))
+            except OSError as exc:
+                raise ProbeError(f"cannot use {path}: {exc.strerror or exc}") from None
+            if not os.path.exists(os.path.join(scratch, link)):
+                raise ProbeError(f"{path}: no such file")
+            files.append(DataFile(table, path, float(size), link, dec,
+                                  text=exact_text_size(path)))
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    source = RestoreSource(files, create_sql, scratch, text_ratio)
+    probe = StepRunner(psql=psql, comp=None, env=env, scratch=scratch, source=source,
+                       device=device, local=is_local_host(env.get("PGHOST")),
+                       connect_timeout_s=float(target.connect_timeout_s))
+    built: dict[str, Any] = {}
+
+    def finale(s: Stream) -> str | None:
+        # the index build, after the warm-up's last range, in its session
+        left = t_start + budget_s - CLEANUP_RESERVE_S - time.monotonic()
+        if left < INDEX_MIN_LEFT_S:
+            notes.append("no time left in the budget for the index build")
+            return None
+        got = source.index_script(s, index_sql, min(INDEX_SHARE * budget_s, left / 4))
+        if got is None:
+            notes.append("the warm-up loaded too little to time an index build on")
+            return None
+        script, table, shown, heap = got
+        built.update(stream=s, table=table, index=shown, heap_bytes=heap)
+        return script
+
+    points = run_steps(probe, scratch, notes, t_start, budget_s, max_streams, finale)
+    build_s_per_byte = None
+    build: dict[str, Any] | None = None
+    s_ix = built.pop("stream", None)
+    if s_ix is not None:
+        res_ix = s_ix.index_result
+        if res_ix is not None and res_ix[1] > 0 and built["heap_bytes"] > 0:
+            build = dict(built, seconds=round(res_ix[0], 6))
+            build_s_per_byte = res_ix[0] / built["heap_bytes"]
+        elif res_ix is not None and res_ix[0] >= 0.9 * min(INDEX_SHARE * budget_s, 1e9):
+            notes.append(f"the index build on {built['table']} took longer than the probe "
+                         f"allows ({res_ix[0]:.1f} s): not measured")
+        else:
+            err = error_line(s_ix.other)
+            notes.append(f"the index build on {built['table']} failed"
+                         + (f": {err}" if err else ""))
+    if source.reused:
+        notes.append("the archive's data files were read more than once (the archive is "
+                     "small): the cache helped and the throughput may be optimistic")
+    notes.append("restore probe: COPY into temporary tables (no WAL): parsing, inserting "
+                 "and decompression only")
+    if build_s_per_byte is not None and build is not None:
+        notes.append(f"index build: {build['index']} on {fmt.size(build['heap_bytes'])} of "
+                     f"{build['table']} in {build['seconds']:.3f} s "
+                     f"({build_s_per_byte * GB:.2f} s/GB)")
+    cpu_note(probe, points, notes)
+    label = kinds.pop() if len(kinds) == 1 else "mixed"
+    return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
+                       compression=label, ratio=None, device=device, notes=notes,
+                       build_s_per_byte=build_s_per_byte, build=build)

@@ -1,0 +1,120 @@
+"""What the calibration probe returns (`ProbeResult`: its points and
+notes), the tables it may read (`ProbeTable`), and its error (`ProbeError`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GB = 1e9
+
+
+class ProbeError(Exception):
+    """The probe could not run or measure: a one-line, user-facing message."""
+
+
+@dataclass(frozen=True)
+class ProbeTable:
+    """A table the probe may read.  name: the qualified name for messages
+    (the SQL is built from schema and relname, quoted here).  relpages: from
+    pg_class (never pg_relation_size)."""
+
+    name: str
+    schema: str
+    relname: str
+    relpages: int
+
+    @classmethod
+    def of(cls, schema: str, relname: str, relpages: int) -> ProbeTable:
+        return cls(qualified_name(schema, relname), schema, relname, int(relpages))
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """One step: `streams` streams for elapsed_s seconds.
+
+    heap_bytes: heap bytes of the ranges copied; out_bytes: bytes written
+    (compressed); elapsed_s: the step's time as throughput sees it (from the
+    first COPY to the files fsynced, with the ragged end, where some streams
+    had already finished their last range, counted at its average);
+    bytes_per_s = heap_bytes / elapsed_s, the total of all streams.
+    client_cpu_s: CPU of psql and the compressors; server_cpu_s: of the
+    backends (None when the server is not local or not readable).
+    disk_*: the target's device over the step (util in percent, 0..100);
+    None when no block device holds the target.  wall_s: the step's plain
+    wall time; host_cpu_percent: busy share of all CPUs over the step."""
+
+    streams: int
+    heap_bytes: float
+    out_bytes: int
+    elapsed_s: float
+    bytes_per_s: float
+    client_cpu_s: float
+    server_cpu_s: float | None
+    disk_util: float | None
+    disk_await_ms: float | None
+    disk_queue: float | None
+    wall_s: float = 0.0
+    host_cpu_percent: float | None = None
+    ranges: int = 0
+
+
+@dataclass
+class ProbeResult:
+    points: list[ProbePoint]
+    seconds: float  # the whole probe: warm-up, steps, cleanup
+    budget_s: float
+    compression: str  # "gzip:6", "lz4:1", "zstd:3", "none"
+    ratio: float | None  # out bytes / heap bytes over the counted steps
+    device: str | None  # the target's block device (diskstats name)
+    notes: list[str] = field(default_factory=list)
+    # restore probe: seconds of one index build per heap byte of its table
+    # (one session, nothing else running); None when not measured
+    build_s_per_byte: float | None = None
+    build: dict[str, Any] | None = None  # what was built: table, index, heap_bytes, seconds
+
+    def fit_points(self) -> list[tuple[float, float]]:
+        """(streams, total heap bytes/s), fewest streams first: usl.fit's input."""
+        return [(float(p.streams), p.bytes_per_s)
+                for p in sorted(self.points, key=lambda p: p.streams)]
+
+    def point(self, k: int) -> ProbePoint | None:
+        for p in self.points:
+            if p.streams == k:
+                return p
+        return None
+
+    def cpu_s_per_gb(self, k: int) -> float | None:
+        """CPU seconds per GB (1e9 bytes) of heap at k streams: the client's,
+        plus the server's when measured.  None when k was not measured."""
+        p = self.point(k)
+        if p is None or p.heap_bytes <= 0:
+            return None
+        cpu = p.client_cpu_s + (p.server_cpu_s or 0.0)
+        return cpu / (p.heap_bytes / GB)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "pgparmon.probe/1",
+            "compression": self.compression,
+            "budget_s": round(self.budget_s, 3),
+            "seconds": round(self.seconds, 3),
+            "ratio": None if self.ratio is None else round(self.ratio, 4),
+            "device": self.device,
+            "notes": list(self.notes),
+            "build_s_per_byte": self.build_s_per_byte,
+            "build": None if self.build is None else dict(self.build),
+            "points": [{k: (round(v, 4) if isinstance(v, float) else v)
+                        for k, v in asdict(p).items()}
+                       for p in sorted(self.points, key=lambda p: p.streams)],
+        }
+
+
+def qualified_name(schema: str, relname: str) -> str:
+    """schema.relname with both quoted, for the probe's SQL."""
+    return f"{_qident(schema)}.{_qident(relname)}"
+
+
+def _qident(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"'
