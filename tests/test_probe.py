@@ -250,7 +250,7 @@ def test_locked_table_fails_fast(cluster: Cluster, probe_db: dict[str, int],
 
 
 def test_interrupt_removes_scratch(cluster: Cluster, probe_db: dict[str, int], workdir: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def interrupted(*_a: Any, **_k: Any) -> Any:
         # psql sessions and compressors are running when this is called
         assert _our_tools()
@@ -361,10 +361,14 @@ def test_restore_probe_inputs(probe_archive: Path) -> None:
 
 
 def test_restore_probe(cluster: Cluster, probe_archive: Path,
-                       popen_calls: list[tuple[list[str], Any]]) -> None:
+                       popen_calls: list[tuple[list[str], Any]],
+                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     before = {p.name: p.stat().st_size for p in probe_archive.iterdir()}
+    # a temp dir of this test's own: other probes on the machine make scratch too
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     scratch_glob = os.path.join(tempfile.gettempdir(), "pgparmon-restore-probe-*")
     scratch_before = set(glob.glob(scratch_glob))
+    assert scratch_before == set()
     budget = 5.0
     # into a database without the tables (a restore's usual target): the
     # temporary clones come from the archive's CREATE TABLE statements
