@@ -542,7 +542,7 @@ def many_small_archive(cluster: Cluster) -> Iterator[Path]:
 
 def test_restore_probe_many_small_files(cluster: Cluster, many_small_archive: Path) -> None:
     res = run_restore_probe(_target(cluster, db="postgres"), str(many_small_archive),
-                            budget_s=4.0, max_streams=2, server_version_num=150000)
+                            budget_s=6.0, max_streams=2, server_version_num=150000)
     assert [p.streams for p in res.points] == [1, 2]
     for p in res.points:
         # every step loaded data (ranges past a file's end once loaded nothing)
