@@ -112,6 +112,11 @@ def test_recording_is_readable_while_written(tmp_path: Path) -> None:
                                     "postgresql://u:hunter2@h/db"]})
     w.close()
     assert b"hunter2" not in gzip.decompress(path.read_bytes())
+    # redacting must not swallow the JSON after the secret: still a recording
+    back = read_recording(str(path))
+    assert not back.truncated and len(back.samples) == 6
+    assert back.samples[-1]["command"] == ["pg_dump", "dbname=x password=********",
+                                           "postgresql://u:********@h/db"]
 
 
 @pytest.mark.parametrize("content, needle", [
