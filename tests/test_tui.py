@@ -503,6 +503,7 @@ def test_snapshot(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+@pytest.mark.integration
 def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db: str,
                                                      tmp_path: Path) -> None:
     """The SSH session goes away (SIGHUP) while the TUI records a live dump:
