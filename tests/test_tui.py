@@ -22,6 +22,7 @@ from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.feed import FeedBase
 from pgparmon.tui import PgParMonApp, exit_code
+from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
 from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
@@ -171,11 +172,15 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         await wait_for(pilot, lambda: app.ticks > n)
         assert "PAUSED" not in status_text(app)
 
+        # 0.05 s is below the steps: + goes to the first step, then the next;
+        # - goes one step down, and the first step is the floor
         await pilot.press("plus")
-        assert app.interval == 0.1 and "every 0.1s" in status_text(app)
+        assert app.interval == INTERVAL_STEPS[0] and "every 0.1s" in status_text(app)
+        await pilot.press("plus")
+        assert app.interval == INTERVAL_STEPS[1] and "every 0.2s" in status_text(app)
         await pilot.press("minus", "minus")
-        assert app.interval == 0.02 or app.interval == 0.1 or app.interval < 0.1
-        assert f"every {app.interval:g}s" in status_text(app)
+        assert app.interval == INTERVAL_STEPS[0]
+        assert f"every {INTERVAL_STEPS[0]:g}s" in status_text(app)
 
         sorts = []
         for _ in range(4):
@@ -184,7 +189,7 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         assert sorts == ["bytes/s", "progress", "phase", "pid"]
         assert "sort: pid" in str(table.border_title)
 
-        # pause: at a 0.02 s interval on a loaded 2-core machine the table
+        # pause: at a 0.1 s interval on a loaded 2-core machine the table
         # would be rebuilt under the key presses below
         await pilot.press("p")
         await wait_for(pilot, lambda: not app.collecting)
@@ -360,8 +365,6 @@ async def test_live_advice_is_honest_early_and_concrete_at_the_end(dump: JobRun)
 @pytest.mark.integration
 @sync
 async def test_replay_feed_in_the_tui(dump: JobRun) -> None:
-    if dump.recording is None:
-        pytest.skip("`pgparmon run --record` is not available in this build")
     from pgparmon.playback import ReplayFeed
     from pgparmon.record import read_recording
 
