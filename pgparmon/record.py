@@ -50,8 +50,12 @@ class Recorder:
         from .redact import redact_text
 
         line = json.dumps({"t": kind, "v": value}, separators=(",", ":"), default=_json_default)
-        # belt and braces: nothing that looks like a password reaches the disk
-        line = redact_text(line) if "password" in line.lower() else line
+        if "password" in line.lower():
+            # belt and braces: nothing that looks like a password reaches the
+            # disk. Redact each string, not the encoded line: a value runs to
+            # whitespace, so on the line it would swallow the JSON after it
+            line = json.dumps({"t": kind, "v": _redact_strings(value, redact_text)},
+                              separators=(",", ":"), default=_json_default)
         with self._lock:
             if self.closed:
                 return
@@ -70,6 +74,16 @@ class Recorder:
             except OSError:
                 pass
             self._raw.close()
+
+
+def _redact_strings(v: Any, redact: Any) -> Any:
+    if isinstance(v, str):
+        return redact(v)
+    if isinstance(v, dict):
+        return {k: _redact_strings(x, redact) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_redact_strings(x, redact) for x in v]
+    return v
 
 
 def _json_default(o: Any) -> Any:

@@ -1,27 +1,89 @@
 """A throwaway PostgreSQL cluster per test session (initdb/pg_ctl from the
 server binaries on the machine, free port, socket in a temp dir, fsync off),
-and a skewed sample database to dump and restore."""
+and a skewed sample database to dump and restore.
+
+Only tests marked `integration` may start a cluster: any other test that
+does (through these fixtures or pgparmon.cluster directly) fails, so
+`pytest -m "not integration"` provably starts none; the run ends with a line
+saying how many clusters it started.
+
+`--update-golden` (or PGPARMON_UPDATE_GOLDEN=1) rewrites the golden files of
+tests/test_golden.py instead of comparing with them.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-import psycopg
 import pytest
 
+from pgparmon import cluster as cluster_mod
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.demo import sample_sql
 
 # Big enough that pg_dump -j 2 runs for a few seconds on a 2-core machine.
 TEST_SCALE = float(os.environ.get("PGPARMON_TEST_SCALE", "0.6"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the expected files of the golden tests "
+                          "(also PGPARMON_UPDATE_GOLDEN=1)")
+
+
+@pytest.fixture()
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden")) or \
+        os.environ.get("PGPARMON_UPDATE_GOLDEN", "") not in ("", "0")
+
+
+# ---- only integration tests start clusters ------------------------------------
+
+_running: list[pytest.Item] = []  # the test whose setup, call or teardown runs now
+_started: list[str] = []  # nodeids of the tests that started a cluster
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+def _guarded(orig: Callable[..., Any], count: bool) -> Callable[..., Any]:
+    def run(self: Cluster, *args: Any, **kwargs: Any) -> Any:
+        item = _running[-1] if _running else None
+        if item is None or item.get_closest_marker("integration") is None:
+            where = item.nodeid if item is not None else "outside any test"
+            pytest.fail(f"{where} starts a PostgreSQL cluster but is not marked "
+                        "@pytest.mark.integration (`-m \"not integration\"` must start none)",
+                        pytrace=False)
+        if count:
+            _started.append(item.nodeid)
+        return orig(self, *args, **kwargs)
+
+    run.__wrapped__ = orig  # type: ignore[attr-defined]
+    return run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in ("init", "start"):
+        orig = getattr(cluster_mod.Cluster, name)
+        if not hasattr(orig, "__wrapped__"):
+            setattr(cluster_mod.Cluster, name, _guarded(orig, count=name == "start"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.write_line(f"pgparmon: throwaway PostgreSQL clusters started: "
+                                f"{len(_started)}")
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from typing import Any
 from support import pgparmon_cmd, read_jsonl
 
 from pgparmon.cluster import Cluster
+from pgparmon.record import read_recording
 
 GOLDEN = Path(__file__).parent / "golden" / "tui"
 
@@ -29,7 +30,7 @@ GOLDEN = Path(__file__).parent / "golden" / "tui"
 class JobRun:
     samples: list[dict[str, Any]]
     summary: dict[str, Any]
-    recording: Path | None  # None when `run --record` is not available
+    recording: Path  # the `run --record` recording of the run
 
 
 _cache: dict[tuple[int, str], JobRun] = {}
@@ -47,23 +48,21 @@ def _tmp() -> Path:
 
 
 def _run(cluster: Cluster, argv: list[str], rec: Path) -> JobRun:
-    base = ["run", "--json", "--interval", "0.3"]
-    res = subprocess.run(pgparmon_cmd(*base, "--record", str(rec), "--", *argv),
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--record", str(rec),
+                                      "--", *argv),
                          capture_output=True, text=True, env=cluster.env(), timeout=300,
                          check=False)
-    recording: Path | None = rec
-    if res.returncode == 2 and "--record" in res.stderr:  # an older cli without --record
-        recording = None
-        res = subprocess.run(pgparmon_cmd(*base, "--", *argv), capture_output=True,
-                             text=True, env=cluster.env(), timeout=300, check=False)
+    # no fallback: a broken `run --record` fails the tests that use these runs
     assert res.returncode == 0, res.stderr
     docs = read_jsonl(res.stdout)
     samples = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
     summary = [d for d in docs if d.get("schema") == "pgparmon.summary/1"]
     assert samples and len(summary) == 1, res.stdout[-2000:]
-    if recording is not None and not recording.exists():
-        recording = None
-    return JobRun(samples, summary[0], recording)
+    assert rec.exists(), f"`pgparmon run --record {rec}` wrote no recording"
+    recording = read_recording(str(rec))
+    assert not recording.truncated and recording.samples == samples, \
+        "the recording does not hold the samples the run printed"
+    return JobRun(samples, summary[0], rec)
 
 
 def dump_run(cluster: Cluster, sample_db: str) -> JobRun:

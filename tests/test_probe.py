@@ -101,6 +101,7 @@ def popen_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[list[str
 # ------------------------------------------------------------ the real probe
 
 
+@pytest.mark.integration
 def test_probe_measures_within_budget(cluster: Cluster, probe_db: dict[str, int],
                                       workdir: Path,
                                       popen_calls: list[tuple[list[str], Any]]) -> None:
@@ -219,6 +220,7 @@ def test_bad_arguments(workdir: Path) -> None:
     assert list(workdir.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_error_removes_scratch(cluster: Cluster, probe_db: dict[str, int],
                                workdir: Path) -> None:
     # the dump target does not exist yet (pg_dump -Fd creates it): the probe
@@ -235,6 +237,7 @@ def test_error_removes_scratch(cluster: Cluster, probe_db: dict[str, int],
     assert _our_tools() == []
 
 
+@pytest.mark.integration
 def test_locked_table_fails_fast(cluster: Cluster, probe_db: dict[str, int],
                                  workdir: Path) -> None:
     with psycopg.connect(cluster.conninfo(dbname=PROBE_DB)) as conn:
@@ -249,6 +252,7 @@ def test_locked_table_fails_fast(cluster: Cluster, probe_db: dict[str, int],
     assert _our_tools() == []
 
 
+@pytest.mark.integration
 def test_interrupt_removes_scratch(cluster: Cluster, probe_db: dict[str, int], workdir: Path,
                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def interrupted(*_a: Any, **_k: Any) -> Any:
@@ -346,6 +350,7 @@ def _data_files(archive: Path) -> list[tuple[str, str, float]]:
     return out
 
 
+@pytest.mark.integration
 def test_restore_probe_inputs(probe_archive: Path) -> None:
     files, create = restore_probe_inputs(str(probe_archive))
     assert sorted(f[:2] for f in files) == sorted(f[:2] for f in _data_files(probe_archive))
@@ -360,6 +365,7 @@ def test_restore_probe_inputs(probe_archive: Path) -> None:
         restore_probe_inputs(str(probe_archive / "toc.dat"))
 
 
+@pytest.mark.integration
 def test_restore_probe(cluster: Cluster, probe_archive: Path,
                        popen_calls: list[tuple[list[str], Any]],
                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -410,12 +416,14 @@ def test_restore_probe(cluster: Cluster, probe_archive: Path,
         assert not any(SECRET in a for a in argv)
 
 
+@pytest.mark.integration
 def test_restore_probe_needs_a_path(cluster: Cluster) -> None:
     with pytest.raises(ProbeError, match="archive's directory"):
         run_restore_probe(_target(cluster), object(), budget_s=5,  # type: ignore[arg-type]
                           max_streams=2, server_version_num=150000)
 
 
+@pytest.mark.integration
 def test_restore_probe_bad_table_definition(cluster: Cluster, probe_archive: Path) -> None:
     files = [f for f in _data_files(probe_archive) if f[0] == "public.big"]
     create = {"public.big": "CREATE TABLE public.big (id no_such_type, h text, h2 text);"}
@@ -540,6 +548,7 @@ def many_small_archive(cluster: Cluster) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.integration
 def test_restore_probe_many_small_files(cluster: Cluster, many_small_archive: Path) -> None:
     res = run_restore_probe(_target(cluster, db="postgres"), str(many_small_archive),
                             budget_s=6.0, max_streams=2, server_version_num=150000)

@@ -33,6 +33,7 @@ def dump_recording(cluster: Cluster, sample_db: str, tmp_path_factory: pytest.Te
     return rec, docs
 
 
+@pytest.mark.integration
 def test_replay_gives_the_same_derived_values(dump_recording: tuple[Path, list[dict[str, object]]]
                                               ) -> None:
     rec, printed = dump_recording
@@ -51,6 +52,7 @@ def test_replay_gives_the_same_derived_values(dump_recording: tuple[Path, list[d
     assert feed.summary() == r.summary
 
 
+@pytest.mark.integration
 def test_replay_of_a_restore_matches(cluster: Cluster, dump_archive: Path,
                                      tmp_path: Path) -> None:
     """A restore's recording also holds its catalog readings (what finished
@@ -75,6 +77,7 @@ def test_replay_of_a_restore_matches(cluster: Cluster, dump_archive: Path,
     assert r.summary["state"] == "finished"
 
 
+@pytest.mark.integration
 def test_seek_and_step(dump_recording: tuple[Path, list[dict[str, object]]]) -> None:
     rec, _ = dump_recording
     r = read_recording(str(rec))
@@ -87,6 +90,7 @@ def test_seek_and_step(dump_recording: tuple[Path, list[dict[str, object]]]) -> 
     assert feed.seek(1) == r.samples[1]  # backwards re-derives from the start
 
 
+@pytest.mark.integration
 def test_a_cut_recording_is_still_readable(dump_recording: tuple[Path, list[dict[str, object]]],
                                            tmp_path: Path) -> None:
     rec, _ = dump_recording
@@ -112,6 +116,11 @@ def test_recording_is_readable_while_written(tmp_path: Path) -> None:
                                     "postgresql://u:hunter2@h/db"]})
     w.close()
     assert b"hunter2" not in gzip.decompress(path.read_bytes())
+    # redacting must not swallow the JSON after the secret: still a recording
+    back = read_recording(str(path))
+    assert not back.truncated and len(back.samples) == 6
+    assert back.samples[-1]["command"] == ["pg_dump", "dbname=x password=********",
+                                           "postgresql://u:********@h/db"]
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -140,7 +149,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=2000), gz=st.booleans(), cut=st.integers(min_value=0,
                                                                       max_value=4000))
 def test_any_bytes_give_a_recording_or_a_clear_error(tmp_path: Path, data: bytes, gz: bool,

@@ -37,9 +37,7 @@ def restore(cluster: Cluster, dump_archive: Path) -> JobRun:
     return restore_run(cluster, dump_archive)
 
 
-def _header(run: JobRun) -> dict[str, Any] | None:
-    if run.recording is None:
-        return None
+def _header(run: JobRun) -> dict[str, Any]:
     from pgparmon.record import read_recording
 
     return read_recording(str(run.recording)).header
@@ -163,8 +161,6 @@ def test_report_and_replay_commands_read_a_real_recording(dump: JobRun, tmp_path
                                                           capsys: pytest.CaptureFixture[str],
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    if dump.recording is None:
-        pytest.skip("`pgparmon run --record` is not available in this build")
     # wide enough that the items table shows whole table names: at 80
     # columns they are cut, and whether the advice line names the big table
     # depends on how many samples a fast run left

@@ -22,6 +22,7 @@ from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.feed import FeedBase
 from pgparmon.tui import PgParMonApp, exit_code
+from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
 from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
@@ -175,11 +176,17 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         await wait_for(pilot, lambda: app.ticks > n)
         assert "PAUSED" not in status_text(app)
 
+        # 0.05 s is below the steps: + goes to the first step, then the next;
+        # - goes one step down, and the first step is the floor
         await pilot.press("plus")
-        assert app.interval == 0.1 and "every 100 ms" in status_text(app)
+        assert app.interval == INTERVAL_STEPS[0]
+        assert f"every {fmt.duration(INTERVAL_STEPS[0])}" in status_text(app)
+        await pilot.press("plus")
+        assert app.interval == INTERVAL_STEPS[1]
+        assert f"every {fmt.duration(INTERVAL_STEPS[1])}" in status_text(app)
         await pilot.press("minus", "minus")
-        assert app.interval == 0.02 or app.interval == 0.1 or app.interval < 0.1
-        assert f"every {fmt.duration(app.interval)}" in status_text(app)
+        assert app.interval == INTERVAL_STEPS[0]
+        assert f"every {fmt.duration(INTERVAL_STEPS[0])}" in status_text(app)
 
         sorts = []
         for _ in range(4):
@@ -188,7 +195,7 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         assert sorts == ["bytes/s", "progress", "phase", "pid"]
         assert "sort: pid" in str(table.border_title)
 
-        # pause: at a 0.02 s interval on a loaded 2-core machine the table
+        # pause: at a 0.1 s interval on a loaded 2-core machine the table
         # would be rebuilt under the key presses below
         await pilot.press("p")
         await wait_for(pilot, lambda: not app.collecting)
@@ -364,8 +371,6 @@ async def test_live_advice_is_honest_early_and_concrete_at_the_end(dump: JobRun)
 @pytest.mark.integration
 @sync
 async def test_replay_feed_in_the_tui(dump: JobRun) -> None:
-    if dump.recording is None:
-        pytest.skip("`pgparmon run --record` is not available in this build")
     from pgparmon.playback import ReplayFeed
     from pgparmon.record import read_recording
 
@@ -507,6 +512,7 @@ def test_snapshot(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
+@pytest.mark.integration
 def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db: str,
                                                      tmp_path: Path) -> None:
     """The SSH session goes away (SIGHUP) while the TUI records a live dump:
