@@ -69,7 +69,8 @@ class Inventory:
         table's load work."""
         if self.kind != "restore" or self.plan_inputs is None:
             return self
-        items, tables = _plan_restore(*self.plan_inputs, index_factor)
+        toc, archive_files, post = self.plan_inputs
+        items, tables = _plan_restore(toc, archive_files, post, index_factor)
         return replace(self, items=items, tables=tables, notes=list(self.notes))
 
     @property
@@ -214,8 +215,8 @@ def _archive_files(archive: str, toc: list[Any]) -> tuple[dict[str, tuple[str | 
             # the work unit is the heap byte: COPY text is ~DEFAULT_TEXT_RATIO of it
             files[str(it.dump_id)] = (p, max(text / DEFAULT_TEXT_RATIO, 1.0))
             break
-    comp = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None)
-    return files, comp, on_disk
+    compression = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None)
+    return files, compression, on_disk
 
 
 def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],

@@ -74,10 +74,10 @@ def render(a: Advice) -> RenderableType:
                           f"{len(pr.get('points') or [])} steps", style="dim"))
     if a.warnings:
         parts.append(Text(""))
-        for w in a.warnings:
+        for caution in a.warnings:
             line = Text("! ", style="bold yellow")
-            line.append(f"{w.code}: ", style="yellow")
-            line.append(redact_text(w.message))
+            line.append(f"{caution.code}: ", style="yellow")
+            line.append(redact_text(caution.message))
             parts.append(line)
     for n in a.notes:
         parts.append(Text(f"note: {redact_text(n)}", style="dim"))
