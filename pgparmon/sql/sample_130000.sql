@@ -20,12 +20,16 @@ SELECT json_build_object(
              (SELECT json_build_array(l.locktype, l.mode, n.nspname || '.' || c.relname)
               FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
               LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) END
+              WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) END,
+        extract(epoch FROM a.state_change)::float8
       ) ORDER BY a.pid), '[]'::json)
       FROM pg_stat_activity a
       WHERE a.pid <> pg_backend_pid()
         AND a.backend_type IN ('client backend', 'parallel worker')
-        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)')
+        -- idle sessions: a dump's or restore's, those whose last statement was a
+        -- COPY (a load between batches), and the followed job's own (pids)
+        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)'
+             OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
         AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
   'copy', NULL,  -- pg_stat_progress_copy arrived in 14
   'index', (SELECT coalesce(json_agg(json_build_array(
