@@ -276,6 +276,27 @@ def test_a_load_idle_after_its_copy_is_found(cluster: Cluster, copydb: str) -> N
         _kill_tree(idler)
 
 
+@pytest.mark.parametrize("code", [0, 3])
+@integration
+def test_run_any_command_exits_with_its_code(cluster: Cluster, copydb: str, workdir: Path,
+                                             code: int) -> None:
+    script = _psql_script(cluster, workdir, exit_code=code)
+    res = subprocess.run(pgparmon_cmd("run", *_conn_args(cluster), "--json", "--interval",
+                                      "0.3", "--", "sh", str(script),
+                                      "dbname=x password=s3cr3t-pass"),
+                         capture_output=True, text=True, timeout=90, env=_env())
+    assert res.returncode == code, res.stderr
+    assert "s3cr3t-pass" not in res.stdout + res.stderr  # the command shown is redacted
+    samples, summary = _docs(res.stdout)
+    assert samples[0]["job"]["kind"] == "copy"
+    assert samples[0]["job"]["grouping"] == "process tree"
+    assert samples[-1]["job"]["state"] == ("finished" if code == 0 else "failed")
+    assert any(w["phase"] == "copy" for s in samples for w in s["workers"])
+    res = subprocess.run(pgparmon_cmd("run", *_conn_args(cluster), "--", "no-such-cmd-x"),
+                         capture_output=True, text=True, timeout=30, env=_env())
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+
+
 # ---- without a server: grouping, idle gaps, replay -------------------------
 
 FACTS = ServerFacts(version_num=150000, version="15.0", database="a", user="postgres",
