@@ -45,6 +45,12 @@ BEGIN
   IF NEW.id % 1000 = 0 THEN PERFORM pg_sleep(0.06); END IF;
   RETURN NEW;
 END $$;
+-- an index build that lasts: the expression naps every 1000th row
+CREATE OR REPLACE FUNCTION slowkey(i bigint) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF i % 1000 = 0 THEN PERFORM pg_sleep(0.04); END IF;
+  RETURN i;
+END $$;
 """
 
 
@@ -90,17 +96,23 @@ def _docs(out: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     return samples, summary[0] if summary else None  # type: ignore[return-value]
 
 
-def _psql_script(cluster: Cluster, workdir: Path, exit_code: int = 0) -> Path:
+def _psql_script(cluster: Cluster, workdir: Path, exit_code: int = 0,
+                 indexes: bool = False) -> Path:
+    """Two `psql \\copy` streams at once, then (indexes) two index builds at
+    once: a migration tool's shape."""
     psql = cluster.client("psql")
     f1, f2 = _csv(workdir / "one.csv"), _csv(workdir / "two.csv")
     conn = " ".join(_conn_args(cluster))
+    run = f"{psql} -X -q {conn} -c"
     script = workdir / "load.sh"
+    build = "".join(f"{run} 'CREATE INDEX ON {t} (slowkey(id))' &\n" for t in ("t1", "t2"))
     script.write_text(
         "#!/bin/sh\n"
-        f"{psql} -X -q {conn} -c \"\\copy t1 FROM '{f1}' CSV\" &\n"
-        f"{psql} -X -q {conn} -c \"\\copy t2 FROM '{f2}' CSV\" &\n"
+        f"{run} \"\\copy t1 FROM '{f1}' CSV\" &\n"
+        f"{run} \"\\copy t2 FROM '{f2}' CSV\" &\n"
         "wait\n"
-        f"exit {exit_code}\n")
+        + (build + "wait\n" if indexes else "")
+        + f"exit {exit_code}\n")
     return script
 
 
@@ -143,7 +155,7 @@ COPYING = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() 
 @integration
 def test_psql_script_is_one_job_with_file_progress(cluster: Cluster, copydb: str,
                                                    workdir: Path) -> None:
-    script = _psql_script(cluster, workdir)
+    script = _psql_script(cluster, workdir, indexes=True)
     job = subprocess.Popen(["sh", str(script)], env=_env())
     _wait_sql(cluster, COPYING, 2, proc=job)
     samples, summary = _follow_to_end(cluster, job)  # no --pid: both psql streams, one job
@@ -158,6 +170,10 @@ def test_psql_script_is_one_job_with_file_progress(cluster: Cluster, copydb: str
     assert all(s["job"]["progress_basis"] == "client input files" for s in samples[1:])
     assert any(s["job"]["eta_s"] is not None for s in samples)
     assert all(s["job"]["state"] == "running" for s in samples[:-1])
+    # the index builds after the load: the same job, its sessions building
+    builds = [s for s in samples if s["job"]["phase"] == "index build"]
+    assert builds and all(s["job"]["client_pid"] == job.pid for s in builds)
+    assert {w["phase"] for s in builds for w in s["workers"]} >= {"index"}
     assert samples[-1]["job"]["state"] == "finished" and samples[-1]["job"]["progress"] == 1.0
     assert summary is not None and summary["state"] == "finished"
 
