@@ -189,9 +189,9 @@ ROW = b"%d,0123456789abcdef0123456789abcdef,fedcba9876543210\n"
 def work(n):
     with psycopg.connect(conninfo, application_name="batchload") as conn:
         for k in range(batches):
-            base = (n * batches + k) * 4000
+            base = (n * batches + k) * 15000  # a batch naps 15 times: ~1 s of COPY
             with conn.cursor().copy("COPY b FROM STDIN (FORMAT csv)") as cp:
-                for i in range(0, 4000, 500):
+                for i in range(0, 15000, 500):
                     cp.write(b"".join(ROW % (base + j) for j in range(i, i + 500)))
             time.sleep(gap / 2)  # idle in transaction, its COPY done
             conn.commit()
