@@ -342,7 +342,7 @@ class Monitor:
                 "items_done": sum(1 for i in tr.items.values() if i.state == "done"),
                 "active_workers": sum(1 for w in workers if w["phase"] not in ("idle",)),
                 "grouping": job.grouping,
-                "databases": list(job.databases) or ([job.database] if job.database else []),
+                "databases": job.database_list(),
                 "client_pids": sorted({c.pid for c in snap.clients}
                                       | ({job.client_pid} if job.client_pid else set())),
                 **tr.driver.job_fields(tr, workers, state),
@@ -402,7 +402,9 @@ class Monitor:
             })
         wall = (tr.last_wall or 0) - (tr.first_wall or 0)
         return {"schema": "pgparmon.summary/1", "kind": job.kind, "database": job.database,
-                "jobs": job.jobs, "state": self.outcome.state if self.outcome else "running",
+                "jobs": job.jobs, "grouping": job.grouping,
+                "databases": job.database_list(),
+                "state": self.outcome.state if self.outcome else "running",
                 "reason": self.outcome.reason if self.outcome else None,
                 "exit_code": self.outcome.exit_code if self.outcome else None,
                 "wall_s": round(wall, 3), "items": items, "notes": list(self.notes)}

@@ -176,6 +176,7 @@ def test_psql_script_is_one_job_with_file_progress(cluster: Cluster, copydb: str
     assert {w["phase"] for s in builds for w in s["workers"]} >= {"index"}
     assert samples[-1]["job"]["state"] == "finished" and samples[-1]["job"]["progress"] == 1.0
     assert summary is not None and summary["state"] == "finished"
+    assert summary["grouping"] == "process tree" and summary["databases"] == [DB]
 
 
 LOADER = r"""

@@ -69,6 +69,10 @@ class Job:
             where = f"database {self.database or '?'}"
         return f"{self.kind}{j}{tgt}{rel} on {where} ({who})"
 
+    def database_list(self) -> list[str]:
+        """Every database of the job (one for a dump or a restore)."""
+        return list(self.databases) or ([self.database] if self.database else [])
+
     def has_pid(self, pid: int) -> bool:
         """`--pid`: a process of the job's tree or one of its backends."""
         return pid == self.client_pid or pid in self.pid_hint or pid in self.client_pids

@@ -188,8 +188,7 @@ class CopyLoad(Driver):
                 return None, "measuring the input files' read rate"
             return left / rate, None
         if not self.has_total(tr):
-            return None, ("total unknown: the server knows no size for COPY FROM STDIN and "
-                          "no input file of the client is visible; rates only")
+            return None, "total unknown (COPY FROM STDIN, no input file seen): rates only"
         return None
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
