@@ -51,7 +51,10 @@ class Recorder:
 
         line = json.dumps({"t": kind, "v": value}, separators=(",", ":"), default=_json_default)
         # belt and braces: nothing that looks like a password reaches the disk
-        line = redact_text(line) if "password" in line.lower() else line
+        # (each string redacted on its own: the line stays valid JSON)
+        if "password" in line.lower():
+            line = json.dumps({"t": kind, "v": _redacted(json.loads(line)["v"], redact_text)},
+                              separators=(",", ":"))
         with self._lock:
             if self.closed:
                 return
@@ -70,6 +73,16 @@ class Recorder:
             except OSError:
                 pass
             self._raw.close()
+
+
+def _redacted(v: Any, redact: Any) -> Any:
+    if isinstance(v, str):
+        return redact(v)
+    if isinstance(v, list):
+        return [_redacted(x, redact) for x in v]
+    if isinstance(v, dict):
+        return {k: _redacted(x, redact) for k, x in v.items()}
+    return v
 
 
 def _json_default(o: Any) -> Any:

@@ -112,6 +112,8 @@ def test_recording_is_readable_while_written(tmp_path: Path) -> None:
                                     "postgresql://u:hunter2@h/db"]})
     w.close()
     assert b"hunter2" not in gzip.decompress(path.read_bytes())
+    # the redacted event is still an event (redaction keeps the line valid JSON)
+    assert read_recording(str(path)).samples[-1]["command"][1] == "dbname=x password=********"
 
 
 @pytest.mark.parametrize("content, needle", [
