@@ -22,7 +22,9 @@ from pgparmon.discover import find_jobs
 from pgparmon.jobs.base import Job
 from pgparmon.jobs.copy import IDLE_GRACE_S, INFERRED, TREE
 from pgparmon.monitor import Monitor
+from pgparmon.playback import ReplayFeed
 from pgparmon.readers.db import ServerFacts
+from pgparmon.record import read_recording
 from pgparmon.snapshot import (
     Backend,
     ClientProc,
@@ -298,11 +300,20 @@ def test_a_load_idle_after_its_copy_is_found(cluster: Cluster, copydb: str) -> N
 def test_run_any_command_exits_with_its_code(cluster: Cluster, copydb: str, workdir: Path,
                                              code: int) -> None:
     script = _psql_script(cluster, workdir, exit_code=code)
+    rec = workdir / "copy.pgparmon.gz"
     res = subprocess.run(pgparmon_cmd("run", *_conn_args(cluster), "--json", "--interval",
-                                      "0.3", "--", "sh", str(script),
+                                      "0.3", "--record", str(rec), "--", "sh", str(script),
                                       "dbname=x password=s3cr3t-pass"),
                          capture_output=True, text=True, timeout=90, env=_env())
     assert res.returncode == code, res.stderr
+    # the links and file positions are in the recording: the replay agrees
+    r = read_recording(str(rec))
+    assert r.header["job"]["grouping"] == "process tree"
+    feed = ReplayFeed(r, speed=1000.0)
+    replayed = []
+    while not feed.ended and feed.outcome is None:
+        replayed.append(feed.tick())
+    assert replayed == r.samples and feed.summary() == r.summary
     assert "s3cr3t-pass" not in res.stdout + res.stderr  # the command shown is redacted
     samples, summary = _docs(res.stdout)
     assert samples[0]["job"]["kind"] == "copy"
