@@ -23,6 +23,7 @@ from pgparmon.jobs.base import Job
 from pgparmon.jobs.copy import IDLE_GRACE_S, INFERRED, TREE
 from pgparmon.monitor import Monitor
 from pgparmon.playback import ReplayFeed
+from pgparmon.readers import procs
 from pgparmon.readers.db import ServerFacts
 from pgparmon.record import read_recording
 from pgparmon.snapshot import (
@@ -435,3 +436,42 @@ def test_tree_job_members_and_file_progress_come_from_the_snapshot() -> None:
         assert last["progress"] == 0.5 and last["progress_basis"] == "client input files"
         assert last["state"] == "running" and last["phase"] == "copy"
         assert last["eta_s"] is not None and last["databases"] == ["a"]
+
+
+POOL = """
+import multiprocessing, sys, time
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    ps = [multiprocessing.Process(target=time.sleep, args=(30,)) for _ in range(2)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+"""
+
+
+def _children(pid: int, n: int) -> list[int]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        kids = psutil.Process(pid).children()
+        if len(kids) >= n:
+            return [k.pid for k in kids]
+        time.sleep(0.05)
+    raise AssertionError("children did not start")
+
+
+def test_job_root_climbs_workers_and_scripts_not_the_caller() -> None:
+    """A script's commands and a multiprocessing pool's workers lead to the
+    script / the pool's parent; the test runner that started them is not
+    part of the job (it is not a launcher)."""
+    script = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    pools = [subprocess.Popen([sys.executable, "-c", POOL, m]) for m in ("fork", "spawn")]
+    try:
+        for proc in (script, *pools):
+            kids = _children(proc.pid, 2)
+            assert {procs.job_root(k) for k in kids} == {proc.pid}
+            assert procs.job_root(proc.pid) == proc.pid
+            assert set(kids) <= set(procs.tree_pids(proc.pid))
+    finally:
+        for proc in (script, *pools):
+            _kill_tree(proc)

@@ -280,7 +280,8 @@ def _same_program(child: ProcInfo, parent: ProcInfo) -> bool:
     if any(child.name.startswith(i) for i in INTERPRETERS):
         # fork copies the command line; spawn / forkserver name multiprocessing;
         # a tool starting itself again runs the same script
-        if any("multiprocessing" in a for a in child.cmdline):
+        if any(a == "--multiprocessing-fork" or a.startswith("from multiprocessing.")
+               for a in child.cmdline):
             return True
         script = _script(child.cmdline)
         return script is not None and script == _script(parent.cmdline)
@@ -334,8 +335,9 @@ def job_root(pid: int) -> int:
         parent = _info(cur.ppid) if cur.ppid > 1 else None
         if parent is None:
             break
-        if _same_program(cur, parent) and not _is_session_leader(parent.pid):
-            cur = parent
+        if _same_program(cur, parent) and (parent.name not in SHELLS
+                                           or _launches_jobs(parent)):
+            cur = parent  # a worker's parent (a service's may be a session leader)
             continue
         if _launches_jobs(parent):
             cur = parent
