@@ -475,3 +475,14 @@ def test_job_root_climbs_workers_and_scripts_not_the_caller() -> None:
     finally:
         for proc in (script, *pools):
             _kill_tree(proc)
+
+
+def test_input_files_are_data_not_code_or_settings() -> None:
+    def inp(path: str, mode: str = "r") -> bool:
+        return procs.is_input_file(OpenFile(path, 0, mode))
+
+    assert inp("/srv/load/part-1.csv") and inp("/tmp/x/a.tsv.gz")
+    assert not inp("/srv/load/part-1.csv", "w")  # written, not read
+    for path in ("/root/.pgpass", "/home/u/.postgresql/root.crt", "/usr/lib/libpq.so.5",
+                 "/srv/app/loader.py", "/proc/1/stat", "/venv/lib/site-packages/x/data.csv"):
+        assert not inp(path), path

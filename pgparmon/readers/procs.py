@@ -367,6 +367,8 @@ def is_input_file(f: OpenFile) -> bool:
         return False
     if f.path.endswith(_NOT_INPUT_EXT) or ".so." in f.path:
         return False
+    if "/." in f.path:  # ~/.pgpass, ~/.psqlrc, ~/.postgresql/ certificates: settings
+        return False
     return "/site-packages/" not in f.path and "/__pycache__/" not in f.path
 
 
