@@ -197,10 +197,14 @@ class LiveSource:
         backends = db.backends if not db.error else ()
         links: tuple[tuple[int, int], ...] | None = None
         if tree and not db.error:
-            pairs = procs.backend_clients(self.facts.port, backends, procs.unix_peers())
+            peers = procs.unix_peers()
+            pairs = procs.backend_clients(self.facts.port, backends, peers)
             mine = self.client_pids | set(live)
-            links = tuple(sorted((b, c) for b, c in pairs.items() if c in mine))
-            self.known_backends |= {b for b, _ in links}
+            found = tuple(sorted((b, c) for b, c in pairs.items() if c in mine))
+            # no `ss` and no TCP link: unknown (the sessions seen at discovery
+            # stay the job's), not "no session"
+            links = found if found or peers is not None else None
+            self.known_backends |= {b for b, _ in found}
         elif job.kind == "copy" and not db.error:
             self.known_backends |= {b.pid for b in backends if driver.belongs(job, b)}
         backend_pids = [b.pid for b in backends]
