@@ -76,7 +76,8 @@ def run(ctx: typer.Context, host: str | None = HostOpt, port: str | None = PortO
         interval: float = IntervalOpt, as_json: bool = JsonOpt,
         duration: float | None = DurationOpt, record: str | None = RecordOpt,
         plain: bool = PlainOpt) -> None:
-    """Start pg_dump or pg_restore (after --) and follow it; exits with its exit code."""
+    """Start a command (after --: pg_dump, pg_restore, a loader, a script) and follow it; exits
+    with its exit code."""
     argv = list(ctx.args)
     if argv and argv[0] == "--":
         argv = argv[1:]

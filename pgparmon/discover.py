@@ -11,11 +11,14 @@ tree is ours and which client process drives which session.
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from .cmdline import ClientArgs, parse_client_cmdline
 from .exitcodes import ExitCode
 from .jobs.base import Job
+from .jobs.copy import IDLE_GRACE_S, TREE, CopyLoad, copy_candidate, idle_for
 from .jobs.registry import client_programs, driver_for, drivers, program_of
+from .jobs.statements import copy_target
 from .readers import procs
 from .readers.db import ServerFacts
 from .redact import redact_argv
@@ -60,7 +63,12 @@ def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: Serve
     return any(0 <= s - tree[0].create_time < 5 for s in starts), set()
 
 
-def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True) -> list[Job]:
+def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
+              pid: int | None = None) -> list[Job]:
+    """Every job on the server; `pid` (attach --pid): a process tree on this
+    host that pid belongs to (or whose backend it is) is a job even when none
+    of its sessions shows a COPY right now."""
+
     jobs: list[Job] = []
     claimed: set[int] = set()
     peers = procs.unix_peers() if scan_processes and os.name == "posix" else None
@@ -95,7 +103,49 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True) -> 
                 continue
             claimed |= members
             jobs.append(job)
+        forced = pid if pid is not None and not any(j.has_pid(pid) for j in jobs) else None
+        jobs.extend(_copy_tree_jobs(facts, db, claimed, peers, forced))
     jobs.extend(_backend_only_jobs(db, claimed, facts))
+    return jobs
+
+
+def _copy_tree_jobs(facts: ServerFacts, db: DbSample, claimed: set[int],
+                    peers: dict[int, set[int]] | None, forced: int | None = None) -> list[Job]:
+    """COPY loads whose client processes are on this host: each loading (or
+    just loaded, idle between batches) session is linked to its client
+    process, the tree is walked up to the job's root, and every session of
+    that tree, on any database, is one job."""
+    links = procs.backend_clients(facts.port, db.backends, peers)
+    roots: dict[int, set[int]] = {}
+    for b in db.backends:
+        if b.pid in claimed or b.pid not in links or not copy_candidate(b, db.server_ts):
+            continue
+        roots.setdefault(procs.job_root(links[b.pid]), set()).add(b.pid)
+    if forced is not None and forced not in claimed and forced not in roots:
+        client = links.get(forced, forced)  # a backend's client, or a client process
+        root = procs.job_root(client)
+        # a job only when some session's client has that same root (not init's
+        # tree, not a process with no session of its own)
+        if any(procs.job_root(c) == root for c in set(links.values())):
+            roots.setdefault(root, set())
+    jobs: list[Job] = []
+    for root in sorted(roots):
+        tree = set(procs.tree_pids(root)) or {root}
+        members = [b for b in db.backends if b.pid not in claimed and links.get(b.pid) in tree
+                   and b.backend_type == "client backend"]
+        if not members:
+            continue
+        info = procs.proc_info(root)
+        dbs = Counter(b.datname for b in members if b.datname)
+        rels = {ct[1] for b in members if (ct := copy_target(b.query)) and ct[0] == "from"}
+        jobs.append(Job(kind=CopyLoad.kind, database=dbs.most_common(1)[0][0] if dbs else None,
+                        databases=tuple(sorted(dbs)), client_pid=root,
+                        client_pids=frozenset(tree), jobs=len(members),
+                        command=tuple(redact_argv(list(info.cmdline))) if info else (),
+                        usename=members[0].usename, client_addr=members[0].client_addr,
+                        relation=rels.pop() if len(rels) == 1 else None,
+                        pid_hint=frozenset(b.pid for b in members), grouping=TREE))
+        claimed |= {b.pid for b in members}
     return jobs
 
 
@@ -106,18 +156,25 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
     for b in db.backends:
         if b.pid in claimed or b.backend_type != "client backend":
             continue
+        if (b.state != "active" and copy_target(b.query) is not None
+                and idle_for(b, db.server_ts) > IDLE_GRACE_S):
+            continue  # an old session whose last statement was a COPY: no load now
         for d in drivers():
             key = d.session_key(b)
             if key is not None:
                 groups.setdefault(key, []).append(b)
                 break
-    return [driver_for(str(key[0])).from_sessions(members) for key, members in groups.items()]
+    jobs = []
+    for key, members in groups.items():
+        d = driver_for(str(key[0]))
+        jobs.extend(d.from_sessions(part) for part in d.split(members))
+    return jobs
 
 
 def choose_job(jobs: list[Job], pid: int | None) -> Job:
     if pid is not None:
         for j in jobs:
-            if j.client_pid == pid or pid in j.pid_hint:
+            if j.has_pid(pid):
                 return j
         raise DiscoveryError(f"no pg_dump, pg_restore or COPY job with pid {pid} on this "
                              "server (give the client process pid or one of its backend "

@@ -1,9 +1,12 @@
-"""`pgparmon run`: start a job with its connections tagged, follow it, and
-exit with its exit code."""
+"""`pgparmon run`: start a job, follow it, and exit with its exit code.
+pg_dump / pg_restore get their connections tagged; any other command (a
+loader, a script) is followed as a COPY job through its process tree, which
+pgparmon knows exactly because it started it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,27 +14,39 @@ import uuid
 
 from rich.console import Console
 
-from .cmdline import parse_client_cmdline
+from .cmdline import ClientArgs, parse_client_cmdline
 from .connect import ConnectError, ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
+from .jobs.base import Job
+from .jobs.copy import TREE, CopyLoad
 from .jobs.registry import client_programs
 from .monitor import Monitor, job_for_process
-from .redact import redact_text
+from .redact import redact_argv, redact_text
 from .source import LiveSource, RecordingSource
 
 
 def start_job(argv: list[str], env: dict[str, str] | None = None,
-              log_dir: str | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start pg_dump / pg_restore with its connections tagged, its stderr
-    kept in a log file (not on the live screen)."""
+              log_dir: str | None = None,
+              tag_sessions: bool = True) -> tuple[subprocess.Popen[bytes], str | None, str]:
+    """Start the command, its output kept in a log file (not on the live
+    screen). pg_dump / pg_restore get their connections tagged
+    (PGAPPNAME); any other command keeps its own application_name, and its
+    sessions are found through its process tree."""
     prog = os.path.basename(argv[0])
-    tag = f"{prog}/pgparmon-{uuid.uuid4().hex[:8]}"
     e = dict(os.environ if env is None else env)
-    e["PGAPPNAME"] = tag
+    tag: str | None = None
+    if tag_sessions:
+        tag = f"{prog}/pgparmon-{uuid.uuid4().hex[:8]}"
+        e["PGAPPNAME"] = tag
     fd, log = tempfile.mkstemp(prefix="pgparmon-job-", suffix=".log", dir=log_dir)
-    proc = subprocess.Popen(argv, env=e, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.Popen(argv, env=e, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        os.close(fd)
+        os.unlink(log)
+        raise Fatal(f"cannot start {prog}: {exc.strerror or exc}", ExitCode.USAGE) from None
     os.close(fd)
     return proc, tag, log
 
@@ -41,18 +56,24 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
             console: Console | None = None, record: str | None = None,
             plain: bool = False) -> int:
     prog = os.path.basename(argv[0]) if argv else ""
-    if prog not in client_programs():
-        raise Fatal(f"run wraps {' or '.join(client_programs())}, not {prog or 'nothing'}: "
-                    "pgparmon run -- pg_dump -Fd -j 4 -f DIR DB", ExitCode.USAGE)
-    args = parse_client_cmdline(argv)
+    if not prog:
+        raise Fatal("nothing to run: pgparmon run -- pg_dump -Fd -j 4 -f DIR DB",
+                    ExitCode.USAGE)
+    known = prog in client_programs()
+    # pg_dump / pg_restore: their own options say the server; any other
+    # command: the -h/-p/-U/-d given to pgparmon, else the PG* environment
+    args = parse_client_cmdline(argv) if known else ClientArgs(program=prog)
     if target is None:  # watch the server the job talks to, found the way libpq finds it
         e = os.environ if env is None else env
         target = ConnTarget(dbname=args.dbname or e.get("PGDATABASE"),
                             host=args.host or e.get("PGHOST"),
                             port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
+    if not known and shutil.which(argv[0]) is None:
+        raise Fatal(f"cannot start {prog}: command not found", ExitCode.USAGE)
     recorder = open_recorder(record)
-    proc, tag, log = start_job(argv, env)
-    job = job_for_process(proc.pid, argv, tag)
+    proc, tag, log = start_job(argv, env, tag_sessions=known)
+    job = (job_for_process(proc.pid, argv, tag or "") if known
+           else command_job(proc.pid, argv, target.dbname))
     code: int = ExitCode.INTERRUPTED
     try:
         try:
@@ -78,6 +99,14 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
         except OSError:
             pass
     return code
+
+
+def command_job(pid: int, argv: list[str], dbname: str | None) -> Job:
+    """The job of any command we started (a loader, a script): its process
+    tree, known exactly, and every session the tree opens, on any database."""
+    db = dbname if dbname and "=" not in dbname and "://" not in dbname else None
+    return Job(kind=CopyLoad.kind, database=db, client_pid=pid, client_pids=frozenset({pid}),
+               command=tuple(redact_argv(argv)), grouping=TREE)
 
 
 def _print_log_tail(log: str) -> None:

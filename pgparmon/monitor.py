@@ -192,7 +192,7 @@ class Monitor:
             code = snap.exit_code
         else:
             members = tr.members(snap) if snap.db and not snap.db.error else None
-            if members:
+            if members and tr.driver.still_working(job, members, snap):
                 self.no_members = 0
                 return
             if members is None:
@@ -270,6 +270,7 @@ class Monitor:
         obs = []
         total_bps = 0.0
         total_tps = 0.0
+        links = dict(snap.links or ())
         for w in sorted(tr.workers.values(), key=lambda w: w.pid):
             if w.is_leader and w.phase in ("idle", "other"):
                 continue  # the dump leader holds locks and waits
@@ -277,7 +278,7 @@ class Monitor:
             tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
             total_bps += bps or 0.0
             total_tps += tps or 0.0
-            cpid = self._client_of(w, snap)
+            cpid = links.get(w.pid) or self._client_of(w, snap)
             ccpu = self._cpu_percent(cpid, snap, prev) if cpid else None
             scpu = self._cpu_percent(w.pid, snap, prev, os_side=True)
             direction = None
@@ -340,6 +341,11 @@ class Monitor:
                 "items_total": len(tr.items),
                 "items_done": sum(1 for i in tr.items.values() if i.state == "done"),
                 "active_workers": sum(1 for w in workers if w["phase"] not in ("idle",)),
+                "grouping": job.grouping,
+                "databases": job.database_list(),
+                "client_pids": sorted({c.pid for c in snap.clients}
+                                      | ({job.client_pid} if job.client_pid else set())),
+                **tr.driver.job_fields(tr, workers, state),
             },
             "workers": workers,
             "host": _host_doc(hr, disks),
@@ -396,7 +402,9 @@ class Monitor:
             })
         wall = (tr.last_wall or 0) - (tr.first_wall or 0)
         return {"schema": "pgparmon.summary/1", "kind": job.kind, "database": job.database,
-                "jobs": job.jobs, "state": self.outcome.state if self.outcome else "running",
+                "jobs": job.jobs, "grouping": job.grouping,
+                "databases": job.database_list(),
+                "state": self.outcome.state if self.outcome else "running",
                 "reason": self.outcome.reason if self.outcome else None,
                 "exit_code": self.outcome.exit_code if self.outcome else None,
                 "wall_s": round(wall, 3), "items": items, "notes": list(self.notes)}

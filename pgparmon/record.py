@@ -50,12 +50,11 @@ class Recorder:
         from .redact import redact_text
 
         line = json.dumps({"t": kind, "v": value}, separators=(",", ":"), default=_json_default)
+        # belt and braces: nothing that looks like a password reaches the disk
+        # (each string redacted on its own: the line stays valid JSON)
         if "password" in line.lower():
-            # belt and braces: nothing that looks like a password reaches the
-            # disk. Redact each string, not the encoded line: a value runs to
-            # whitespace, so on the line it would swallow the JSON after it
-            line = json.dumps({"t": kind, "v": _redact_strings(value, redact_text)},
-                              separators=(",", ":"), default=_json_default)
+            line = json.dumps({"t": kind, "v": _redacted(json.loads(line)["v"], redact_text)},
+                              separators=(",", ":"))
         with self._lock:
             if self.closed:
                 return
@@ -76,13 +75,13 @@ class Recorder:
             self._raw.close()
 
 
-def _redact_strings(v: Any, redact: Any) -> Any:
+def _redacted(v: Any, redact: Any) -> Any:
     if isinstance(v, str):
         return redact(v)
+    if isinstance(v, list):
+        return [_redacted(x, redact) for x in v]
     if isinstance(v, dict):
-        return {k: _redact_strings(x, redact) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return [_redact_strings(x, redact) for x in v]
+        return {k: _redacted(x, redact) for k, x in v.items()}
     return v
 
 

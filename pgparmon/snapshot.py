@@ -36,12 +36,14 @@ class Backend:
     query: str | None
     blocked_by: tuple[int, ...] = ()
     waiting_for: tuple[str, ...] | None = None  # (locktype, mode, relation)
+    state_change: float | None = None  # when the session entered its state (epoch)
 
     @staticmethod
     def from_row(r: list[Any]) -> Backend:
         b = Backend(*r[:16])
         return replace(b, blocked_by=tuple(r[16] or ()),
-                       waiting_for=tuple(r[17]) if r[17] else None)
+                       waiting_for=tuple(r[17]) if r[17] else None,
+                       state_change=r[18] if len(r) > 18 else None)
 
     @property
     def wait(self) -> str | None:
@@ -173,6 +175,9 @@ class Snapshot:
     free_bytes: int | None = None  # free space where the job writes
     root_alive: bool | None = None  # the job's leader process (None: not visible)
     exit_code: int | None = None  # known when we started the job ourselves
+    # (backend pid, local client pid) of the job's sessions, when the job is a
+    # process tree on this host (None: not linked this tick)
+    links: tuple[tuple[int, int], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -200,7 +205,9 @@ class Snapshot:
             backends_os=tuple(_proc(c) for c in d.get("backends_os") or ()),
             files=tuple(_from_dict(FileSize, f) for f in d.get("files") or ()),
             free_bytes=d.get("free_bytes"),
-            root_alive=d.get("root_alive"), exit_code=d.get("exit_code"))
+            root_alive=d.get("root_alive"), exit_code=d.get("exit_code"),
+            links=None if d.get("links") is None else tuple(
+                (int(a), int(b)) for a, b in d["links"]))
 
 
 def _backend(d: dict[str, Any]) -> Backend:

@@ -22,6 +22,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError, choose_job, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import Job, PlanInputs
+from .jobs.copy import TREE
 from .jobs.registry import driver_for
 from .readers import devices as devmod
 from .readers import host as hostmod
@@ -94,16 +95,21 @@ class LiveSource:
         self.target_dir: str | None = None
         self.devices: set[str] = set()
         self.client_pids: set[int] = set()
+        self.known_backends: set[int] = set()  # the job's sessions seen so far
         self.snapshots_taken = 0
 
     # ---- the job ----------------------------------------------------------
 
     def discover(self) -> Job:
         if self.job is None:
-            db = self.sampler.sample()
+            # --pid: its tree's sessions are sampled even when idle between batches
+            hint = (sorted(procs.job_backends_of(self.pid, self.facts.port))
+                    if self.pid is not None else None)
+            db = self.sampler.sample(hint)
             if db.error:
                 raise DiscoveryError(db.error, ExitCode.CONNECT)
-            self.job = choose_job(find_jobs(self.facts, db, scan_processes=True), self.pid)
+            self.job = choose_job(find_jobs(self.facts, db, scan_processes=True, pid=self.pid),
+                                  self.pid)
         job = self.job
         if job.database is None:
             job = self.job = dataclasses.replace(job, database=self.facts.database)
@@ -115,10 +121,14 @@ class LiveSource:
             except Exception as exc:  # noqa: BLE001 - one line to the user
                 raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
                                      f"database: {exc}", ExitCode.CONNECT) from None
-        self.sampler.database_filter = job.database
+        driver = driver_for(job.kind)
+        self.sampler.database_filter = None if driver.all_databases else job.database
         self.target_dir = self._resolve_target(job)
+        self.known_backends = set(job.pid_hint)
         if job.client_pid:
             self.client_pids = {job.client_pid, *procs.children(job.client_pid)}
+            if job.grouping == TREE:
+                self.client_pids |= set(procs.tree_pids(job.client_pid)) | set(job.client_pids)
         self._find_devices()
         return job
 
@@ -159,29 +169,52 @@ class LiveSource:
     # ---- per tick -----------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        db = self.sampler.sample()
-        host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         job = self.job
         assert job is not None
+        driver = driver_for(job.kind)
+        tree = job.grouping == TREE and bool(job.client_pid)
+        db = self.sampler.sample(sorted(self.known_backends))
+        host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         live: list[int] = []
         root_alive: bool | None = None
         exit_code: int | None = None
         if job.client_pid:
-            kids = procs.children(job.client_pid)
+            if tree:  # the whole tree, and workers orphaned by a root that exited
+                kids = procs.tree_pids(job.client_pid)[1:]
+                kids += [p for p in sorted(self.client_pids - {job.client_pid, *kids})
+                         if procs.alive(p)]
+            else:
+                kids = procs.children(job.client_pid)
             self.client_pids |= set(kids)
             live = [job.client_pid, *kids]
             if self.process is not None:
                 exit_code = self.process.poll()
                 root_alive = exit_code is None
             else:
-                root_alive = procs.alive(job.client_pid)
+                root_alive = procs.alive(job.client_pid) or (tree and any(
+                    procs.alive(p) for p in kids))
         clients = procs.read_procs(live, files_under=self.target_dir or "/")
-        backend_pids = [b.pid for b in (db.backends if not db.error else ())]
+        backends = db.backends if not db.error else ()
+        links: tuple[tuple[int, int], ...] | None = None
+        if tree and not db.error:
+            peers = procs.unix_peers()
+            pairs = procs.backend_clients(self.facts.port, backends, peers)
+            mine = self.client_pids | set(live)
+            found = tuple(sorted((b, c) for b, c in pairs.items() if c in mine))
+            # no `ss` and no TCP link: unknown (the sessions seen at discovery
+            # stay the job's), not "no session"
+            links = found if found or peers is not None else None
+            self.known_backends |= {b for b, _ in found}
+        elif job.kind == "copy" and not db.error:
+            self.known_backends |= {b.pid for b in backends if driver.belongs(job, b)}
+        backend_pids = [b.pid for b in backends]
         backends_os = procs.read_procs(backend_pids) if self.local else ()
         files: tuple[FileSize, ...] = ()
-        if (self.target_dir and driver_for(job.kind).writes_target_files
+        if (self.target_dir and driver.writes_target_files
                 and os.path.isdir(self.target_dir)):
             files = dir_sizes(self.target_dir) or ()
+        elif tree:
+            files = input_sizes(clients)
         free = None
         if self.target_dir:
             try:
@@ -192,7 +225,7 @@ class LiveSource:
         self.snapshots_taken += 1
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
                         backends_os=backends_os, files=files, free_bytes=free,
-                        root_alive=root_alive, exit_code=exit_code)
+                        root_alive=root_alive, exit_code=exit_code, links=links)
 
     # ---- planning inputs ------------------------------------------------------
 
@@ -361,6 +394,19 @@ def dir_sizes(path: str) -> tuple[FileSize, ...] | None:
     except OSError:
         return None
     return tuple(sorted(out, key=lambda f: f.path))
+
+
+def input_sizes(clients: Any) -> tuple[FileSize, ...]:
+    """Sizes of the files a loader's processes read their data from."""
+    out: dict[str, int] = {}
+    for c in clients:
+        for f in c.open_files or ():
+            if f.path not in out and procs.is_input_file(f):
+                try:
+                    out[f.path] = os.stat(f.path).st_size
+                except OSError:
+                    continue
+    return tuple(FileSize(p, n) for p, n in sorted(out.items()))
 
 
 def _one_line(exc: BaseException) -> str:

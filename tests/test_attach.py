@@ -165,21 +165,24 @@ with psycopg.connect(conninfo, application_name="loader") as conn:
 """
 
 
-def test_copy_pool_is_found_and_grouped(cluster: Cluster) -> None:
+def test_copy_pool_is_found_and_grouped(cluster: Cluster, workdir: Path) -> None:
     cluster.psql("DROP DATABASE IF EXISTS loads")
     cluster.psql("CREATE DATABASE loads")
     cluster.psql("CREATE TABLE facts (id bigint, v text, w text)", dbname="loads")
     conninfo = cluster.conninfo("loads", tcp=True)
-    loaders = [subprocess.Popen([sys.executable, "-c", LOADER, conninfo, "6"]) for _ in range(3)]
+    script = workdir / "loader.py"
+    script.write_text(LOADER)
+    # one script starting three loaders: one job, its process tree (TCP links)
+    pool = subprocess.Popen(["sh", "-c", 'for i in 1 2 3; do "$0" "$@" & done; wait',
+                             sys.executable, str(script), conninfo, "6"])
     wait_for_backends(cluster, "loads", "loader", n=3)
     res = _attach(cluster, db="loads", tcp=True)
-    for p in loaders:
-        assert p.wait() == 0
+    assert pool.wait() == 0
     assert res.returncode == 0, res.stderr
     samples, summary = _samples(res.stdout)
     job = samples[0]["job"]
     assert job["kind"] == "copy"
-    assert job["client_pid"] is None
+    assert job["client_pid"] == pool.pid and job["grouping"] == "process tree"
     assert job["jobs"] == 3
     rels = {w["relation"] for s in samples for w in s["workers"]}
     assert rels == {"public.facts"}

@@ -57,6 +57,9 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
         return Eta(None, None, None, "stalled: no progress")
     if not tr.planned and tr.driver.plans_work:
         return Eta(None, None, None, "no work list yet")
+    own_eta = tr.driver.own_eta(tr)
+    if own_eta is not None:
+        return Eta(own_eta[0], None, None, own_eta[1])
     rate = per_stream_rate(tr)
     if rate is None:
         return Eta(None, None, None, "measuring")

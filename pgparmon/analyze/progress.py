@@ -48,6 +48,9 @@ class Tracker:
         self.gone_workers: set[int] = set()
         self.notes: list[str] = []
         self.build_spb: list[float] = []
+        # a loader's input files: path -> [size, furthest read position]
+        self.inputs: dict[str, list[float]] = {}
+        self.input_rate = WindowRate()
 
     # ---- planning -------------------------------------------------------
 
@@ -67,6 +70,9 @@ class Tracker:
     def members(self, snap: Snapshot) -> list[Backend]:
         if snap.db is None or snap.db.error:
             return []
+        pids = self.driver.member_pids(self.job, snap)
+        if pids is not None:
+            return [b for b in snap.db.backends if b.pid in pids]
         return [b for b in snap.db.backends if self.driver.belongs(self.job, b)]
 
     def update(self, snap: Snapshot) -> None:

@@ -51,19 +51,40 @@ class Job:
     relation: str | None = None  # a COPY pool's target table
     pid_hint: frozenset[int] = field(default_factory=frozenset)  # backends seen at discovery
     args: ClientArgs | None = None
+    # how the job's sessions were grouped: "process tree" (its client processes
+    # on this host), or "inferred: ..." (the keys a remote client's sessions share)
+    grouping: str | None = None
+    databases: tuple[str, ...] = ()  # every database its sessions use (a COPY job)
+    client_pids: frozenset[int] = field(default_factory=frozenset)  # the tree at discovery
 
     def describe(self) -> str:
         who = f"pid {self.client_pid}" if self.client_pid else "remote client"
+        if self.grouping:
+            who += f"; {self.grouping}"
         j = f" -j {self.jobs}" if self.jobs else ""
         tgt = f" {self.target}" if self.target else ""
         rel = f" into {self.relation}" if self.relation else ""
-        return f"{self.kind}{j}{tgt}{rel} on database {self.database or '?'} ({who})"
+        if len(self.databases) > 1:
+            where = f"databases {', '.join(self.databases)}"
+        else:
+            where = f"database {self.database or '?'}"
+        return f"{self.kind}{j}{tgt}{rel} on {where} ({who})"
+
+    def database_list(self) -> list[str]:
+        """Every database of the job (one for a dump or a restore)."""
+        return list(self.databases) or ([self.database] if self.database else [])
+
+    def has_pid(self, pid: int) -> bool:
+        """`--pid`: a process of the job's tree or one of its backends."""
+        return pid == self.client_pid or pid in self.pid_hint or pid in self.client_pids
 
     def to_dict(self) -> dict[str, Any]:
         """The job as a recording's header holds it (no parsed argv)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "args"}
         d["pid_hint"] = sorted(self.pid_hint)
+        d["client_pids"] = sorted(self.client_pids)
         d["command"] = list(self.command)
+        d["databases"] = list(self.databases)
         return d
 
     @staticmethod
@@ -71,7 +92,9 @@ class Job:
         names = {f.name for f in dataclasses.fields(Job)} - {"args"}
         kw = {k: v for k, v in d.items() if k in names}
         kw["pid_hint"] = frozenset(kw.get("pid_hint") or ())
+        kw["client_pids"] = frozenset(kw.get("client_pids") or ())
         kw["command"] = tuple(kw.get("command") or ())
+        kw["databases"] = tuple(kw.get("databases") or ())
         return Job(**kw)
 
 
@@ -158,6 +181,8 @@ class Driver:
     plans_work: ClassVar[bool] = True
     # the client writes its output files into the target directory
     writes_target_files: ClassVar[bool] = False
+    # the job's sessions may use any database of the server (sampled unfiltered)
+    all_databases: ClassVar[bool] = False
 
     # ---- recognise ---------------------------------------------------------
 
@@ -191,6 +216,20 @@ class Driver:
     def session_matches(self, job: Job, b: Backend) -> bool:
         """belongs() for an untagged job, once database and type match."""
         raise NotImplementedError
+
+    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+        """The job's sessions as this tick's readings link them to its client
+        processes (a process tree), or None: decide by belongs()."""
+        return None
+
+    def split(self, members: list[Backend]) -> list[list[Backend]]:
+        """Sessions that share a grouping key but are several jobs."""
+        return [members]
+
+    def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
+        """A job with no client process to watch: whether its sessions still
+        make it a running job (True while it has any)."""
+        return bool(members)
 
     # ---- plan --------------------------------------------------------------
 
@@ -242,6 +281,17 @@ class Driver:
     def has_total(self, tr: Tracker) -> bool:
         """Whether the items' work adds up to a known total (an ETA needs one)."""
         return True
+
+    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        """(seconds, reason) when this kind estimates its ETA itself (from
+        its input files' read rate), else None: the schedule simulation."""
+        return None
+
+    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+                   state: str) -> dict[str, Any]:
+        """Fields of the published job object this kind adds (the phase,
+        where progress comes from)."""
+        return {}
 
     # ---- outcome -----------------------------------------------------------
 

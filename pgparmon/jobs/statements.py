@@ -9,7 +9,7 @@ import re
 COPY_FROM = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+from\s", re.IGNORECASE | re.DOTALL)
 COPY_TO = re.compile(r"^\s*copy\s+(.+?)\s*(\(.*\))?\s+to\s", re.IGNORECASE | re.DOTALL)
 CREATE_INDEX = re.compile(r"^\s*create\s+(?:unique\s+)?index\s+(?:concurrently\s+)?"
-                          r"(?:if\s+not\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|\S+)\s+on\s",
+                          r"(?:if\s+not\s+exists\s+)?(?:(\"(?:[^\"]|\"\")+\"|\S+)\s+)?on\s",
                           re.IGNORECASE)
 ADD_CONSTRAINT = re.compile(r"add\s+constraint\s+(\"(?:[^\"]|\"\")+\"|\S+)", re.IGNORECASE)
 
@@ -32,8 +32,8 @@ def build_target(query: str | None) -> tuple[str, str] | None:
     if not query:
         return None
     m = CREATE_INDEX.match(query)
-    if m:
-        return "index", ident(m.group(1))
+    if m:  # an unnamed index (CREATE INDEX ON t ...): the server names it
+        return "index", ident(m.group(1)) if m.group(1) else ""
     m = ADD_CONSTRAINT.search(query)
     if m:
         return "constraint", ident(m.group(1))

@@ -112,7 +112,9 @@ class DbSampler:
                 pass
             self.conn = None
 
-    def sample(self) -> DbSample:
+    def sample(self, pids: list[int] | None = None) -> DbSample:
+        """One round trip; `pids`: the followed job's backends, sampled even
+        when idle (a load between batches)."""
         now = time.monotonic()
         if self.conn is None or self.conn.closed:
             if now < self._retry_at:
@@ -131,7 +133,8 @@ class DbSampler:
         query = sql.load("sample", self.facts.version_num)
         t0 = time.perf_counter()
         try:
-            cur = self.conn.execute(query, {"db": self.database_filter})
+            cur = self.conn.execute(query, {"db": self.database_filter,
+                                           "pids": sorted(pids or ())})
             row = cur.fetchone()
         except psycopg.errors.LockNotAvailable:
             return DbSample(error="sample skipped: another session holds a lock the monitor "

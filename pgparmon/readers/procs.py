@@ -8,6 +8,7 @@ import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -205,3 +206,235 @@ def environ_appname(pid: int) -> str | None:
         return psutil.Process(pid).environ().get("PGAPPNAME")
     except psutil.Error:
         return None
+
+
+# ---- any client program: link sessions to processes, find the job's tree ----
+
+# shells: a shell running a script is the job's launcher; an interactive one
+# (no script argument, or a session leader) is where a job's tree stops
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"})
+# programs that start a command and wait for it: part of the job's tree
+LAUNCHERS = frozenset({"xargs", "parallel", "timeout", "env", "nice", "ionice", "nohup",
+                       "make", "flock", "chrt", "taskset", "stdbuf"})
+# interpreters: the same name runs unrelated programs, so a worker of the same
+# program has the same command line (fork) or is multiprocessing's child
+INTERPRETERS = ("python", "perl", "ruby", "node", "java", "php", "Rscript", *SHELLS)
+
+
+def backend_clients(server_port: int, backends: Iterable[Any],
+                    peers: dict[int, set[int]] | None) -> dict[int, int]:
+    """backend pid -> the local process at the other end of its connection:
+    TCP by the client's port (and address), unix sockets by their peer (ss).
+    Only what this user may see: other users' sockets show no owner."""
+    bl = list(backends)
+    bpids = {b.pid for b in bl}
+    by_port = {b.client_port: b for b in bl if b.client_port and b.client_port > 0}
+    out: dict[int, int] = {}
+    if by_port:
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except (psutil.AccessDenied, OSError):
+            conns = []
+        for c in conns:
+            if not c.pid or c.pid in bpids or not c.raddr or c.raddr.port != server_port:
+                continue
+            b = by_port.get(c.laddr.port)
+            if b is not None and _same_addr(b.client_addr, c.laddr.ip):
+                out[b.pid] = c.pid
+    for cpid, others in sorted((peers or {}).items()):
+        if cpid in bpids:
+            continue
+        for bp in others & bpids:
+            out.setdefault(bp, cpid)
+    return out
+
+
+def _same_addr(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    return a.removeprefix("::ffff:") == b.removeprefix("::ffff:")
+
+
+def _info(pid: int) -> ProcInfo | None:
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            cmd = tuple(p.cmdline())
+            name = p.name()
+            base = os.path.basename(cmd[0]) if cmd else name
+            return ProcInfo(pid, p.ppid(), base or name, cmd, p.create_time(), None)
+    except psutil.Error:
+        return None
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    return _info(pid)
+
+
+def _same_program(child: ProcInfo, parent: ProcInfo) -> bool:
+    """A worker of the same program (pg_dump's workers, a multiprocessing pool)."""
+    if child.name != parent.name:
+        return False
+    if child.cmdline == parent.cmdline:
+        return True
+    if any(child.name.startswith(i) for i in INTERPRETERS):
+        # fork copies the command line; spawn / forkserver name multiprocessing;
+        # a tool starting itself again runs the same script
+        if any(a == "--multiprocessing-fork" or a.startswith("from multiprocessing.")
+               for a in child.cmdline):
+            return True
+        script = _script(child.cmdline)
+        return script is not None and script == _script(parent.cmdline)
+    return True
+
+
+def _script(cmdline: tuple[str, ...]) -> str | None:
+    """The script an interpreter runs (its first argument that is not an
+    option); None for -c / -m code."""
+    for a in cmdline[1:]:
+        if a in ("-c", "-m", "-e"):
+            return None
+        if not a.startswith("-"):
+            return a
+    return None
+
+
+def _is_session_leader(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except OSError:
+        return True
+
+
+def _launches_jobs(p: ProcInfo) -> bool:
+    """A process whose children are the job (a shell running a script, xargs,
+    GNU parallel...), not a boundary (an interactive shell, sshd, init, a
+    terminal multiplexer, the session leader)."""
+    if p.pid <= 1 or _is_session_leader(p.pid):
+        return False
+    name = p.name.lstrip("-")
+    if name in LAUNCHERS:
+        return True
+    if name in SHELLS:
+        args = p.cmdline[1:]
+        return any(a == "-c" or not a.startswith("-") for a in args)
+    return False
+
+
+def job_root(pid: int) -> int:
+    """The root of the job a client process belongs to: up through workers
+    of the same program, then up through the scripts and launchers that
+    started it, stopping below an interactive shell, the session leader,
+    sshd, init or systemd (anything else that is not a launcher)."""
+    cur = _info(pid)
+    if cur is None:
+        return pid
+    seen = 0
+    while seen < 32:
+        seen += 1
+        parent = _info(cur.ppid) if cur.ppid > 1 else None
+        if parent is None:
+            break
+        if _same_program(cur, parent) and (parent.name not in SHELLS
+                                           or _launches_jobs(parent)):
+            cur = parent  # a worker's parent (a service's may be a session leader)
+            continue
+        if _launches_jobs(parent):
+            cur = parent
+            continue
+        break
+    return cur.pid
+
+
+def tree_pids(root: int) -> list[int]:
+    """The root and every descendant that is alive now."""
+    try:
+        p = psutil.Process(root)
+        return [root, *(c.pid for c in p.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+_NOT_INPUT = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "/bin/", "/sbin/",
+              "/opt/", "/snap/", "/var/lib/")
+_NOT_INPUT_EXT = (".py", ".pyc", ".so", ".log", ".pth", ".sh", ".sql")
+
+
+def is_input_file(f: OpenFile) -> bool:
+    """A regular file a loader reads its data from: opened read-only, not
+    the program's own code, libraries or the system's files."""
+    if f.mode != "r" or any(f.path.startswith(p) for p in _NOT_INPUT):
+        return False
+    if f.path.endswith(_NOT_INPUT_EXT) or ".so." in f.path:
+        return False
+    if "/." in f.path:  # ~/.pgpass, ~/.psqlrc, ~/.postgresql/ certificates: settings
+        return False
+    return "/site-packages/" not in f.path and "/__pycache__/" not in f.path
+
+
+def tree_backends(tree: Iterable[int], server_port: int,
+                  peers: dict[int, set[int]] | None) -> set[int]:
+    """Pids at the server end of the tree's connections (backends, as far as
+    this user may see them): unix socket peers, and for TCP the processes
+    listening on the server's port whose peer port is one of the tree's."""
+    tree = set(tree)
+    out: set[int] = set()
+    for p in tree:
+        out |= (peers or {}).get(p, set()) - tree
+    ports: set[int] = set()
+    for p in tree:
+        ports |= tcp_ports(p, server_port)[0]
+    if ports:
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except (psutil.AccessDenied, OSError):
+            conns = []
+        out |= {c.pid for c in conns if c.pid and c.laddr.port == server_port and c.raddr
+                and c.raddr.port in ports}
+    return out
+
+
+def client_of_backend(pid: int, server_port: int,
+                      peers: dict[int, set[int]] | None) -> int | None:
+    """The local client process of a backend, found from the server's side."""
+    for cpid, others in sorted((peers or {}).items()):
+        if pid in others and cpid != pid and not _is_postgres(cpid):
+            return cpid
+    try:
+        mine = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    rports = {c.raddr.port for c in mine if c.raddr and c.laddr.port == server_port}
+    if not rports:
+        return None
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return None
+    for c in conns:
+        if c.pid and c.pid != pid and c.laddr.port in rports and c.raddr \
+                and c.raddr.port == server_port:
+            return int(c.pid)
+    return None
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        n = psutil.Process(pid).name()
+    except psutil.Error:
+        return False
+    return n.startswith("postgres") or n.startswith("postmaster")
+
+
+def job_backends_of(pid: int, server_port: int) -> set[int]:
+    """`--pid` given before the job is known: the backends of the process tree
+    that pid belongs to (pid a client process or one of its backends), so that
+    a first sample sees them even when they are idle between batches."""
+    peers = unix_peers()
+    client = pid
+    if _is_postgres(pid):
+        c = client_of_backend(pid, server_port, peers)
+        if c is None:
+            return {pid}
+        client = c
+    return {pid} | tree_backends(tree_pids(job_root(client)), server_port, peers)

@@ -1,8 +1,9 @@
 -- One sample, one round trip. No lock-taking function on any user table:
 -- names come from pg_class rows (catalog reads take no relation lock), which
 -- is why relation names resolve only in the database we are connected to.
--- Query text is kept only for the backends we may show (dump, restore, COPY);
--- for the rest, only the command word (a secret may sit in someone's SQL).
+-- Query text is kept only for the backends we may show (dump, restore, COPY,
+-- and the index / constraint builds of the followed job's own sessions); for
+-- the rest, only the command word (a secret may sit in someone's SQL).
 SELECT json_build_object(
   'now', extract(epoch FROM clock_timestamp())::float8,
   'activity', (SELECT coalesce(json_agg(json_build_array(
@@ -11,6 +12,8 @@ SELECT json_build_object(
         extract(epoch FROM a.query_start)::float8, a.state, a.wait_event_type, a.wait_event,
         a.backend_type, a.backend_xmin::text, a.leader_pid,
         CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
+               OR (a.pid = ANY(%(pids)s::int[])
+                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table)\s')
              THEN left(a.query, 2000)
              ELSE split_part(ltrim(a.query), ' ', 1) END,
         CASE WHEN a.wait_event_type = 'Lock' THEN
@@ -19,12 +22,16 @@ SELECT json_build_object(
              (SELECT json_build_array(l.locktype, l.mode, n.nspname || '.' || c.relname)
               FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
               LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) END
+              WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) END,
+        extract(epoch FROM a.state_change)::float8
       ) ORDER BY a.pid), '[]'::json)
       FROM pg_stat_activity a
       WHERE a.pid <> pg_backend_pid()
         AND a.backend_type IN ('client backend', 'parallel worker')
-        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)')
+        -- idle sessions: a dump's or restore's, those whose last statement was a
+        -- COPY (a load between batches), and the followed job's own (pids)
+        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)'
+             OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
         AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
   'copy', (SELECT coalesce(json_agg(json_build_array(
         p.pid, p.datname, p.relid::int8, n.nspname || '.' || c.relname, p.command, p.type,
