@@ -164,7 +164,7 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
             if key is not None:
                 groups.setdefault(key, []).append(b)
                 break
-    jobs = []
+    jobs: list[Job] = []
     for key, members in groups.items():
         d = driver_for(str(key[0]))
         jobs.extend(d.from_sessions(part) for part in d.split(members))
