@@ -202,7 +202,8 @@ def test_facts(band: int, mon: psycopg.Connection[Any]) -> None:
 @pytest.mark.parametrize("db", [DB, None])
 def test_sample(band: int, db: str | None, mon: psycopg.Connection[Any],
                 busy: dict[str, int]) -> None:
-    (doc,) = mon.execute(_text("sample", band), {"db": db}).fetchone()  # type: ignore[misc]
+    (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
+                         {"db": db, "pids": []}).fetchone()
     s = DbSample.from_json(doc, 1.0)  # what DbSampler does with the row
     assert s.server_ts is not None
     by_pid = {b.pid: b for b in s.backends}
@@ -235,8 +236,30 @@ def test_sample_filters_other_databases(mon: psycopg.Connection[Any],
                                         busy: dict[str, int]) -> None:
     for name, band in BANDS:
         if name == "sample":
-            row = mon.execute(_text(name, band), {"db": "no such db"}).fetchone()
+            row = mon.execute(_text(name, band), {"db": "no such db", "pids": []}).fetchone()
             assert row is not None and row[0]["activity"] == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("band", [v for n, v in BANDS if n == "sample"])
+def test_sample_keeps_the_followed_jobs_idle_sessions(band: int, cluster: Cluster,
+                                                      mon: psycopg.Connection[Any]) -> None:
+    """An idle session is sampled only when it is the followed job's (pids):
+    a loader between batches whose last statement was not a COPY."""
+    idler = _conn(cluster, "some loader")
+    try:
+        idler.execute("SELECT 1")
+        pid = idler.info.backend_pid
+
+        def pids_seen(pids: list[int]) -> set[int]:
+            (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
+                                 {"db": None, "pids": pids}).fetchone()
+            return {b.pid for b in DbSample.from_json(doc, 1.0).backends}
+
+        assert pid not in pids_seen([])
+        assert pid in pids_seen([pid])
+    finally:
+        idler.close()
 
 
 @pytest.mark.integration
