@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,13 +19,17 @@ import textual
 from jobdocs import JobRun, dump_run, golden, restore_run
 from rich.text import Text
 from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
 
 from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.feed import FeedBase
+from pgparmon.jobs.base import Job
+from pgparmon.pick import FoundJob
 from pgparmon.tui import PgParMonApp, exit_code
 from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
+from pgparmon.tui.picker import PickerApp, after_pick, run_picker
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
 from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
 from pgparmon.views import fmt
@@ -556,3 +562,151 @@ def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
     r = read_recording(str(rec))
     assert not r.truncated and r.samples and r.summary is not None
+
+
+# ---- the job picker (attach found several jobs) -------------------------------
+
+PICK_NOW = 1_764_000_000.0  # 2025-11-24 16:00:00 UTC: the picker's frozen clock
+
+
+def picker_jobs() -> list[FoundJob]:
+    """Three jobs as discovery finds them: a local dump and a local restore
+    (process trees), and a COPY load from another host (inferred)."""
+    from pgparmon.jobs.copy import INFERRED
+    from pgparmon.redact import redact_argv
+
+    dump = Job(kind="pg_dump", database="sales", client_pid=41210, jobs=4, format="directory",
+               target="/backups/sales.dir",
+               command=tuple(redact_argv(["pg_dump", "-Fd", "-j", "4", "-f",
+                                          "/backups/sales.dir",
+                                          "dbname=sales password=s3cr3t-pass"])),
+               xmin="81234", pid_hint=frozenset({5101, 5102, 5103, 5104, 5105}))
+    restore = Job(kind="pg_restore", database="reporting", client_pid=41388, jobs=2,
+                  format="custom", target="/backups/reporting.dump",
+                  command=("pg_restore", "-j", "2", "-d", "reporting",
+                           "/backups/reporting.dump"),
+                  pid_hint=frozenset({5201, 5202, 5203}))
+    load = Job(kind="copy", database="events", databases=("events",), jobs=3,
+               usename="etl", client_addr="10.0.4.17", app_name="loader",
+               relation="public.clicks", pid_hint=frozenset({9103, 9101, 9102}),
+               grouping=INFERRED)
+    return [FoundJob(dump, 5, PICK_NOW - 754), FoundJob(restore, 3, PICK_NOW - 130),
+            FoundJob(load, 3, PICK_NOW - 42)]
+
+
+class FakeDiscover:
+    """discover() for the picker: each call returns the next list (the last
+    one again when they run out); an Exception in the lists is raised."""
+
+    def __init__(self, *lists: Any) -> None:
+        self.lists = list(lists)
+        self.calls = 0
+
+    def __call__(self) -> list[FoundJob]:
+        item = self.lists[min(self.calls, len(self.lists) - 1)]
+        self.calls += 1
+        if isinstance(item, Exception):
+            raise item
+        return list(item)
+
+
+def _picker(discover: Any, found: Any = None) -> PickerApp:
+    return PickerApp(discover, found, "pgparmon attach: several jobs", clock=lambda: PICK_NOW,
+                     tz=UTC)
+
+
+@sync
+async def test_picker_lists_refreshes_and_follows_the_chosen_pid() -> None:
+    jobs = picker_jobs()
+    # the second look: the dump has ended, a new one started
+    later = [jobs[1], jobs[2],
+             FoundJob(dataclasses.replace(jobs[0].job, client_pid=42001,
+                                          pid_hint=frozenset({5301})), 1, PICK_NOW - 3)]
+    discover = FakeDiscover(jobs, later, RuntimeError("server closed the connection"))
+    app = _picker(discover)
+    async with app.run_test(size=(120, 30)) as pilot:
+        table = app.query_one("#picker-jobs", DataTable)
+        await wait_for(pilot, lambda: app.refreshes == 1)  # discovered in a thread at start
+        rows = table_rows(table)
+        assert [r[0] for r in rows] == ["pg_dump", "pg_restore", "copy"]
+        assert rows[0][1:7] == ["sales", "5", "41210", "15:47:26", "12 min 34 s", "tree"]
+        assert rows[1][3] == "41388" and rows[1][5] == "2 min 10 s"
+        assert rows[2][1:4] == ["events", "3", "remote"] and rows[2][6] == "inferred"
+        assert "pg_dump -Fd -j 4" in rows[0][7]
+        assert all("s3cr3t" not in c for r in rows for c in r)  # redacted
+        head = app.query_one("#picker-head", Static).render()
+        assert "3 jobs found" in str(head)
+        # arrows move; the pane below shows the highlighted job's whole command
+        await pilot.press("down")
+        assert app.highlighted() is jobs[1]
+        assert "/backups/reporting.dump" in str(app.query_one("#picker-command",
+                                                              Static).render())
+        await pilot.press("down", "down", "up")  # the last row stops the cursor
+        assert app.highlighted() is jobs[1]
+        # r: a new list; the cursor stays on the same job
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.refreshes == 2)
+        assert discover.calls == 2
+        rows = table_rows(table)
+        assert [r[3] for r in rows] == ["41388", "remote", "42001"]
+        assert app.highlighted() is later[0]
+        # a failed refresh keeps the list and says why
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.refreshes == 3)
+        assert table.row_count == 3
+        status = app.query_one("#picker-status", Static)
+        assert status.has_class("-error") and "server closed" in str(status.render())
+        await pilot.press("enter")
+    assert app.return_value == 41388
+    followed: list[int] = []
+    assert after_pick(app.return_value, lambda pid: followed.append(pid) or 7) == 7
+    assert followed == [41388]  # the attach --pid path, with the chosen pid
+
+
+@sync
+async def test_picker_quits_and_follows_remote_jobs_by_a_backend() -> None:
+    jobs = picker_jobs()
+    for key in ("q", "escape"):
+        app = _picker(FakeDiscover(jobs), jobs)
+        async with app.run_test(size=(100, 30)) as pilot:
+            assert app.query_one("#picker-jobs", DataTable).row_count == 3
+            await pilot.press(key)
+        assert app.return_value is None
+        assert after_pick(app.return_value, lambda pid: pytest.fail("followed")) == 0
+    # a remote client's job: followed by one of its backends (attach --pid takes it)
+    app = _picker(FakeDiscover(jobs), jobs)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("down", "down", "enter")
+    assert app.return_value == 9101
+    # nothing running any more: enter does nothing, r looks again
+    discover = FakeDiscover([], jobs[:1])
+    app = _picker(discover)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.refreshes == 1)
+        assert "no job running now" in str(app.query_one("#picker-status", Static).render())
+        await pilot.press("enter")
+        assert app.is_running
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.refreshes == 2)
+        await pilot.press("enter")
+    assert app.return_value == 41210
+
+
+def test_run_picker_follows_the_choice() -> None:
+    """run_picker end to end (headless): the picker's choice goes to follow()."""
+    jobs = picker_jobs()
+    followed: list[int] = []
+
+    async def choose_second(pilot: Pilot[Any]) -> None:
+        await pilot.pause()
+        await pilot.press("down", "enter")
+
+    code = run_picker(FakeDiscover(jobs), lambda pid: followed.append(pid) or 0, jobs,
+                      headless=True, auto_pilot=choose_second)
+    assert (code, followed) == (0, [41388])
+
+
+@needs_snapshot_textual
+def test_picker_snapshot(snap_compare: Any) -> None:
+    jobs = picker_jobs()
+    assert snap_compare(_picker(FakeDiscover(jobs), jobs), terminal_size=(100, 30))
