@@ -228,3 +228,86 @@ def test_several_jobs_need_a_pid(cluster: Cluster, sample_db: str, workdir: Path
         for d in dumps:
             d.terminate()
             d.wait()
+
+
+def test_several_jobs_listed_as_json_and_in_the_picker(cluster: Cluster, sample_db: str,
+                                                       workdir: Path) -> None:
+    """Two dumps at once: `attach --json` exits 5 and prints both as one
+    pgparmon.jobs/1 object; --plain exits 5 with both in the error line; the
+    picker, over the real discovery, lists both and returns the chosen pid."""
+    import asyncio
+    import json
+    import time
+
+    from textual.widgets import DataTable
+
+    from pgparmon.connect import ConnTarget
+    from pgparmon.pick import list_jobs
+    from pgparmon.tui.picker import PickerApp
+
+    dumps = [subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
+                               str(workdir / f"p{i}"), sample_db], env=cluster.env())
+             for i in range(2)]
+    stopped: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while any(len(psutil.Process(d.pid).children()) < 2 for d in dumps):
+            assert time.monotonic() < deadline, "the dumps did not start their workers"
+            time.sleep(0.05)
+        wait_for_backends(cluster, sample_db, "pg_dump", n=2)
+        # hold both where they are (SIGSTOP): two running jobs for as long as the test looks
+        for d in dumps:
+            for p in (psutil.Process(d.pid), *psutil.Process(d.pid).children()):
+                p.suspend()
+                stopped.append(p)
+        res = _attach(cluster)
+        assert res.returncode == 5, res.stderr
+        assert res.stderr.count("\n") == 1 and "several jobs found" in res.stderr
+        doc = json.loads(res.stdout)  # one object, nothing else
+        assert doc["schema"] == "pgparmon.jobs/1"
+        by_pid = {j["client_pid"]: j for j in doc["jobs"]}
+        assert set(by_pid) == {d.pid for d in dumps}, doc
+        for i, d in enumerate(dumps):
+            j = by_pid[d.pid]
+            assert (j["kind"], j["database"], j["databases"], j["jobs"], j["pid"]) == \
+                ("pg_dump", sample_db, [sample_db], 2, d.pid)
+            assert j["sessions"] == 3  # the leader and two workers
+            assert j["grouping"] == "process tree"
+            assert j["target"] == str(workdir / f"p{i}") and "-j" in j["command"]
+            assert j["started"] and 0 <= j["running_s"] < 120
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        plain = subprocess.run(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                            str(cluster.port), "-U", "postgres", "-d",
+                                            sample_db, "--plain"),
+                               capture_output=True, text=True, timeout=60, env=env)
+        assert plain.returncode == 5 and plain.stdout == ""
+        assert all(str(d.pid) in plain.stderr for d in dumps), plain.stderr
+
+        target = ConnTarget(dbname=sample_db, host=str(cluster.sockdir),
+                            port=str(cluster.port), user="postgres")
+        app = PickerApp(lambda: list_jobs(target))
+        listed: list[str] = []
+
+        async def choose_second() -> None:
+            async with app.run_test(size=(120, 30)) as pilot:
+                deadline = time.monotonic() + 30
+                while app.refreshes < 1:
+                    assert time.monotonic() < deadline, "the picker found nothing"
+                    await pilot.pause(0.05)
+                table = app.query_one("#picker-jobs", DataTable)
+                listed.extend(str(table.get_row_at(i)[3]) for i in range(table.row_count))
+                await pilot.press("down", "enter")
+
+        asyncio.run(choose_second())
+        assert app.error is None
+        assert sorted(listed) == sorted(str(d.pid) for d in dumps)
+        assert app.return_value == int(listed[1])
+    finally:
+        for p in stopped:
+            try:
+                p.resume()
+            except psutil.NoSuchProcess:
+                pass
+        for d in dumps:
+            d.terminate()
+            d.wait()
