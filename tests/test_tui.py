@@ -18,6 +18,7 @@ import pytest
 import textual
 from jobdocs import JobRun, dump_run, golden, restore_run
 from rich.text import Text
+from support import in_terminal
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
@@ -427,46 +428,24 @@ def test_live_run_in_a_terminal(cluster: Cluster, sample_db: str, tmp_path: Path
     """`pgparmon run` in a real pseudo-terminal: the TUI follows a live
     pg_dump through the real Monitor, shows the end, and q exits with the
     job's code."""
-    import fcntl
-    import os
-    import pty
-    import select
-    import struct
     import sys
-    import termios
 
     tmp_path.chmod(0o777)
     argv = [sys.executable, "-m", "pgparmon", "run", "--interval", "0.3", "--",
             cluster.client("pg_dump"), "-Fd", "-j", "2", "-f", str(tmp_path / "d"), sample_db]
-    env = {**cluster.env(), "TERM": "xterm-256color"}
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: become pgparmon on the terminal
-        os.execvpe(argv[0], argv, env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    out, sent, deadline = b"", False, time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if not sent and b"press q" in out:
-                time.sleep(0.3)
-                os.write(fd, b"q")
-                sent = True
-    finally:
-        if not sent:
-            os.kill(pid, 9)
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+    sent: list[bytes] = []
+
+    def quit_at_the_end(out: bytes, pid: int) -> bytes | None:
+        if not sent and b"press q" in out:
+            sent.append(b"q")
+            return b"q"
+        return None
+
+    out, code = in_terminal(argv, {**cluster.env(), "TERM": "xterm-256color"},
+                            quit_at_the_end, size=(40, 120))
     text = out.decode("utf-8", "replace")
     assert sent, text[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert code == 0
     assert "job finished" in text and "timeline" in text
 
 
@@ -524,8 +503,6 @@ def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db
     """The SSH session goes away (SIGHUP) while the TUI records a live dump:
     the app ends, exit 129, and the recording is complete and readable."""
     import os
-    import pty
-    import select
     import signal
     import sys
 
@@ -536,30 +513,17 @@ def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db
     argv = [sys.executable, "-m", "pgparmon", "run", "--interval", "0.3", "--record",
             str(rec), "--", cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
             str(tmp_path / "d"), sample_db]
-    env = {**cluster.env(), "TERM": "xterm-256color"}
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvpe(argv[0], argv, env)
-    out, hung, deadline = b"", False, time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if not hung and out.count(b"workers") >= 2:
-                os.kill(pid, signal.SIGHUP)
-                hung = True
-    finally:
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+    hung: list[int] = []
+
+    def hang_up(out: bytes, pid: int) -> None:
+        if not hung and out.count(b"workers") >= 2:
+            os.kill(pid, signal.SIGHUP)
+            hung.append(pid)
+
+    out, code = in_terminal(argv, {**cluster.env(), "TERM": "xterm-256color"}, hang_up,
+                            timeout=90)
     assert hung, out.decode("utf-8", "replace")[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    assert code == 128 + signal.SIGHUP
     r = read_recording(str(rec))
     assert not r.truncated and r.samples and r.summary is not None
 
