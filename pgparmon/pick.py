@@ -32,6 +32,7 @@ class FoundJob:
     job: Job
     sessions: int  # its server sessions now (parallel workers not counted)
     started: float | None  # unix time: its client process, else its first session
+    backends: tuple[int, ...] = ()  # those sessions' pids
 
     @property
     def pid(self) -> int | None:
@@ -39,7 +40,8 @@ class FoundJob:
         its backends when the client cannot be seen."""
         if self.job.client_pid:
             return self.job.client_pid
-        return min(self.job.pid_hint) if self.job.pid_hint else None
+        pids = self.job.pid_hint or frozenset(self.backends)
+        return min(pids) if pids else None
 
     @property
     def grouping(self) -> str:
@@ -87,7 +89,8 @@ def found_jobs(jobs: list[Job], db: DbSample) -> list[FoundJob]:
         if started is None:
             starts = [b.backend_start for b in sessions if b.pid in own and b.backend_start]
             started = min(starts) if starts else None
-        out.append(FoundJob(job=j, sessions=len(own), started=started))
+        out.append(FoundJob(job=j, sessions=len(own), started=started,
+                            backends=tuple(sorted(own))))
     return out
 
 

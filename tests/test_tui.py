@@ -674,3 +674,47 @@ def test_run_picker_follows_the_choice() -> None:
 def test_picker_snapshot(snap_compare: Any) -> None:
     jobs = picker_jobs()
     assert snap_compare(_picker(FakeDiscover(jobs), jobs), terminal_size=(100, 30))
+
+
+def test_picker_sessions_start_and_json_of_found_jobs() -> None:
+    """pick.found_jobs: each session counts for one job (the linked ones
+    first, then each driver's grouping rule; parallel workers never), the
+    start is the first session's for a remote client; jobs_document is the
+    pgparmon.jobs/1 object attach --json prints."""
+    from pgparmon.pick import SCHEMA, found_jobs, jobs_document
+    from pgparmon.snapshot import Backend, DbSample
+
+    def b(pid: int, xmin: str | None, start: float, app: str = "pg_dump",
+          kind: str = "client backend", query: str = "COPY public.t TO stdout") -> Backend:
+        return Backend(pid=pid, datname="sales", usename="u", application_name=app,
+                       client_addr=None, client_port=-1, backend_start=start, xact_start=None,
+                       query_start=start, state="active", wait_event_type=None,
+                       wait_event=None, backend_type=kind, backend_xmin=xmin,
+                       leader_pid=11 if kind == "parallel worker" else None, query=query)
+
+    db = DbSample(server_ts=PICK_NOW, backends=(
+        b(11, "100", PICK_NOW - 60), b(12, "100", PICK_NOW - 59), b(13, "100", PICK_NOW - 59),
+        b(14, "100", PICK_NOW - 30, kind="parallel worker"),
+        b(21, "200", PICK_NOW - 9), b(22, "200", PICK_NOW - 8),
+        b(31, None, PICK_NOW - 5, app="psql", query="select 1")))
+    one = Job(kind="pg_dump", database="sales", xmin="100")  # no link: grouped by xmin
+    two = Job(kind="pg_dump", database="sales", xmin="200", pid_hint=frozenset({22, 21}))
+    found = found_jobs([one, two], db)
+    assert [(f.sessions, f.backends, f.started, f.pid) for f in found] == [
+        (3, (11, 12, 13), PICK_NOW - 60, 11), (2, (21, 22), PICK_NOW - 9, 21)]
+    assert [f.grouping for f in found] == ["inferred: application_name, database"] * 2
+
+    doc = jobs_document(picker_jobs(), PICK_NOW)
+    assert doc["schema"] == SCHEMA == "pgparmon.jobs/1"
+    dump, restore, load = doc["jobs"]
+    assert dump == {
+        "kind": "pg_dump", "command": ["pg_dump", "-Fd", "-j", "4", "-f", "/backups/sales.dir",
+                                       "dbname=sales password=********"],
+        "database": "sales", "databases": ["sales"], "jobs": 4, "sessions": 5,
+        "client_pid": 41210, "pid": 41210, "started": "2025-11-24T15:47:26+00:00",
+        "running_s": 754.0, "grouping": "process tree", "target": "/backups/sales.dir",
+        "relation": None,
+        "description": "pg_dump -j 4 /backups/sales.dir on database sales (pid 41210)"}
+    assert restore["pid"] == 41388 and restore["running_s"] == 130.0
+    assert (load["client_pid"], load["pid"], load["command"]) == (None, 9101, [])
+    assert load["grouping"] == "inferred: application_name, client address, user"
