@@ -637,10 +637,17 @@ async def test_picker_quits_and_follows_remote_jobs_by_a_backend() -> None:
             await pilot.press(key)
         assert app.return_value is None
         assert after_pick(app.return_value, lambda pid: pytest.fail("followed")) == 0
-    # a remote client's job: followed by one of its backends (attach --pid takes it)
+    # a remote client's job: followed by one of its backends (attach --pid takes it);
+    # at 80 columns the command column gives way (the pane below shows it)
     app = _picker(FakeDiscover(jobs), jobs)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("down", "down", "enter")
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one("#picker-jobs", DataTable)
+        assert [str(c.label) for c in table.columns.values()][-1] == "grouping"
+        assert table.virtual_size.width <= 78
+        await pilot.press("down", "down")
+        assert "(command line not visible)" in str(app.query_one("#picker-command",
+                                                                 Static).render())
+        await pilot.press("enter")
     assert app.return_value == 9101
     # nothing running any more: enter does nothing, r looks again
     discover = FakeDiscover([], jobs[:1])

@@ -26,6 +26,7 @@ from ..views import fmt
 Discover = Callable[[], Sequence[FoundJob]]
 COLUMNS = ("kind", "database", "streams", "pid", "started", "running for", "grouping",
            "command")
+MIN_COMMAND = 12  # narrower: no command column (the pane below the table has it)
 
 
 def _grouping(f: FoundJob) -> str:
@@ -127,15 +128,19 @@ class PickerApp(App[int | None]):
         now = self.listed_at or self.clock()
         rows = [_cells(f, now, self.tz) for f in self.found]
         table.clear(columns=True)
-        # the command takes what the other columns leave (the pane below shows it whole)
+        # the command takes what the other columns leave, if that is at least
+        # MIN_COMMAND wide (the pane below shows the highlighted one whole)
         fixed = sum(max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
                     for i, c in enumerate(COLUMNS[:-1]))
-        room = max(12, self.size.width - fixed - 2 * len(COLUMNS) - 4)
-        for c in COLUMNS:
+        room = self.size.width - fixed - 2 * len(COLUMNS) - 4
+        columns = COLUMNS if room >= MIN_COMMAND else COLUMNS[:-1]
+        for c in columns:
             table.add_column(c, key=c)
         for i, r in enumerate(rows):
-            cmd = r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"
-            table.add_row(*r[:-1], cmd, key=str(i))
+            cells = r[:-1]
+            if len(columns) == len(COLUMNS):
+                cells.append(r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…")
+            table.add_row(*cells, key=str(i))
         at = next((i for i, f in enumerate(self.found) if keep_pid and f.pid == keep_pid), 0)
         if self.found:
             table.move_cursor(row=at)
