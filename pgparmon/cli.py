@@ -60,14 +60,49 @@ def attach(host: str | None = HostOpt, port: str | None = PortOpt,
     from .monitor import wait_for_job
 
     recorder = open_recorder(record)
-    try:
-        mon = wait_for_job(_target(host, port, username, dbname), pid, wait, recorder=recorder)
-    except ConnectError as exc:
-        fail(str(exc), ExitCode.CONNECT)
-    except DiscoveryError as exc:
+    target = _target(host, port, username, dbname)
+
+    def follow_pid(chosen: int | None) -> int:
+        try:
+            mon = wait_for_job(target, chosen, wait if chosen == pid else None,
+                               recorder=recorder)
+        except ConnectError as exc:
+            fail(str(exc), ExitCode.CONNECT)
+        except DiscoveryError as exc:
+            if exc.code == ExitCode.SEVERAL_JOBS and chosen is None:
+                return several_jobs(exc)
+            fail(str(exc), exc.code)
+        return follow(mon, interval, as_json, duration, recorder, plain,
+                      title=f"pgparmon attach: {mon.discover_label()}")
+
+    def several_jobs(exc: DiscoveryError) -> int:
+        """No --pid and several jobs: the picker in a terminal; else exit 5
+        with the list in the error line (and as JSON on stdout with --json)."""
+        use_tui = (not as_json and not plain and duration is None and sys.stdout.isatty()
+                   and sys.stdin.isatty())
+        if use_tui:
+            try:
+                from .tui.picker import run_picker
+            except ImportError:
+                use_tui = False
+        if use_tui:
+            from .pick import list_jobs
+
+            return run_picker(lambda: list_jobs(target), follow_pid, exc.found,
+                              title="pgparmon attach: several jobs")
+        if as_json:
+            import json
+            import time
+
+            from .pick import jobs_document
+
+            sys.stdout.write(json.dumps(jobs_document(exc.found, time.time()),
+                                        separators=(",", ":")) + "\n")
+            sys.stdout.flush()
         fail(str(exc), exc.code)
-    raise typer.Exit(follow(mon, interval, as_json, duration, recorder, plain,
-                            title=f"pgparmon attach: {mon.discover_label()}"))
+        return int(exc.code)  # not reached: fail raises
+
+    raise typer.Exit(follow_pid(pid))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

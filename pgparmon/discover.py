@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import Any
 
 from .cmdline import ClientArgs, parse_client_cmdline
 from .exitcodes import ExitCode
@@ -26,9 +27,15 @@ from .snapshot import Backend, DbSample
 
 
 class DiscoveryError(RuntimeError):
-    def __init__(self, message: str, code: int) -> None:
+    """`jobs`: the jobs found when there are several (SEVERAL_JOBS); `found`:
+    the same with their sessions and start (pick.FoundJob), filled by the
+    source that sampled them."""
+
+    def __init__(self, message: str, code: int, jobs: list[Job] | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.jobs: list[Job] = list(jobs or ())
+        self.found: list[Any] = []
 
 
 def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: ServerFacts,
@@ -186,5 +193,5 @@ def choose_job(jobs: list[Job], pid: int | None) -> Job:
     if len(jobs) > 1:
         listing = "; ".join(j.describe() for j in jobs)
         raise DiscoveryError(f"several jobs found, pick one with --pid: {listing}",
-                             ExitCode.SEVERAL_JOBS)
+                             ExitCode.SEVERAL_JOBS, jobs)
     return jobs[0]

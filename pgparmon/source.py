@@ -108,8 +108,15 @@ class LiveSource:
             db = self.sampler.sample(hint)
             if db.error:
                 raise DiscoveryError(db.error, ExitCode.CONNECT)
-            self.job = choose_job(find_jobs(self.facts, db, scan_processes=True, pid=self.pid),
-                                  self.pid)
+            jobs = find_jobs(self.facts, db, scan_processes=True, pid=self.pid)
+            try:
+                self.job = choose_job(jobs, self.pid)
+            except DiscoveryError as exc:
+                if exc.jobs:  # several: the list attach shows (picker, JSON)
+                    from .pick import found_jobs
+
+                    exc.found = found_jobs(exc.jobs, db)
+                raise
         job = self.job
         if job.database is None:
             job = self.job = dataclasses.replace(job, database=self.facts.database)

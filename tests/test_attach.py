@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from support import pgparmon_cmd, read_jsonl, wait_for_backends
+from support import in_terminal, pgparmon_cmd, read_jsonl, wait_for_backends
 
 from pgparmon.cluster import Cluster
 
@@ -228,3 +233,121 @@ def test_several_jobs_need_a_pid(cluster: Cluster, sample_db: str, workdir: Path
         for d in dumps:
             d.terminate()
             d.wait()
+
+
+@contextlib.contextmanager
+def _two_held_dumps(cluster: Cluster, sample_db: str, workdir: Path) -> Iterator[list[int]]:
+    """Two pg_dump -j 2 of the sample database, held where they are once
+    their workers copy (SIGSTOP): two running jobs for as long as a test
+    looks. Yields their pids; resumes and ends them after."""
+    dumps = [subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
+                               str(workdir / f"p{i}"), sample_db], env=cluster.env())
+             for i in range(2)]
+    stopped: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while any(len(psutil.Process(d.pid).children()) < 2 for d in dumps):
+            assert time.monotonic() < deadline, "the dumps did not start their workers"
+            time.sleep(0.05)
+        wait_for_backends(cluster, sample_db, "pg_dump", n=2)
+        for d in dumps:
+            for p in (psutil.Process(d.pid), *psutil.Process(d.pid).children()):
+                p.suspend()
+                stopped.append(p)
+        yield [d.pid for d in dumps]
+    finally:
+        for p in stopped:
+            try:
+                p.resume()
+            except psutil.NoSuchProcess:
+                pass
+        for d in dumps:
+            d.terminate()
+            d.wait()
+
+
+def test_several_jobs_listed_as_json_and_in_the_picker(cluster: Cluster, sample_db: str,
+                                                       workdir: Path) -> None:
+    """Two dumps at once: `attach --json` exits 5 and prints both as one
+    pgparmon.jobs/1 object; --plain exits 5 with both in the error line; the
+    picker, over the real discovery, lists both and returns the chosen pid."""
+    from textual.widgets import DataTable
+
+    from pgparmon.connect import ConnTarget
+    from pgparmon.pick import list_jobs
+    from pgparmon.tui.picker import PickerApp
+
+    with _two_held_dumps(cluster, sample_db, workdir) as pids:
+        res = _attach(cluster)
+        assert res.returncode == 5, res.stderr
+        assert res.stderr.count("\n") == 1 and "several jobs found" in res.stderr
+        doc = json.loads(res.stdout)  # one object, nothing else
+        assert doc["schema"] == "pgparmon.jobs/1"
+        by_pid = {j["client_pid"]: j for j in doc["jobs"]}
+        assert set(by_pid) == set(pids), doc
+        for i, pid in enumerate(pids):
+            j = by_pid[pid]
+            assert (j["kind"], j["database"], j["databases"], j["jobs"], j["pid"]) == \
+                ("pg_dump", sample_db, [sample_db], 2, pid)
+            assert j["sessions"] == 3  # the leader and two workers
+            assert j["grouping"] == "process tree"
+            assert j["target"] == str(workdir / f"p{i}") and "-j" in j["command"]
+            assert j["started"] and 0 <= j["running_s"] < 120
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        plain = subprocess.run(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                            str(cluster.port), "-U", "postgres", "-d",
+                                            sample_db, "--plain"),
+                               capture_output=True, text=True, timeout=60, env=env)
+        assert plain.returncode == 5 and plain.stdout == ""
+        assert all(str(pid) in plain.stderr for pid in pids), plain.stderr
+
+        target = ConnTarget(dbname=sample_db, host=str(cluster.sockdir),
+                            port=str(cluster.port), user="postgres")
+        app = PickerApp(lambda: list_jobs(target))
+        listed: list[str] = []
+
+        async def choose_second() -> None:
+            async with app.run_test(size=(120, 30)) as pilot:
+                deadline = time.monotonic() + 30
+                while app.refreshes < 1:
+                    assert time.monotonic() < deadline, "the picker found nothing"
+                    await pilot.pause(0.05)
+                table = app.query_one("#picker-jobs", DataTable)
+                listed.extend(str(table.get_row_at(i)[3]) for i in range(table.row_count))
+                await pilot.press("down", "enter")
+
+        asyncio.run(choose_second())
+        assert app.error is None
+        assert sorted(listed) == sorted(str(pid) for pid in pids)
+        assert app.return_value == int(listed[1])
+
+
+def test_picker_in_a_terminal_follows_the_chosen_job(cluster: Cluster, sample_db: str,
+                                                     workdir: Path) -> None:
+    """`attach` in a real pseudo-terminal with two jobs: the picker shows
+    both, enter opens the live screen on the highlighted one, q exits 0."""
+    with _two_held_dumps(cluster, sample_db, workdir) as pids:
+        argv = pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p", str(cluster.port),
+                            "-U", "postgres", "-d", sample_db, "--interval", "0.3")
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("PG")},
+               "TERM": "xterm-256color"}
+        steps: list[int] = []  # where the output was when each key was typed
+
+        def choose_then_quit(out: bytes, pid: int) -> bytes | None:
+            if not steps and b"2 jobs found" in out:
+                steps.append(len(out))
+                return b"\r"  # follow the first row
+            if len(steps) == 1 and b"workers (" in out[steps[0]:]:
+                steps.append(len(out))
+                return b"q"
+            return None
+
+        out, code = in_terminal(argv, env, choose_then_quit, size=(30, 120), timeout=90)
+        text, live = out.decode("utf-8", "replace"), out[steps[0]:].decode("utf-8", "replace")
+        assert len(steps) == 2, text[-3000:]
+        assert all(str(p) in text for p in pids)  # both listed
+        assert code == 0  # quit while it runs
+        # the first row (discovery lists process trees by pid) is the one followed
+        first = workdir / f"p{pids.index(min(pids))}"
+        other = workdir / f"p{pids.index(max(pids))}"
+        assert str(first) in live and str(other) not in live, live[-3000:]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,14 +18,19 @@ import pytest
 import textual
 from jobdocs import JobRun, dump_run, golden, restore_run
 from rich.text import Text
+from support import in_terminal
 from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
 
 from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.feed import FeedBase
+from pgparmon.jobs.base import Job
+from pgparmon.pick import FoundJob
 from pgparmon.tui import PgParMonApp, exit_code
 from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
+from pgparmon.tui.picker import PickerApp, after_pick, run_picker
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
 from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
 from pgparmon.views import fmt
@@ -426,46 +433,24 @@ def test_live_run_in_a_terminal(cluster: Cluster, sample_db: str, tmp_path: Path
     """`pgparmon run` in a real pseudo-terminal: the TUI follows a live
     pg_dump through the real Monitor, shows the end, and q exits with the
     job's code."""
-    import fcntl
-    import os
-    import pty
-    import select
-    import struct
     import sys
-    import termios
 
     tmp_path.chmod(0o777)
     argv = [sys.executable, "-m", "pgparmon", "run", "--interval", "0.3", "--",
             cluster.client("pg_dump"), "-Fd", "-j", "2", "-f", str(tmp_path / "d"), sample_db]
-    env = {**cluster.env(), "TERM": "xterm-256color"}
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: become pgparmon on the terminal
-        os.execvpe(argv[0], argv, env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    out, sent, deadline = b"", False, time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if not sent and b"press q" in out:
-                time.sleep(0.3)
-                os.write(fd, b"q")
-                sent = True
-    finally:
-        if not sent:
-            os.kill(pid, 9)
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+    sent: list[bytes] = []
+
+    def quit_at_the_end(out: bytes, pid: int) -> bytes | None:
+        if not sent and b"press q" in out:
+            sent.append(b"q")
+            return b"q"
+        return None
+
+    out, code = in_terminal(argv, {**cluster.env(), "TERM": "xterm-256color"},
+                            quit_at_the_end, size=(40, 120))
     text = out.decode("utf-8", "replace")
     assert sent, text[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert code == 0
     assert "job finished" in text and "timeline" in text
 
 
@@ -523,8 +508,6 @@ def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db
     """The SSH session goes away (SIGHUP) while the TUI records a live dump:
     the app ends, exit 129, and the recording is complete and readable."""
     import os
-    import pty
-    import select
     import signal
     import sys
 
@@ -535,29 +518,215 @@ def test_hangup_ends_the_tui_and_keeps_the_recording(cluster: Cluster, sample_db
     argv = [sys.executable, "-m", "pgparmon", "run", "--interval", "0.3", "--record",
             str(rec), "--", cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
             str(tmp_path / "d"), sample_db]
-    env = {**cluster.env(), "TERM": "xterm-256color"}
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvpe(argv[0], argv, env)
-    out, hung, deadline = b"", False, time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if not hung and out.count(b"workers") >= 2:
-                os.kill(pid, signal.SIGHUP)
-                hung = True
-    finally:
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
+    hung: list[int] = []
+
+    def hang_up(out: bytes, pid: int) -> None:
+        if not hung and out.count(b"workers") >= 2:
+            os.kill(pid, signal.SIGHUP)
+            hung.append(pid)
+
+    out, code = in_terminal(argv, {**cluster.env(), "TERM": "xterm-256color"}, hang_up,
+                            timeout=90)
     assert hung, out.decode("utf-8", "replace")[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    assert code == 128 + signal.SIGHUP
     r = read_recording(str(rec))
     assert not r.truncated and r.samples and r.summary is not None
+
+
+# ---- the job picker (attach found several jobs) -------------------------------
+
+PICK_NOW = 1_764_000_000.0  # 2025-11-24 16:00:00 UTC: the picker's frozen clock
+
+
+def picker_jobs() -> list[FoundJob]:
+    """Three jobs as discovery finds them: a local dump and a local restore
+    (process trees), and a COPY load from another host (inferred)."""
+    from pgparmon.jobs.copy import INFERRED
+    from pgparmon.redact import redact_argv
+
+    dump = Job(kind="pg_dump", database="sales", client_pid=41210, jobs=4, format="directory",
+               target="/backups/sales.dir",
+               command=tuple(redact_argv(["pg_dump", "-Fd", "-j", "4", "-f",
+                                          "/backups/sales.dir",
+                                          "dbname=sales password=s3cr3t-pass"])),
+               xmin="81234", pid_hint=frozenset({5101, 5102, 5103, 5104, 5105}))
+    restore = Job(kind="pg_restore", database="reporting", client_pid=41388, jobs=2,
+                  format="custom", target="/backups/reporting.dump",
+                  command=("pg_restore", "-j", "2", "-d", "reporting",
+                           "/backups/reporting.dump"),
+                  pid_hint=frozenset({5201, 5202, 5203}))
+    load = Job(kind="copy", database="events", databases=("events",), jobs=3,
+               usename="etl", client_addr="10.0.4.17", app_name="loader",
+               relation="public.clicks", pid_hint=frozenset({9103, 9101, 9102}),
+               grouping=INFERRED)
+    return [FoundJob(dump, 5, PICK_NOW - 754), FoundJob(restore, 3, PICK_NOW - 130),
+            FoundJob(load, 3, PICK_NOW - 42)]
+
+
+class FakeDiscover:
+    """discover() for the picker: each call returns the next list (the last
+    one again when they run out); an Exception in the lists is raised."""
+
+    def __init__(self, *lists: Any) -> None:
+        self.lists = list(lists)
+        self.calls = 0
+
+    def __call__(self) -> list[FoundJob]:
+        item = self.lists[min(self.calls, len(self.lists) - 1)]
+        self.calls += 1
+        if isinstance(item, Exception):
+            raise item
+        return list(item)
+
+
+def _picker(discover: Any, found: Any = None) -> PickerApp:
+    return PickerApp(discover, found, "pgparmon attach: several jobs", clock=lambda: PICK_NOW,
+                     tz=UTC)
+
+
+@sync
+async def test_picker_lists_refreshes_and_follows_the_chosen_pid() -> None:
+    jobs = picker_jobs()
+    # the second look: the dump has ended, a new one started
+    later = [jobs[1], jobs[2],
+             FoundJob(dataclasses.replace(jobs[0].job, client_pid=42001,
+                                          pid_hint=frozenset({5301})), 1, PICK_NOW - 3)]
+    discover = FakeDiscover(jobs, later, RuntimeError("server closed the connection"))
+    app = _picker(discover)
+    async with app.run_test(size=(120, 30)) as pilot:
+        table = app.query_one("#picker-jobs", DataTable)
+        await wait_for(pilot, lambda: app.refreshes == 1)  # discovered in a thread at start
+        rows = table_rows(table)
+        assert [r[0] for r in rows] == ["pg_dump", "pg_restore", "copy"]
+        assert rows[0][1:7] == ["sales", "5", "41210", "15:47:26", "12 min 34 s", "tree"]
+        assert rows[1][3] == "41388" and rows[1][5] == "2 min 10 s"
+        assert rows[2][1:4] == ["events", "3", "remote"] and rows[2][6] == "inferred"
+        assert "pg_dump -Fd -j 4" in rows[0][7]
+        assert all("s3cr3t" not in c for r in rows for c in r)  # redacted
+        head = app.query_one("#picker-head", Static).render()
+        assert "3 jobs found" in str(head)
+        # arrows move; the pane below shows the highlighted job's whole command
+        await pilot.press("down")
+        assert app.highlighted() is jobs[1]
+        assert "/backups/reporting.dump" in str(app.query_one("#picker-command",
+                                                              Static).render())
+        await pilot.press("down", "down", "up")  # the last row stops the cursor
+        assert app.highlighted() is jobs[1]
+        # r: a new list; the cursor stays on the same job
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.refreshes == 2)
+        assert discover.calls == 2
+        rows = table_rows(table)
+        assert [r[3] for r in rows] == ["41388", "remote", "42001"]
+        assert app.highlighted() is later[0]
+        # a failed refresh keeps the list and says why
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.refreshes == 3)
+        assert table.row_count == 3
+        status = app.query_one("#picker-status", Static)
+        assert status.has_class("-error") and "server closed" in str(status.render())
+        await pilot.press("enter")
+    assert app.return_value == 41388
+    followed: list[int] = []
+    assert after_pick(app.return_value, lambda pid: followed.append(pid) or 7) == 7
+    assert followed == [41388]  # the attach --pid path, with the chosen pid
+
+
+@sync
+async def test_picker_quits_and_follows_remote_jobs_by_a_backend() -> None:
+    jobs = picker_jobs()
+    for key in ("q", "escape"):
+        app = _picker(FakeDiscover(jobs), jobs)
+        async with app.run_test(size=(100, 30)) as pilot:
+            assert app.query_one("#picker-jobs", DataTable).row_count == 3
+            await pilot.press(key)
+        assert app.return_value is None
+        assert after_pick(app.return_value, lambda pid: pytest.fail("followed")) == 0
+    # a remote client's job: followed by one of its backends (attach --pid takes it);
+    # at 80 columns the command column gives way (the pane below shows it)
+    app = _picker(FakeDiscover(jobs), jobs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one("#picker-jobs", DataTable)
+        assert [str(c.label) for c in table.columns.values()][-1] == "grouping"
+        assert table.virtual_size.width <= 78
+        await pilot.press("down", "down")
+        assert "(command line not visible)" in str(app.query_one("#picker-command",
+                                                                 Static).render())
+        await pilot.press("enter")
+    assert app.return_value == 9101
+    # nothing running any more: enter does nothing, r looks again
+    discover = FakeDiscover([], jobs[:1])
+    app = _picker(discover)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.refreshes == 1)
+        assert "no job running now" in str(app.query_one("#picker-status", Static).render())
+        await pilot.press("enter")
+        assert app.is_running
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.refreshes == 2)
+        await pilot.press("enter")
+    assert app.return_value == 41210
+
+
+def test_run_picker_follows_the_choice() -> None:
+    """run_picker end to end (headless): the picker's choice goes to follow()."""
+    jobs = picker_jobs()
+    followed: list[int] = []
+
+    async def choose_second(pilot: Pilot[Any]) -> None:
+        await pilot.pause()
+        await pilot.press("down", "enter")
+
+    code = run_picker(FakeDiscover(jobs), lambda pid: followed.append(pid) or 0, jobs,
+                      headless=True, auto_pilot=choose_second)
+    assert (code, followed) == (0, [41388])
+
+
+@needs_snapshot_textual
+def test_picker_snapshot(snap_compare: Any) -> None:
+    jobs = picker_jobs()
+    assert snap_compare(_picker(FakeDiscover(jobs), jobs), terminal_size=(100, 30))
+
+
+def test_picker_sessions_start_and_json_of_found_jobs() -> None:
+    """pick.found_jobs: each session counts for one job (the linked ones
+    first, then each driver's grouping rule; parallel workers never), the
+    start is the first session's for a remote client; jobs_document is the
+    pgparmon.jobs/1 object attach --json prints."""
+    from pgparmon.pick import SCHEMA, found_jobs, jobs_document
+    from pgparmon.snapshot import Backend, DbSample
+
+    def b(pid: int, xmin: str | None, start: float, app: str = "pg_dump",
+          kind: str = "client backend", query: str = "COPY public.t TO stdout") -> Backend:
+        return Backend(pid=pid, datname="sales", usename="u", application_name=app,
+                       client_addr=None, client_port=-1, backend_start=start, xact_start=None,
+                       query_start=start, state="active", wait_event_type=None,
+                       wait_event=None, backend_type=kind, backend_xmin=xmin,
+                       leader_pid=11 if kind == "parallel worker" else None, query=query)
+
+    db = DbSample(server_ts=PICK_NOW, backends=(
+        b(11, "100", PICK_NOW - 60), b(12, "100", PICK_NOW - 59), b(13, "100", PICK_NOW - 59),
+        b(14, "100", PICK_NOW - 30, kind="parallel worker"),
+        b(21, "200", PICK_NOW - 9), b(22, "200", PICK_NOW - 8),
+        b(31, None, PICK_NOW - 5, app="psql", query="select 1")))
+    one = Job(kind="pg_dump", database="sales", xmin="100")  # no link: grouped by xmin
+    two = Job(kind="pg_dump", database="sales", xmin="200", pid_hint=frozenset({22, 21}))
+    found = found_jobs([one, two], db)
+    assert [(f.sessions, f.backends, f.started, f.pid) for f in found] == [
+        (3, (11, 12, 13), PICK_NOW - 60, 11), (2, (21, 22), PICK_NOW - 9, 21)]
+    assert [f.grouping for f in found] == ["inferred: application_name, database"] * 2
+
+    doc = jobs_document(picker_jobs(), PICK_NOW)
+    assert doc["schema"] == SCHEMA == "pgparmon.jobs/1"
+    dump, restore, load = doc["jobs"]
+    assert dump == {
+        "kind": "pg_dump", "command": ["pg_dump", "-Fd", "-j", "4", "-f", "/backups/sales.dir",
+                                       "dbname=sales password=********"],
+        "database": "sales", "databases": ["sales"], "jobs": 4, "sessions": 5,
+        "client_pid": 41210, "pid": 41210, "started": "2025-11-24T15:47:26+00:00",
+        "running_s": 754.0, "grouping": "process tree", "target": "/backups/sales.dir",
+        "relation": None,
+        "description": "pg_dump -j 4 /backups/sales.dir on database sales (pid 41210)"}
+    assert restore["pid"] == 41388 and restore["running_s"] == 130.0
+    assert (load["client_pid"], load["pid"], load["command"]) == (None, 9101, [])
+    assert load["grouping"] == "inferred: application_name, client address, user"
