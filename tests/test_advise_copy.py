@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import random
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from support import pgparmon_cmd
 
 from pgparmon.advise.probe import steps
 from pgparmon.advise.probe.copyload import (
@@ -58,6 +60,18 @@ def copy_db(cluster: Cluster) -> str:
                  f"INSERT INTO items SELECT g, 'n' || g, g, 'x' "
                  f"FROM generate_series(1, {ROWS_IN_TABLE}) g", dbname=DB)
     return DB
+
+
+def _conn_args(cluster: Cluster) -> list[str]:
+    return ["-h", str(cluster.sockdir), "-p", str(cluster.port), "-U", cluster.superuser,
+            "-d", DB]
+
+
+def _advise(*args: str) -> Any:
+    import subprocess
+
+    return subprocess.run(pgparmon_cmd("advise", *args), capture_output=True, text=True,
+                          check=False, timeout=120)
 
 
 def _state(cluster: Cluster) -> tuple[int, int]:
@@ -135,7 +149,84 @@ def test_check_copy_file_refuses(tmp_path: Path) -> None:
         check_copy_file(str(e), "csv", True, 2)
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--copy", "/nonexistent/x.csv", "--table", "t", "-d", "x"], "no such file"),
+    (["--copy", "x.csv", "-d", "x"], "both --copy FILE and --table T"),
+    (["--copy", "x.csv", "--table", "t", "-d", "x", "--format", "binary"], "use csv or text"),
+    (["--copy", "x.csv", "--table", "t", "-d", "x", "--target", "/tmp/d"], "leave out"),
+])
+def test_bad_input_without_a_server(args: list[str], needle: str) -> None:
+    r = _advise(*args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_binary_file_without_a_server(tmp_path: Path) -> None:
+    b = tmp_path / "data.csv"
+    b.write_bytes(b"PGCOPY\n\xff\r\n\x00" + bytes(100))
+    r = _advise("--copy", str(b), "--table", "t", "-d", "x")
+    assert r.returncode == 2 and "COPY BINARY" in r.stderr and "Traceback" not in r.stderr
+
+
 # --------------------------------------------------------- on a cluster
+
+
+@pytest.mark.integration
+def test_copy_probe_advice(cluster: Cluster, copy_db: str, big_csv: Path) -> None:
+    before = _state(cluster)
+    r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "items", "--header",
+                "--probe-seconds", "4", "--max-jobs", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "copy" and doc["basis"] == "probe"
+    assert 1 <= doc["recommended_jobs"] <= 2
+    assert doc["predicted_wall_s"] > 0
+    assert doc["copy"]["index_maintenance"] == "measured"
+    assert doc["copy"]["multiline_records"] is True
+    assert doc["probe"]["points"] and doc["probe"]["seconds"] <= 4 + 1.0
+    assert any(p["bytes_per_s"] > 0 for p in doc["probe"]["points"])
+    assert "wal" in {w["code"] for w in doc["warnings"]}
+    assert any(w.startswith("limited by") for w in doc["why"])
+    assert doc["command"].startswith("tail -n +2 ")
+    assert _state(cluster) == (0, before[1]) == (0, ROWS_IN_TABLE)
+
+
+@pytest.mark.integration
+def test_copy_static_advice_is_a_guess(cluster: Cluster, copy_db: str, big_csv: Path) -> None:
+    r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "public.items",
+                "--header", "--max-jobs", "8")
+    assert r.returncode == 0, r.stderr
+    assert "COPY: use" in r.stdout and "guess" in r.stdout
+    r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "items", "--header",
+                "--max-jobs", "8", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["basis"] == "static" and doc["confidence"] == "low"
+    assert "guess" in {w["code"] for w in doc["warnings"]}
+    assert doc["recommended_jobs"] <= max(1, doc["knee_jobs"])
+    assert doc["copy"]["index_maintenance"] == "not measured"
+
+
+@pytest.mark.integration
+def test_copy_bad_input_on_a_server(cluster: Cluster, copy_db: str, tmp_path: Path) -> None:
+    r = _advise(*_conn_args(cluster), "--copy", str(tmp_path / "missing.csv"), "--table",
+                "items")
+    assert r.returncode == 2 and "no such file" in r.stderr
+    ok = tmp_path / "ok.csv"
+    ok.write_text("1,a,2,x\n")
+    r = _advise(*_conn_args(cluster), "--copy", str(ok), "--table", "no_such_table")
+    assert r.returncode == 2 and "no such table" in r.stderr, r.stderr
+    three = tmp_path / "three.csv"
+    three.write_text("1,a,2\n2,b,3\n")
+    r = _advise(*_conn_args(cluster), "--copy", str(three), "--table", "items")
+    assert r.returncode == 2 and "has 3 column(s), the table has 4" in r.stderr, r.stderr
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(bytes(range(256)) * 4)
+    r = _advise(*_conn_args(cluster), "--copy", str(binary), "--table", "items")
+    assert r.returncode == 2 and "binary" in r.stderr
+    for res in (r,):
+        assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert _state(cluster) == (0, ROWS_IN_TABLE)
 
 
 @pytest.mark.integration
