@@ -38,13 +38,17 @@ from .probe.copyload import (
 from .request import AdviseError, Request
 
 # Seed: parallel COPY into one table scales best to about half the server's
-# CPUs and worse beyond; one stream parses about SERVER_COPY_IN per second.
+# CPUs and worse beyond.
 COPY_CORE_SHARE = 0.5
+# One COPY FROM stream of a csv/text file, file bytes per second, no index
+# (measured 40 MB/s on the project's 2-core VM; bench/advise_copy_accuracy.py).
+COPY_FILE_RATE = 40e6
 # Before PostgreSQL 16 concurrent COPY into one table waits on the relation
 # extension lock (16 extends a table by many pages at once).
 BULK_EXTEND_VERSION = 160000
-# The guess's cost of each index on the table: half a stream's parsing again.
-INDEX_COST = 0.5
+# The guess's cost of each index on the table, in multiples of a stream's
+# parsing (a btree on random text cost about 1.5x on the project's VM).
+INDEX_COST = 1.5
 
 
 def table_info(conn: psycopg.Connection[Any], name: str, version_num: int) -> TargetTable:
@@ -74,9 +78,9 @@ def table_info(conn: psycopg.Connection[Any], name: str, version_num: int) -> Ta
 
 
 def copy_static(cores: int, local: bool, indexes: int = 0) -> Evidence:
-    """The guess: one stream at SERVER_COPY_IN (less INDEX_COST per index),
+    """The guess: one stream at COPY_FILE_RATE / (1 + INDEX_COST per index),
     a ceiling at half the cores."""
-    r1 = predict.SERVER_COPY_IN / (1 + INDEX_COST * indexes)
+    r1 = COPY_FILE_RATE / (1 + INDEX_COST * indexes)
     half = max(1, int(cores * COPY_CORE_SHARE))
     where = "this host's" if local else "this host's (the server's are not known)"
     f = usl.Fit("plateau", r1, x_max=r1 * half, max_n=float(max(1, cores * 2)), n_points=0,
