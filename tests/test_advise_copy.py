@@ -143,6 +143,11 @@ def test_check_copy_file_refuses(tmp_path: Path) -> None:
     t.write_text("1\ta\n2\tb\n\\.\n")
     cf = check_copy_file(str(t), "text", False, 2)
     assert cf.records == 2 and not cf.multiline
+    # offsets are bytes: an invalid UTF-8 byte and a form feed change nothing
+    odd = tmp_path / "odd.csv"
+    odd.write_bytes(b'h1,h2\n1,"a\xff\x0cb"\n2,"c\nd"\n3,e')
+    cf = check_copy_file(str(odd), "csv", True, 2)
+    assert cf.data_start == 6 and cf.records == 3 and cf.multiline
     e = tmp_path / "e.csv"
     e.write_text("a,b\n")
     with pytest.raises(CopyInputError, match="no rows"):

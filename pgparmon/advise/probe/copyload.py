@@ -17,8 +17,8 @@ The work unit is the file's byte (ProbePoint.heap_bytes holds file bytes).
 from __future__ import annotations
 
 import csv
-import io
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -152,16 +152,18 @@ def _records(head: bytes, fmt: str, whole: bool, path: str,
     # csv: the csv module reads lines; a record ends where it says so.  A
     # line starts a record exactly when the quotes before it are balanced
     # (record_end relies on that).
-    text = head.decode("utf-8", errors="replace")
-    lines = text.splitlines(keepends=True)
-    if not whole and lines and not lines[-1].endswith(("\n", "\r")):
-        lines.pop()
+    # Lines are cut on b"\n" in the bytes (offsets stay exact whatever the
+    # encoding), then decoded for the csv module.
+    raw = [ln + b"\n" for ln in head.split(b"\n")]
+    raw[-1] = raw[-1][:-1]
+    if not raw[-1] or not whole:
+        raw.pop()  # nothing after the last newline, or a line cut by the head's end
     ends: list[int] = []
     off = 0
-    for ln in lines:
-        off += len(ln.encode("utf-8", errors="replace"))
+    for ln in raw:
+        off += len(ln)
         ends.append(off)
-    reader = csv.reader(io.StringIO("".join(lines)), strict=True)
+    reader = csv.reader((ln.decode("utf-8", errors="replace") for ln in raw), strict=True)
     try:
         seen = 0
         for row in reader:
@@ -277,6 +279,8 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     dd = shutil.which("dd")
     if dd is None:
         raise ProbeError("the COPY probe cuts the file with dd, which is not installed")
+    if not re.match(r"^[A-Za-z0-9_./+-]+$", dd):
+        dd = "dd"  # a path psql's shell would need quoted: PATH finds it
     env = psql_env(target, statement_timeout_ms=int((budget_s + 30) * 1000), read_only=False)
     notes: list[str] = []
     device = probe_device(cf.path, notes)
