@@ -194,14 +194,24 @@ def advise(host: str | None = HostOpt, port: str | None = PortOpt,
                                                "cores, at least 4)"),
            as_json: bool = typer.Option(False, "--json", help="print one JSON object "
                                         "(pgparmon.advice/1, docs/advise.md)"),
+           copy: str | None = typer.Option(None, "--copy", help="advise a COPY load of this "
+                                           "csv or text file into --table T of -d DB"),
+           table: str | None = typer.Option(None, "--table", help="the table a --copy load "
+                                            "fills (schema.table, or as search_path finds it)"),
+           copy_format: str = typer.Option("csv", "--format", help="--copy: the file's "
+                                            "format, csv or text"),
+           header: bool = typer.Option(False, "--header", help="--copy: the file's first "
+                                       "line is a header"),
            ) -> None:
-    """Advise the job count for a dump or restore: predicted time per -j, the limit, the command."""
+    """Advise the job count for a dump, restore or COPY load: predicted time per -j, the
+    limit, the command."""
     from .advise.command import advise_command
 
     raise typer.Exit(advise_command(
         conn=_target(host, port, username, dbname), dbname=dbname, target=target,
         archive=archive, probe=probe, probe_seconds=probe_seconds, history=list(history or []),
-        from_timings=from_timings, compress=compress, max_jobs=max_jobs, as_json=as_json))
+        from_timings=from_timings, compress=compress, max_jobs=max_jobs, as_json=as_json,
+        copy=copy, table=table, copy_format=copy_format, header=header))
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ class Advice:
     why: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     server: dict[str, Any] | None = None
+    copy: dict[str, Any] | None = None  # kind "copy": the file and the table
 
     def prediction(self, j: int) -> Prediction | None:
         return next((p for p in self.predictions if p.jobs == j), None)
@@ -95,6 +96,8 @@ class Advice:
             "probe": _redacted_probe(self.probe),
             "inventory": self.inventory.to_json() if self.inventory else None,
             "server": self.server,
+            "copy": None if self.copy is None else {
+                k: (redact_text(v) if k == "file" else v) for k, v in self.copy.items()},
             "warnings": [w.to_json() for w in self.warnings],
             "why": [redact_text(s) for s in self.why],
             "notes": [redact_text(s) for s in self.notes],
@@ -142,6 +145,10 @@ def parse_timings(text: str) -> dict[int, float]:
 
 
 def advise(req: Request) -> Advice:
+    if req.kind == "copy":
+        from .copyadvice import advise_copy
+
+        return advise_copy(req)
     warnings: list[Caution] = []
     notes: list[str] = []
     if req.kind == "dump" and req.target_dir:
@@ -306,22 +313,28 @@ def _why(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
     return out
 
 
-def _command(req: Request, j: int) -> str:
-    conn_args: list[str] = []
+def conn_args(req: Request) -> list[str]:
+    """-h -p -U as the user gave them, for a ready-to-run command line."""
+    out: list[str] = []
     if req.host:
-        conn_args += ["-h", req.host]
+        out += ["-h", req.host]
     if req.port:
-        conn_args += ["-p", str(req.port)]
+        out += ["-p", str(req.port)]
     if req.user:
-        conn_args += ["-U", req.user]
+        out += ["-U", req.user]
+    return out
+
+
+def _command(req: Request, j: int) -> str:
+    conn_args_ = conn_args(req)
     db = req.dbname_for_command or "DBNAME"
     if req.kind == "dump":
         comp = req.compression.dump_args(client_major("pg_dump"))
-        argv = ["pg_dump", "-Fd", "-j", str(j), *comp, *conn_args, "-f",
+        argv = ["pg_dump", "-Fd", "-j", str(j), *comp, *conn_args_, "-f",
                 req.target_dir or "DIR", db]
     else:
         if req.archive and os.path.isfile(req.archive) and j == 1:
-            argv = ["pg_restore", *conn_args, "-d", db, req.archive]
+            argv = ["pg_restore", *conn_args_, "-d", db, req.archive]
         else:
-            argv = ["pg_restore", "-j", str(j), *conn_args, "-d", db, req.archive or "ARCHIVE"]
+            argv = ["pg_restore", "-j", str(j), *conn_args_, "-d", db, req.archive or "ARCHIVE"]
     return redact_text(shlex.join(argv))

@@ -18,7 +18,14 @@ from .request import AdviseError, Request
 def advise_command(*, conn: ConnTarget, dbname: str | None, target: str | None,
                    archive: str | None, probe: bool, probe_seconds: float | None,
                    history: list[str], from_timings: str | None, compress: str,
-                   max_jobs: int | None, as_json: bool) -> int:
+                   max_jobs: int | None, as_json: bool, copy: str | None = None,
+                   table: str | None = None, copy_format: str = "csv",
+                   header: bool = False) -> int:
+    if copy is not None or table is not None:
+        return _copy(conn=conn, dbname=dbname, target=target, archive=archive, probe=probe,
+                     probe_seconds=probe_seconds, history=history, from_timings=from_timings,
+                     max_jobs=max_jobs, as_json=as_json, copy=copy, table=table,
+                     copy_format=copy_format, header=header)
     if target and archive:
         raise Fatal("give --target (advise a dump) or --archive (advise a restore), not both",
                     ExitCode.USAGE)
@@ -45,6 +52,32 @@ def advise_command(*, conn: ConnTarget, dbname: str | None, target: str | None,
                   timings=timings, compression=comp, max_jobs=max_jobs,
                   dbname_for_command=dbname, host=conn.host,
                   port=None if conn.port is None else str(conn.port), user=conn.user)
+    return _print(req, as_json)
+
+
+def _copy(*, conn: ConnTarget, dbname: str | None, target: str | None, archive: str | None,
+          probe: bool, probe_seconds: float | None, history: list[str],
+          from_timings: str | None, max_jobs: int | None, as_json: bool, copy: str | None,
+          table: str | None, copy_format: str, header: bool) -> int:
+    """advise --copy FILE --table T: a COPY load (docs/advise.md, "COPY loads")."""
+    if not copy or not table:
+        raise Fatal("a COPY load needs both --copy FILE and --table T", ExitCode.USAGE)
+    if target or archive or history or from_timings:
+        raise Fatal("--copy advises a COPY load: leave out --target, --archive, --history and "
+                    "--from-timings", ExitCode.USAGE)
+    fmt_ = copy_format.strip().lower()
+    if fmt_ not in ("csv", "text"):
+        raise Fatal(f"--format {copy_format}: use csv or text", ExitCode.USAGE)
+    if not (dbname or os.environ.get("PGDATABASE")):
+        raise Fatal("give the database with -d DB (the one to load into)", ExitCode.USAGE)
+    req = Request(kind="copy", conn=conn, probe=probe, probe_seconds=probe_seconds,
+                  max_jobs=max_jobs, dbname_for_command=dbname, host=conn.host,
+                  port=None if conn.port is None else str(conn.port), user=conn.user,
+                  copy_file=copy, copy_table=table, copy_format=fmt_, copy_header=header)
+    return _print(req, as_json)
+
+
+def _print(req: Request, as_json: bool) -> int:
     try:
         advice = run_advise(req)
     except ConnectError as exc:

@@ -21,7 +21,7 @@ class AdviseError(Exception):
 
 @dataclass
 class Request:
-    kind: str  # dump | restore
+    kind: str  # dump | restore | copy
     conn: ConnTarget | None  # None: no server (timings alone)
     target_dir: str | None = None
     archive: str | None = None
@@ -35,3 +35,7 @@ class Request:
     host: str | None = None
     port: str | None = None
     user: str | None = None
+    copy_file: str | None = None  # copy: the file to load
+    copy_table: str | None = None  # copy: the table to load it into
+    copy_format: str = "csv"  # copy: csv | text
+    copy_header: bool = False  # copy: the file's first line is a header

@@ -17,9 +17,12 @@ _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier r
 
 def render(a: Advice) -> RenderableType:
     rec = a.prediction(a.recommended)
-    what = "pg_dump" if a.kind == "dump" else "pg_restore"
+    what = {"dump": "pg_dump", "restore": "pg_restore", "copy": "COPY"}.get(a.kind, a.kind)
     head = Text()
-    head.append(f"{what}: use -j {a.recommended}", style="bold green")
+    if a.kind == "copy":
+        head.append(f"{what}: use {a.recommended} parallel stream(s)", style="bold green")
+    else:
+        head.append(f"{what}: use -j {a.recommended}", style="bold green")
     if rec:
         head.append(f"  predicted {fmt.duration(rec.wall_s)}", style="bold")
     if a.fastest != a.recommended:
@@ -34,7 +37,13 @@ def render(a: Advice) -> RenderableType:
         parts.append(Text(f"{len(inv.tables)} tables, {fmt.size(inv.data_bytes)} of data"
                           + (f", largest item {big.label} {fmt.size(big.work)}" if big else ""),
                           style="dim"))
-    if a.lower_bound_s is not None:
+    if a.copy is not None:
+        c = a.copy
+        parts.append(Text(f"{c['file']}: {fmt.size(c['data_bytes'])} of {c['format']} into "
+                          f"{c['table']} ({c['indexes']} index(es), "
+                          f"{'logged' if c['logged'] else 'unlogged'}); index maintenance "
+                          f"{c['index_maintenance']}", style="dim"))
+    if a.lower_bound_s is not None and a.kind != "copy":
         parts.append(Text(f"lower bound at -j {a.recommended}: {fmt.duration(a.lower_bound_s)} "
                           "(largest item alone, or all work at full throughput)", style="dim"))
     parts.append(Text(""))
@@ -42,7 +51,7 @@ def render(a: Advice) -> RenderableType:
     parts.append(Text(""))
 
     t = Table(box=None, pad_edge=False, header_style="bold")
-    t.add_column("-j", justify="right")
+    t.add_column("streams" if a.kind == "copy" else "-j", justify="right")
     t.add_column("predicted", justify="right")
     has_measured = any(p.measured_s is not None for p in a.predictions)
     if has_measured:

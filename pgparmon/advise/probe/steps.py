@@ -55,6 +55,9 @@ class StepRunner:
     connect_timeout_s: float
     step_no: int = 0
     server_cpu_missing: bool = False
+    # called with k before each step's sessions start (the COPY probe empties
+    # its scratch table there)
+    before_step: Any = None
 
     def run_step(self, k: int, t_step: float, want_bytes: float, deadline: float,
                  grow: bool = False, finale: Any = None) -> ProbePoint:
@@ -65,6 +68,8 @@ class StepRunner:
         ``\\warn pgparmon-probe index SECONDS N`` line.  Raises Aborted at
         the deadline, ProbeError on a failure."""
         self.step_no += 1
+        if self.before_step is not None:
+            self.before_step(k)
         streams: list[Stream] = []
         sel = selectors.DefaultSelector()
         cpu_before = children_cpu()

@@ -1,0 +1,135 @@
+"""How good is `pgparmon advise --copy`? Its advice against a real sweep.
+
+A CSV file (single-line records, a header) of --mb MB is loaded into a
+logged table with one index by J parallel COPY streams, the way the advice's
+command does it (``tail -n +2 FILE | split -n r/J --filter='psql -c "\\copy
+... FROM STDIN"'``), for J in --jobs, --repeats times with the order of J
+interleaved; the table is truncated and a CHECKPOINT taken before each load.
+The advice is asked static (no probe) and probed (--probe-seconds).
+
+- regret: measured time at the recommended J / the best measured time;
+- prediction error: |predicted - measured| / measured at the recommended J.
+
+Raw timings go to docs/bench/advise_copy.json; a markdown table is printed.
+
+    .venv/bin/python bench/advise_copy_accuracy.py                 # ~2 min on 2 cores
+    .venv/bin/python bench/advise_copy_accuracy.py --mb 10 --repeats 1   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import shlex
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from common import Cluster, machine, median, pgparmon, start_cluster, write_json
+
+OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "advise_copy.json"
+DB = "copybench"
+
+
+def make_csv(path: Path, mb: float) -> int:
+    rnd = random.Random(11)
+    rows = 0
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["id", "name", "amount", "note"])
+        while f.tell() < mb * 1e6:
+            for _ in range(10_000):
+                w.writerow([rows, f"name{rnd.randrange(10**7)}", f"{rnd.random() * 1e4:.2f}",
+                            f"a note, {rnd.random():.8f}"])
+                rows += 1
+    return rows
+
+
+def load_cmd(c: Cluster, path: Path, j: int) -> str:
+    psql = shlex.join([str(c.client("psql")), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                       "-h", str(c.sockdir), "-p", str(c.port), "-U", c.superuser, "-d", DB,
+                       "-c", "\\copy items FROM STDIN WITH (FORMAT csv)"])
+    return (f"tail -n +2 {shlex.quote(str(path))} | split -n r/{j} "
+            f"--filter={shlex.quote(psql)} -")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=40.0)
+    ap.add_argument("--jobs", default=",".join(str(j) for j in range(1, (os.cpu_count() or 2)
+                                                                        + 2)))
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--probe-seconds", type=float, default=6.0)
+    a = ap.parse_args()
+    jobs = [int(x) for x in a.jobs.split(",")]
+    cl = start_cluster(prefix="pgparmon-bench-copy-")
+    tmp = Path(tempfile.mkdtemp(prefix="pgparmon-bench-copy-"))
+    try:
+        cl.psql(f"CREATE DATABASE {DB}")
+        cl.psql("CREATE TABLE items (id int, name text, amount numeric, note text); "
+                "CREATE INDEX ON items (name)", dbname=DB)
+        path = tmp / "items.csv"
+        rows = make_csv(path, a.mb)
+        base = ["-h", str(cl.sockdir), "-p", str(cl.port), "-U", cl.superuser, "-d", DB,
+                "--copy", str(path), "--table", "items", "--header",
+                "--max-jobs", str(max(jobs)), "--json"]
+        advice: dict[str, dict[str, object]] = {}
+        for mode, extra in (("static", []), ("probe", ["--probe-seconds",
+                                                       str(a.probe_seconds)])):
+            r = subprocess.run(pgparmon("advise", *base, *extra), capture_output=True,
+                               text=True, check=True)
+            advice[mode] = json.loads(r.stdout)
+        times: dict[int, list[float]] = {j: [] for j in jobs}
+        for rep in range(a.repeats):
+            order = jobs if rep % 2 == 0 else list(reversed(jobs))
+            for j in order:
+                cl.psql("TRUNCATE items; CHECKPOINT", dbname=DB)
+                t0 = time.perf_counter()
+                subprocess.run(load_cmd(cl, path, j), shell=True, check=True,
+                               stdout=subprocess.DEVNULL)
+                times[j].append(time.perf_counter() - t0)
+        n = cl.psql("SELECT count(*) FROM items", dbname=DB).strip()
+        assert int(n) == rows, (n, rows)
+        med = {j: median(v) for j, v in times.items()}
+        best = min(med.values())
+        results = {}
+        for mode, doc in advice.items():
+            rec = int(doc["recommended_jobs"])  # type: ignore[call-overload]
+            pred = float(doc["predicted_wall_s"])  # type: ignore[arg-type]
+            m = med.get(rec)
+            results[mode] = {
+                "recommended": rec, "predicted_s": pred, "measured_s": m,
+                "regret": None if m is None else round(m / best, 3),
+                "prediction_error": None if m is None else round(abs(pred - m) / m, 3),
+                "probe_s": (doc.get("probe") or {}).get("seconds"),  # type: ignore[union-attr]
+            }
+        doc_out = {"machine": machine(), "mb": a.mb, "rows": rows, "jobs": jobs,
+                   "repeats": a.repeats, "measured_s": times, "median_s": med,
+                   "load_average": os.getloadavg(), "results": results,
+                   "advice": advice}
+        write_json(OUT, doc_out)
+        print(f"{a.mb:g} MB CSV, {rows} rows, one index, {machine()}, load average "
+              f"{os.getloadavg()[0]:.2f}")
+        print("| J | " + " | ".join(str(j) for j in jobs) + " |")
+        print("|---|" + "---|" * len(jobs))
+        print("| median s | " + " | ".join(f"{med[j]:.2f}" for j in jobs) + " |")
+        print()
+        print("| advice | recommended | predicted | measured | regret | prediction error |")
+        print("|---|---|---|---|---|---|")
+        for mode, r in results.items():
+            print(f"| {mode} | {r['recommended']} | {r['predicted_s']:.2f} s | "
+                  f"{r['measured_s'] if r['measured_s'] is None else round(r['measured_s'], 2)}"
+                  f" s | {r['regret']} | {r['prediction_error']} |")
+    finally:
+        cl.stop()
+        for p in tmp.iterdir():
+            p.unlink()
+        tmp.rmdir()
+
+
+if __name__ == "__main__":
+    main()

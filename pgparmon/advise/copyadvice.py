@@ -1,0 +1,287 @@
+"""`pgparmon advise --copy FILE --table T`: how many parallel COPY streams
+to load FILE into T with (docs/advise.md, "COPY loads").
+
+The same evidence, fit and choice as a dump or restore: a probe
+(`probe.copyload`) or the static guess; the work is the file's bytes, split
+evenly between the streams, so the predicted time at j streams is
+bytes / X(j).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any
+
+import psycopg
+
+from ..connect import connect
+from ..exitcodes import ExitCode
+from ..readers.db import read_facts
+from ..redact import redact_text
+from ..views import fmt
+from . import predict, usl
+from .advice import Advice, _confidence, _why, conn_args
+from .checks import Caution, connection_cap, connection_warnings, server_facts
+from .evidence import PROBE_MAX_S, PROBE_MIN_S, PROBE_SHARE, calibrated_static, usable_cores
+from .inventory import read_advise_facts, server_is_local, setting_bytes
+from .predict import Evidence, Prediction
+from .probe import ProbeError, qualified_name
+from .probe.copyload import (
+    CopyFile,
+    CopyInputError,
+    TargetTable,
+    check_copy_file,
+    run_copy_probe,
+)
+from .request import AdviseError, Request
+
+# Seed: parallel COPY into one table scales best to about half the server's
+# CPUs and worse beyond.
+COPY_CORE_SHARE = 0.5
+# One COPY FROM stream of a csv/text file, file bytes per second, no index
+# (measured 40 MB/s on the project's 2-core VM; bench/advise_copy_accuracy.py).
+COPY_FILE_RATE = 40e6
+# Before PostgreSQL 16 concurrent COPY into one table waits on the relation
+# extension lock (16 extends a table by many pages at once).
+BULK_EXTEND_VERSION = 160000
+# The guess's cost of each index on the table, in multiples of a stream's
+# parsing (a btree on random text cost about 1.5x on the project's VM).
+INDEX_COST = 1.5
+
+
+def table_info(conn: psycopg.Connection[Any], name: str, version_num: int) -> TargetTable:
+    """The TargetTable named `name` (as SQL would resolve it: search_path,
+    quoting), or AdviseError (exit 2) when there is none."""
+    try:
+        row = conn.execute(
+            "SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, c.reltuples "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = to_regclass(%s)", [name]).fetchone()
+    except psycopg.Error:
+        row = None
+    if row is None:
+        raise AdviseError(f"--table {name}: no such table in this database (check the name, "
+                          "its schema and search_path)")
+    oid, schema, relname, relkind, persistence, reltuples = row
+    if relkind not in ("r", "p"):
+        raise AdviseError(f"--table {name}: not a table (relkind {relkind}): COPY loads tables")
+    gen = " AND attgenerated = ''" if version_num >= 120000 else ""
+    ncols = conn.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+                         f"AND NOT attisdropped{gen}", [oid]).fetchone()
+    idx = conn.execute("SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s "
+                       "ORDER BY indexrelid", [oid]).fetchall()
+    rows = float(reltuples) if reltuples is not None and float(reltuples) >= 0 else None
+    return TargetTable(str(schema), str(relname), int(ncols[0] if ncols else 0),
+                       [str(r[0]) for r in idx], persistence == "p", rows)
+
+
+def copy_static(cores: int, local: bool, indexes: int = 0) -> Evidence:
+    """The guess: one stream at COPY_FILE_RATE / (1 + INDEX_COST per index),
+    a ceiling at half the cores."""
+    r1 = COPY_FILE_RATE / (1 + INDEX_COST * indexes)
+    half = max(1, int(cores * COPY_CORE_SHARE))
+    where = "this host's" if local else "this host's (the server's are not known)"
+    f = usl.Fit("plateau", r1, x_max=r1 * half, max_n=float(max(1, cores * 2)), n_points=0,
+                note=f"static guess: parallel COPY scales to about half the cores ({half} of "
+                     f"{where} {cores})")
+    pts = [(float(k), f.throughput(k)) for k in range(1, max(1, cores * 2) + 1)]
+    return Evidence("static", f, pts,
+                    limit=f"CPU: the server's backends busy (past half of {cores} cores)",
+                    per_stream_limit="the server's COPY FROM parsing (CPU)",
+                    note="no measurement: one COPY stream at a typical "
+                         f"{fmt.rate(r1)} per backend"
+                         + (f" with {indexes} index(es)" if indexes else "")
+                         + ", parallel COPY best near half the "
+                         f"cores (min({cores}/2, ...)); COPY's CPU per byte differs by server "
+                         "version; --probe-seconds N measures this system")
+
+
+def copy_limits(res: Any, cores: int, indexes: int) -> tuple[str, str | None]:
+    """What saturates and what bounds one stream, from the probe's steps
+    (the thresholds of evidence.probe_limits)."""
+    pts = sorted(res.points, key=lambda p: p.streams)
+    first, last = pts[0], pts[-1]
+    el1 = max(first.elapsed_s, 1e-9)
+    c1 = first.client_cpu_s / el1
+    s1 = (first.server_cpu_s or 0.0) / el1
+    per_stream = None
+    if s1 >= 0.75 and s1 >= c1:
+        per_stream = "the server's COPY FROM (one backend's CPU)"
+    elif c1 >= 0.75:
+        per_stream = "the client (psql reading the file)"
+    el = max(last.elapsed_s, 1e-9)
+    cpu_last = (last.client_cpu_s + (last.server_cpu_s or 0.0)) / el
+    ix = f", with {indexes} index(es) to maintain" if indexes else ""
+    if (last.disk_util is not None and last.disk_util >= 90.0
+            and first.disk_await_ms is not None and last.disk_await_ms is not None
+            and last.disk_await_ms >= 2 * max(first.disk_await_ms, 0.1)):
+        return "disk (the file's device)", per_stream
+    if cpu_last >= 0.85 * cores:
+        return f"CPU: the server's backends busy ({cores} cores{ix})", per_stream
+    if indexes:
+        return ("contention in the server: index maintenance (shared index pages) or "
+                "relation extension"), per_stream
+    return "contention in the server (relation extension, buffers) or the disk", per_stream
+
+
+def copy_predictions(ev: Evidence, data_bytes: float, jobs: list[int]) -> list[Prediction]:
+    out = []
+    for j in jobs:
+        wall = data_bytes / max(ev.fit.throughput(j), 1e-9)
+        extrap = ev.basis != "static" and j > ev.fit.max_n + 1e-9
+        out.append(Prediction(j, wall, predict._curve_bottleneck(ev, j), wall, 0.0, None, None,
+                              extrap))
+    return out
+
+
+def advise_copy(req: Request) -> Advice:
+    assert req.copy_file is not None and req.copy_table is not None
+    path = req.copy_file
+    try:
+        check_copy_file(path, req.copy_format, req.copy_header, None)
+    except CopyInputError as exc:
+        raise AdviseError(str(exc)) from None
+    if req.conn is None:
+        raise AdviseError("--copy needs the server: give -d DB (and -h/-p/-U as for psql)")
+    conn = connect(req.conn)
+    try:
+        facts = read_facts(conn)
+        afacts = read_advise_facts(conn, facts)
+        local = server_is_local(facts)
+        table = table_info(conn, req.copy_table, facts.version_num)
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise AdviseError(f"the server refused the catalog queries: {redact_text(first)}",
+                          ExitCode.CONNECT) from None
+    finally:
+        conn.close()
+    try:
+        cf = check_copy_file(path, req.copy_format, req.copy_header, table.columns)
+    except CopyInputError as exc:
+        raise AdviseError(str(exc)) from None
+
+    warnings: list[Caution] = []
+    notes: list[str] = []
+    cores = usable_cores()
+    max_jobs = max(1, req.max_jobs or cores)
+    settings = afacts.get("settings") or {}
+    static = copy_static(cores, local, len(table.indexes))
+    data = float(cf.data_bytes)
+
+    ev: Evidence | None = None
+    probe_json: dict[str, Any] | None = None
+    if req.probe or req.probe_seconds is not None:
+        half = max(1, min(max_jobs, int(cores * COPY_CORE_SHARE)))
+        guess = data / static.fit.throughput(half)
+        budget = (float(req.probe_seconds) if req.probe_seconds is not None
+                  else min(PROBE_MAX_S, PROBE_SHARE * guess))
+        if budget < PROBE_MIN_S and req.probe_seconds is None:
+            warnings.append(Caution("probe_skipped",
+                                    f"the load is predicted at about {fmt.duration(guess)}: a "
+                                    f"probe within 3% of that ({budget:.1f} s) cannot measure "
+                                    "anything; give --probe-seconds N to probe anyway"))
+        else:
+            try:
+                res = run_copy_probe(req.conn, cf, table, budget_s=budget,
+                                     max_streams=max(1, min(max_jobs, 16)))
+            except CopyInputError as exc:
+                raise AdviseError(str(exc)) from None
+            except ProbeError as exc:
+                warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
+                res = None
+            if res is not None:
+                probe_json = res.to_json()
+                pts = res.fit_points()
+                if not pts:
+                    warnings.append(Caution("probe_failed", "the probe measured nothing "
+                                                            "within its budget"))
+                else:
+                    cpu = {int(p.streams): v for p in res.points
+                           if (v := res.cpu_s_per_gb(p.streams)) is not None}
+                    neck, per_stream = copy_limits(res, cores, len(table.indexes))
+                    ev = predict.points_evidence("probe", pts, limit=neck,
+                                                 per_stream_limit=per_stream, cpu_per_gb=cpu,
+                                                 detail={"probe": probe_json})
+                    if ev.fit.n_points < 2:
+                        ev = calibrated_static(ev, static)
+                        notes.append(ev.note)
+    if ev is None:
+        ev = static
+        warnings.append(Caution("guess", "no measurement behind this advice: it is a guess "
+                                         f"from {cores} cores and a typical COPY rate; "
+                                         "--probe-seconds N measures this system"))
+
+    limit = max_jobs if ev.basis == "static" else min(max_jobs, ev.fit.limit_n)
+    jobs = list(range(1, max(1, limit) + 1))
+    preds = copy_predictions(ev, data, jobs)
+    caps = dict(connection_cap("copy", afacts))
+    choice = predict.choose(preds, ev.cpu_per_gb, caps)
+    rec = choice.recommended
+    warnings += connection_warnings("copy", afacts, choice)
+    warnings += copy_warnings(table, settings, data, facts.version_num)
+
+    why = _why(ev, choice, preds, None)
+    why = [re.sub(r"-j (\d+)", r"\1 stream(s)", w) for w in why]
+    why.append(f"limited by: {ev.limit}")
+    if ev.per_stream_limit:
+        why.append(f"one stream is bound by {ev.per_stream_limit}")
+    if ev.basis == "static":
+        why.append(ev.note)
+    copy_json = {
+        "file": path, "format": cf.fmt, "header": cf.header, "bytes": cf.size,
+        "data_bytes": cf.data_bytes, "columns": cf.columns, "multiline_records": cf.multiline,
+        "table": table.name,
+        "table_rows": table.rows, "logged": table.logged, "indexes": len(table.indexes),
+        "index_maintenance": (("measured" if ev.basis == "probe" else "not measured")
+                              if table.indexes else "none"),
+        "wal": "not measured (the probe's table is unlogged)" if table.logged else "none",
+    }
+    if cf.multiline:
+        notes.append("some records hold newlines (quoted): the command's line-based split "
+                     "would cut them; use a loader that splits the file on records")
+    server = server_facts(facts, afacts, local)
+    a = Advice(kind="copy", recommended=rec, fastest=choice.fastest, predictions=preds,
+               lower_bound_s=next(p.lower_bound_s for p in preds if p.jobs == rec),
+               basis=ev.basis, confidence=_confidence(ev), warnings=warnings,
+               command=copy_command(req, cf, table, rec), evidence=ev, choice=choice,
+               inventory=None, dominant=None, probe=probe_json, why=why, notes=notes,
+               server=server)
+    a.copy = copy_json
+    return a
+
+
+def copy_warnings(table: TargetTable, settings: dict[str, Any], data: float,
+                  version_num: int | None) -> list[Caution]:
+    out: list[Caution] = []
+    if table.logged:
+        out.append(Caution("wal", f"{table.name} is a logged table: the load writes WAL for "
+                                  "every row and index entry, which the probe's unlogged "
+                                  "scratch table did not; where WAL writes are slow the load "
+                                  "is slower than predicted"))
+        wal = setting_bytes(settings, "max_wal_size")
+        if wal and data > wal:
+            out.append(Caution("max_wal_size", f"the file ({fmt.size(data)}) is larger than "
+                                               f"max_wal_size ({fmt.size(wal)}): checkpoints "
+                                               "during the load"))
+    if version_num is not None and version_num < BULK_EXTEND_VERSION:
+        out.append(Caution("copy_version", "before PostgreSQL 16, parallel COPY into one table "
+                                           "waits on the relation extension lock: more "
+                                           "streams gain less"))
+    return out
+
+
+def copy_command(req: Request, cf: CopyFile, table: TargetTable, j: int) -> str:
+    """A way to run it: GNU split hands the lines round-robin to j psql
+    sessions (records that hold newlines need a loader that splits on
+    records)."""
+    db = req.dbname_for_command or "DBNAME"
+    opts = "FORMAT csv" if cf.fmt == "csv" else "FORMAT text"
+    psql = shlex.join(["psql", "-X", "-v", "ON_ERROR_STOP=1", *conn_args(req), "-d", db, "-c",
+                       f"\\copy {qualified_name(table.schema, table.relname)} FROM STDIN "
+                       f"WITH ({opts})"])
+    src = shlex.quote(os.path.abspath(cf.path))
+    feed = f"tail -n +2 {src} | " if cf.header else ""
+    target = "-" if cf.header else src
+    return redact_text(f"{feed}split -n r/{j} --filter={shlex.quote(psql)} {target}")

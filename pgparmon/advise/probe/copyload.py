@@ -1,0 +1,373 @@
+"""The COPY load probe (`run_copy_probe`): X(k) of k parallel ``COPY FROM``
+streams of one file into one table (docs/advise.md, "COPY loads").
+
+The file is checked before anything runs (`check_copy_file`): not binary,
+its first records split the way the table has columns.  The probe then
+uses the dump and restore probes' streams and steps: each stream is a psql
+session that runs ``\\copy scratch FROM PROGRAM 'dd ... skip=A count=B'``
+for slices of the file, cut on record boundaries (`record_end`), into one
+scratch table, ``CREATE UNLOGGED TABLE <schema>.pgparmon_probe_<x> (LIKE T
+INCLUDING DEFAULTS INCLUDING GENERATED)`` with T's indexes (never unique:
+a small file is loaded more than once).  The scratch table is emptied
+before each step and dropped at the end, also on an error or Ctrl-C.
+
+The work unit is the file's byte (ProbePoint.heap_bytes holds file bytes).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from ...connect import ConnTarget, connect
+from .plan import check_args, cpu_note, probe_device, run_steps
+from .psql import checked_psql, is_local_host, psql_env
+from .restore_ranges import index_on_temp
+from .results import ProbeError, ProbeResult, qualified_name
+from .steps import StepRunner
+from .streams import Range, Stream
+
+SCRATCH_PREFIX = "pgparmon_probe_"
+# The head of the file that is checked (and its records counted) up front.
+CHECK_BYTES = 1 << 20
+CHECK_RECORDS = 1000
+# A slice is never smaller than this (a range per few kB would measure psql).
+MIN_SLICE = 64 * 1024
+_READ = 1 << 16
+_QUOTE = b'"'
+
+
+class CopyInputError(ProbeError):
+    """The file cannot be loaded into the table as given: bad input (exit 2)."""
+
+
+@dataclass(frozen=True)
+class CopyFile:
+    """A checked input file.  data_start: the first byte after the header
+    line (0 without --header); records: records in the checked head;
+    columns: their column count."""
+
+    path: str
+    fmt: str  # csv | text
+    header: bool
+    size: int
+    data_start: int
+    records: int
+    columns: int
+    multiline: bool = False  # a checked record spans lines (quoted newlines)
+
+    @property
+    def data_bytes(self) -> int:
+        return self.size - self.data_start
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """The table to load: its schema and name, columns COPY fills, the
+    CREATE INDEX text of its indexes, and whether it is logged."""
+
+    schema: str
+    relname: str
+    columns: int
+    indexes: list[str] = field(default_factory=list)
+    logged: bool = True
+    rows: float | None = None  # pg_class.reltuples
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.relname}"
+
+
+def check_copy_file(path: str, fmt: str, header: bool, columns: int | None) -> CopyFile:
+    """The file, checked: it exists, is not binary, and its first records
+    (up to CHECK_RECORDS, within CHECK_BYTES) have `columns` columns each.
+    CopyInputError (one line) otherwise."""
+    if fmt not in ("csv", "text"):
+        raise CopyInputError(f"--format {fmt}: use csv or text")
+    if not os.path.exists(path):
+        raise CopyInputError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise CopyInputError(f"{path}: not a regular file")
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(CHECK_BYTES)
+    except OSError as exc:
+        raise CopyInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if head.startswith(b"PGCOPY\n\xff"):
+        raise CopyInputError(f"{path} is in COPY BINARY format: advice covers csv and text "
+                             "files only")
+    if b"\x00" in head:
+        raise CopyInputError(f"{path} is not a {fmt} file (it holds NUL bytes: binary data)")
+    whole = len(head) >= size
+    multi: list[bool] = []
+    records = _records(head, fmt, whole, path, multi)
+    data_start = 0
+    if header:
+        if not records:
+            raise CopyInputError(f"{path}: no header line")
+        data_start = records[0][0]
+        records = records[1:]
+    if not records:
+        raise CopyInputError(f"{path}: no rows to load")
+    counts = [n for _, n in records[:CHECK_RECORDS]]
+    first = counts[0]
+    if columns is not None:
+        for i, n in enumerate(counts):
+            if n != columns:
+                raise CopyInputError(
+                    f"{path}: record {i + 1 + int(header)} has {n} column(s), the table has "
+                    f"{columns}: not a {fmt} file for this table (check --format, --header)")
+    elif any(n != first for n in counts):
+        raise CopyInputError(f"{path}: records with different column counts: not a {fmt} file")
+    return CopyFile(path, fmt, header, size, data_start, len(records), first, bool(multi))
+
+
+def _records(head: bytes, fmt: str, whole: bool, path: str,
+             multi: list[bool]) -> list[tuple[int, int]]:
+    """(end offset, column count) of each complete record in head."""
+    out: list[tuple[int, int]] = []
+    if fmt == "text":
+        pos = 0
+        while True:
+            j = head.find(b"\n", pos)
+            if j < 0:
+                if whole and pos < len(head):
+                    out.append((len(head), head[pos:].count(b"\t") + 1))
+                break
+            line = head[pos:j].rstrip(b"\r")
+            if line != b"\\.":
+                out.append((j + 1, line.count(b"\t") + 1))
+            pos = j + 1
+        return out
+    # csv: the csv module reads lines; a record ends where it says so.  A
+    # line starts a record exactly when the quotes before it are balanced
+    # (record_end relies on that).
+    # Lines are cut on b"\n" in the bytes (offsets stay exact whatever the
+    # encoding), then decoded for the csv module.
+    raw = [ln + b"\n" for ln in head.split(b"\n")]
+    raw[-1] = raw[-1][:-1]
+    if not raw[-1] or not whole:
+        raw.pop()  # nothing after the last newline, or a line cut by the head's end
+    ends: list[int] = []
+    off = 0
+    for ln in raw:
+        off += len(ln)
+        ends.append(off)
+    reader = csv.reader((ln.decode("utf-8", errors="replace") for ln in raw), strict=True)
+    try:
+        seen = 0
+        for row in reader:
+            if reader.line_num - seen > 1 and row:
+                multi.append(True)
+            seen = reader.line_num
+            if not row:
+                continue  # a blank line
+            out.append((ends[reader.line_num - 1], len(row)))
+    except csv.Error as exc:
+        if whole or len(out) == 0:
+            raise CopyInputError(f"{path}: not a CSV file the probe can split on record "
+                                 f"boundaries (csv: {exc})") from None
+        # the head ended inside a quoted field: the records before it stand
+    return out
+
+
+def record_end(f: Any, start: int, want: int, size: int, csv_mode: bool) -> int:
+    """The first record boundary at or after start + want (or the end of the
+    file).  start is a record boundary.  In a CSV file a newline ends a
+    record when the quotes since start are balanced (QUOTE and ESCAPE '"',
+    PostgreSQL's default and the csv module's)."""
+    target = start + max(1, want)
+    if target >= size:
+        return size
+    odd = 0
+    f.seek(start)
+    if csv_mode:
+        left = target - start
+        while left > 0:
+            chunk = f.read(min(left, 1 << 22))
+            if not chunk:
+                break
+            odd ^= chunk.count(_QUOTE) & 1
+            left -= len(chunk)
+    else:
+        f.seek(target)
+    pos = target
+    while pos < size:
+        chunk = f.read(_READ)
+        if not chunk:
+            break
+        i = 0
+        while True:
+            j = chunk.find(b"\n", i)
+            if j < 0:
+                if csv_mode:
+                    odd ^= chunk.count(_QUOTE, i) & 1
+                break
+            if csv_mode:
+                odd ^= chunk.count(_QUOTE, i, j) & 1
+            if not odd:
+                return pos + j + 1
+            i = j + 1
+        pos += len(chunk)
+    if odd:
+        raise CopyInputError(f"the file ends inside a quoted field (after byte {start}): not a "
+                             "CSV file the probe can split on record boundaries")
+    return size
+
+
+class CopySource:
+    """Slices of the file, in order, each about the bytes asked for and cut
+    on a record boundary; after the last one, from the start again
+    (`reused`)."""
+
+    def __init__(self, cf: CopyFile, link: str, table_sql: str, dd: str) -> None:
+        self.cf = cf
+        self.link = link
+        self.table_sql = table_sql
+        self.dd = dd
+        self.pos = cf.data_start
+        self.reused = False
+        self.slices = 0
+        self.f = open(cf.path, "rb")  # noqa: SIM115 (closed in close())
+        opts = "FORMAT csv" if cf.fmt == "csv" else "FORMAT text"
+        self.opts = opts
+
+    def close(self) -> None:
+        self.f.close()
+
+    def take(self, s: Stream, want_bytes: float) -> Range:
+        if self.pos >= self.cf.size:
+            self.pos = self.cf.data_start
+            self.reused = True
+        start = self.pos
+        end = record_end(self.f, start, int(max(MIN_SLICE, want_bytes)), self.cf.size,
+                         self.cf.fmt == "csv")
+        self.pos = end
+        self.slices += 1
+        cmd = (f"{self.dd} if={self.link} iflag=skip_bytes,count_bytes skip={start} "
+               f"count={end - start} bs=1M status=none")
+        script = f"\\copy {self.table_sql} FROM PROGRAM '{cmd}' WITH ({self.opts})"
+        return Range(os.path.basename(self.cf.path), script, heap=float(end - start), owner=s)
+
+    def finish(self, r: Range) -> None:
+        del r  # the slice's size is known up front
+
+
+def scratch_name() -> str:
+    return f"{SCRATCH_PREFIX}{os.getpid()}_{secrets.token_hex(3)}"
+
+
+def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
+                   budget_s: float, max_streams: int) -> ProbeResult:
+    """Measure X(k) (file bytes per second, all streams) of k parallel COPY
+    FROM streams of cf into a scratch clone of `table`, within budget_s
+    seconds.  The scratch table (and its indexes) is dropped at the end,
+    whatever happened; the target table is only read (LIKE)."""
+    t_start = time.monotonic()
+    check_args(budget_s, max_streams)
+    psql = checked_psql()
+    dd = shutil.which("dd")
+    if dd is None:
+        raise ProbeError("the COPY probe cuts the file with dd, which is not installed")
+    if not re.match(r"^[A-Za-z0-9_./+-]+$", dd):
+        dd = "dd"  # a path psql's shell would need quoted: PATH finds it
+    env = psql_env(target, statement_timeout_ms=int((budget_s + 30) * 1000), read_only=False)
+    notes: list[str] = []
+    device = probe_device(cf.path, notes)
+    scratch_sql = qualified_name(table.schema, scratch_name())
+    conn = connect(target)
+    created = False
+    done = False
+    scratch_dir: str | None = None
+    source: CopySource | None = None
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET default_transaction_read_only = off")
+            cur.execute("SET lock_timeout = '5s'")
+            cur.execute(f"SET statement_timeout = {int((budget_s + 30) * 1000)}")
+            # LIKE reads T's definition under an AccessShareLock only (what a
+            # SELECT takes): it waits for nothing but an ALTER/DROP of T, and
+            # blocks nothing but those.
+            cur.execute(f"CREATE UNLOGGED TABLE {scratch_sql} (LIKE "
+                        f"{qualified_name(table.schema, table.relname)} "
+                        "INCLUDING DEFAULTS INCLUDING GENERATED)")
+            created = True
+            built = 0
+            for stmt in table.indexes:
+                ix = index_on_temp(stmt, scratch_sql)
+                if ix is None:
+                    continue
+                cur.execute(ix)
+                built += 1
+        if table.indexes:
+            notes.append(f"index maintenance measured: the scratch table has {built} of the "
+                         f"table's {len(table.indexes)} index(es) (none unique)")
+        notes.append("the scratch table is unlogged: the load's WAL is not measured")
+        try:
+            scratch_dir = tempfile.mkdtemp(prefix="pgparmon-copy-probe-")
+            link = "input.dat"
+            os.symlink(os.path.abspath(cf.path), os.path.join(scratch_dir, link))
+        except OSError as exc:
+            raise ProbeError(f"cannot make a scratch directory: {exc.strerror or exc}") \
+                from None
+        source = CopySource(cf, link, scratch_sql, dd)
+
+        def empty(_k: int) -> None:
+            conn.execute(f"TRUNCATE {scratch_sql}")
+
+        runner = StepRunner(psql=psql, comp=None, env=env, scratch=scratch_dir, source=source,
+                            device=device, local=is_local_host(env.get("PGHOST")),
+                            connect_timeout_s=float(target.connect_timeout_s),
+                            before_step=empty)
+        points = run_steps(runner, scratch_dir, notes, t_start, budget_s, max_streams)
+        if source.reused:
+            notes.append("the file was loaded more than once (it is small): the page cache "
+                         "helped the reads")
+        cpu_note(runner, points, notes)
+        done = True
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProbeError(f"the probe could not prepare its scratch table: {first}") from None
+    finally:
+        if source is not None:
+            source.close()
+        if scratch_dir is not None:
+            shutil.rmtree(scratch_dir, ignore_errors=True)
+        try:
+            if created:
+                drop_scratch(conn, scratch_sql)
+        except ProbeError:
+            if done:
+                raise  # else the error in flight says more
+        finally:
+            conn.close()
+    return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
+                       compression="none", ratio=None, device=device, notes=notes)
+
+
+def drop_scratch(conn: psycopg.Connection[Any], scratch_sql: str) -> None:
+    """DROP the scratch table, retrying while a killed stream's backend
+    still holds its lock (a few seconds at most)."""
+    last: Exception | None = None
+    for _ in range(5):
+        try:
+            conn.execute(f"DROP TABLE IF EXISTS {scratch_sql}")
+            return
+        except psycopg.errors.LockNotAvailable as exc:
+            last = exc
+        except psycopg.Error as exc:
+            last = exc
+            if conn.closed or conn.broken:
+                break
+    raise ProbeError(f"could not drop the probe's scratch table {scratch_sql}: {last}; "
+                     "drop it by hand")

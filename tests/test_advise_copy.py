@@ -1,0 +1,255 @@
+"""`pgparmon advise --copy FILE --table T`: the file checks, the record
+boundaries (CSV with quoted newlines), the probe on a real cluster (its
+scratch table gone afterwards, the target untouched), and bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from support import pgparmon_cmd
+
+from pgparmon.advise.probe import steps
+from pgparmon.advise.probe.copyload import (
+    CopyFile,
+    CopyInputError,
+    CopySource,
+    TargetTable,
+    check_copy_file,
+    record_end,
+    run_copy_probe,
+)
+from pgparmon.cluster import Cluster
+from pgparmon.connect import ConnTarget
+
+DB = "copyadv"
+ROWS_IN_TABLE = 100
+
+
+def _csv_text(rows: int, seed: int = 7) -> str:
+    rnd = random.Random(seed)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    for i in range(rows):
+        note = f"note {rnd.random():.6f}"
+        if i % 97 == 0:
+            note = f'multi\nline, "quoted" {i}'
+        w.writerow([i, f"name{rnd.randrange(10**6)}", f"{rnd.random() * 1000:.2f}", note])
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def big_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 6 MB of CSV with a header and some records that hold newlines."""
+    p = tmp_path_factory.mktemp("copy") / "items.csv"
+    p.write_text("id,name,amount,note\n" + _csv_text(140_000), encoding="utf-8")
+    return p
+
+
+@pytest.fixture(scope="module")
+def copy_db(cluster: Cluster) -> str:
+    cluster.psql(f"CREATE DATABASE {DB}")
+    cluster.psql("CREATE TABLE items (id int, name text, amount numeric, note text); "
+                 "CREATE INDEX items_name ON items (name); "
+                 f"INSERT INTO items SELECT g, 'n' || g, g, 'x' "
+                 f"FROM generate_series(1, {ROWS_IN_TABLE}) g", dbname=DB)
+    return DB
+
+
+def _conn_args(cluster: Cluster) -> list[str]:
+    return ["-h", str(cluster.sockdir), "-p", str(cluster.port), "-U", cluster.superuser,
+            "-d", DB]
+
+
+def _advise(*args: str) -> Any:
+    import subprocess
+
+    return subprocess.run(pgparmon_cmd("advise", *args), capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def _state(cluster: Cluster) -> tuple[int, int]:
+    with psycopg.connect(cluster.conninfo(DB), autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_class "
+                            "WHERE relname LIKE 'pgparmon_probe%'").fetchone()
+        rows = conn.execute("SELECT count(*) FROM items").fetchone()
+    assert left is not None and rows is not None
+    return int(left[0]), int(rows[0])
+
+
+# ------------------------------------------------------------------ pieces
+
+
+def test_record_end_respects_quoted_newlines(tmp_path: Path) -> None:
+    p = tmp_path / "q.csv"
+    p.write_bytes(b'1,"a\nb"\n2,c\n3,"x\n\ny"\n4,d\n')
+    size = p.stat().st_size
+    with open(p, "rb") as f:
+        # from 0, asking for 2 bytes: the newline inside the quotes is no end
+        assert record_end(f, 0, 2, size, True) == 8
+        assert record_end(f, 8, 1, size, True) == 12
+        assert record_end(f, 12, 1, size, True) == 21
+        assert record_end(f, 21, 100, size, True) == size
+        # text format: every newline ends a line
+        assert record_end(f, 0, 2, size, False) == 5
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b'1,"open\n2,b\n')
+    with open(bad, "rb") as f, pytest.raises(CopyInputError, match="inside a quoted field"):
+        record_end(f, 0, 1, bad.stat().st_size, True)
+
+
+def test_slices_cover_the_file_in_whole_records(big_csv: Path) -> None:
+    cf = check_copy_file(str(big_csv), "csv", True, 4)
+    assert cf.multiline and cf.columns == 4 and cf.data_start == len("id,name,amount,note\n")
+    src = CopySource(cf, "input.dat", '"public"."x"', "dd")
+    try:
+        data = big_csv.read_bytes()
+        pos, n_rows = cf.data_start, 0
+        while not src.reused:
+            r = src.take(None, 300_000)  # type: ignore[arg-type]
+            if src.reused:
+                break
+            piece = data[pos:pos + int(r.heap)]
+            assert "skip=%d count=%d" % (pos, int(r.heap)) in r.script
+            rows = list(csv.reader(io.StringIO(piece.decode())))
+            assert all(len(row) == 4 for row in rows)
+            n_rows += len(rows)
+            pos += int(r.heap)
+        assert pos == cf.size and n_rows == 140_000
+    finally:
+        src.close()
+
+
+def test_check_copy_file_refuses(tmp_path: Path) -> None:
+    with pytest.raises(CopyInputError, match="no such file"):
+        check_copy_file(str(tmp_path / "nope.csv"), "csv", False, None)
+    b = tmp_path / "b.bin"
+    b.write_bytes(bytes(range(256)) * 10)
+    with pytest.raises(CopyInputError, match="binary"):
+        check_copy_file(str(b), "csv", False, None)
+    m = tmp_path / "m.csv"
+    m.write_text("1,2,3\n4,5,6\n")
+    with pytest.raises(CopyInputError, match="has 3 column"):
+        check_copy_file(str(m), "csv", False, 4)
+    with pytest.raises(CopyInputError, match="has 1 column"):
+        check_copy_file(str(m), "text", False, 4)
+    t = tmp_path / "t.tsv"
+    t.write_text("1\ta\n2\tb\n\\.\n")
+    cf = check_copy_file(str(t), "text", False, 2)
+    assert cf.records == 2 and not cf.multiline
+    # offsets are bytes: an invalid UTF-8 byte and a form feed change nothing
+    odd = tmp_path / "odd.csv"
+    odd.write_bytes(b'h1,h2\n1,"a\xff\x0cb"\n2,"c\nd"\n3,e')
+    cf = check_copy_file(str(odd), "csv", True, 2)
+    assert cf.data_start == 6 and cf.records == 3 and cf.multiline
+    e = tmp_path / "e.csv"
+    e.write_text("a,b\n")
+    with pytest.raises(CopyInputError, match="no rows"):
+        check_copy_file(str(e), "csv", True, 2)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--copy", "/nonexistent/x.csv", "--table", "t", "-d", "x"], "no such file"),
+    (["--copy", "x.csv", "-d", "x"], "both --copy FILE and --table T"),
+    (["--copy", "x.csv", "--table", "t", "-d", "x", "--format", "binary"], "use csv or text"),
+    (["--copy", "x.csv", "--table", "t", "-d", "x", "--target", "/tmp/d"], "leave out"),
+])
+def test_bad_input_without_a_server(args: list[str], needle: str) -> None:
+    r = _advise(*args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_binary_file_without_a_server(tmp_path: Path) -> None:
+    b = tmp_path / "data.csv"
+    b.write_bytes(b"PGCOPY\n\xff\r\n\x00" + bytes(100))
+    r = _advise("--copy", str(b), "--table", "t", "-d", "x")
+    assert r.returncode == 2 and "COPY BINARY" in r.stderr and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------- on a cluster
+
+
+@pytest.mark.integration
+def test_copy_probe_advice(cluster: Cluster, copy_db: str, big_csv: Path) -> None:
+    before = _state(cluster)
+    r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "items", "--header",
+                "--probe-seconds", "4", "--max-jobs", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "copy" and doc["basis"] == "probe"
+    assert 1 <= doc["recommended_jobs"] <= 2
+    assert doc["predicted_wall_s"] > 0
+    assert doc["copy"]["index_maintenance"] == "measured"
+    assert doc["copy"]["multiline_records"] is True
+    assert doc["probe"]["points"] and doc["probe"]["seconds"] <= 4 + 1.0
+    assert any(p["bytes_per_s"] > 0 for p in doc["probe"]["points"])
+    assert "wal" in {w["code"] for w in doc["warnings"]}
+    assert any(w.startswith("limited by") for w in doc["why"])
+    assert doc["command"].startswith("tail -n +2 ")
+    assert _state(cluster) == (0, before[1]) == (0, ROWS_IN_TABLE)
+
+
+@pytest.mark.integration
+def test_copy_static_advice_is_a_guess(cluster: Cluster, copy_db: str, big_csv: Path) -> None:
+    r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "public.items",
+                "--header", "--max-jobs", "8")
+    assert r.returncode == 0, r.stderr
+    assert "COPY: use" in r.stdout and "guess" in r.stdout
+    r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "items", "--header",
+                "--max-jobs", "8", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["basis"] == "static" and doc["confidence"] == "low"
+    assert "guess" in {w["code"] for w in doc["warnings"]}
+    assert doc["recommended_jobs"] <= max(1, doc["knee_jobs"])
+    assert doc["copy"]["index_maintenance"] == "not measured"
+
+
+@pytest.mark.integration
+def test_copy_bad_input_on_a_server(cluster: Cluster, copy_db: str, tmp_path: Path) -> None:
+    r = _advise(*_conn_args(cluster), "--copy", str(tmp_path / "missing.csv"), "--table",
+                "items")
+    assert r.returncode == 2 and "no such file" in r.stderr
+    ok = tmp_path / "ok.csv"
+    ok.write_text("1,a,2,x\n")
+    r = _advise(*_conn_args(cluster), "--copy", str(ok), "--table", "no_such_table")
+    assert r.returncode == 2 and "no such table" in r.stderr, r.stderr
+    three = tmp_path / "three.csv"
+    three.write_text("1,a,2\n2,b,3\n")
+    r = _advise(*_conn_args(cluster), "--copy", str(three), "--table", "items")
+    assert r.returncode == 2 and "has 3 column(s), the table has 4" in r.stderr, r.stderr
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(bytes(range(256)) * 4)
+    r = _advise(*_conn_args(cluster), "--copy", str(binary), "--table", "items")
+    assert r.returncode == 2 and "binary" in r.stderr
+    for res in (r,):
+        assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert _state(cluster) == (0, ROWS_IN_TABLE)
+
+
+@pytest.mark.integration
+def test_interrupt_drops_the_scratch_table(cluster: Cluster, copy_db: str, big_csv: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        seen.append(_state(cluster)[0])  # the scratch table exists now
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(steps, "read_host", interrupted)
+    cf: CopyFile = check_copy_file(str(big_csv), "csv", True, 4)
+    table = TargetTable("public", "items", 4, ["CREATE INDEX items_name ON public.items "
+                                               "USING btree (name)"])
+    target = ConnTarget(dbname=DB, host=str(cluster.sockdir), port=cluster.port,
+                        user=cluster.superuser)
+    with pytest.raises(KeyboardInterrupt):
+        run_copy_probe(target, cf, table, budget_s=4, max_streams=2)
+    assert seen == [2]  # the table and its index
+    assert _state(cluster) == (0, ROWS_IN_TABLE)
