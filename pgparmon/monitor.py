@@ -80,6 +80,7 @@ class Monitor:
         self.died: set[int] = set()  # worker processes that died mid-run
         self.died_note: str | None = None
         self.free_space = FreeSpace()
+        self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
                        "is not available; activity and host rates still work")
@@ -160,6 +161,9 @@ class Monitor:
         self.snaps.append(snap)
         self._plan()
         tr.update(snap)
+        if self.job.grouping is not None:  # a COPY job's sessions may move on to
+            # another database (a migration tool reads one and loads another)
+            self.databases |= {b.datname for b in tr.members(snap) if b.datname}
         if snap.host is not None and self.prev_host is not None:
             self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
@@ -268,16 +272,14 @@ class Monitor:
         assert tr is not None and job is not None
         workers = []
         obs = []
-        total_bps = 0.0
-        total_tps = 0.0
+        bps_by_dir: dict[str | None, float] = {}
+        tps_by_dir: dict[str | None, float] = {}
         links = dict(snap.links or ())
         for w in sorted(tr.workers.values(), key=lambda w: w.pid):
             if w.is_leader and w.phase in ("idle", "other"):
                 continue  # the dump leader holds locks and waits
             bps = w.bytes_rate.recent(5.0) if w.phase == "copy" else 0.0
             tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
-            total_bps += bps or 0.0
-            total_tps += tps or 0.0
             cpid = links.get(w.pid) or self._client_of(w, snap)
             ccpu = self._cpu_percent(cpid, snap, prev) if cpid else None
             scpu = self._cpu_percent(w.pid, snap, prev, os_side=True)
@@ -285,9 +287,12 @@ class Monitor:
             if w.phase == "copy":
                 ct = copy_target(w.query)
                 direction = ct[0] if ct else None
+            bps_by_dir[direction] = bps_by_dir.get(direction, 0.0) + (bps or 0.0)
+            tps_by_dir[direction] = tps_by_dir.get(direction, 0.0) + (tps or 0.0)
             obs.append(bottleneck.WorkerObs(w.phase, w.wait_event, ccpu, scpu, direction))
             workers.append({
-                "pid": w.pid, "client_pid": cpid, "phase": w.phase, "relation": w.relation,
+                "pid": w.pid, "client_pid": cpid, "phase": w.phase, "direction": direction,
+                "relation": w.relation,
                 "item": tr.items[w.item].name if w.item in tr.items else None,
                 "bytes_done": w.bytes_done if w.phase == "copy" else None,
                 "tuples_done": w.tuples_done if w.phase == "copy" else None,
@@ -299,6 +304,7 @@ class Monitor:
                 "state": w.state, "query": w.query,
                 "waiting_for": list(w.waiting_for) if w.waiting_for else None,
             })
+        total_bps, total_tps = _throughput(bps_by_dir), _throughput(tps_by_dir)
         self.obs_window.append(obs)
         stopped = sum(1 for c in snap.clients if c.status == "stopped")
         stalled = self._stalled()
@@ -342,7 +348,7 @@ class Monitor:
                 "items_done": sum(1 for i in tr.items.values() if i.state == "done"),
                 "active_workers": sum(1 for w in workers if w["phase"] not in ("idle",)),
                 "grouping": job.grouping,
-                "databases": job.database_list(),
+                "databases": self._databases(),
                 "client_pids": sorted({c.pid for c in snap.clients}
                                       | ({job.client_pid} if job.client_pid else set())),
                 **tr.driver.job_fields(tr, workers, state),
@@ -387,6 +393,10 @@ class Monitor:
         return active and last[-1][2] <= last[0][2] and all(
             (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())
 
+    def _databases(self) -> list[str]:
+        assert self.job is not None
+        return sorted(set(self.job.database_list()) | self.databases)
+
     def summary(self) -> dict[str, Any]:
         tr, job = self.tracker, self.job
         assert tr is not None and job is not None
@@ -403,7 +413,7 @@ class Monitor:
         wall = (tr.last_wall or 0) - (tr.first_wall or 0)
         return {"schema": "pgparmon.summary/1", "kind": job.kind, "database": job.database,
                 "jobs": job.jobs, "grouping": job.grouping,
-                "databases": job.database_list(),
+                "databases": self._databases(),
                 "state": self.outcome.state if self.outcome else "running",
                 "reason": self.outcome.reason if self.outcome else None,
                 "exit_code": self.outcome.exit_code if self.outcome else None,
@@ -420,6 +430,15 @@ class Monitor:
 
     def close(self) -> None:
         self.source.close()
+
+
+def _throughput(by_direction: dict[str | None, float]) -> float:
+    """The job's COPY throughput. A job copying both ways at once relays
+    data (a migration tool reads the source with COPY TO and writes the
+    target with COPY FROM): each byte crosses twice, count the load side."""
+    if "from" in by_direction and "to" in by_direction:
+        return by_direction["from"]
+    return sum(by_direction.values(), 0.0)
 
 
 def _r(x: float | None) -> float | None:

@@ -125,7 +125,13 @@ class CopyLoad(Driver):
     # ---- observe -----------------------------------------------------------
 
     def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None:
-        # one item per COPY statement: a table, or one batch of a load
+        # one item per COPY statement: a table, or one batch of a load. A
+        # COPY TO in a load is the read side of a relay (a migration tool
+        # reading the source to feed the target's COPY FROM): not an item,
+        # its COPY FROM is
+        ct = copy_target(b.query)
+        if ct is not None and ct[0] == "to":
+            return None
         key = f"copy:{b.pid}:{b.query_start or 0:.3f}"
         if key not in tr.items:
             tr.add(Item(key=key, kind="copy", relation=rel, name=rel or "?", size=1.0, work=1.0))
