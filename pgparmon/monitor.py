@@ -215,11 +215,16 @@ class Monitor:
         readable = driver.settle_at_end(tr, self.source, snap)
         full = (" (the target filesystem is full)" if snap.free_bytes is not None
                 and snap.free_bytes < FULL_BYTES else "")
+        cut = driver.cut_short(tr, snap) if code != 0 else None
         if code is not None:
             if code == 0:
                 tr.finish_all(snap.wall)
                 return Outcome("finished", "exit code 0", code)
-            return Outcome("failed", driver.exit_reason(code) + full, code)
+            said = "; ".join(x for x in (snap.exit_error, cut) if x)
+            return Outcome("failed", driver.exit_reason(code) + full
+                           + (f": {said}" if said else ""), code)
+        if cut:
+            return Outcome("failed", cut + full)
         if self.died_note:
             return Outcome("failed", self.died_note + full)
         left = driver.leftovers(tr, self.source, snap)
