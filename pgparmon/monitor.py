@@ -318,8 +318,11 @@ class Monitor:
         hr = self.host_rates
         disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None
                  and (not self.devices or n in self.devices)}
+        # a job with no plan (a COPY load) knows no items left to start and
+        # its `jobs` counts sessions, not streams: no "one table left" tail
         verdict = bottleneck.judge(list(self.obs_window), flow=tr.driver.data_flow,
-                                   tool=job.kind, jobs=job.jobs, pending=pending,
+                                   tool=job.kind, pending=pending,
+                                   jobs=job.jobs if tr.driver.plans_work else None,
                                    running_items=running, host=hr, devices=disks,
                                    stalled=stalled, stopped_clients=stopped)
         est = eta.estimate(tr, stalled=stalled or stopped > 0)

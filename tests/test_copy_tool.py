@@ -123,7 +123,7 @@ def test_a_relay_counts_its_load_side_once() -> None:
 
     assert _throughput({"from": 10.0, "to": 12.0, None: 0.0}) == 10.0
     assert _throughput({"to": 12.0, None: 0.0}) == 12.0
-    job = Job(kind="copy", database="dst", databases=("dst", "src"), client_pid=50,
+    job = Job(kind="copy", database="dst", databases=("dst", "src"), client_pid=50, jobs=5,
               client_pids=frozenset({50}), grouping=TREE, pid_hint=frozenset({1, 2}))
     snaps = []
     for t in range(1, 8):
@@ -141,6 +141,8 @@ def test_a_relay_counts_its_load_side_once() -> None:
     assert all(w["phase"] == "copy" for w in last["workers"])
     assert last["job"]["items_total"] == 1  # the COPY FROM
     assert 900 <= last["job"]["bytes_per_s"] <= 1100, last["job"]["bytes_per_s"]
+    # 5 sessions at discovery, 1 load running: no plan, so no "items left" tail
+    assert all(d["bottleneck"]["kind"] != "one-table" for d in docs)
 
 
 STEP = r"""
