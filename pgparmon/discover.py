@@ -82,9 +82,15 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
     if scan_processes:
         trees = procs.process_trees(procs.scan_job_processes(client_programs()))
         by_program = {p: d for d in drivers() for p in d.programs}
+        links = procs.backend_clients(facts.port, db.backends, peers)
+        steps: set[int] = set()  # roots of programs running a pg_dump / pg_restore step
         for root_pid, tree in sorted(trees.items()):
             root = tree[0]
             driver = by_program[root.name]
+            parent = step_of(root, links, db)
+            if parent is not None:
+                steps.add(parent)
+                continue
             args = parse_client_cmdline(list(root.cmdline))
             if not driver.from_tree(root, args):
                 continue
@@ -111,19 +117,41 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
             claimed |= members
             jobs.append(job)
         forced = pid if pid is not None and not any(j.has_pid(pid) for j in jobs) else None
-        jobs.extend(_copy_tree_jobs(facts, db, claimed, peers, forced))
+        jobs.extend(_copy_tree_jobs(facts, db, claimed, links, forced, steps))
     jobs.extend(_backend_only_jobs(db, claimed, facts))
     return jobs
 
 
+def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample) -> int | None:
+    """The job root of the program a pg_dump / pg_restore is a step of, or
+    None when it is a job of its own. A migration tool runs pg_dump for the
+    schema and pg_restore for the post-data while it holds a transaction
+    open on the server (the snapshot it copies from): a parent process that
+    is not a shell or launcher and whose own session sits idle in a
+    transaction makes the pg_dump / pg_restore part of its job. A script (a
+    shell, xargs...), or a program whose sessions are idle or running
+    statements (one locking a table, say), leaves it a pg_dump job."""
+    parent = procs.proc_info(root.ppid) if root.ppid > 1 else None
+    if parent is None or parent.name.lstrip("-") in procs.SHELLS | procs.LAUNCHERS:
+        return None
+    top = procs.job_root(parent.pid)
+    tree = set(procs.tree_pids(top)) - set(procs.tree_pids(root.pid))
+    holding = {b.pid for b in db.backends if b.state == "idle in transaction"
+               and b.backend_type == "client backend"}
+    if any(cp in tree for bp, cp in links.items() if bp in holding):
+        return top
+    return None
+
+
 def _copy_tree_jobs(facts: ServerFacts, db: DbSample, claimed: set[int],
-                    peers: dict[int, set[int]] | None, forced: int | None = None) -> list[Job]:
+                    links: dict[int, int], forced: int | None = None,
+                    steps: set[int] | None = None) -> list[Job]:
     """COPY loads whose client processes are on this host: each loading (or
     just loaded, idle between batches) session is linked to its client
     process, the tree is walked up to the job's root, and every session of
-    that tree, on any database, is one job."""
-    links = procs.backend_clients(facts.port, db.backends, peers)
-    roots: dict[int, set[int]] = {}
+    that tree, on any database, is one job. `steps`: roots of programs
+    running a pg_dump / pg_restore step (step_of) are jobs too."""
+    roots: dict[int, set[int]] = {root: set() for root in steps or ()}
     for b in db.backends:
         if b.pid in claimed or b.pid not in links or not copy_candidate(b, db.server_ts):
             continue

@@ -77,7 +77,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     code: int = ExitCode.INTERRUPTED
     try:
         try:
-            live = LiveSource(target, job=job, process=proc)
+            live = LiveSource(target, job=job, process=proc, log=log)
             mon = Monitor(RecordingSource(live, recorder) if recorder else live)
             mon.discover()
         except (ConnectError, DiscoveryError) as exc:

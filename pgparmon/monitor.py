@@ -80,6 +80,7 @@ class Monitor:
         self.died: set[int] = set()  # worker processes that died mid-run
         self.died_note: str | None = None
         self.free_space = FreeSpace()
+        self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
                        "is not available; activity and host rates still work")
@@ -160,6 +161,9 @@ class Monitor:
         self.snaps.append(snap)
         self._plan()
         tr.update(snap)
+        if self.job.grouping is not None:  # a COPY job's sessions may move on to
+            # another database (a migration tool reads one and loads another)
+            self.databases |= {b.datname for b in tr.members(snap) if b.datname}
         if snap.host is not None and self.prev_host is not None:
             self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
@@ -211,11 +215,16 @@ class Monitor:
         readable = driver.settle_at_end(tr, self.source, snap)
         full = (" (the target filesystem is full)" if snap.free_bytes is not None
                 and snap.free_bytes < FULL_BYTES else "")
+        cut = driver.cut_short(tr, snap) if code != 0 else None
         if code is not None:
             if code == 0:
                 tr.finish_all(snap.wall)
                 return Outcome("finished", "exit code 0", code)
-            return Outcome("failed", driver.exit_reason(code) + full, code)
+            said = "; ".join(x for x in (snap.exit_error, cut) if x)
+            return Outcome("failed", driver.exit_reason(code) + full
+                           + (f": {said}" if said else ""), code)
+        if cut:
+            return Outcome("failed", cut + full)
         if self.died_note:
             return Outcome("failed", self.died_note + full)
         left = driver.leftovers(tr, self.source, snap)
@@ -268,16 +277,14 @@ class Monitor:
         assert tr is not None and job is not None
         workers = []
         obs = []
-        total_bps = 0.0
-        total_tps = 0.0
+        bps_by_dir: dict[str | None, float] = {}
+        tps_by_dir: dict[str | None, float] = {}
         links = dict(snap.links or ())
         for w in sorted(tr.workers.values(), key=lambda w: w.pid):
             if w.is_leader and w.phase in ("idle", "other"):
                 continue  # the dump leader holds locks and waits
             bps = w.bytes_rate.recent(5.0) if w.phase == "copy" else 0.0
             tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
-            total_bps += bps or 0.0
-            total_tps += tps or 0.0
             cpid = links.get(w.pid) or self._client_of(w, snap)
             ccpu = self._cpu_percent(cpid, snap, prev) if cpid else None
             scpu = self._cpu_percent(w.pid, snap, prev, os_side=True)
@@ -285,9 +292,12 @@ class Monitor:
             if w.phase == "copy":
                 ct = copy_target(w.query)
                 direction = ct[0] if ct else None
+            bps_by_dir[direction] = bps_by_dir.get(direction, 0.0) + (bps or 0.0)
+            tps_by_dir[direction] = tps_by_dir.get(direction, 0.0) + (tps or 0.0)
             obs.append(bottleneck.WorkerObs(w.phase, w.wait_event, ccpu, scpu, direction))
             workers.append({
-                "pid": w.pid, "client_pid": cpid, "phase": w.phase, "relation": w.relation,
+                "pid": w.pid, "client_pid": cpid, "phase": w.phase, "direction": direction,
+                "relation": w.relation,
                 "item": tr.items[w.item].name if w.item in tr.items else None,
                 "bytes_done": w.bytes_done if w.phase == "copy" else None,
                 "tuples_done": w.tuples_done if w.phase == "copy" else None,
@@ -299,6 +309,7 @@ class Monitor:
                 "state": w.state, "query": w.query,
                 "waiting_for": list(w.waiting_for) if w.waiting_for else None,
             })
+        total_bps, total_tps = _throughput(bps_by_dir), _throughput(tps_by_dir)
         self.obs_window.append(obs)
         stopped = sum(1 for c in snap.clients if c.status == "stopped")
         stalled = self._stalled()
@@ -307,8 +318,11 @@ class Monitor:
         hr = self.host_rates
         disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None
                  and (not self.devices or n in self.devices)}
+        # a job with no plan (a COPY load) knows no items left to start and
+        # its `jobs` counts sessions, not streams: no "one table left" tail
         verdict = bottleneck.judge(list(self.obs_window), flow=tr.driver.data_flow,
-                                   tool=job.kind, jobs=job.jobs, pending=pending,
+                                   tool=job.kind, pending=pending,
+                                   jobs=job.jobs if tr.driver.plans_work else None,
                                    running_items=running, host=hr, devices=disks,
                                    stalled=stalled, stopped_clients=stopped)
         est = eta.estimate(tr, stalled=stalled or stopped > 0)
@@ -342,7 +356,7 @@ class Monitor:
                 "items_done": sum(1 for i in tr.items.values() if i.state == "done"),
                 "active_workers": sum(1 for w in workers if w["phase"] not in ("idle",)),
                 "grouping": job.grouping,
-                "databases": job.database_list(),
+                "databases": self._databases(),
                 "client_pids": sorted({c.pid for c in snap.clients}
                                       | ({job.client_pid} if job.client_pid else set())),
                 **tr.driver.job_fields(tr, workers, state),
@@ -387,6 +401,10 @@ class Monitor:
         return active and last[-1][2] <= last[0][2] and all(
             (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())
 
+    def _databases(self) -> list[str]:
+        assert self.job is not None
+        return sorted(set(self.job.database_list()) | self.databases)
+
     def summary(self) -> dict[str, Any]:
         tr, job = self.tracker, self.job
         assert tr is not None and job is not None
@@ -403,7 +421,7 @@ class Monitor:
         wall = (tr.last_wall or 0) - (tr.first_wall or 0)
         return {"schema": "pgparmon.summary/1", "kind": job.kind, "database": job.database,
                 "jobs": job.jobs, "grouping": job.grouping,
-                "databases": job.database_list(),
+                "databases": self._databases(),
                 "state": self.outcome.state if self.outcome else "running",
                 "reason": self.outcome.reason if self.outcome else None,
                 "exit_code": self.outcome.exit_code if self.outcome else None,
@@ -420,6 +438,15 @@ class Monitor:
 
     def close(self) -> None:
         self.source.close()
+
+
+def _throughput(by_direction: dict[str | None, float]) -> float:
+    """The job's COPY throughput. A job copying both ways at once relays
+    data (a migration tool reads the source with COPY TO and writes the
+    target with COPY FROM): each byte crosses twice, count the load side."""
+    if "from" in by_direction and "to" in by_direction:
+        return by_direction["from"]
+    return sum(by_direction.values(), 0.0)
 
 
 def _r(x: float | None) -> float | None:

@@ -175,6 +175,8 @@ class Snapshot:
     free_bytes: int | None = None  # free space where the job writes
     root_alive: bool | None = None  # the job's leader process (None: not visible)
     exit_code: int | None = None  # known when we started the job ourselves
+    # the error lines of its output once it failed (redacted), same condition
+    exit_error: str | None = None
     # (backend pid, local client pid) of the job's sessions, when the job is a
     # process tree on this host (None: not linked this tick)
     links: tuple[tuple[int, int], ...] | None = None
@@ -206,6 +208,7 @@ class Snapshot:
             files=tuple(_from_dict(FileSize, f) for f in d.get("files") or ()),
             free_bytes=d.get("free_bytes"),
             root_alive=d.get("root_alive"), exit_code=d.get("exit_code"),
+            exit_error=d.get("exit_error"),
             links=None if d.get("links") is None else tuple(
                 (int(a), int(b)) for a, b in d["links"]))
 

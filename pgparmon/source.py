@@ -73,6 +73,25 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+ERROR_MARKS = ("ERROR:", "FATAL:", "PANIC:", "DETAIL:", "CONTEXT:", "error:", "Error:")
+
+
+def error_lines(path: str, limit: int = 600) -> str | None:
+    """The server's error text in a failed job's output (psql, pg_restore,
+    a driver's exception print the server's ERROR / DETAIL / CONTEXT lines),
+    else its last lines; redacted, one line, at most `limit` characters."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [ln.strip() for ln in f.read().splitlines()[-200:] if ln.strip()]
+    except OSError:
+        return None
+    picked = [ln for ln in lines if any(m in ln for m in ERROR_MARKS)][-4:] or lines[-2:]
+    if not picked:
+        return None
+    text = redact_text(" | ".join(picked))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class LiveSource:
     """Reads the server (one round trip per snapshot), the host and the job's
     client processes."""
@@ -84,8 +103,10 @@ class LiveSource:
         time.sleep(seconds)
 
     def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
-                 process: subprocess.Popen[Any] | None = None) -> None:
+                 process: subprocess.Popen[Any] | None = None,
+                 log: str | None = None) -> None:
         self.target = target
+        self.log = log  # where the job we started writes its output
         self.sampler = DbSampler(target)
         self.facts: ServerFacts = self.sampler.open()
         self.local = procs.server_is_local(self.facts.backend_pid)
@@ -185,6 +206,7 @@ class LiveSource:
         live: list[int] = []
         root_alive: bool | None = None
         exit_code: int | None = None
+        exit_error: str | None = None
         if job.client_pid:
             if tree:  # the whole tree, and workers orphaned by a root that exited
                 kids = procs.tree_pids(job.client_pid)[1:]
@@ -197,6 +219,8 @@ class LiveSource:
             if self.process is not None:
                 exit_code = self.process.poll()
                 root_alive = exit_code is None
+                if exit_code and self.log:
+                    exit_error = error_lines(self.log)
             else:
                 root_alive = procs.alive(job.client_pid) or (tree and any(
                     procs.alive(p) for p in kids))
@@ -232,7 +256,8 @@ class LiveSource:
         self.snapshots_taken += 1
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
                         backends_os=backends_os, files=files, free_bytes=free,
-                        root_alive=root_alive, exit_code=exit_code, links=links)
+                        root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
+                        links=links)
 
     # ---- planning inputs ------------------------------------------------------
 

@@ -123,3 +123,15 @@ def dump_archive(cluster: Cluster, sample_db: str) -> Iterator[Path]:
         yield out
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pgcopydb() -> str:
+    """pgcopydb (Debian package), installed once per machine when missing;
+    the test is skipped, saying why, when it cannot be installed."""
+    from support import ensure_debian_package, install_failure
+
+    path = ensure_debian_package("pgcopydb", "pgcopydb")
+    if path is None:
+        pytest.skip(f"pgcopydb unavailable: {install_failure('pgcopydb')}")
+    return path

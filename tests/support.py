@@ -81,3 +81,41 @@ def in_terminal(argv: list[str], env: dict[str, str], react: Callable[[bytes, in
         _, status = os.waitpid(pid, 0)
         os.close(fd)
     return out, os.waitstatus_to_exitcode(status) if closed else None
+
+
+_installed: dict[str, str | None] = {}
+
+
+def ensure_debian_package(binary: str, package: str) -> str | None:
+    """The path of `binary`, installing Debian `package` once per machine when
+    it is missing and we are root with apt-get; None with the reason in
+    `install_failure(binary)` when it cannot be had (no registry, no root)."""
+    import os
+    import shutil
+
+    if binary in _installed:
+        return shutil.which(binary) if _installed[binary] is None else None
+    path = shutil.which(binary)
+    if path:
+        _installed[binary] = None
+        return path
+    why: str | None = None
+    if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
+        why = f"{binary} is not installed and this is not root with apt-get to install {package}"
+    else:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        cmd = ["apt-get", "install", "-y", "--no-install-recommends", package]
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if res.returncode != 0:  # the package lists may be missing: fetch them once
+            subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env,
+                           timeout=600)
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if res.returncode != 0 or not shutil.which(binary):
+            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
+            why = f"apt-get install {package} failed: {tail[0]}"
+    _installed[binary] = why
+    return shutil.which(binary) if why is None else None
+
+
+def install_failure(binary: str) -> str | None:
+    return _installed.get(binary)

@@ -435,7 +435,7 @@ def test_tree_job_members_and_file_progress_come_from_the_snapshot() -> None:
         assert {w["client_pid"] for w in docs[-1]["workers"]} == {51, 52}
         assert last["progress"] == 0.5 and last["progress_basis"] == "client input files"
         assert last["state"] == "running" and last["phase"] == "copy"
-        assert last["eta_s"] is not None and last["databases"] == ["a"]
+        assert last["eta_s"] is not None and last["databases"] == ["a", "b"]  # 2 is on b
 
 
 POOL = """

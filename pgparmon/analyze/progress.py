@@ -51,6 +51,8 @@ class Tracker:
         # a loader's input files: path -> [size, furthest read position]
         self.inputs: dict[str, list[float]] = {}
         self.input_rate = WindowRate()
+        # the same files as last seen open: key -> (ts, position, bytes/s, table)
+        self.input_seen: dict[str, tuple[float, float, float, str | None]] = {}
 
     # ---- planning -------------------------------------------------------
 

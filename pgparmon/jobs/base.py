@@ -305,5 +305,10 @@ class Driver:
         """Items still not done when the processes are gone."""
         return tr.unfinished()
 
+    def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
+        """Evidence that the job stopped before its end (its processes are
+        gone): what it was doing and how far it got; None: no such evidence."""
+        return None
+
     def exit_reason(self, code: int) -> str:
         return f"exit code {code}"

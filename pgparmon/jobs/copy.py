@@ -28,7 +28,7 @@ from ..analyze.items import Item
 from ..readers.procs import is_input_file
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from .base import Driver, Job
-from .statements import copy_target
+from .statements import copy_target, norm_rel
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -42,6 +42,9 @@ IDLE_GRACE_S = 60.0
 START_GAP_S = 600.0
 IDLE_STATES = ("idle", "idle in transaction", "idle in transaction (aborted)")
 IDLE_PHASE = "idle between batches"
+# bytes a reader may still take at its end beyond its measured reach (its
+# stdio buffer, a last burst)
+READ_SLACK = 256 * 1024
 
 
 def idle_for(b: Backend, now: float | None) -> float:
@@ -125,7 +128,13 @@ class CopyLoad(Driver):
     # ---- observe -----------------------------------------------------------
 
     def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None:
-        # one item per COPY statement: a table, or one batch of a load
+        # one item per COPY statement: a table, or one batch of a load. A
+        # COPY TO in a load is the read side of a relay (a migration tool
+        # reading the source to feed the target's COPY FROM): not an item,
+        # its COPY FROM is
+        ct = copy_target(b.query)
+        if ct is not None and ct[0] == "to":
+            return None
         key = f"copy:{b.pid}:{b.query_start or 0:.3f}"
         if key not in tr.items:
             tr.add(Item(key=key, kind="copy", relation=rel, name=rel or "?", size=1.0, work=1.0))
@@ -145,9 +154,11 @@ class CopyLoad(Driver):
             it.work = max(it.work, it.done)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
-        """A local loader's input files: read position over size. A file no
-        longer open was read to its end."""
+        """A local loader's input files: read position over size. A file its
+        process closed was read to its end; one whose process is gone keeps
+        its last position (cut_short judges it at the end)."""
         sizes = {f.path: f.size for f in snap.files}
+        tables = _tables_of_clients(snap)
         open_now: set[str] = set()
         for c in snap.clients:
             for f in c.open_files or ():
@@ -156,14 +167,44 @@ class CopyLoad(Driver):
                 key = f"{c.pid}:{f.path}"
                 ent = tr.inputs.setdefault(key, [float(sizes[f.path]), 0.0])
                 ent[0] = max(ent[0], float(sizes[f.path]))
-                ent[1] = max(ent[1], min(float(f.position), ent[0]))
+                pos = max(ent[1], min(float(f.position), ent[0]))
+                last = tr.input_seen.get(key)
+                rate = last[2] if last else 0.0
+                if last and snap.ts > last[0]:
+                    rate = max(rate, (pos - last[1]) / (snap.ts - last[0]))
+                table = tables.get(c.pid) or (last[3] if last else None)
+                tr.input_seen[key] = (snap.ts, pos, rate, table)
+                ent[1] = pos
                 open_now.add(key)
+        alive = {c.pid for c in snap.clients if c.status != "zombie"}
         if all(c.open_files is not None for c in snap.clients):
             for key, ent in tr.inputs.items():
-                if key not in open_now:
+                if key not in open_now and int(key.split(":", 1)[0]) in alive:
                     ent[1] = ent[0]
         if tr.inputs:
             tr.input_rate.add(snap.ts, sum(e[1] for e in tr.inputs.values()))
+
+    def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
+        """Why the load was cut short, when its processes are gone: an input
+        file left further from its end than its reader could have read
+        between the last sample that saw it open and now (a loader reading
+        to the end and exiting normally is always within that reach)."""
+        alive = {c.pid for c in snap.clients if c.status != "zombie"}
+        cuts = []
+        for key, (ts, pos, rate, table) in sorted(tr.input_seen.items()):
+            pid, path = key.split(":", 1)
+            size = tr.inputs[key][0]
+            if int(pid) in alive or pos >= size:
+                continue
+            reach = 2.0 * rate * max(snap.ts - ts, 0.0) + READ_SLACK
+            if size - pos <= reach:
+                continue
+            into = f" into {table}" if table else ""
+            cuts.append(f"{path}{into} read to {pos / size:.0%} ({int(pos)} of {int(size)} "
+                        "bytes)")
+        if not cuts:
+            return None
+        return "the loader stopped mid-file: " + "; ".join(cuts)
 
     def fraction(self, tr: Tracker) -> float | None:
         if tr.inputs:
@@ -213,6 +254,20 @@ class CopyLoad(Driver):
         return {"phase": phase, "progress_basis": basis,
                 "copies_done": sum(1 for i in tr.items.values()
                                    if i.kind == "copy" and i.state == "done")}
+
+
+def _tables_of_clients(snap: Snapshot) -> dict[int, str]:
+    """client pid -> the table its session loads now (COPY FROM)."""
+    if snap.db is None or not snap.links:
+        return {}
+    by_pid = {b.pid: b for b in snap.db.backends}
+    named = {c.pid: c.relation for c in snap.db.copies or () if c.relation}
+    out: dict[int, str] = {}
+    for bp, cp in snap.links:
+        ct = copy_target(by_pid[bp].query) if bp in by_pid else None
+        if ct is not None and ct[0] == "from" and by_pid[bp].state == "active":
+            out[cp] = norm_rel(named.get(bp)) or ct[1]  # schema-qualified when known
+    return out
 
 
 def _same_rel(a: str | None, b: str | None) -> bool:

@@ -1,0 +1,220 @@
+"""A packaged migration tool, pgcopydb (Debian package, installed by the test
+setup when missing): `pgcopydb clone` copies one database into another with
+N parallel COPY streams (COPY TO on the source, COPY FROM on the target: two
+sessions per stream across databases), then builds indexes in parallel.
+Attach without --pid finds it as ONE COPY job, by its process tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from support import pgparmon_cmd, read_jsonl
+
+from pgparmon.cluster import Cluster
+
+integration = pytest.mark.integration
+
+SRC, DST = "cpsrc", "cpdst"
+
+# the source's CHECK constraint and index expression nap every 1000th row:
+# they travel with the schema, so the target's COPY and index builds last
+SCHEMA = """
+CREATE FUNCTION slowcheck(i bigint) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF i % 1000 = 0 THEN PERFORM pg_sleep(0.05); END IF;
+  RETURN true;
+END $$;
+CREATE FUNCTION slowkey(i bigint) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF i % 1000 = 0 THEN PERFORM pg_sleep(0.04); END IF;
+  RETURN i;
+END $$;
+CREATE TABLE big (id bigint PRIMARY KEY CHECK (slowcheck(id)), v text, w text);
+CREATE TABLE mid (id bigint PRIMARY KEY CHECK (slowcheck(id)), v text);
+CREATE TABLE small (id int PRIMARY KEY, big_id bigint REFERENCES big (id), t text);
+INSERT INTO big SELECT i, md5(i::text), repeat('x', 40) FROM generate_series(1, 60000) i;
+INSERT INTO mid SELECT i, md5(i::text) FROM generate_series(1, 40000) i;
+INSERT INTO small SELECT i, i, 'a' FROM generate_series(1, 2000) i;
+CREATE INDEX big_slow ON big (slowkey(id));
+CREATE INDEX mid_slow ON mid (slowkey(id));
+"""
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+def _uri(cluster: Cluster, db: str) -> str:
+    return f"postgresql://postgres@/{db}?host={cluster.sockdir}&port={cluster.port}"
+
+
+@integration
+def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
+                                        workdir: Path) -> None:
+    for db in (SRC, DST):
+        cluster.psql(f"DROP DATABASE IF EXISTS {db}")
+        cluster.psql(f"CREATE DATABASE {db}")
+    cluster.psql(SCHEMA, dbname=SRC)
+    # attach waits for the job before the tool starts: whatever step it is
+    # at when found (its schema pg_dump, the copies), the job is pgcopydb's
+    attach = subprocess.Popen(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                           str(cluster.port), "-U", "postgres", "-d", DST,
+                                           "--json", "--interval", "0.2", "--wait", "60"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env())
+    time.sleep(1.0)
+    log = open(workdir / "pgcopydb.log", "w")
+    tool = subprocess.Popen([pgcopydb, "clone", "--source", _uri(cluster, SRC),
+                             "--target", _uri(cluster, DST), "--table-jobs", "2",
+                             "--index-jobs", "2", "--dir", str(workdir / "cp"), "--no-owner"],
+                            env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        out, err = attach.communicate(timeout=120)
+        assert tool.poll() is not None, "attach returned while pgcopydb still ran"
+    finally:
+        for p in (attach, tool):
+            if p.poll() is None:
+                p.kill()
+        tool.wait(timeout=60)
+        log.close()
+    res = subprocess.CompletedProcess(attach.args, attach.returncode, out, err)
+    assert tool.returncode == 0, (workdir / "pgcopydb.log").read_text()[-2000:]
+    assert res.returncode == 0, res.stderr
+    docs = read_jsonl(res.stdout)
+    samples: list[dict[str, Any]] = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
+    summary = next(d for d in docs if d.get("schema") == "pgparmon.summary/1")
+    first = samples[0]["job"]
+    assert first["kind"] == "copy" and first["grouping"] == "process tree"
+    assert first["client_pid"] == tool.pid
+    assert set(first["databases"]) == {SRC, DST} or set(summary["databases"]) == {SRC, DST}
+    assert set(summary["databases"]) == {SRC, DST}
+    # two streams at once: each a COPY FROM on the target fed by a COPY TO on
+    # the source
+    loads = [s for s in samples if sum(1 for w in s["workers"] if w["phase"] == "copy"
+                                       and w["direction"] == "from") == 2]
+    assert loads, [[(w["phase"], w["direction"]) for w in s["workers"]] for s in samples]
+    assert any(w["direction"] == "to" for s in loads for w in s["workers"])
+    builds = [s for s in samples if s["job"]["phase"] == "index build"]
+    assert builds and {w["phase"] for s in builds for w in s["workers"]} >= {"index"}
+    assert all(s["job"]["state"] == "running" for s in samples[:-1])
+    assert samples[-1]["job"]["state"] == "finished"
+    assert summary["state"] == "finished" and summary["grouping"] == "process tree"
+
+
+# ---- without a server: the relay rule ----------------------------------------
+
+
+def test_a_relay_counts_its_load_side_once() -> None:
+    """COPY TO on the source feeding COPY FROM on the target: the read side
+    is shown (direction "to") but is no item, and the job's throughput counts
+    each byte once; a dump (COPY TO only) still counts its COPYs."""
+    from test_copy_jobs import Scripted, _b, _cp, _snap
+
+    from pgparmon.jobs.base import Job
+    from pgparmon.jobs.copy import TREE
+    from pgparmon.monitor import Monitor, _throughput
+    from pgparmon.snapshot import ClientProc
+
+    assert _throughput({"from": 10.0, "to": 12.0, None: 0.0}) == 10.0
+    assert _throughput({"to": 12.0, None: 0.0}) == 12.0
+    job = Job(kind="copy", database="dst", databases=("dst", "src"), client_pid=50, jobs=5,
+              client_pids=frozenset({50}), grouping=TREE, pid_hint=frozenset({1, 2}))
+    snaps = []
+    for t in range(1, 8):
+        backends = (_b(1, "src", query='copy "public"."big" to stdout', since=0.5),
+                    _b(2, "dst", query='copy "public"."big" from stdin with (freeze)',
+                       since=0.5))
+        snaps.append(_snap(t, backends, (_cp(1, 1000 * t), _cp(2, 1000 * t)),
+                           clients=(ClientProc(50, 1, "tool", 0.0, "running", 0, 0, 0, 0, ()),),
+                           root_alive=True, links=((1, 50), (2, 50))))
+    mon = Monitor(Scripted(job, snaps))
+    mon.discover()
+    docs = [mon.tick() for _ in snaps]
+    last = docs[-1]
+    assert {w["pid"]: w["direction"] for w in last["workers"]} == {1: "to", 2: "from"}
+    assert all(w["phase"] == "copy" for w in last["workers"])
+    assert last["job"]["items_total"] == 1  # the COPY FROM
+    assert 900 <= last["job"]["bytes_per_s"] <= 1100, last["job"]["bytes_per_s"]
+    # 5 sessions at discovery, 1 load running: no plan, so no "items left" tail
+    assert all(d["bottleneck"]["kind"] != "one-table" for d in docs)
+
+
+STEP = r"""
+import subprocess, sys, threading, time
+import psycopg
+
+conninfo, pg_dump, out, mode = sys.argv[1:5]
+conn = psycopg.connect(conninfo, autocommit=mode == "busy")
+if mode == "holding":  # idle in transaction, holding the lock
+    conn.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+else:  # a statement running while it holds the lock
+    threading.Thread(target=conn.execute, daemon=True, args=(
+        "BEGIN; LOCK TABLE t IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60)",)).start()
+    time.sleep(1)
+dump = subprocess.Popen([pg_dump, "-d", conninfo, "-t", "t", "-f", out])
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("mode", ["holding", "busy"])
+@integration
+def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
+        cluster: Cluster, workdir: Path, mode: str) -> None:
+    """A program that holds a transaction open (its snapshot) while it runs
+    pg_dump: the pg_dump is a step of that program's job (a migration tool's
+    schema step), not a job of its own. Its sessions busy otherwise: the
+    pg_dump is its own job (a script running a dump)."""
+    import sys
+
+    import psutil
+    from test_copy_jobs import _kill_tree
+
+    from pgparmon.connect import ConnTarget
+    from pgparmon.discover import find_jobs
+    from pgparmon.readers.db import DbSampler
+
+    cluster.psql("DROP DATABASE IF EXISTS cpstep")
+    cluster.psql("CREATE DATABASE cpstep")
+    cluster.psql("CREATE TABLE t (id int)", dbname="cpstep")
+    script = workdir / "step.py"
+    script.write_text(STEP)
+    tool = subprocess.Popen([sys.executable, str(script), cluster.conninfo("cpstep"),
+                             cluster.client("pg_dump"), str(workdir / "t.sql"),
+                             mode], env=_env())
+    try:
+        deadline = time.monotonic() + 30
+        with psycopg.connect(cluster.conninfo("cpstep"), autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                                "'Lock' AND application_name = 'pg_dump'").fetchone()[0]:  # type: ignore[index]
+                    break
+                assert tool.poll() is None
+                time.sleep(0.05)
+        sampler = DbSampler(ConnTarget(host=str(cluster.sockdir), port=cluster.port,
+                                       user="postgres", dbname="cpstep"))
+        facts = sampler.open()
+        try:
+            db = sampler.sample()
+        finally:
+            sampler.close()
+        jobs = find_jobs(facts, db)
+        dump_pid = next(p.pid for p in psutil.Process(tool.pid).children()
+                        if p.name() == "pg_dump")
+        mine = [j for j in jobs if j.client_pid in (tool.pid, dump_pid)]
+        assert len(mine) == 1, [j.describe() for j in jobs]
+        if mode == "holding":
+            assert mine[0].kind == "copy" and mine[0].client_pid == tool.pid
+            dump_backends = {b.pid for b in db.backends if b.application_name == "pg_dump"}
+            assert dump_backends and dump_backends <= mine[0].pid_hint
+        else:
+            assert mine[0].kind == "pg_dump" and mine[0].client_pid == dump_pid
+    finally:
+        _kill_tree(tool)
+        # its sessions (pg_dump's waits for a lock) must not outlive the test
+        cluster.psql("DROP DATABASE cpstep WITH (FORCE)")
