@@ -8,8 +8,7 @@ import sys
 
 import typer
 
-from .connect import ConnectError, ConnTarget
-from .discover import DiscoveryError
+from .connect import ConnTarget
 from .exitcodes import ExitCode, Fatal
 from .redact import redact_text
 
@@ -56,53 +55,10 @@ def attach(host: str | None = HostOpt, port: str | None = PortOpt,
            record: str | None = RecordOpt, plain: bool = PlainOpt,
            ) -> None:
     """Attach to a running parallel pg_dump, pg_restore or COPY load and follow it."""
-    from .follow import follow, open_recorder
-    from .monitor import wait_for_job
+    from .follow import attach_command
 
-    recorder = open_recorder(record)
-    target = _target(host, port, username, dbname)
-
-    def follow_pid(chosen: int | None) -> int:
-        try:
-            mon = wait_for_job(target, chosen, wait if chosen == pid else None,
-                               recorder=recorder)
-        except ConnectError as exc:
-            fail(str(exc), ExitCode.CONNECT)
-        except DiscoveryError as exc:
-            if exc.code == ExitCode.SEVERAL_JOBS and chosen is None:
-                return several_jobs(exc)
-            fail(str(exc), exc.code)
-        return follow(mon, interval, as_json, duration, recorder, plain,
-                      title=f"pgparmon attach: {mon.discover_label()}")
-
-    def several_jobs(exc: DiscoveryError) -> int:
-        """No --pid and several jobs: the picker in a terminal; else exit 5
-        with the list in the error line (and as JSON on stdout with --json)."""
-        use_tui = (not as_json and not plain and duration is None and sys.stdout.isatty()
-                   and sys.stdin.isatty())
-        if use_tui:
-            try:
-                from .tui.picker import run_picker
-            except ImportError:
-                use_tui = False
-        if use_tui:
-            from .pick import list_jobs
-
-            return run_picker(lambda: list_jobs(target), follow_pid, exc.found,
-                              title="pgparmon attach: several jobs")
-        if as_json:
-            import json
-            import time
-
-            from .pick import jobs_document
-
-            sys.stdout.write(json.dumps(jobs_document(exc.found, time.time()),
-                                        separators=(",", ":")) + "\n")
-            sys.stdout.flush()
-        fail(str(exc), exc.code)
-        return int(exc.code)  # not reached: fail raises
-
-    raise typer.Exit(follow_pid(pid))
+    raise typer.Exit(attach_command(_target(host, port, username, dbname), pid, wait, interval,
+                                    as_json, duration, record, plain))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -161,7 +117,6 @@ def report(path: str = typer.Argument(..., help="a recording written with --reco
     from .playback import report_command
 
     raise typer.Exit(report_command(path, html))
-
 
 
 HistoryOpt = typer.Option(None, "--history", help="a recording of an earlier run (repeat for "

@@ -135,7 +135,14 @@ def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample) -> int | 
     if parent is None or parent.name.lstrip("-") in procs.SHELLS | procs.LAUNCHERS:
         return None
     top = procs.job_root(parent.pid)
-    tree = set(procs.tree_pids(top)) - set(procs.tree_pids(root.pid))
+    tree = set(procs.tree_pids(top))
+    # the program's own processes only: a pg_dump / pg_restore it runs (this
+    # one, or a sibling whose leader holds its own snapshot) is not the
+    # program holding a transaction
+    for pid in list(tree):
+        info = procs.proc_info(pid)
+        if pid == root.pid or (info is not None and info.name in client_programs()):
+            tree -= set(procs.tree_pids(pid))
     holding = {b.pid for b in db.backends if b.state == "idle in transaction"
                and b.backend_type == "client backend"}
     if any(cp in tree for bp, cp in links.items() if bp in holding):

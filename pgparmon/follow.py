@@ -168,3 +168,52 @@ def open_recorder(path: str | None) -> Any:
         return Recorder(path)
     except RecordingError as exc:
         raise Fatal(str(exc), ExitCode.USAGE) from None
+
+
+def attach_command(target: Any, pid: int | None, wait: float | None, interval: float,
+                   as_json: bool, duration: float | None, record: str | None,
+                   plain: bool) -> int:
+    """`pgparmon attach`: find the job (or the one --pid names) and follow
+    it. Several jobs and no --pid: the picker in a terminal; else exit 5
+    with the list in the error line (and as JSON on stdout with --json)."""
+    from .connect import ConnectError
+    from .discover import DiscoveryError
+    from .monitor import wait_for_job
+
+    recorder = open_recorder(record)
+
+    def follow_pid(chosen: int | None) -> int:
+        try:
+            mon = wait_for_job(target, chosen, wait if chosen == pid else None,
+                               recorder=recorder)
+        except ConnectError as exc:
+            raise Fatal(str(exc), ExitCode.CONNECT) from None
+        except DiscoveryError as exc:
+            if exc.code == ExitCode.SEVERAL_JOBS and chosen is None:
+                return several_jobs(exc)
+            raise Fatal(str(exc), exc.code) from None
+        return follow(mon, interval, as_json, duration, recorder, plain,
+                      title=f"pgparmon attach: {mon.discover_label()}")
+
+    def several_jobs(exc: DiscoveryError) -> int:
+        use_tui = (not as_json and not plain and duration is None and sys.stdout.isatty()
+                   and sys.stdin.isatty())
+        if use_tui:
+            try:
+                from .tui.picker import run_picker
+            except ImportError:
+                use_tui = False
+        if use_tui:
+            from .pick import list_jobs
+
+            return run_picker(lambda: list_jobs(target), follow_pid, exc.found,
+                              title="pgparmon attach: several jobs")
+        if as_json:
+            from .pick import jobs_document
+
+            sys.stdout.write(json.dumps(jobs_document(exc.found, time.time()),
+                                        separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+        raise Fatal(str(exc), exc.code)
+
+    return follow_pid(pid)
