@@ -288,6 +288,9 @@ class Monitor:
             cpid = links.get(w.pid) or self._client_of(w, snap)
             ccpu = self._cpu_percent(cpid, snap, prev) if cpid else None
             scpu = self._cpu_percent(w.pid, snap, prev, os_side=True)
+            progress = w.progress
+            if progress is None and w.phase == "copy" and cpid:
+                progress = tr.input_fraction(cpid)  # a stream from a file the server can't see
             direction = None
             if w.phase == "copy":
                 ct = copy_target(w.query)
@@ -303,7 +306,7 @@ class Monitor:
                 "tuples_done": w.tuples_done if w.phase == "copy" else None,
                 "bytes_per_s": round(bps, 1) if bps is not None else None,
                 "tuples_per_s": round(tps, 1) if tps is not None else None,
-                "progress": round(w.progress, 4) if w.progress is not None else None,
+                "progress": round(progress, 4) if progress is not None else None,
                 "wait_event": w.wait_event, "blocked_by": list(w.blocked_by),
                 "client_cpu_percent": _r(ccpu), "server_cpu_percent": _r(scpu),
                 "state": w.state, "query": w.query,

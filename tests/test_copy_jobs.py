@@ -405,6 +405,9 @@ def test_remote_job_runs_through_idle_gaps_and_ends_after_the_grace() -> None:
     assert len(gap) >= 30 and all(d["job"]["state"] == "running" for d in gap)
     assert docs[-1]["job"]["state"] == "finished" and docs[-1]["elapsed_s"] >= 70 - 1
     assert docs[2]["job"]["progress"] is None and docs[2]["job"]["progress_basis"] == "unknown"
+    # COPY FROM STDIN with no input file to read: the stream's progress is not
+    # known either (not 100%: its bytes so far are no total)
+    assert docs[2]["workers"][0]["progress"] is None
     assert "total unknown" in docs[5]["job"]["eta_reason"]
 
 
@@ -434,6 +437,9 @@ def test_tree_job_members_and_file_progress_come_from_the_snapshot() -> None:
         assert {w["pid"] for w in docs[-1]["workers"]} == {1, 2}
         assert {w["client_pid"] for w in docs[-1]["workers"]} == {51, 52}
         assert last["progress"] == 0.5 and last["progress_basis"] == "client input files"
+        # each stream: its own client's input file
+        assert [w["progress"] for w in docs[-1]["workers"]] == [0.5, 0.5]
+        assert [w["progress"] for w in docs[0]["workers"]] == [0.1, 0.1]
         assert last["state"] == "running" and last["phase"] == "copy"
         assert last["eta_s"] is not None and last["databases"] == ["a", "b"]  # 2 is on b
 

@@ -457,6 +457,45 @@ def test_live_run_in_a_terminal(cluster: Cluster, sample_db: str, tmp_path: Path
 # ---- drawing ----------------------------------------------------------------
 
 
+@sync
+async def test_header_says_how_a_copy_job_was_grouped_and_measured() -> None:
+    """A COPY job has no -j and no format; the header shows what its sample
+    gives instead: how its sessions were grouped and where progress comes
+    from. The stream rows show their own input file's progress."""
+    docs = golden("copy_mid")
+    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+        head = header_text(app)
+        assert head.startswith("copy  load  process tree  progress: client input files")
+        assert "-j" not in head and "ETA " in head and "ETA ?" not in head
+        rows = table_rows(app.query_one("#workers", WorkersTable))
+        assert [r[3] for r in rows] == ["public.customers", "public.orders"]
+        assert all("%" in " ".join(r) and "100%" not in " ".join(r) for r in rows)
+    inferred = copy.deepcopy(docs)
+    inferred[-1]["job"].update(grouping="inferred: application_name, client address, user",
+                               progress_basis="unknown", databases=["load", "other"])
+    app = PgParMonApp(ListFeed(inferred, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        for d in inferred:
+            app.ingest(d)
+        await pilot.pause()
+        assert header_text(app).startswith("copy  load, other  inferred  progress: unknown ")
+    # a dump's target comes first: its grouping only where there is room left
+    dump = copy.deepcopy(golden("dump_mid"))
+    dump[-1]["job"]["grouping"] = "process tree"
+    for size, grouped in (((80, 24), False), ((160, 50), True)):
+        app = PgParMonApp(ListFeed(dump, hold=True), 1.0, "t", autostart=False)
+        async with app.run_test(size=size) as pilot:
+            for d in dump:
+                app.ingest(d)
+            await pilot.pause()
+            head = header_text(app)
+            assert "/tmp/tmpy3c97bgj/x" in head and ("process tree" in head) == grouped
+
+
 def test_bars_and_charts_fit_their_width() -> None:
     assert bar(0.5, 10).cell_len == 10 and bar(None, 7).plain == "·" * 7
     assert bar(1.2, 4).plain == "████" and bar(-1, 4).plain == "░░░░"
@@ -500,6 +539,14 @@ needs_snapshot_textual = pytest.mark.skipif(
 def test_snapshot(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
     app, run_before = _snapshot_app(name)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@needs_snapshot_textual
+def test_snapshot_copy(snap_compare: Any) -> None:
+    """A real COPY load (two psql \\copy streams) mid-run: the same screen
+    as docs/img/tui-copy-120x36.svg (tests/docs_images.py makes both)."""
+    app, run_before = _snapshot_app("copy_mid")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
 
 @pytest.mark.integration

@@ -152,7 +152,10 @@ class Tracker:
             if w.relation is None:
                 w.relation = it.relation
             self._progress(it, cp, ip, snap)
-            w.progress = it.fraction if it.kind != "copy" or it.work > 1 else None
+            # a COPY FROM STDIN has no total on the server (its work is the bytes
+            # seen so far): its fraction would read 100% mid-stream
+            w.progress = (it.fraction if it.kind != "copy" or (cp is not None and cp.bytes_total)
+                          else None)
         return key
 
     def _progress(self, it: Item, cp: CopyProgress | None, ip: IndexProgress | None,
@@ -178,6 +181,13 @@ class Tracker:
                 if f.path == it.file:
                     return float(f.position)
         return None
+
+    def input_fraction(self, client_pid: int) -> float | None:
+        """How far one client process has read its input files (a loader's
+        stream: read position over size), None when it reads none."""
+        ents = [e for k, e in self.inputs.items() if k.split(":", 1)[0] == str(client_pid)]
+        size = sum(e[0] for e in ents)
+        return min(1.0, sum(e[1] for e in ents) / size) if size > 0 else None
 
     def _idle_evidence(self, b: Backend) -> None:
         """A worker idle between items still shows its last statement: that item is done."""

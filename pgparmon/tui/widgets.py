@@ -41,7 +41,8 @@ class JobHeader(Widget):
         l1.append(str(j.get("kind") or "?"), style="bold")
         if j.get("jobs"):
             l1.append(f" -j {j['jobs']}", style="bold")
-        l1.append(f"  {j.get('database') or '?'}")
+        dbs = [db for db in j.get("databases") or () if db != j.get("database")]
+        l1.append(f"  {', '.join([str(j.get('database') or '?'), *dbs])}")
         if j.get("format"):
             l1.append(f"  {j['format']}", style="dim")
         right = Text()
@@ -57,6 +58,14 @@ class JobHeader(Widget):
             if len(tgt) > room - 3:
                 tgt = "…" + tgt[-(room - 4):]
             l1.append(f"  {tgt}", style="dim")
+        # how the job's sessions were found ("inferred: application_name, …"
+        # reads "inferred") and where its progress comes from (a COPY job's
+        # progress_basis), as room allows after the target
+        extras = [str(j["grouping"]).split(":")[0] if j.get("grouping") else "",
+                  f"progress: {j['progress_basis']}" if j.get("progress_basis") else ""]
+        for extra in filter(None, extras):
+            if w - l1.cell_len - right.cell_len - 2 >= len(extra) + 2:
+                l1.append(f"  {extra}", style="dim")
         l1.append(" " * max(1, w - l1.cell_len - right.cell_len))
         l1.append_text(right)
 

@@ -1,0 +1,159 @@
+"""Make docs/img/tui-copy-120x36.svg and .png from a real recording of a COPY load.
+
+    PYTHONPATH=. python tests/docs_images.py copy        # from the repository root
+
+On a throwaway cluster (pgparmon/cluster.py) a shell script runs two
+`psql \\copy` of CSV files of different sizes into two tables at once, then a
+CREATE INDEX; `pgparmon run -d load --json --record FILE -- sh load.sh` follows it.
+The samples up to a mid-run one (both streams copying) are kept as
+tests/golden/tui/copy_mid.json, the golden the snapshot test
+test_snapshot_copy renders too, and the TUI draws them at 120x36
+(Textual's export_screenshot, as the snapshots); headless chromium turns the
+SVG into the PNG (`./run test` installs chromium when missing).
+
+The dump and restore images (tui-dump-80x24, tui-restore-160x50) are the
+snapshots of tests/golden/tui/dump_mid.json and restore_index.json, cut from
+the real runs of tests/jobdocs.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from support import pgparmon_cmd, read_jsonl
+
+from pgparmon.cluster import start_cluster
+from pgparmon.record import read_recording
+
+ROOT = Path(__file__).resolve().parent.parent
+IMG = ROOT / "docs" / "img"
+GOLDEN = ROOT / "tests" / "golden" / "tui"
+SIZE = (120, 36)
+DB = "load"
+
+# every 500th row naps: a load of a few MB lasts several seconds on any host
+SETUP = """
+CREATE FUNCTION nap() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.id % 500 = 0 THEN PERFORM pg_sleep(0.03); END IF;
+  RETURN NEW;
+END $$;
+CREATE TABLE customers (id bigint, name text, email text);
+CREATE TABLE orders (id bigint, customer_id bigint, amount numeric, note text);
+CREATE TRIGGER nap BEFORE INSERT ON customers FOR EACH ROW EXECUTE FUNCTION nap();
+CREATE TRIGGER nap BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION nap();
+"""
+
+
+def _csv(path: Path, rows: int, line: str) -> Path:
+    with open(path, "w") as f:
+        f.write("".join(line.format(i=i) for i in range(rows)))
+    os.chmod(path, 0o644)
+    return path
+
+
+def record_copy_load(work: Path) -> list[dict[str, Any]]:
+    """Run the load under `pgparmon run --record` on a throwaway cluster; the
+    recording's samples."""
+    with start_cluster(prefix="pgparmon-docimg-") as cl:
+        cl.psql(f"CREATE DATABASE {DB}")
+        cl.psql(SETUP, dbname=DB)
+        small = _csv(work / "customers.csv", 80_000,
+                     "{i},customer {i},c{i}@example.com\n")
+        big = _csv(work / "orders.csv", 200_000,
+                   "{i},{i},12.50,0123456789abcdef0123456789abcdef\n")
+        psql = f"{cl.client('psql')} -X -q -h {cl.sockdir} -p {cl.port} -U postgres -d {DB}"
+        script = work / "load.sh"
+        script.write_text(
+            "#!/bin/sh\n"
+            f"{psql} -c \"\\copy customers FROM '{small}' CSV\" &\n"
+            f"{psql} -c \"\\copy orders FROM '{big}' CSV\" &\n"
+            "wait\n"
+            f"{psql} -c 'CREATE INDEX ON orders (customer_id)'\n")
+        rec = work / "copy.pgparmon.gz"
+        res = subprocess.run(pgparmon_cmd("run", "-d", DB, "--json", "--interval", "0.5",
+                                          "--record", str(rec), "--", "sh", str(script)),
+                             capture_output=True, text=True, env=cl.env(), timeout=300,
+                             check=False, cwd=work)
+        if res.returncode != 0:
+            sys.exit(f"pgparmon run failed ({res.returncode}): {res.stderr[-2000:]}")
+        printed = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
+        samples = read_recording(str(rec)).samples
+        assert samples == printed, "the recording does not hold the samples the run printed"
+        return samples
+
+
+def mid_run(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples up to the middle one of those where both streams copy."""
+    both = [i for i, s in enumerate(samples) if s["job"]["state"] == "running"
+            and sum(w["phase"] == "copy" for w in s["workers"]) >= 2
+            and s["job"].get("eta_s") is not None]
+    if not both:
+        sys.exit("no sample with both streams copying and an ETA: the load was too short")
+    return samples[:both[len(both) // 2] + 1]
+
+
+async def _svg(docs: list[dict[str, Any]]) -> str:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_tui import _snapshot_app  # the snapshot tests' app: same screen
+
+    GOLDEN.joinpath("copy_mid.json").write_text(json.dumps(docs, indent=1) + "\n")
+    app, feed_all = _snapshot_app("copy_mid")
+    async with app.run_test(size=SIZE) as pilot:
+        await feed_all(pilot)
+        await pilot.pause(0.2)
+        return app.export_screenshot(title="pgparmon run -- sh load.sh")
+
+
+def png(svg: Path, out: Path, cols: int, rows: int) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        sys.exit("no chromium for the PNG (./run test installs it)")
+    # the width of the other TUI images (12.5 px per column), the SVG's aspect
+    box = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg.read_text())
+    assert box, "no viewBox in the SVG"
+    w = round(cols * 12.5)
+    h = round(w * float(box[2]) / float(box[1]))
+    page = out.with_suffix(".html")
+    page.write_text("<html><body style='margin:0;background:#fff'>"
+                    f"<img src='{svg.name}' style='width:{w}px'></body></html>")
+    try:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", f"--window-size={w},{h}",
+                        f"--screenshot={out}", page.as_uri()],
+                       check=True, capture_output=True, timeout=120)
+    finally:
+        page.unlink()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("which", choices=["copy"])
+    ap.add_argument("--from-golden", action="store_true",
+                    help="redraw from tests/golden/tui/copy_mid.json, no new recording")
+    args = ap.parse_args()
+    if args.from_golden:
+        docs = json.loads(GOLDEN.joinpath("copy_mid.json").read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="pgparmon-docimg-") as d:
+            work = Path(d)
+            work.chmod(0o777)
+            docs = mid_run(record_copy_load(work))
+    svg = IMG / f"tui-copy-{SIZE[0]}x{SIZE[1]}.svg"
+    svg.write_text(asyncio.run(_svg(docs)))
+    png(svg, svg.with_suffix(".png"), *SIZE)
+    print(f"wrote {svg} and {svg.with_suffix('.png')} ({len(docs)} samples)")
+
+
+if __name__ == "__main__":
+    main()
