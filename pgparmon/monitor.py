@@ -405,8 +405,11 @@ class Monitor:
             (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())
 
     def _databases(self) -> list[str]:
+        """The databases the job's sessions used; before any is seen, the one
+        the job was found on or given (never only the monitor's own: `run`
+        of a script without -d connects wherever PG* says)."""
         assert self.job is not None
-        return sorted(set(self.job.database_list()) | self.databases)
+        return sorted(self.databases) or sorted(self.job.database_list())
 
     def summary(self) -> dict[str, Any]:
         tr, job = self.tracker, self.job

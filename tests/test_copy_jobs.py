@@ -302,7 +302,10 @@ def test_run_any_command_exits_with_its_code(cluster: Cluster, copydb: str, work
                                              code: int) -> None:
     script = _psql_script(cluster, workdir, exit_code=code)
     rec = workdir / "copy.pgparmon.gz"
-    res = subprocess.run(pgparmon_cmd("run", *_conn_args(cluster), "--json", "--interval",
+    # without -d (code 3) pgparmon's own session is on "postgres": the job's
+    # databases are still only those its sessions use
+    conn = _conn_args(cluster) if code == 0 else _conn_args(cluster)[:-2]
+    res = subprocess.run(pgparmon_cmd("run", *conn, "--json", "--interval",
                                       "0.3", "--record", str(rec), "--", "sh", str(script),
                                       "dbname=x password=s3cr3t-pass"),
                          capture_output=True, text=True, timeout=90, env=_env())
@@ -320,6 +323,7 @@ def test_run_any_command_exits_with_its_code(cluster: Cluster, copydb: str, work
     assert samples[0]["job"]["kind"] == "copy"
     assert samples[0]["job"]["grouping"] == "process tree"
     assert samples[-1]["job"]["state"] == ("finished" if code == 0 else "failed")
+    assert summary["databases"] == [DB]
     assert any(w["phase"] == "copy" for s in samples for w in s["workers"])
     res = subprocess.run(pgparmon_cmd("run", *_conn_args(cluster), "--", "no-such-cmd-x"),
                          capture_output=True, text=True, timeout=30, env=_env())
