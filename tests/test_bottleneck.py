@@ -95,3 +95,24 @@ def test_nothing_saturated() -> None:
     assert v.kind == "nothing"
     v = judge([], flow="out", tool="pg_dump", jobs=2, pending=3, running_items=[], host=None)
     assert v.kind == "starting"
+
+
+def test_sessions_idle_through_the_window_mean_the_client_sends_no_work() -> None:
+    idle = obs(phase="idle", wait="Client:ClientRead", client=12)
+    v = judge(window(idle, idle), flow="in", tool="copy", jobs=None, pending=0,
+              running_items=[], host=Host(30))
+    assert v.kind == "client-feed" and "between batches" in v.detail
+    busy = obs(phase="idle", wait="Client:ClientRead", client=98)
+    v = judge(window(busy, busy), flow="in", tool="copy", jobs=None, pending=0,
+              running_items=[], host=Host(60))
+    assert v.kind == "client-cpu" and "next batch" in v.detail
+    # one sample of the window with a working session: not idle through it
+    mixed = [[idle, idle], [obs(phase="copy")], [idle, idle]]
+    assert judge(mixed, flow="in", tool="copy", jobs=None, pending=0, running_items=[],
+                 host=Host(30)).kind != "client-feed"
+    # no session left at all (a dump's workers gone at its end): nothing runs
+    assert judge([[], []], flow="out", tool="pg_dump", jobs=2, pending=0, running_items=[],
+                 host=Host(30)).kind == "nothing"
+    # work still queued: the workers are starting, not the client idling
+    assert judge(window(idle), flow="in", tool="pg_restore", jobs=2, pending=3,
+                 running_items=[], host=Host(30)).kind == "starting"

@@ -50,6 +50,18 @@ def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str, jobs: int | None,
         return Verdict("stalled", "no progress in the last samples: the job is stalled")
     obs = [o for sample in window for o in sample if o.phase not in ("idle",)]
     if not window or not obs:
+        idle = [o for sample in window for o in sample]
+        if idle and all(window) and pending == 0 and not running_items:
+            # sessions there, all idle through the window, nothing running:
+            # the client sends no work (a loader between batches, a tool
+            # between steps)
+            cpu = _mean([o.client_cpu for o in idle if o.client_cpu is not None])
+            if cpu is not None and cpu >= BUSY_CPU:
+                return Verdict("client-cpu", f"every session is idle while the client "
+                               f"processes run at {cpu:.0f}% of a core: the client is "
+                               "preparing the next batch (parsing, transforming)")
+            return Verdict("client-feed", "every session is idle: the client sends no work "
+                           "now (between batches or steps)")
         if pending == 0 and not running_items:
             return Verdict("nothing", "no work running")
         return Verdict("starting", "waiting for workers to start")
