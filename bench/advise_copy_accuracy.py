@@ -19,34 +19,18 @@ Raw timings go to docs/bench/advise_copy.json; a markdown table is printed.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import random
 import shlex
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from common import Cluster, machine, median, pgparmon, start_cluster, write_json
+from common import Cluster, machine, make_csv, median, pgparmon, start_cluster, write_json
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "advise_copy.json"
 DB = "copybench"
-
-
-def make_csv(path: Path, mb: float) -> int:
-    rnd = random.Random(11)
-    rows = 0
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["id", "name", "amount", "note"])
-        while f.tell() < mb * 1e6:
-            for _ in range(10_000):
-                w.writerow([rows, f"name{rnd.randrange(10**7)}", f"{rnd.random() * 1e4:.2f}",
-                            f"a note, {rnd.random():.8f}"])
-                rows += 1
-    return rows
 
 
 def load_cmd(c: Cluster, path: Path, j: int) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -34,8 +36,26 @@ def write_json(path: Path, doc: object) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
+def make_csv(path: Path, mb: float, seed: int = 11, header: bool = True) -> int:
+    """A CSV file of about `mb` MB of single-line records (id, name, amount,
+    note; the note holds a quoted comma) for COPY loads; returns its rows."""
+    rnd = random.Random(seed)
+    rows = 0
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        if header:
+            w.writerow(["id", "name", "amount", "note"])
+        while f.tell() < mb * 1e6:
+            for _ in range(10_000):
+                w.writerow([rows, f"name{rnd.randrange(10**7)}", f"{rnd.random() * 1e4:.2f}",
+                            f"a note, {rnd.random():.8f}"])
+                rows += 1
+    return rows
+
+
 def machine() -> str:
     return f"{os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}"
 
 
-__all__ = ["Cluster", "start_cluster", "pgparmon", "timed", "median", "write_json", "machine"]
+__all__ = ["Cluster", "start_cluster", "pgparmon", "timed", "median", "write_json", "make_csv",
+           "machine"]

@@ -448,6 +448,34 @@ def test_tree_job_members_and_file_progress_come_from_the_snapshot() -> None:
         assert last["eta_s"] is not None and last["databases"] == ["a", "b"]  # 2 is on b
 
 
+def test_eta_waits_for_the_slowest_reader_not_the_job_rate() -> None:
+    """Two readers, 1 MB and 3 MB, each reading 100 kB/s: the small one ends
+    at 10 s, then the big one reads alone. At 15 s the job's read rate over
+    its window (2.5 MB in 15 s) would give 1.5 MB / 167 kB/s = 9 s; the job
+    ends when the big file's reader does, 15 s later."""
+    job = Job(kind="copy", database="a", client_pid=50, client_pids=frozenset({50, 51, 52}),
+              grouping=TREE, pid_hint=frozenset({1, 2}))
+    sizes = {51: 1_000_000, 52: 3_000_000}
+    snaps = []
+    for t in range(1, 16):
+        readers = [p for p in (51, 52) if 100_000 * (t - 1) < sizes[p]]  # 51 exits after 10 s
+        clients = tuple(ClientProc(p, 50, "psql", 0.0, "running", 0.1, 0.1, 0, 0,
+                                   (OpenFile(f"/data/{p}.csv", min(100_000 * t, sizes[p]),
+                                             "r"),))
+                        for p in readers)
+        snaps.append(_snap(t, tuple(_b(p - 50, since=0.5) for p in readers),
+                           tuple(_cp(p - 50, 100_000 * t) for p in readers),
+                           clients=(ClientProc(50, 1, "sh", 0.0, "sleeping", 0, 0, 0, 0, ()),
+                                    *clients), root_alive=True,
+                           files=tuple(FileSize(f"/data/{p}.csv", n) for p, n in sizes.items()),
+                           links=tuple((p - 50, p) for p in readers)))
+    mon = Monitor(Scripted(job, snaps))
+    mon.discover()
+    last = [mon.tick() for _ in snaps][-1]["job"]
+    assert last["progress"] == 0.625 and last["state"] == "running"
+    assert last["eta_s"] == pytest.approx(15.0, rel=0.1)
+
+
 POOL = """
 import multiprocessing, sys, time
 if __name__ == "__main__":

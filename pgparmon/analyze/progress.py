@@ -51,6 +51,11 @@ class Tracker:
         # a loader's input files: path -> [size, furthest read position]
         self.inputs: dict[str, list[float]] = {}
         self.input_rate = WindowRate()
+        # each input file's own read rate (key as in input_seen), and the keys
+        # seen open at the last reading: a parallel loader ends with its
+        # slowest reader
+        self.input_rates: dict[str, WindowRate] = {}
+        self.inputs_open: set[str] = set()
         # the same files as last seen open: key -> (ts, position, bytes/s, table)
         self.input_seen: dict[str, tuple[float, float, float, str | None]] = {}
 

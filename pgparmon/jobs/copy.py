@@ -25,6 +25,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item
+from ..analyze.rates import WindowRate
 from ..readers.procs import is_input_file
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from .base import Driver, Job
@@ -175,7 +176,9 @@ class CopyLoad(Driver):
                 table = tables.get(c.pid) or (last[3] if last else None)
                 tr.input_seen[key] = (snap.ts, pos, rate, table)
                 ent[1] = pos
+                tr.input_rates.setdefault(key, WindowRate()).add(snap.ts, pos)
                 open_now.add(key)
+        tr.inputs_open = open_now
         alive = {c.pid for c in snap.clients if c.status != "zombie"}
         if all(c.open_files is not None for c in snap.clients):
             for key, ent in tr.inputs.items():
@@ -227,10 +230,28 @@ class CopyLoad(Driver):
                 return 0.0, None
             if not rate or rate <= 0:
                 return None, "measuring the input files' read rate"
-            return left / rate, None
+            # the job's rate over its window counts readers that have since
+            # finished: with files of different sizes the end is one reader
+            # alone, so the job ends no sooner than its slowest open reader
+            # at its own rate (the job's rate stays the floor: a file whose
+            # reader is gone still counts in what is left)
+            return max(left / rate, self._slowest_reader(tr)), None
         if not self.has_total(tr):
             return None, "total unknown (COPY FROM STDIN, no input file seen): rates only"
         return None
+
+    @staticmethod
+    def _slowest_reader(tr: Tracker) -> float:
+        """Seconds until the last file open now is read to its end, each at
+        its own recent read rate (0 when none can be said)."""
+        worst = 0.0
+        for key in tr.inputs_open:
+            size, pos = tr.inputs[key]
+            wr = tr.input_rates.get(key)
+            r = wr.rate(15.0) if wr else None
+            if size > pos and r and r > 0:
+                worst = max(worst, (size - pos) / r)
+        return worst
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
