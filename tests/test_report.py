@@ -206,6 +206,8 @@ def test_one_unit_convention() -> None:
     assert [fmt.size(x) for x in (None, 0, 850, 999.6, 14.2e6, 4 * 1024 ** 3)] == \
         ["-", "0 B", "850 B", "1.0 kB", "14.2 MB", "4.3 GB"]
     assert fmt.rate(12.3e6) == "12.3 MB/s" and fmt.rate(None) == "-"
+    assert [fmt.about(x) for x in (None, 0.997, 0.25, 0.3049, 12.34)] == \
+        ["-", "1.0 s", "250 ms", "300 ms", "12.0 s"]
     assert [fmt.duration(x) for x in (None, 0.85, 4.2, 59.99, 185, 7380)] == \
         ["-", "850 ms", "4.2 s", "1 min 00 s", "3 min 05 s", "2 h 03 min"]
     assert fmt.count(12_345) == "12.3k" and fmt.count_exact(1_234_567) == "1,234,567"
@@ -262,7 +264,7 @@ def test_short_items_finished_in_one_interval_are_one_row() -> None:
         console.print(view)
         text = console.export_text()
         assert "200 small tables, done between 2.7 s and 3.0 s" in text
-        assert f"< {fmt.duration(es.interval)} each" in text and "14.0 MB" in text
+        assert f"< {fmt.about(es.interval)} each" in text and "14.0 MB" in text
         assert "public.lookup_" not in text and text.count("public.late_") == 3
         assert all(n in text for n in LONG_NAMES) and "…" not in text
 

@@ -345,7 +345,7 @@ class SummaryTable(DataTable[Any]):
         for r in es.rows:
             if isinstance(r, ItemGroup):
                 worker = f"{r.workers} workers" if r.workers > 1 else "-"
-                dur, bps = f"< {fmt.duration(es.interval)}", "-"
+                dur, bps = f"< {fmt.about(es.interval)}", "-"
             else:
                 worker, dur = str(r.worker or "-"), fmt.duration(r.duration_s)
                 bps = fmt.rate(r.bytes_per_s)

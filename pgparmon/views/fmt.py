@@ -53,6 +53,12 @@ def duration(s: float | None) -> str:
     return f"{h} h {m:02d} min"
 
 
+def about(s: float | None) -> str:
+    """A measured period to two significant digits, as `duration`: the
+    median gap of samples taken every second (0.997 s) reads "1.0 s"."""
+    return "-" if s is None else duration(float(f"{float(s):.2g}"))
+
+
 def count(n: float | None) -> str:
     """A count with an SI prefix: "950", "12.3k", "4.5M"."""
     if n is None:

@@ -112,7 +112,7 @@ class ItemsTable:
         for r in es.rows[:self.limit]:
             if isinstance(r, ItemGroup):
                 cells = {"worker": f"{r.workers} workers" if r.workers > 1 else "-",
-                         "start": "-", "duration": f"< {fmt.duration(es.interval)} each",
+                         "start": "-", "duration": f"< {fmt.about(es.interval)} each",
                          "bytes/s": "-"}
             else:
                 cells = {"worker": str(r.worker or "-"), "start": fmt.duration(r.start_s),
