@@ -393,7 +393,8 @@ def score(shape: str, op: str, mode: str, recs: list[dict[str, Any]],
                   else "unavailable" if "probe_unavailable" in codes
                   else "skipped" if "probe_skipped" in codes else "no probe in the JSON")
         row["probe"] = {
-            "status": status, "seconds": secs, "budget_s": budget, "limit_3pct_or_60s": round(limit, 3),
+            "status": status, "seconds": secs, "budget_s": budget,
+            "limit_3pct_or_60s": round(limit, 3),
             "within_budget": (secs <= budget) if secs is not None and budget is not None
             else None,
             "within_3pct_or_60s": (secs <= limit) if secs is not None else None,
@@ -500,7 +501,8 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             f"(target <= {t['prediction_error']:.0%}: "
             f"{'met' if m['prediction_error'] else 'NOT met'}); never worse than j/2: "
             f"{s['never_worse_than_half']}; probes run {s['probes_run']} (not run "
-            f"{s['probes_skipped']}, of which failed {s['probes_failed']}), within their budget: {s['probe_within_budget']}, "
+            f"{s['probes_skipped']}, of which failed {s['probes_failed']}), "
+            f"within their budget: {s['probe_within_budget']}, "
             f"within min(3% of the predicted run, 60 s): {s['probe_within_3pct_or_60s']}; "
             f"repeated advice agrees: {s['repeats_agree']}.")
         for k, b in summary.items():

@@ -46,18 +46,21 @@ def test_client_write_with_busy_disk_is_disk_write() -> None:
 
 def test_storage_reads() -> None:
     v = judge(window(obs(wait="IO:DataFileRead"), obs(wait="IO:DataFileRead"), obs()),
-              flow="out", tool="pg_dump", jobs=3, pending=4, running_items=[("a", .1)] * 3, host=Host(40))
+              flow="out", tool="pg_dump", jobs=3, pending=4, running_items=[("a", .1)] * 3,
+              host=Host(40))
     assert v.kind == "disk-read"
 
 
 def test_wal_pressure_on_restore() -> None:
-    v = judge(window(obs(wait="LWLock:WALWrite"), obs(wait="IO:WALSync")), flow="in", tool="pg_restore",
+    v = judge(window(obs(wait="LWLock:WALWrite"), obs(wait="IO:WALSync")), flow="in",
+              tool="pg_restore",
               jobs=2, pending=9, running_items=[("a", .1), ("b", .1)], host=Host(50))
     assert v.kind == "wal" and "max_wal_size" in v.detail
 
 
 def test_locks() -> None:
-    v = judge(window(obs(phase="lock-wait", wait="Lock:relation"), obs()), flow="in", tool="pg_restore",
+    v = judge(window(obs(phase="lock-wait", wait="Lock:relation"), obs()), flow="in",
+              tool="pg_restore",
               jobs=2, pending=1, running_items=[("a", .1)], host=Host(10))
     assert v.kind == "locks"
 
@@ -75,16 +78,19 @@ def test_host_cpu_and_server_cpu() -> None:
     v = judge(window(obs(), obs()), flow="in", tool="pg_restore", jobs=2, pending=3,
               running_items=[("a", .1), ("b", .1)], host=Host(97))
     assert v.kind == "host-cpu"
-    v = judge(window(obs(server=95), obs(server=92)), flow="in", tool="pg_restore", jobs=2, pending=3,
+    v = judge(window(obs(server=95), obs(server=92)), flow="in", tool="pg_restore", jobs=2,
+              pending=3,
               running_items=[("a", .1), ("b", .1)], host=Host(50))
     assert v.kind == "server-cpu"
 
 
 def test_stalled_and_stopped() -> None:
-    v = judge(window(obs()), flow="out", tool="pg_dump", jobs=2, pending=2, running_items=[("a", .1)],
+    v = judge(window(obs()), flow="out", tool="pg_dump", jobs=2, pending=2,
+              running_items=[("a", .1)],
               host=Host(1), stopped_clients=2)
     assert v.kind == "stalled" and "SIGSTOP" in v.detail
-    v = judge(window(obs()), flow="out", tool="pg_dump", jobs=2, pending=2, running_items=[("a", .1)],
+    v = judge(window(obs()), flow="out", tool="pg_dump", jobs=2, pending=2,
+              running_items=[("a", .1)],
               host=Host(1), stalled=True)
     assert v.kind == "stalled"
 

@@ -58,7 +58,8 @@ class WorkItem:
         # Fail here, where the bad number is made, not deep in the heap where
         # a NaN silently breaks the ordering.
         if not (math.isfinite(self.work) and self.work >= 0):
-            raise ValueError(f"WorkItem {self.key!r}: work must be finite and >= 0, got {self.work!r}")
+            raise ValueError(f"WorkItem {self.key!r}: work must be finite and >= 0, "
+                             f"got {self.work!r}")
         if math.isnan(self.size):
             raise ValueError(f"WorkItem {self.key!r}: size is NaN")
         if not isinstance(self.deps, frozenset):

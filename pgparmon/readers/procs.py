@@ -76,7 +76,8 @@ def tcp_ports(pid: int, server_port: int) -> tuple[set[int], bool]:
     return {c.laddr.port for c in conns if c.raddr and c.raddr.port == server_port}, True
 
 
-_SS_LINE = re.compile(r"^u_\w+\s+\S+\s+\d+\s+\d+\s+(.*?)\s+(\d+)\s+(\S+)\s+(\d+)(?:\s+(users:.*))?$")
+_SS_LINE = re.compile(
+    r"^u_\w+\s+\S+\s+\d+\s+\d+\s+(.*?)\s+(\d+)\s+(\S+)\s+(\d+)(?:\s+(users:.*))?$")
 _SS_USER = re.compile(r"pid=(\d+)")
 
 
