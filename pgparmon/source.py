@@ -92,6 +92,9 @@ def error_lines(path: str, limit: int = 600) -> str | None:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+
+LINK_TRIES = 5  # ticks a session that links to no visible process is looked up again
+
 class LiveSource:
     """Reads the server (one round trip per snapshot), the host and the job's
     client processes."""
@@ -118,6 +121,11 @@ class LiveSource:
         self.client_pids: set[int] = set()
         self.known_backends: set[int] = set()  # the job's sessions seen so far
         self.snapshots_taken = 0
+        # a session's client never changes: (pid, backend_start) -> client pid,
+        # looked up once; one that cannot be linked is tried LINK_TRIES times
+        self._links: dict[tuple[int, float | None], int] = {}
+        self._link_tries: dict[tuple[int, float | None], int] = {}
+        self._peers_ok = True
 
     # ---- the job ----------------------------------------------------------
 
@@ -228,13 +236,12 @@ class LiveSource:
         backends = db.backends if not db.error else ()
         links: tuple[tuple[int, int], ...] | None = None
         if tree and not db.error:
-            peers = procs.unix_peers()
-            pairs = procs.backend_clients(self.facts.port, backends, peers)
+            pairs = self._backend_links(backends)
             mine = self.client_pids | set(live)
             found = tuple(sorted((b, c) for b, c in pairs.items() if c in mine))
             # no `ss` and no TCP link: unknown (the sessions seen at discovery
             # stay the job's), not "no session"
-            links = found if found or peers is not None else None
+            links = found if found or self._peers_ok else None
             self.known_backends |= {b for b, _ in found}
         elif job.kind == "copy" and not db.error:
             self.known_backends |= {b.pid for b in backends if driver.belongs(job, b)}
@@ -258,6 +265,28 @@ class LiveSource:
                         backends_os=backends_os, files=files, free_bytes=free,
                         root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
                         links=links)
+
+    def _backend_links(self, backends: Any) -> dict[int, int]:
+        """backend pid -> its client process, for every session linked so
+        far. The socket tables (`ss`, the host's TCP connections: several ms
+        each) are read only on a tick where a session is new, not every tick."""
+        keyed = {(b.pid, b.backend_start): b for b in backends}
+        todo = [k for k in keyed if k not in self._links
+                and self._link_tries.get(k, 0) < LINK_TRIES]
+        if todo:
+            peers = procs.unix_peers()
+            self._peers_ok = peers is not None
+            pairs = procs.backend_clients(self.facts.port, keyed.values(), peers)
+            for k in todo:
+                if k[0] in pairs:
+                    self._links[k] = pairs[k[0]]
+                else:
+                    self._link_tries[k] = self._link_tries.get(k, 0) + 1
+        for gone in [k for k in self._links if k not in keyed]:
+            del self._links[gone]
+        for gone in [k for k in self._link_tries if k not in keyed]:
+            del self._link_tries[gone]
+        return {k[0]: c for k, c in self._links.items()}
 
     # ---- planning inputs ------------------------------------------------------
 
