@@ -16,8 +16,8 @@ from typing import Any
 
 from .cmdline import ClientArgs, parse_client_cmdline
 from .exitcodes import ExitCode
-from .jobs.base import Job
-from .jobs.copy import IDLE_GRACE_S, TREE, CopyLoad, copy_candidate, idle_for
+from .jobs.base import TREE, Job
+from .jobs.copy import IDLE_GRACE_S, CopyLoad, copy_candidate, idle_for
 from .jobs.registry import client_programs, driver_for, drivers, program_of
 from .jobs.statements import copy_target
 from .readers import procs

@@ -19,8 +19,8 @@ from .connect import ConnectError, ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
-from .jobs.base import Job
-from .jobs.copy import TREE, CopyLoad
+from .jobs.base import TREE, Job
+from .jobs.copy import CopyLoad
 from .jobs.registry import client_programs
 from .monitor import Monitor, job_for_process
 from .redact import redact_argv, redact_text

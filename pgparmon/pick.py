@@ -15,8 +15,7 @@ from typing import Any
 from .connect import ConnTarget
 from .discover import DiscoveryError, find_jobs
 from .exitcodes import ExitCode
-from .jobs.base import Job
-from .jobs.copy import TREE
+from .jobs.base import TREE, Job
 from .jobs.registry import driver_for
 from .readers import procs
 from .readers.db import DbSampler, ServerFacts

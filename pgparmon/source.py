@@ -21,8 +21,7 @@ import psycopg
 from .connect import ConnTarget
 from .discover import DiscoveryError, choose_job, find_jobs
 from .exitcodes import ExitCode
-from .jobs.base import Job, PlanInputs
-from .jobs.copy import TREE
+from .jobs.base import TREE, Job, PlanInputs
 from .jobs.registry import driver_for
 from .readers import devices as devmod
 from .readers import host as hostmod

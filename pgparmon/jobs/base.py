@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from ..readers.procs import ProcInfo
 
 
+# Job.grouping of a job whose sessions were linked to its client processes
+# (one process tree on this host); other groupings say what they inferred from
+TREE = "process tree"
+
+
 @dataclass(frozen=True)
 class Job:
     kind: str  # a registered driver's kind: "pg_dump" | "pg_restore" | "copy"

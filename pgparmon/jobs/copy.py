@@ -28,13 +28,12 @@ from ..analyze.items import Item
 from ..analyze.rates import WindowRate
 from ..readers.procs import is_input_file
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
-from .base import Driver, Job
+from .base import TREE, Driver, Job
 from .statements import copy_target, norm_rel
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
 
-TREE = "process tree"
 INFERRED = "inferred: application_name, client address, user"
 # a remote job whose sessions have all been idle this long has ended (a
 # loader parsing its next batch is idle for a few seconds between COPYs)
