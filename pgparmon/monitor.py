@@ -113,7 +113,10 @@ class Monitor:
         assert tr is not None
         if tr.planned or not tr.driver.plans_work or self.plan_failed:
             return
-        inputs = self.source.plan_inputs()
+        req = tr.driver.plan_request(tr)
+        if req is None:
+            return  # nothing to plan from yet
+        inputs = self.source.plan_inputs(req)
         if inputs is None:
             return  # not readable yet: ask again next tick
         if inputs.error:
@@ -185,7 +188,8 @@ class Monitor:
             # worker gone while another still works and items still wait to
             # start is one that died (items that ran between two samples are
             # never seen running, so "pending" alone proves nothing)
-            waiting = any(i.state == "pending" for i in tr.items.values())
+            waiting = tr.driver.fixed_workers and any(i.state == "pending"
+                                                      for i in tr.items.values())
             others = live - died - {job.client_pid}
             if root_alive and died and waiting and others and not died <= self.died:
                 self.died |= died
@@ -234,9 +238,8 @@ class Monitor:
                                     "its exit status is not ours to read (run pgparmon as the "
                                     "job's OS user, or with `pgparmon run`)")
         if left and tr.planned:
-            names = ", ".join(i.name for i in left[:5])
-            return Outcome("failed", f"the job ended with {len(left)} item(s) not done: "
-                           f"{names}{full}")
+            state, why = driver.leftover_verdict(tr, left)
+            return Outcome(state, why + full)
         tr.finish_all(snap.wall)
         return Outcome("finished", "all items done")
 
@@ -325,7 +328,7 @@ class Monitor:
         # its `jobs` counts sessions, not streams: no "one table left" tail
         verdict = bottleneck.judge(list(self.obs_window), flow=tr.driver.data_flow,
                                    tool=job.kind, pending=pending,
-                                   jobs=job.jobs if tr.driver.plans_work else None,
+                                   jobs=tr.driver.streams(tr),
                                    running_items=running, host=hr, devices=disks,
                                    stalled=stalled, stopped_clients=stopped)
         est = eta.estimate(tr, stalled=stalled or stopped > 0)
@@ -401,8 +404,20 @@ class Monitor:
             return False
         last = h[-STALL_SAMPLES:]
         active = any(a > 0 for _, a, _ in last)
-        return active and last[-1][2] <= last[0][2] and all(
-            (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())
+        if not (active and last[-1][2] <= last[0][2] and all(
+                (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())):
+            return False
+        # no measurable progress, but the job's own sessions work on something
+        # no view measures (a statement between a copy and its index builds),
+        # or wait for a lock another of its sessions holds: not stalled
+        mine = set(tr.workers)
+        for w in tr.workers.values():
+            if w.phase == "other" and w.state == "active" and not (
+                    w.wait_event or "").startswith("Client"):
+                return False
+            if w.phase == "lock-wait" and w.blocked_by and set(w.blocked_by) <= mine:
+                return False
+        return True
 
     def _databases(self) -> list[str]:
         """The databases the job's sessions used; before any is seen, the one

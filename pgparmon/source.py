@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .connect import ConnTarget
+from .connect import ConnectError, ConnTarget
 from .discover import DiscoveryError, choose_job, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
@@ -57,9 +57,9 @@ class Source(Protocol):
 
     def snapshot(self) -> Snapshot: ...
 
-    def plan_inputs(self) -> PlanInputs | None: ...
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None: ...
 
-    def catalog_done(self) -> dict[str, Any]: ...
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]: ...
 
     def final_files(self) -> tuple[FileSize, ...] | None: ...
 
@@ -289,12 +289,12 @@ class LiveSource:
 
     # ---- planning inputs ------------------------------------------------------
 
-    def plan_inputs(self) -> PlanInputs | None:
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
         """What the work list is built from; None: not available yet (a dump's
         toc.dat is written just after it starts)."""
         assert self.job is not None
         try:
-            return driver_for(self.job.kind).read_plan(self)
+            return driver_for(self.job.kind).read_plan(self, req or {})
         except TocError as exc:
             return PlanInputs(error=f"cannot read the archive's TOC ({exc}): progress from "
                                     "activity only")
@@ -303,6 +303,21 @@ class LiveSource:
 
     def query_json(self, name: str) -> Any:
         return self.sampler.query_json(name)
+
+    def query_json_on(self, database: str, name: str) -> Any:
+        """A one-off catalog query on another database of this server (a
+        copy's source): a short-lived monitor connection, with the same
+        read-only session and timeouts."""
+        if database == self.facts.database:
+            return self.sampler.query_json(name)
+        other = DbSampler(self.target.with_dbname(database))
+        try:
+            other.open()
+            return other.query_json(name)
+        except ConnectError as exc:
+            raise psycopg.OperationalError(str(exc)) from None
+        finally:
+            other.close()
 
     def client_binary(self, name: str) -> str | None:
         """The job's own client program of that name (same version), else PATH's."""
@@ -313,8 +328,10 @@ class LiveSource:
                 return os.path.join(d, name)
         return shutil.which(name)
 
-    def catalog_done(self) -> dict[str, Any]:
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
         try:
+            if database:
+                return self.query_json_on(database, "done") or {}
             return self.sampler.query_json("done") or {}
         except psycopg.Error:
             return {}
@@ -365,13 +382,13 @@ class RecordingSource:
         self.recorder.event("snapshot", snap.to_dict())
         return snap
 
-    def plan_inputs(self) -> PlanInputs | None:
-        v = self.live.plan_inputs()
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
+        v = self.live.plan_inputs(req)
         self.recorder.event("plan", v.to_dict() if v is not None else None)
         return v
 
-    def catalog_done(self) -> dict[str, Any]:
-        v = self.live.catalog_done()
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
+        v = self.live.catalog_done(database)
         self.recorder.event("done", v)
         return v
 
@@ -420,11 +437,13 @@ class ReplaySource:
     def snapshot(self) -> Snapshot:
         return Snapshot.from_dict(self._next("snapshot"))
 
-    def plan_inputs(self) -> PlanInputs | None:
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
+        if not self.may_ask_again("plan"):
+            return PlanInputs()  # recorded before this kind of job planned: no plan
         v = self._next("plan")
         return None if v is None else PlanInputs.from_dict(v)
 
-    def catalog_done(self) -> dict[str, Any]:
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
         v: dict[str, Any] = self._next("done")
         return v
 

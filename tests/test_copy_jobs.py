@@ -19,7 +19,7 @@ from support import pgparmon_cmd, read_jsonl
 
 from pgparmon.cluster import Cluster
 from pgparmon.discover import find_jobs
-from pgparmon.jobs.base import Job
+from pgparmon.jobs.base import Job, PlanInputs
 from pgparmon.jobs.copy import IDLE_GRACE_S, INFERRED, TREE
 from pgparmon.monitor import Monitor
 from pgparmon.playback import ReplayFeed
@@ -366,9 +366,13 @@ def test_remote_sessions_group_by_client_not_table() -> None:
 class Scripted:
     """A Source playing snapshots from a list (a replay does the same)."""
 
-    def __init__(self, job: Job, snaps: list[Snapshot]) -> None:
+    def __init__(self, job: Job, snaps: list[Snapshot], plan: PlanInputs | None = None) -> None:
         self.facts, self.job, self.snaps = FACTS, job, iter(snaps)
         self.target_dir, self.devices = None, set()
+        self.plan: PlanInputs | None = plan  # what a copy's source catalog says
+        self.plan_asks: list[dict[str, Any]] = []
+        self.done: dict[str, Any] = {}  # what the target's catalog holds
+        self.done_asks: list[str | None] = []
 
     def discover(self) -> Job:
         return self.job
@@ -381,6 +385,14 @@ class Scripted:
 
     def pause(self, seconds: float) -> None:
         pass
+
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
+        self.plan_asks.append(req or {})
+        return self.plan
+
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
+        self.done_asks.append(database)
+        return self.done
 
     def close(self) -> None:
         pass

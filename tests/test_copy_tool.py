@@ -27,7 +27,7 @@ SRC, DST = "cpsrc", "cpdst"
 SCHEMA = """
 CREATE FUNCTION slowcheck(i bigint) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-  IF i % 1000 = 0 THEN PERFORM pg_sleep(0.05); END IF;
+  IF i % 1000 = 0 THEN PERFORM pg_sleep(0.1); END IF;
   RETURN true;
 END $$;
 CREATE FUNCTION slowkey(i bigint) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS $$
@@ -102,6 +102,21 @@ def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
     assert any(w["direction"] == "to" for s in loads for w in s["workers"])
     builds = [s for s in samples if s["job"]["phase"] == "index build"]
     assert builds and {w["phase"] for s in builds for w in s["workers"]} >= {"index"}
+    # planned from the source's catalog: its 3 tables and its 5 indexes and 1
+    # foreign key to rebuild on the target; progress and an ETA mid-copy
+    planned = [s for s in samples if s["job"]["progress_basis"] == f"source catalog ({SRC})"]
+    assert planned, {s["job"]["progress_basis"] for s in samples}
+    assert planned[-1]["job"]["items_total"] == 3 + 5 + 1, planned[-1]["job"]
+    copying = [s for s in planned if s["job"]["phase"] == "copy"]
+    assert copying and all(s["job"]["progress"] is not None for s in copying)
+    assert any(s["job"]["eta_s"] is not None for s in copying), \
+        [(s["elapsed_s"], s["job"]["eta_reason"], s["job"]["progress"]) for s in copying]
+    prog = [s["job"]["progress"] for s in planned if s["job"]["progress"] is not None]
+    assert prog == sorted(prog)
+    items = {w["item"] for s in builds for w in s["workers"] if w["phase"] == "index"}
+    assert items & {"big_slow", "mid_slow", "big_pkey", "mid_pkey"}, items
+    assert samples[-1]["job"]["items_done"] == samples[-1]["job"]["items_total"] == 9
+    assert len(summary["items"]) == 9
     assert all(s["job"]["state"] == "running" for s in samples[:-1])
     assert samples[-1]["job"]["state"] == "finished"
     assert summary["state"] == "finished" and summary["grouping"] == "process tree"
@@ -218,3 +233,106 @@ def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
         _kill_tree(tool)
         # its sessions (pg_dump's waits for a lock) must not outlive the test
         cluster.psql("DROP DATABASE cpstep WITH (FORCE)")
+
+
+def _relay_snaps() -> list[Any]:
+    """Two streams copying src -> dst (big 100k rows, mid 50k, small 1k),
+    then the target's index and foreign-key builds, then the tool exits."""
+    from test_copy_jobs import _b, _snap
+
+    from pgparmon.snapshot import ClientProc, CopyProgress
+
+    def cp(pid: int, db: str, rel: str, rows: int, cmd: str) -> CopyProgress:
+        return CopyProgress(pid, db, None, None, cmd, "PIPE", rows * 40, 0, rows, 0)
+
+    def stream(a: int, b: int, rel: str, rows: int, t: float) -> tuple[Any, ...]:
+        return ((_b(a, "src", query=f'copy "public"."{rel}" to stdout', since=t),
+                 _b(b, "dst", query=f'copy "public"."{rel}" from stdin', since=t)),
+                (cp(a, "src", rel, rows, "COPY TO"), cp(b, "dst", rel, rows, "COPY FROM")))
+
+    tool = (ClientProc(50, 1, "tool", 0.0, "running", 0, 0, 0, 0, ()),)
+    links = ((1, 50), (2, 50), (3, 50), (4, 50))
+    snaps = []
+    for t in range(1, 16):
+        bs: tuple[Any, ...] = ()
+        cps: tuple[Any, ...] = ()
+        if t <= 10:
+            b1, c1 = stream(1, 2, "big", 10000 * t, 0.5)
+            bs, cps = bs + b1, cps + c1
+        elif t <= 12:
+            bs += (_b(2, "dst", query="CREATE UNIQUE INDEX big_pkey ON public.big (id)",
+                      since=10.5),)
+        elif t == 13:
+            bs += (_b(2, "dst", query="ALTER TABLE public.small ADD CONSTRAINT "
+                      "small_big_id_fkey FOREIGN KEY (big_id) REFERENCES public.big (id)",
+                      since=12.5),)
+        if t <= 5:
+            b2, c2 = stream(3, 4, "mid", 10000 * t, 0.5)
+            bs, cps = bs + b2, cps + c2
+        elif t == 6:
+            b2, c2 = stream(3, 4, "small", 1000, 5.5)
+            bs, cps = bs + b2, cps + c2
+        elif t <= 8:
+            bs += (_b(4, "dst", query="CREATE UNIQUE INDEX mid_pkey ON public.mid (id)",
+                      since=6.5),)
+        snaps.append(_snap(t, bs, cps, clients=tool if t < 15 else (), root_alive=t < 15,
+                           links=links))
+    return snaps
+
+
+RELAY_TABLES = [[1, "public", "big", "r", 1000, 100000.0, 0, "base/1/1"],
+                [2, "public", "mid", "r", 500, 50000.0, 0, "base/1/2"],
+                [3, "public", "small", "r", 10, 1000.0, 0, "base/1/3"],
+                [4, "public", "mv", "m", 10, 1000.0, 0, "base/1/4"]]
+RELAY_POSTDATA = {"indexes": [["public", "big", "big_pkey", "big_pkey", "p"],
+                              ["public", "mid", "mid_pkey", "mid_pkey", "p"],
+                              ["public", "small", "small_pkey", "small_pkey", "p"]],
+                  "fks": [["public", "small", "small_big_id_fkey", "public.big"]]}
+
+
+@pytest.mark.parametrize("target_has_small_pkey", [True, False])
+def test_a_copy_between_databases_is_planned_from_the_source_catalog(
+        target_has_small_pkey: bool) -> None:
+    """A relay src -> dst: the source's tables and post-data objects are the
+    work list (matviews are not copied), both sides of a stream advance the
+    table's item, the ETA simulates the rest at the streams seen, the target's
+    builds are items, and at the end what the target's catalog holds settles
+    builds never seen running; what it lacks is named, not called failed."""
+    from test_copy_jobs import Scripted
+
+    from pgparmon.jobs.base import Job, PlanInputs
+    from pgparmon.jobs.copy import TREE
+    from pgparmon.monitor import Monitor
+
+    job = Job(kind="copy", database="dst", databases=("dst", "src"), client_pid=50, jobs=4,
+              client_pids=frozenset({50}), grouping=TREE, pid_hint=frozenset({1, 2, 3, 4}))
+    src = Scripted(job, _relay_snaps(), plan=PlanInputs(tables=RELAY_TABLES[:3], source="src",
+                                                         postdata=RELAY_POSTDATA))
+    src.done = {"relations": ["public.small_pkey"] if target_has_small_pkey else []}
+    mon = Monitor(src)
+    mon.discover()
+    docs = []
+    while mon.outcome is None:
+        docs.append(mon.tick())
+    assert src.plan_asks and src.plan_asks[0] == {"source": "src"}
+    assert set(src.done_asks) == {"dst"}  # the target's catalog, not the monitor's database
+    running = [d for d in docs if d["job"]["state"] == "running"]
+    assert all(d["job"]["progress_basis"] == "source catalog (src)" for d in running[1:])
+    assert running[-1]["job"]["items_total"] == 7  # 3 tables, 3 indexes, 1 foreign key
+    prog = [d["job"]["progress"] for d in running if d["job"]["progress"] is not None]
+    assert prog and prog == sorted(prog) and 0.3 < running[4]["job"]["progress"] < 0.8
+    # mid-copy (t=5: big half done, mid ending): an ETA from the simulation,
+    # ending with big's table or its index build
+    mid = running[4]
+    assert mid["job"]["eta_s"] is not None and mid["job"]["eta_s"] > 0, mid["job"]
+    assert mid["job"]["last_item"] in ("public.big", "big_pkey")
+    # a worker on the target's index build works on the index's item
+    builds = [w for d in running for w in d["workers"] if w["phase"] == "index"]
+    assert builds and {w["item"] for w in builds} >= {"big_pkey", "mid_pkey"}
+    assert any(d["job"]["phase"] == "index build" for d in running)
+    end = docs[-1]["job"]
+    if target_has_small_pkey:
+        assert end["state"] == "finished", end
+    else:
+        assert end["state"] == "ended" and "small_pkey" in end["outcome"], end
+        assert "not seen built" in end["outcome"]

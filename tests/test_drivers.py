@@ -42,7 +42,7 @@ class ToyLoad(Driver):
     def session_matches(self, job: Job, b: Backend) -> bool:
         return b.application_name == "toyload"
 
-    def read_plan(self, src: Any) -> PlanInputs | None:
+    def read_plan(self, src: Any, req: dict[str, Any]) -> PlanInputs | None:
         raise AssertionError("a replayed or synthetic source answers for the driver")
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
@@ -101,7 +101,7 @@ class ScriptSource:
         t = next(self.ticks)
         return Snapshot(ts=float(t), wall=1000.0 + t, db=self._db(t), host=None)
 
-    def plan_inputs(self) -> PlanInputs | None:
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
         self.plans += 1
         return PlanInputs(file_sizes={"public.a": 1e6, "public.b": 1e6})
 

@@ -41,7 +41,7 @@ from pgparmon.snapshot import DbSample
 
 DB = "bands"
 # what the product sends, and the parameters it binds
-NAMES = ("facts", "sample", "tables", "done", "locks", "advise")
+NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -324,3 +324,15 @@ def test_advise(band: int, mon: psycopg.Connection[Any]) -> None:
     s = d["settings"]
     assert s["max_connections"][0] == "60" and s["block_size"] == ["8192", None]
     assert "reserved_connections" not in s  # a 16+ setting: absent on 15, not an error
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("band", [v for n, v in BANDS if n == "postdata"])
+def test_postdata(band: int, mon: psycopg.Connection[Any]) -> None:
+    """A copy's source: its indexes with the constraint each backs, and its
+    foreign keys with the table they reference."""
+    (d,) = mon.execute(_text("postdata", band)).fetchone()  # type: ignore[misc]
+    assert set(d) == {"indexes", "fks"}
+    assert ["public", "t", "t_pkey", "t_pkey", "p"] in d["indexes"]
+    (fk,) = [f for f in d["fks"] if f[2] == "loading_fk"]
+    assert fk[:2] == ["public", "loading"] and fk[3] == "public.t"

@@ -77,6 +77,7 @@ def test_facts_band_and_sample(versioned: tuple[int, Cluster, Path]) -> None:
         db = s.sample()
         assert db.error is None and db.copies is not None and db.indexes is not None
         assert s.query_json("tables") and s.query_json("done") is not None
+        assert set(s.query_json("postdata")) == {"indexes", "fks"}
         assert s.query_json("locks", {"pid": facts.backend_pid}) is not None
     finally:
         s.close()

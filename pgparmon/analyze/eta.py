@@ -55,7 +55,7 @@ def per_stream_rate(tr: Tracker, window_s: float = 15.0) -> Callable[[int], floa
 def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     if stalled:
         return Eta(None, None, None, "stalled: no progress")
-    if not tr.planned and tr.driver.plans_work:
+    if not tr.planned and tr.driver.plans_work and tr.driver.needs_plan:
         return Eta(None, None, None, "no work list yet")
     own_eta = tr.driver.own_eta(tr)
     if own_eta is not None:
@@ -88,7 +88,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
                                     exclusive=it.exclusive, deps=it.deps, label=it.name))
     if not tr.driver.has_total(tr):
         return Eta(None, None, None, "no total known for this COPY")
-    workers = tr.job.jobs or max(1, len(running))
+    workers = tr.driver.streams(tr) or max(1, len(running))
     sched: Schedule = simulate(pending, workers, rate, running=running)
     last = tr.items.get(sched.last_item or "")
     return Eta(sched.makespan, last.name if last else None, sched.tail_s, None)

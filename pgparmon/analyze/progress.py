@@ -58,6 +58,11 @@ class Tracker:
         self.inputs_open: set[str] = set()
         # the same files as last seen open: key -> (ts, position, bytes/s, table)
         self.input_seen: dict[str, tuple[float, float, float, str | None]] = {}
+        # databases where the job's sessions read (COPY TO) and load (COPY
+        # FROM): a copy tool's source and target
+        self.copy_reads: set[str] = set()
+        self.copy_writes: set[str] = set()
+        self.plan_source: str | None = None  # the database a copy was planned from
 
     # ---- planning -------------------------------------------------------
 

@@ -114,10 +114,14 @@ class PlanInputs:
     file_sizes: dict[str, float] | None = None  # never-vacuumed tables' on-disk bytes
     targets: dict[str, Any] | None = None  # post-data items' tables (ddl.PostDataTarget)
     archive_files: dict[str, Any] | None = None  # dump id -> (path, bytes) of data files
+    # a copy's source database: its name and its post-data objects
+    # (sql/postdata_*.sql: indexes with the constraints they back, foreign keys)
+    source: str | None = None
+    postdata: dict[str, Any] | None = None
     error: str | None = None  # why there is no plan (said once to the user)
 
     _KEYS: ClassVar[tuple[str, ...]] = ("toc", "tables", "file_sizes", "targets",
-                                        "archive_files", "error")
+                                        "archive_files", "source", "postdata", "error")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None} \
@@ -151,6 +155,10 @@ class PlanReader(Protocol):
 
     def query_json(self, name: str) -> Any: ...
 
+    def query_json_on(self, database: str, name: str) -> Any:
+        """A catalog query on another database of the same server."""
+        ...
+
     def client_binary(self, name: str) -> str | None: ...
 
 
@@ -161,7 +169,7 @@ class EndContext(Protocol):
 
     def final_files(self) -> Any: ...
 
-    def catalog_done(self) -> dict[str, Any]: ...
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]: ...
 
     def may_ask_again(self, kind: str) -> bool: ...
 
@@ -184,6 +192,13 @@ class Driver:
     fails_on_lock_queue: ClassVar[bool] = False
     # the work list comes from a plan (False: items appear as sessions work)
     plans_work: ClassVar[bool] = True
+    # the client's worker processes live until the end (pg_dump, pg_restore):
+    # one gone early died; False: processes come and go (a copy tool's phases,
+    # a script's psql per file)
+    fixed_workers: ClassVar[bool] = True
+    # without its plan the job has no ETA ("no work list yet"); False: a plan
+    # is made only for some jobs of the kind (a copy between databases)
+    needs_plan: ClassVar[bool] = True
     # the client writes its output files into the target directory
     writes_target_files: ClassVar[bool] = False
     # the job's sessions may use any database of the server (sampled unfiltered)
@@ -238,7 +253,13 @@ class Driver:
 
     # ---- plan --------------------------------------------------------------
 
-    def read_plan(self, src: PlanReader) -> PlanInputs | None:
+    def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
+        """What to read the plan from, as this job's sessions have shown it
+        so far (a copy's source database); None: nothing to plan from yet
+        (asked again next tick, nothing is read)."""
+        return {}
+
+    def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         """Read what the work list is built from; None: not available yet."""
         return PlanInputs()
 
@@ -283,6 +304,11 @@ class Driver:
             return None
         return min(1.0, tr.work_done() / total)
 
+    def streams(self, tr: Tracker) -> int | None:
+        """How many items run at once in the rest of the run (the ETA's
+        workers): the tool's -j when known."""
+        return tr.job.jobs
+
     def has_total(self, tr: Tracker) -> bool:
         """Whether the items' work adds up to a known total (an ETA needs one)."""
         return True
@@ -309,6 +335,12 @@ class Driver:
     def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
         """Items still not done when the processes are gone."""
         return tr.unfinished()
+
+    def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
+        """(state, reason) of a planned job whose processes are gone with
+        items not done and no exit status to read."""
+        names = ", ".join(i.name for i in left[:5])
+        return "failed", f"the job ended with {len(left)} item(s) not done: {names}"
 
     def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
         """Evidence that the job stopped before its end (its processes are

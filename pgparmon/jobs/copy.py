@@ -13,10 +13,19 @@ not by its target table.
   inferred, and ends when all its sessions are gone or idle for longer than
   IDLE_GRACE_S.
 
-No plan: each COPY statement is an item (a table, or a batch). Progress comes
-from what is knowable: a local loader's input files (read position over
-size), else the server's bytes_total (COPY FROM a server-side file), else
-rates only, and "total unknown" is said plainly.
+A copy between two databases of this server (a migration tool reading one
+with COPY TO and loading the other with COPY FROM) is planned from the
+source's catalog once its first COPY TO is seen: every user table of the
+source (pg_class sizes, as for a dump), and the indexes and foreign keys the
+tool will rebuild on the target, with the restore's post-data model; the
+ETA is the schedule simulation at the streams seen. Which tables the tool
+copies is inferred (all of them); the job says so, and at its end tables
+never seen copied are named, not called failed.
+
+Otherwise no plan: each COPY statement is an item (a table, or a batch).
+Progress comes from what is knowable: a local loader's input files (read
+position over size), else the server's bytes_total (COPY FROM a server-side
+file), else rates only, and "total unknown" is said plainly.
 """
 
 from __future__ import annotations
@@ -26,9 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item
 from ..analyze.rates import WindowRate
+from ..readers.files import table_file_sizes
 from ..readers.procs import is_input_file
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
-from .base import TREE, Driver, Job
+from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader
+from .pg_dump import plan_tables, table_progress
+from .pg_restore import DEFAULT_FK_FACTOR
 from .statements import copy_target, norm_rel
 
 if TYPE_CHECKING:
@@ -68,7 +80,9 @@ def copy_candidate(b: Backend, now: float | None) -> bool:
 
 class CopyLoad(Driver):
     kind = "copy"
-    plans_work = False
+    plans_work = True  # only a copy between databases: see plan_request
+    needs_plan = False
+    fixed_workers = False
     all_databases = True
 
     # ---- recognise ---------------------------------------------------------
@@ -125,14 +139,68 @@ class CopyLoad(Driver):
         now = snap.db.server_ts if snap.db else None
         return any(idle_for(b, now) <= IDLE_GRACE_S for b in members)
 
+    # ---- plan --------------------------------------------------------------
+
+    def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
+        # a database the job reads with COPY TO and never loads: a copy's source
+        sources = tr.copy_reads - tr.copy_writes
+        if not tr.copy_writes or not sources:
+            return None
+        return {"source": sorted(sources)[0]}
+
+    def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
+        db = req.get("source")
+        if not db:
+            return PlanInputs()
+        tables = [t for t in src.query_json_on(db, "tables") or () if t[3] == "r"]
+        post = src.query_json_on(db, "postdata") or {}
+        # tables never vacuumed: sized by their files, as for a dump
+        sizes = table_file_sizes(src.facts.data_directory if src.local else None, tables)
+        return PlanInputs(tables=tables, source=db, postdata=post, file_sizes=sizes)
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        if inputs.tables is None or not inputs.source:
+            return False
+        plan_tables(tr, None, inputs.tables, inputs.file_sizes)
+        plan_postdata(tr, inputs.postdata or {})
+        tr.plan_source = inputs.source
+        # the statements seen before the plan are its tables' items now
+        for key in [k for k, i in tr.items.items()
+                    if i.kind == "copy" and _planned_key(tr, i.relation)]:
+            del tr.items[key]
+        # the work done so far was counted in COPY bytes: rates start over
+        # in the plan's unit (heap bytes)
+        tr.history.clear()
+        tr.work_done_rate = WindowRate()
+        return True
+
+    def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
+                   running: set[str]) -> None:
+        # attached mid-copy: what the target already holds is done
+        _settle_from_target(tr, ctx, snap.wall, running)
+
+    def streams(self, tr: Tracker) -> int | None:
+        # the most items seen running at once (a relay's two sessions work
+        # on one item; the sessions at discovery may include other steps);
+        # None unplanned: its items are statements, not a queue
+        if not tr.planned:
+            return None
+        return max((h[1] for h in tr.history), default=0) or None
+
     # ---- observe -----------------------------------------------------------
 
     def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None:
         # one item per COPY statement: a table, or one batch of a load. A
         # COPY TO in a load is the read side of a relay (a migration tool
         # reading the source to feed the target's COPY FROM): not an item,
-        # its COPY FROM is
+        # its COPY FROM is. A planned copy: both sides work on the table's item
         ct = copy_target(b.query)
+        if ct is not None and b.datname:
+            (tr.copy_reads if ct[0] == "to" else tr.copy_writes).add(b.datname)
+        if tr.planned:
+            key = _planned_key(tr, rel)
+            if key is not None:
+                return key
         if ct is not None and ct[0] == "to":
             return None
         key = f"copy:{b.pid}:{b.query_start or 0:.3f}"
@@ -142,6 +210,9 @@ class CopyLoad(Driver):
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
+        if it.kind == "data" and cp is not None:
+            table_progress(tr, it, cp)  # a planned table: rows over reltuples
+            return
         if it.kind != "copy":
             super().progress(tr, it, cp, ip, snap)
             return
@@ -208,7 +279,32 @@ class CopyLoad(Driver):
             return None
         return "the loader stopped mid-file: " + "; ".join(cuts)
 
+    def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
+        if tr.planned and tr.unfinished():
+            _settle_from_target(tr, ctx, snap.wall)
+        return tr.unfinished()
+
+    def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
+        if not tr.planned:
+            return super().leftover_verdict(tr, left)
+        # which tables the tool copies is inferred (all of the source's): a
+        # filter in the tool leaves some for good, which is no failure
+        tables = [i for i in left if i.kind == "data"]
+        builds = [i for i in left if i.kind != "data"]
+        parts = []
+        if tables:
+            parts.append(f"{len(tables)} of the source's tables not seen copied: "
+                         + ", ".join(i.name for i in tables[:5]))
+        if builds:
+            parts.append(f"{len(builds)} of its indexes/constraints not seen built on the "
+                         "target: " + ", ".join(i.name for i in builds[:5]))
+        return "ended", ("the copy's processes are gone; " + "; ".join(parts)
+                         + " (a filter in the tool, or it stopped early: its exit status is "
+                         "not ours to read; `pgparmon run` knows it)")
+
     def fraction(self, tr: Tracker) -> float | None:
+        if tr.planned:
+            return super().fraction(tr)
         if tr.inputs:
             total = sum(e[0] for e in tr.inputs.values())
             return min(1.0, sum(e[1] for e in tr.inputs.values()) / total) if total else None
@@ -219,9 +315,12 @@ class CopyLoad(Driver):
         return None
 
     def has_total(self, tr: Tracker) -> bool:
-        return bool(tr.inputs) or any(it.work > it.bytes_done for it in tr.items.values())
+        return tr.planned or bool(tr.inputs) or any(it.work > it.bytes_done
+                                                    for it in tr.items.values())
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        if tr.planned:
+            return None  # the schedule simulation over the source's tables
         if tr.inputs:
             left = sum(e[0] - e[1] for e in tr.inputs.values())
             rate = tr.input_rate.rate(15.0)
@@ -265,7 +364,9 @@ class CopyLoad(Driver):
                 phase = IDLE_PHASE
             else:
                 phase = "other"
-        if tr.inputs:
+        if tr.planned:
+            basis = f"source catalog ({tr.plan_source})"
+        elif tr.inputs:
             basis = "client input files"
         elif any(it.work > it.bytes_done for it in tr.items.values()):
             basis = "server bytes_total"
@@ -273,7 +374,7 @@ class CopyLoad(Driver):
             basis = "unknown"
         return {"phase": phase, "progress_basis": basis,
                 "copies_done": sum(1 for i in tr.items.values()
-                                   if i.kind == "copy" and i.state == "done")}
+                                   if i.kind in ("copy", "data") and i.state == "done")}
 
 
 def _tables_of_clients(snap: Snapshot) -> dict[int, str]:
@@ -288,6 +389,61 @@ def _tables_of_clients(snap: Snapshot) -> dict[int, str]:
         if ct is not None and ct[0] == "from" and by_pid[bp].state == "active":
             out[cp] = norm_rel(named.get(bp)) or ct[1]  # schema-qualified when known
     return out
+
+
+def plan_postdata(tr: Tracker, post: dict[str, Any]) -> None:
+    """The source's indexes (with the constraints they back) and foreign keys,
+    as items the target's builds advance: each waits for its table's data,
+    sized like a restore's post-data items from its table's heap."""
+    for schema, table, index, conname, _contype in post.get("indexes") or ():
+        rel = f"{schema}.{table}"
+        dkey = tr.by_relation.get(rel)
+        base = tr.items[dkey].work if dkey else 0.0
+        key = f"index:{schema}.{index}"
+        tr.add(Item(key=key, kind="index", relation=rel, name=index, size=base,
+                    work=max(base * tr.index_factor, 1.0),
+                    deps=frozenset({dkey}) if dkey else frozenset()))
+        if conname and conname != index:  # built as ALTER TABLE ... ADD CONSTRAINT
+            tr.by_name.setdefault(conname, key)
+    for schema, table, conname, ref in post.get("fks") or ():
+        rel = f"{schema}.{table}"
+        deps = {tr.by_relation[r] for r in (rel, ref) if r in tr.by_relation}
+        base = tr.items[tr.by_relation[rel]].work if rel in tr.by_relation else 0.0
+        tr.add(Item(key=f"fk:{schema}.{conname}", kind="fk", relation=rel, name=conname,
+                    size=base, work=max(base * DEFAULT_FK_FACTOR, 1.0), deps=frozenset(deps),
+                    exclusive=True))
+
+
+def _planned_key(tr: Tracker, rel: str | None) -> str | None:
+    """The planned table a COPY names (schema-qualified, or by its bare name
+    when only one source table has it)."""
+    if not rel:
+        return None
+    key = tr.by_relation.get(rel)
+    if key is None and "." not in rel:
+        hits = [k for r, k in tr.by_relation.items() if r.split(".", 1)[1] == rel]
+        key = hits[0] if len(hits) == 1 else None
+    return key
+
+
+def _settle_from_target(tr: Tracker, ctx: EndContext, wall: float | None,
+                        running: set[str] | None = None) -> None:
+    """Items the target database already holds: tables that received rows
+    (statistics), indexes and constraints that exist (catalog). Copies and
+    builds that ran between two samples were never seen running."""
+    targets = sorted(tr.copy_writes)
+    if len(targets) != 1:
+        return
+    done = ctx.catalog_done(targets[0])
+    loaded = set(done.get("loaded") or ())
+    names = {n.split(".", 1)[-1] for n in (done.get("relations") or ())} | \
+        {n.split(".", 1)[-1] for n in (done.get("constraints") or ())}
+    for it in tr.unfinished():
+        if running and it.key in running:
+            continue
+        if (it.kind == "data" and it.relation in loaded) or (it.kind != "data"
+                                                             and it.name in names):
+            tr.finish(it, wall)
 
 
 def _same_rel(a: str | None, b: str | None) -> bool:

@@ -61,7 +61,7 @@ class PgDump(Driver):
 
     # ---- plan --------------------------------------------------------------
 
-    def read_plan(self, src: PlanReader) -> PlanInputs | None:
+    def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         toc: list[TocItem] | None = None
         tdir = src.target_dir
         if tdir and os.path.exists(os.path.join(tdir, "toc.dat")):
@@ -88,11 +88,7 @@ class PgDump(Driver):
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
         if it.kind == "data" and cp is not None:
-            if it.reltuples:
-                frac = cp.tuples_processed / it.reltuples
-            else:
-                frac = cp.bytes_processed / max(1.0, (it.heap_bytes or 1.0) * tr.text_ratio)
-            it.done = max(it.done, min(0.99, frac) * it.work)
+            table_progress(tr, it, cp)
             return
         super().progress(tr, it, cp, ip, snap)
 
@@ -138,6 +134,17 @@ class PgDump(Driver):
             return False
         tr.update(dataclasses.replace(snap, files=files, clients=()))
         return True
+
+
+def table_progress(tr: Tracker, it: Item, cp: CopyProgress) -> None:
+    """A table item sized from pg_class, advanced by one COPY of it: rows
+    over reltuples, else COPY bytes over its heap size times the text/heap
+    ratio learned from finished tables."""
+    if it.reltuples:
+        frac = cp.tuples_processed / it.reltuples
+    else:
+        frac = cp.bytes_processed / max(1.0, (it.heap_bytes or 1.0) * tr.text_ratio)
+    it.done = max(it.done, min(0.99, frac) * it.work)
 
 
 def plan_tables(tr: Tracker, toc: list[TocItem] | None, tables: list[list[Any]],

@@ -59,7 +59,7 @@ class PgRestore(Driver):
 
     # ---- plan --------------------------------------------------------------
 
-    def read_plan(self, src: PlanReader) -> PlanInputs | None:
+    def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         if not src.target_dir:
             return PlanInputs()
         pg_restore = src.client_binary("pg_restore")
