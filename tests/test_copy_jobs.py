@@ -536,3 +536,43 @@ def test_input_files_are_data_not_code_or_settings() -> None:
     for path in ("/root/.pgpass", "/home/u/.postgresql/root.crt", "/usr/lib/libpq.so.5",
                  "/srv/app/loader.py", "/proc/1/stat", "/venv/lib/site-packages/x/data.csv"):
         assert not inp(path), path
+
+
+def test_a_loaders_index_build_is_an_item_with_its_own_eta() -> None:
+    """A load (COPY FROM STDIN, no total) then the loader's CREATE INDEX: the
+    build is an item of the job (worker row, timeline, summary), its ETA is
+    its own pace (elapsed x (1 - f) / f); an ADD CONSTRAINT FOREIGN KEY,
+    which no view measures, gets no ETA and says why."""
+    from pgparmon.snapshot import IndexProgress
+
+    job = Job(kind="copy", database="a", usename="u", client_addr="10.0.0.9", app_name="mig",
+              grouping=INFERRED, pid_hint=frozenset({1}))
+    snaps = [_snap(t, (_b(1, since=0.5),), (_cp(1, 1000 * t),)) for t in range(1, 4)]
+    for t in range(4, 14):  # the build scans the heap: 10% of it per second
+        ip = IndexProgress(1, "a", None, "public.t", None, "t_v", "CREATE INDEX",
+                           "building index: scanning table", 100, 10 * (t - 3), 0, 0)
+        snaps.append(Snapshot(ts=t, wall=1000.0 + t, host=None, db=DbSample(
+            server_ts=t, backends=(_b(1, query="CREATE INDEX t_v ON t (v)", since=3.5),),
+            copies=(), indexes=(ip,))))
+    for t in range(14, 17):
+        snaps.append(_snap(t, (_b(1, query="ALTER TABLE t ADD CONSTRAINT t_fk FOREIGN KEY "
+                                           "(r) REFERENCES r (id)", since=13.5),)))
+    snaps += [_snap(t, ()) for t in range(17, 21)]
+    mon = Monitor(Scripted(job, snaps))
+    mon.discover()
+    docs = [mon.tick() for _ in range(len(snaps)) if mon.outcome is None]
+    loading = docs[1]
+    assert loading["job"]["eta_s"] is None and "total unknown" in loading["job"]["eta_reason"]
+    # t=8: 5 s into the build, 30% of 60% scanned (f = 0.3): 5 x 0.7 / 0.3 = 11.7 s
+    build = next(d for d in docs if d["elapsed_s"] == 7.0)
+    (w,) = build["workers"]
+    assert w["phase"] == "index" and w["item"] == "t_v" and w["relation"] == "public.t"
+    assert build["job"]["phase"] == "index build"
+    assert build["job"]["eta_s"] == pytest.approx(5 * 0.7 / 0.3, rel=0.05), build["job"]
+    fk = next(d for d in docs if d["elapsed_s"] == 14.0)
+    assert fk["workers"][0]["phase"] == "constraint" and fk["job"]["eta_s"] is None
+    assert "no progress view" in fk["job"]["eta_reason"]
+    items = {i["name"]: i for i in mon.summary()["items"]}
+    assert items["t_v"]["kind"] == "index" and items["t_v"]["state"] == "done"
+    assert items["t_fk"]["kind"] == "constraint"
+    assert items["t_v"]["duration_s"] == pytest.approx(10.0, abs=1.01)

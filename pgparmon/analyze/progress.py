@@ -136,7 +136,7 @@ class Tracker:
             w.phase = "copy"
             w.relation = rel if key is None or not key.startswith("copy:") else None
         elif build is not None:
-            key = self.by_name.get(build[1])
+            key = self.driver.build_item(self, b, build[0], build[1], ip)
             w.phase = build[0]
             if build[0] == "index":
                 w.relation = ip.relation if ip else None

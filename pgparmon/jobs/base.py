@@ -283,6 +283,11 @@ class Driver:
             tr.add_data_item(rel)
         return key
 
+    def build_item(self, tr: Tracker, b: Backend, kind: str, name: str,
+                   ip: IndexProgress | None) -> str | None:
+        """The item an index or constraint build works on (its key)."""
+        return tr.by_name.get(name)
+
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
         """Advance a running item from this tick's readings."""

@@ -57,6 +57,8 @@ IDLE_PHASE = "idle between batches"
 # bytes a reader may still take at its end beyond its measured reach (its
 # stdio buffer, a last burst)
 READ_SLACK = 256 * 1024
+BUILD_UNMEASURED = ("an index or constraint build runs that no progress view measures yet: "
+                    "no ETA until it does")
 
 
 def idle_for(b: Backend, now: float | None) -> float:
@@ -208,6 +210,23 @@ class CopyLoad(Driver):
             tr.add(Item(key=key, kind="copy", relation=rel, name=rel or "?", size=1.0, work=1.0))
         return key
 
+    def build_item(self, tr: Tracker, b: Backend, kind: str, name: str,
+                   ip: IndexProgress | None) -> str | None:
+        # a planned build, else one item per build statement (a loader's
+        # CREATE INDEX / ADD CONSTRAINT after its copy), as for its COPYs
+        key = tr.by_name.get(name) if name else None
+        if key is not None:
+            return key
+        key = f"build:{b.pid}:{b.query_start or 0:.3f}"
+        if key not in tr.items:
+            rel = norm_rel(ip.relation) if ip and ip.relation else None
+            tr.add(Item(key=key, kind=kind, relation=rel, name=name or "(unnamed index)",
+                        size=0.0, work=1.0, started=None))
+        it = tr.items[key]
+        if it.relation is None and ip is not None and ip.relation:
+            it.relation = norm_rel(ip.relation)
+        return key
+
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
         if it.kind == "data" and cp is not None:
@@ -321,20 +340,28 @@ class CopyLoad(Driver):
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         if tr.planned:
             return None  # the schedule simulation over the source's tables
+        builds = _running_builds(tr)
         if tr.inputs:
             left = sum(e[0] - e[1] for e in tr.inputs.values())
             rate = tr.input_rate.rate(15.0)
-            if left <= 0:
-                return 0.0, None
-            if not rate or rate <= 0:
-                return None, "measuring the input files' read rate"
-            # the job's rate over its window counts readers that have since
-            # finished: with files of different sizes the end is one reader
-            # alone, so the job ends no sooner than its slowest open reader
-            # at its own rate (the job's rate stays the floor: a file whose
-            # reader is gone still counts in what is left)
-            return max(left / rate, self._slowest_reader(tr)), None
+            files: float | None = 0.0
+            if left > 0:
+                if not rate or rate <= 0:
+                    return None, "measuring the input files' read rate"
+                # the job's rate over its window counts readers that have
+                # since finished: with files of different sizes the end is one
+                # reader alone, so the job ends no sooner than its slowest
+                # open reader at its own rate (the job's rate stays the floor:
+                # a file whose reader is gone still counts in what is left)
+                files = max(left / rate, self._slowest_reader(tr))
+            if builds is None:
+                return None, BUILD_UNMEASURED
+            return max(files or 0.0, builds), None
+        if builds is None:
+            return None, BUILD_UNMEASURED
         if not self.has_total(tr):
+            if builds > 0:  # the loader's index builds after its copy
+                return builds, None
             return None, "total unknown (COPY FROM STDIN, no input file seen): rates only"
         return None
 
@@ -375,6 +402,23 @@ class CopyLoad(Driver):
         return {"phase": phase, "progress_basis": basis,
                 "copies_done": sum(1 for i in tr.items.values()
                                    if i.kind in ("copy", "data") and i.state == "done")}
+
+
+def _running_builds(tr: Tracker) -> float | None:
+    """Seconds until the index / constraint builds running now end, each at
+    the pace its own progress shows so far (elapsed x (1 - f) / f); 0 when
+    none runs; None when one runs that nothing measures yet (a foreign key's
+    validation, a build's first seconds)."""
+    worst = 0.0
+    for it in tr.items.values():
+        if it.kind not in ("index", "constraint", "fk") or it.state != "running":
+            continue
+        f = it.fraction
+        elapsed = (tr.last_wall or 0.0) - (it.started or tr.last_wall or 0.0)
+        if f < 0.02 or elapsed <= 0:
+            return None
+        worst = max(worst, elapsed * (1.0 - f) / f)
+    return worst
 
 
 def _tables_of_clients(snap: Snapshot) -> dict[int, str]:
