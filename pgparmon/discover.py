@@ -223,8 +223,9 @@ def choose_job(jobs: list[Job], pid: int | None) -> Job:
                              "pids)", ExitCode.NO_JOB)
     if not jobs:
         raise DiscoveryError("no running pg_dump, pg_restore or COPY load found on this server "
-                             "(check -h/-p/-d point at the job's server, or use --wait)",
-                             ExitCode.NO_JOB)
+                             "(check -h/-p/-d point at the job's server; a loader whose "
+                             "sessions all sit idle after a commit is found by --pid, or by "
+                             "--wait once its next COPY starts)", ExitCode.NO_JOB)
     if len(jobs) > 1:
         listing = "; ".join(j.describe() for j in jobs)
         raise DiscoveryError(f"several jobs found, pick one with --pid: {listing}",
