@@ -99,6 +99,37 @@ class IndexProgress:
         return None
 
 
+@dataclass(frozen=True)
+class MaintProgress:
+    """A VACUUM (pg_stat_progress_vacuum) or ANALYZE (pg_stat_progress_analyze,
+    13+) running: its heap blocks scanned, or its sample blocks."""
+
+    pid: int
+    datname: str | None
+    relid: int | None
+    relation: str | None
+    command: str | None  # "VACUUM" | "ANALYZE"
+    phase: str | None
+    blocks_total: int | None
+    blocks_done: int | None
+
+    @property
+    def fraction(self) -> float | None:
+        """The scan's share (a VACUUM's later index and heap passes count as
+        the last 10%)."""
+        ph = (self.phase or "").lower()
+        if not self.blocks_total:
+            return None
+        f = _ratio(self.blocks_done or 0, self.blocks_total)
+        if self.command == "VACUUM":
+            if "scanning heap" in ph:
+                return 0.9 * f
+            if "vacuuming" in ph or "cleaning" in ph or "truncating" in ph or "final" in ph:
+                return 0.95
+            return 0.9 * f
+        return f
+
+
 def _ratio(a: float, b: float) -> float:
     return min(1.0, a / b) if b else 0.0
 
@@ -113,6 +144,7 @@ class DbSample:
     indexes: tuple[IndexProgress, ...] | None = ()  # None: no CREATE INDEX view
     latency_ms: float | None = None
     error: str | None = None
+    maint: tuple[MaintProgress, ...] = ()  # VACUUM / ANALYZE running
 
     @staticmethod
     def from_json(doc: dict[str, Any], latency_ms: float) -> DbSample:
@@ -123,6 +155,7 @@ class DbSample:
             backends=tuple(Backend.from_row(r) for r in doc.get("activity") or ()),
             copies=None if copies is None else tuple(CopyProgress(*r) for r in copies),
             indexes=None if indexes is None else tuple(IndexProgress(*r) for r in indexes),
+            maint=tuple(MaintProgress(*r) for r in doc.get("maint") or ()),
             latency_ms=latency_ms,
         )
 
@@ -199,6 +232,7 @@ class Snapshot:
                     _from_dict(CopyProgress, c) for c in db["copies"]),
                 indexes=None if db.get("indexes") is None else tuple(
                     _from_dict(IndexProgress, c) for c in db["indexes"]),
+                maint=tuple(_from_dict(MaintProgress, c) for c in db.get("maint") or ()),
                 latency_ms=db.get("latency_ms"), error=db.get("error"))
         return Snapshot(
             ts=float(d["ts"]), wall=float(d["wall"]), db=dbs,

@@ -576,3 +576,35 @@ def test_a_loaders_index_build_is_an_item_with_its_own_eta() -> None:
     assert items["t_v"]["kind"] == "index" and items["t_v"]["state"] == "done"
     assert items["t_fk"]["kind"] == "constraint"
     assert items["t_v"]["duration_s"] == pytest.approx(10.0, abs=1.01)
+
+
+def test_a_loaders_vacuum_analyze_is_an_item_with_its_progress() -> None:
+    """VACUUM (ANALYZE) after a load: one item of the job, the worker's phase
+    `vacuum` then `analyze` as the server's progress views say, the job's
+    phase `vacuum / analyze`, progress from the heap blocks scanned."""
+    from pgparmon.snapshot import MaintProgress
+
+    job = Job(kind="copy", database="a", usename="u", client_addr="10.0.0.9", app_name="mig",
+              grouping=INFERRED, pid_hint=frozenset({1}))
+    snaps = [_snap(t, (_b(1, since=0.5),), (_cp(1, 1000 * t),)) for t in range(1, 4)]
+    for t in range(4, 12):
+        mp = (MaintProgress(1, "a", 5, "public.t", "VACUUM", "scanning heap", 100, 20 * (t - 3))
+              if t < 9 else
+              MaintProgress(1, "a", 5, "public.t", "ANALYZE", "acquiring sample rows", 50, 10))
+        snaps.append(Snapshot(ts=t, wall=1000.0 + t, host=None, db=DbSample(
+            server_ts=t, backends=(_b(1, query="VACUUM (ANALYZE) t", since=3.5),),
+            copies=(), maint=(mp,))))
+    snaps += [_snap(t, ()) for t in range(12, 16)]
+    mon = Monitor(Scripted(job, snaps))
+    mon.discover()
+    docs = [mon.tick() for _ in range(len(snaps)) if mon.outcome is None]
+    vac = next(d for d in docs if d["elapsed_s"] == 4.0)  # t=5: 40% of the heap scanned
+    (w,) = vac["workers"]
+    assert w["phase"] == "vacuum" and w["item"] == "VACUUM public.t"
+    assert w["relation"] == "public.t" and w["progress"] == pytest.approx(0.9 * 0.4, abs=0.01)
+    assert vac["job"]["phase"] == "vacuum / analyze" and vac["job"]["eta_s"] is not None
+    ana = next(d for d in docs if d["elapsed_s"] == 9.0)
+    assert ana["workers"][0]["phase"] == "analyze"
+    items = {i["name"]: i for i in mon.summary()["items"]}
+    assert items["VACUUM public.t"]["kind"] == "vacuum"
+    assert items["VACUUM public.t"]["state"] == "done"

@@ -78,6 +78,7 @@ def test_band_choice(version: int, expected: int) -> None:
 # the band on 15 cannot catch it): the object, and the version it arrived in.
 NEWER = [(r"\bleader_pid\b", 130000), (r"\bpg_stat_progress_copy\b", 140000),
          (r"\bpg_stat_progress_create_index\b", 120000), (r"\bquery_id\b", 140000),
+         (r"\bpg_stat_progress_analyze\b", 130000),
          (r"\bpg_stat_io\b", 160000), (r"\bpg_stat_checkpointer\b", 170000)]
 
 
@@ -336,3 +337,57 @@ def test_postdata(band: int, mon: psycopg.Connection[Any]) -> None:
     assert ["public", "t", "t_pkey", "t_pkey", "p"] in d["indexes"]
     (fk,) = [f for f in d["fks"] if f[2] == "loading_fk"]
     assert fk[:2] == ["public", "loading"] and fk[3] == "public.t"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("band", [v for n, v in BANDS if n == "sample"])
+def test_sample_shows_a_vacuum_of_the_followed_job(band: int, cluster: Cluster,
+                                                   mon: psycopg.Connection[Any]) -> None:
+    """A VACUUM (throttled by its own cost settings so that it lasts): its
+    statement kept for the followed job's session, its progress row (heap
+    blocks) under 'maint' with the table's name."""
+    import threading
+
+    vac = _conn(cluster, "some loader")
+    pid = vac.info.backend_pid
+    # a table of its own: the module's sessions hold locks on t (a CREATE
+    # INDEX CONCURRENTLY waits there), which a VACUUM would queue behind
+    vac.execute("CREATE TABLE IF NOT EXISTS vac (a int, b text)")
+    vac.execute("INSERT INTO vac SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
+    vac.execute("SET vacuum_cost_delay = 100")
+    vac.execute("SET vacuum_cost_limit = 1")
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            vac.execute("VACUUM (ANALYZE) vac")
+        except psycopg.Error:
+            pass  # cancelled below
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 20
+        seen = None
+        while time.monotonic() < deadline and not done.is_set():
+            (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
+                                 {"db": None, "pids": [pid]}).fetchone()
+            s = DbSample.from_json(doc, 1.0)
+            rows = [m for m in s.maint if m.pid == pid]
+            if rows:
+                seen = (rows[0], next(b for b in s.backends if b.pid == pid))
+                break
+            time.sleep(0.05)
+        assert seen is not None, "the VACUUM was never seen in progress"
+        row, backend = seen
+        assert row.command == "VACUUM" and row.relation == "public.vac" and row.datname == DB
+        assert row.blocks_total and row.blocks_total > 0 and row.phase
+        assert backend.query == "VACUUM (ANALYZE) vac"
+        f = row.fraction
+        assert f is not None and 0.0 <= f <= 0.95
+    finally:
+        with psycopg.connect(cluster.conninfo(DB), autocommit=True) as c:
+            c.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        done.wait(10)
+        vac.close()

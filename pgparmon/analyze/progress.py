@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..jobs.base import Job
 from ..jobs.registry import driver_for
-from ..jobs.statements import build_target, copy_target, norm_rel
-from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
+from ..jobs.statements import build_target, copy_target, maint_target, norm_rel
+from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
 from .items import Item, WorkerState
 from .rates import WindowRate
 
@@ -98,6 +98,7 @@ class Tracker:
         copies = {c.pid: c for c in snap.db.copies or () if c.bytes_processed is not None
                   and c.tuples_processed is not None}
         indexes = {i.pid: i for i in snap.db.indexes or () if i.blocks_done is not None}
+        maints = {m.pid: m for m in snap.db.maint or ()}
         members = self.members(snap)
         running_now: dict[str, int] = {}
         seen: set[int] = set()
@@ -109,7 +110,8 @@ class Tracker:
             w = self.workers.setdefault(b.pid, WorkerState(pid=b.pid))
             w.last_seen = snap.ts
             w.is_leader = b.pid == self.leader_pid
-            key = self._observe(w, b, copies.get(b.pid), indexes.get(b.pid), snap)
+            key = self._observe(w, b, copies.get(b.pid), indexes.get(b.pid), snap,
+                                maints.get(b.pid))
             if key is not None:
                 running_now[key] = b.pid
         for pid in list(self.workers):
@@ -121,7 +123,8 @@ class Tracker:
         self._record(snap)
 
     def _observe(self, w: WorkerState, b: Backend, cp: CopyProgress | None,
-                 ip: IndexProgress | None, snap: Snapshot) -> str | None:
+                 ip: IndexProgress | None, snap: Snapshot,
+                 mp: MaintProgress | None = None) -> str | None:
         w.wait_event, w.blocked_by, w.waiting_for = b.wait, b.blocked_by, b.waiting_for
         w.query, w.state = b.query, b.state
         active = b.state == "active"
@@ -130,6 +133,7 @@ class Tracker:
         w.progress = None
         w.relation = None  # an idle worker works on nothing
         build = build_target(b.query) if active and ct is None else None
+        maint = maint_target(b.query) if active and ct is None and build is None else None
         if active and (cp is not None or ct is not None):
             rel = norm_rel(cp.relation if cp and cp.relation else (ct[1] if ct else None))
             key = self.driver.copy_item(self, b, rel)
@@ -140,6 +144,10 @@ class Tracker:
             w.phase = build[0]
             if build[0] == "index":
                 w.relation = ip.relation if ip else None
+        elif maint is not None:
+            key = self.driver.maint_item(self, b, maint[0], maint[1], mp)
+            w.phase = "analyze" if mp is not None and mp.command == "ANALYZE" else maint[0]
+            w.relation = norm_rel(mp.relation) if mp and mp.relation else maint[1]
         elif b.state in ("idle", "idle in transaction"):
             w.phase = "idle"
             self._idle_evidence(b)
@@ -161,6 +169,10 @@ class Tracker:
             it.worker = b.pid
             if w.relation is None:
                 w.relation = it.relation
+            if mp is not None and it.kind in ("vacuum", "analyze") and it.relation:
+                f = mp.fraction  # one table's VACUUM / ANALYZE (a whole database's:
+                if f is not None:  # one table at a time, no overall measure)
+                    it.done = max(it.done, min(0.99, f) * it.work)
             self._progress(it, cp, ip, snap)
             # a COPY FROM STDIN has no total on the server (its work is the bytes
             # seen so far): its fraction would read 100% mid-stream

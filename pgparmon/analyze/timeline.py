@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Phases that mean "this worker is busy with an item"; idle and other are gaps.
-BUSY_PHASES = ("copy", "index", "constraint", "lock-wait")
+BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait")
 
 
 @dataclass(frozen=True)

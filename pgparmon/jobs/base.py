@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..cmdline import ClientArgs
 from ..ddl import PostDataTarget
-from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
+from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
 from ..toc import TocItem
 
 if TYPE_CHECKING:
@@ -287,6 +287,12 @@ class Driver:
                    ip: IndexProgress | None) -> str | None:
         """The item an index or constraint build works on (its key)."""
         return tr.by_name.get(name)
+
+    def maint_item(self, tr: Tracker, b: Backend, kind: str, rel: str | None,
+                   mp: MaintProgress | None) -> str | None:
+        """The item a session's VACUUM or ANALYZE works on (None: not an item
+        of this kind of job)."""
+        return None
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:

@@ -37,7 +37,7 @@ from ..analyze.items import Item
 from ..analyze.rates import WindowRate
 from ..readers.files import table_file_sizes
 from ..readers.procs import is_input_file
-from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
+from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
 from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader
 from .pg_dump import plan_tables, table_progress
 from .pg_restore import DEFAULT_FK_FACTOR
@@ -57,8 +57,9 @@ IDLE_PHASE = "idle between batches"
 # bytes a reader may still take at its end beyond its measured reach (its
 # stdio buffer, a last burst)
 READ_SLACK = 256 * 1024
-BUILD_UNMEASURED = ("an index or constraint build runs that no progress view measures yet: "
-                    "no ETA until it does")
+BUILD_UNMEASURED = ("a step after the copy runs (an index or constraint build, a VACUUM or "
+                    "ANALYZE) that no progress view measures yet: no ETA until it does")
+POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
 
 
 def idle_for(b: Backend, now: float | None) -> float:
@@ -227,6 +228,20 @@ class CopyLoad(Driver):
             it.relation = norm_rel(ip.relation)
         return key
 
+    def maint_item(self, tr: Tracker, b: Backend, kind: str, rel: str | None,
+                   mp: MaintProgress | None) -> str | None:
+        # a load's VACUUM / ANALYZE after its copy: one item per statement
+        key = f"maint:{b.pid}:{b.query_start or 0:.3f}"
+        rel = norm_rel(mp.relation) if mp is not None and mp.relation else rel
+        it = tr.items.get(key)
+        if it is None:
+            it = Item(key=key, kind=kind, relation=rel, name="", size=0.0, work=1.0)
+            tr.add(it)
+        if it.relation is None and rel:  # a session's first sample shows no text
+            it.relation = rel
+        it.name = f"{kind.upper()} {it.relation}" if it.relation else f"{kind.upper()} (database)"
+        return key
+
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
         if it.kind == "data" and cp is not None:
@@ -387,6 +402,8 @@ class CopyLoad(Driver):
                 phase = "copy"
             elif phases & {"index", "constraint"}:
                 phase = "index build"
+            elif phases & {"vacuum", "analyze"}:
+                phase = "vacuum / analyze"
             elif phases <= {"idle"}:
                 phase = IDLE_PHASE
             else:
@@ -411,7 +428,7 @@ def _running_builds(tr: Tracker) -> float | None:
     validation, a build's first seconds)."""
     worst = 0.0
     for it in tr.items.values():
-        if it.kind not in ("index", "constraint", "fk") or it.state != "running":
+        if it.kind not in POST_LOAD or it.state != "running":
             continue
         f = it.fraction
         elapsed = (tr.last_wall or 0.0) - (it.started or tr.last_wall or 0.0)

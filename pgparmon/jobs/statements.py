@@ -1,6 +1,7 @@
 """What a backend's current statement says about the work it does: the
 table of a COPY and its direction, the index of a CREATE INDEX, the
-constraint of an ALTER TABLE ... ADD CONSTRAINT. Shared by every driver."""
+constraint of an ALTER TABLE ... ADD CONSTRAINT, the table of a VACUUM or
+ANALYZE. Shared by every driver."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ CREATE_INDEX = re.compile(r"^\s*create\s+(?:unique\s+)?index\s+(?:concurrently\s
                           r"(?:if\s+not\s+exists\s+)?(?:(\"(?:[^\"]|\"\")+\"|\S+)\s+)?on\s",
                           re.IGNORECASE)
 ADD_CONSTRAINT = re.compile(r"add\s+constraint\s+(\"(?:[^\"]|\"\")+\"|\S+)", re.IGNORECASE)
+MAINT = re.compile(r"^\s*(vacuum|analy[sz]e)\b\s*(?:\([^)]*\)\s*)?"
+                   r"(?:(?:full|freeze|verbose|analy[sz]e|skip_locked)\b\s*)*"
+                   r"(\"(?:[^\"]|\"\")+\"(?:\.\"(?:[^\"]|\"\")+\"|\.[^\s;,(]+)?|[^\s;,(\"]+)?",
+                   re.IGNORECASE)
 
 
 def copy_target(query: str | None) -> tuple[str, str] | None:
@@ -38,6 +43,18 @@ def build_target(query: str | None) -> tuple[str, str] | None:
     if m:
         return "constraint", ident(m.group(1))
     return None
+
+
+def maint_target(query: str | None) -> tuple[str, str | None] | None:
+    """('vacuum'|'analyze', its first table or None) of a VACUUM or ANALYZE
+    statement, or None."""
+    if not query:
+        return None
+    m = MAINT.match(query)
+    if not m:
+        return None
+    kind = "vacuum" if m.group(1).lower() == "vacuum" else "analyze"
+    return kind, _unquote_rel(m.group(2)) if m.group(2) else None
 
 
 def ident(s: str) -> str:

@@ -13,7 +13,7 @@ SELECT json_build_object(
         a.backend_type, a.backend_xmin::text, NULL::int,  -- leader_pid arrived in 13
         CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
                OR (a.pid = ANY(%(pids)s::int[])
-                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table)\s')
+                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)')
              THEN left(a.query, 2000)
              ELSE split_part(ltrim(a.query), ' ', 1) END,
         CASE WHEN a.wait_event_type = 'Lock' THEN
@@ -34,5 +34,14 @@ SELECT json_build_object(
              OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
         AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
   'copy', NULL,  -- pg_stat_progress_copy arrived in 14
-  'index', NULL  -- pg_stat_progress_create_index arrived in 12
+  'index', NULL,  -- pg_stat_progress_create_index arrived in 12
+  'maint', (SELECT coalesce(json_agg(json_build_array(
+        m.pid, m.datname, m.relid::int8, n.nspname || '.' || c.relname, m.command, m.phase,
+        m.total, m.done)), '[]'::json)  -- pg_stat_progress_analyze arrived in 13
+      FROM (
+        SELECT p.pid, p.datname, p.relid, 'VACUUM'::text AS command, p.phase,
+               p.heap_blks_total AS total, p.heap_blks_scanned AS done
+        FROM pg_stat_progress_vacuum p) m
+      LEFT JOIN pg_class c ON c.oid = m.relid AND m.datname = current_database()
+      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace)
 )

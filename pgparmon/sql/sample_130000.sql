@@ -14,7 +14,7 @@ SELECT json_build_object(
         a.backend_type, a.backend_xmin::text, a.leader_pid,
         CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
                OR (a.pid = ANY(%(pids)s::int[])
-                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table)\s')
+                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)')
              THEN left(a.query, 2000)
              ELSE split_part(ltrim(a.query), ' ', 1) END,
         CASE WHEN a.wait_event_type = 'Lock' THEN
@@ -42,5 +42,18 @@ SELECT json_build_object(
       FROM pg_stat_progress_create_index p
       LEFT JOIN pg_class c ON c.oid = p.relid AND p.datname = current_database()
       LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
-      LEFT JOIN pg_class ci ON ci.oid = p.index_relid AND p.datname = current_database())
+      LEFT JOIN pg_class ci ON ci.oid = p.index_relid AND p.datname = current_database()),
+  'maint', (SELECT coalesce(json_agg(json_build_array(
+        m.pid, m.datname, m.relid::int8, n.nspname || '.' || c.relname, m.command, m.phase,
+        m.total, m.done)), '[]'::json)
+      FROM (
+        SELECT p.pid, p.datname, p.relid, 'VACUUM'::text AS command, p.phase,
+               p.heap_blks_total AS total, p.heap_blks_scanned AS done
+        FROM pg_stat_progress_vacuum p
+        UNION ALL
+        SELECT p.pid, p.datname, p.relid, 'ANALYZE'::text, p.phase,
+               p.sample_blks_total, p.sample_blks_scanned
+        FROM pg_stat_progress_analyze p) m
+      LEFT JOIN pg_class c ON c.oid = m.relid AND m.datname = current_database()
+      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace)
 )

@@ -24,11 +24,14 @@ PHASE_STYLES: dict[str, tuple[str, str]] = {
     "index": ("white on blue", "black on bright_blue"),
     "constraint": ("black on yellow", "black on bright_yellow"),
     "lock-wait": ("bold white on red", "bold white on dark_red"),
+    "vacuum": ("white on magenta", "black on bright_magenta"),
+    "analyze": ("white on magenta", "black on bright_magenta"),
 }
 # an item too short for its name: a solid block in the phase's colour (still
 # a block, not a gap, when NO_COLOR strips the colour)
 PHASE_SHORT = {"copy": ("dark_cyan", "cyan"), "index": ("blue", "bright_blue"),
-               "constraint": ("yellow", "bright_yellow"), "lock-wait": ("red", "bright_red")}
+               "constraint": ("yellow", "bright_yellow"), "lock-wait": ("red", "bright_red"),
+               "vacuum": ("magenta", "bright_magenta"), "analyze": ("magenta", "bright_magenta")}
 
 
 def bar(frac: float | None, width: int, style: str = "green") -> Text:
@@ -179,8 +182,11 @@ def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
     out.append_text(time_axis(t_end, cols, gutter))
     if width >= 100:
         out.append("\n" + " " * gutter)
+        seen = {sp.phase for row in spans.values() for sp in row}
         for phase, (style, _) in PHASE_STYLES.items():
-            out.append(f" {phase} ", style=style)
+            if phase == "analyze" or (phase == "vacuum" and not seen & {"vacuum", "analyze"}):
+                continue  # maintenance (a load's last step) only when it ran
+            out.append(" vacuum/analyze " if phase == "vacuum" else f" {phase} ", style=style)
             out.append(" ")
         out.append(" · idle", style="dim")
     return out

@@ -307,7 +307,8 @@ def _sort_key(sort: str) -> Any:
     if sort == "progress":
         return lambda w: (-(w.get("progress") or -1), w["pid"])
     if sort == "phase":
-        order = {"lock-wait": 0, "copy": 1, "index": 2, "constraint": 3, "other": 4, "idle": 5}
+        order = {"lock-wait": 0, "copy": 1, "index": 2, "constraint": 3, "vacuum": 4,
+                 "analyze": 4, "other": 5, "idle": 6}
         return lambda w: (order.get(str(w.get("phase")), 9), w["pid"])
     return lambda w: w["pid"]
 

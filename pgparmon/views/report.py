@@ -31,7 +31,7 @@ from .text import ItemsTable, summary_head
 Doc = Mapping[str, Any]
 
 PHASE_FILL = {"copy": "#2a9d8f", "index": "#3a6ea5", "constraint": "#e9c46a",
-              "lock-wait": "#d62828"}
+              "lock-wait": "#d62828", "vacuum": "#9b5de5", "analyze": "#9b5de5"}
 PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
 
 
