@@ -73,6 +73,7 @@ class Monitor:
         self.outcome: Outcome | None = None
         self.notes: list[str] = []
         self.said: set[str] = set()
+        self.aborted: set[int] = set()  # sessions said to have failed a statement
         self.client_pids: set[int] = set()
         self.no_members = 0
         self.samples = 0
@@ -137,6 +138,24 @@ class Monitor:
                 keys.add(tr.by_relation[ct[1]])
         return keys
 
+    def _aborted(self, snap: Snapshot) -> None:
+        """A session of the job whose transaction failed (the server rejected
+        a statement: a COPY's bad input line, a constraint): said once per
+        session. The error's text is not in any view (attach sees the state;
+        `run` reads the job's own output)."""
+        tr = self.tracker
+        assert tr is not None
+        for b in tr.members(snap):
+            if b.state != "idle in transaction (aborted)" or b.pid in self.aborted:
+                continue
+            self.aborted.add(b.pid)
+            ct = copy_target(b.query)
+            what = (f"its COPY {'into' if ct[0] == 'from' else 'from'} {ct[1]}" if ct
+                    else f"its last statement ({(b.query or '?').split()[0]})")
+            self._note(f"session {b.pid} of the job: {what} failed and its transaction is "
+                       "aborted (the server's error text is in the server log and the "
+                       "client's output; `pgparmon run` shows it)")
+
     def _note(self, msg: str) -> None:
         if msg not in self.said:
             self.said.add(msg)
@@ -167,6 +186,7 @@ class Monitor:
         if self.job.grouping is not None:  # a COPY job's sessions may move on to
             # another database (a migration tool reads one and loads another)
             self.databases |= {b.datname for b in tr.members(snap) if b.datname}
+        self._aborted(snap)
         if snap.host is not None and self.prev_host is not None:
             self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host

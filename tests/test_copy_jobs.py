@@ -608,3 +608,23 @@ def test_a_loaders_vacuum_analyze_is_an_item_with_its_progress() -> None:
     items = {i["name"]: i for i in mon.summary()["items"]}
     assert items["VACUUM public.t"]["kind"] == "vacuum"
     assert items["VACUUM public.t"]["state"] == "done"
+
+
+def test_a_session_whose_copy_failed_is_said_once() -> None:
+    """A loader's COPY rejected by the server (a bad input line) leaves its
+    session idle in an aborted transaction: attach cannot read the error's
+    text, but says which session and which COPY failed, once."""
+    job = Job(kind="copy", database="a", usename="u", client_addr="10.0.0.9", app_name="mig",
+              grouping=INFERRED, pid_hint=frozenset({1, 2}))
+    snaps = [_snap(t, (_b(1, since=0.5), _b(2, table="u", since=0.5)),
+                   (_cp(1, 1000 * t), _cp(2, 1000 * t))) for t in range(1, 4)]
+    snaps += [_snap(t, (_b(1, since=0.5), _b(2, table="u", state="idle in transaction (aborted)",
+                                             since=3.5)), (_cp(1, 1000 * t),))
+              for t in range(4, 8)]
+    mon = Monitor(Scripted(job, snaps))
+    mon.discover()
+    docs = [mon.tick() for _ in snaps]
+    assert not any("aborted" in n for n in docs[2]["notes"])
+    said = [n for n in docs[-1]["notes"] if "aborted" in n]
+    assert said == [said[0]] and "session 2" in said[0] and "COPY into u" in said[0], said
+    assert docs[-1]["job"]["state"] == "running"  # the other stream still loads
