@@ -41,6 +41,19 @@ def _target(host: str | None, port: str | None, user: str | None, dbname: str | 
 RecordOpt = typer.Option(None, "--record", help="write every sample to this recording "
                          "(gzip JSON Lines; replay/report read it)")
 PlainOpt = typer.Option(False, "--plain", help="no full-screen TUI: a compact live view")
+SourceOpt = typer.Option(None, "--source", help="a COPY job's source server (conninfo, URI, "
+                         "service=NAME, or a database name on the watched server): the copy "
+                         "is planned from its catalog (tables, indexes)")
+
+
+def _source(target: ConnTarget | None, source: str | None) -> ConnTarget | None:
+    """--source: a conninfo or URI stands alone; a bare name is a database
+    of the watched server."""
+    if not source:
+        return None
+    if "=" in source or source.startswith(("postgresql://", "postgres://")):
+        return ConnTarget(dbname=source)
+    return (target or ConnTarget()).with_dbname(source)
 
 
 @app.command()
@@ -53,12 +66,14 @@ def attach(host: str | None = HostOpt, port: str | None = PortOpt,
            wait: float | None = typer.Option(None, "--wait", help="wait up to this many "
                                              "seconds for a job to start"),
            record: str | None = RecordOpt, plain: bool = PlainOpt,
+           source: str | None = SourceOpt,
            ) -> None:
     """Attach to a running parallel pg_dump, pg_restore or COPY load and follow it."""
     from .follow import attach_command
 
-    raise typer.Exit(attach_command(_target(host, port, username, dbname), pid, wait, interval,
-                                    as_json, duration, record, plain))
+    target = _target(host, port, username, dbname)
+    raise typer.Exit(attach_command(target, pid, wait, interval, as_json, duration, record,
+                                    plain, copy_source=_source(target, source)))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -66,7 +81,7 @@ def run(ctx: typer.Context, host: str | None = HostOpt, port: str | None = PortO
         username: str | None = UserOpt, dbname: str | None = DbOpt,
         interval: float = IntervalOpt, as_json: bool = JsonOpt,
         duration: float | None = DurationOpt, record: str | None = RecordOpt,
-        plain: bool = PlainOpt) -> None:
+        plain: bool = PlainOpt, source: str | None = SourceOpt) -> None:
     """Start a command (after --: pg_dump, pg_restore, a loader, a script) and follow it; exits
     with its exit code."""
     argv = list(ctx.args)
@@ -80,7 +95,7 @@ def run(ctx: typer.Context, host: str | None = HostOpt, port: str | None = PortO
     from .launch import run_job
 
     raise typer.Exit(run_job(argv, target, interval, as_json, duration, record=record,
-                             plain=plain))
+                             plain=plain, copy_source=_source(target, source)))
 
 
 @app.command()

@@ -113,3 +113,13 @@ def _connect_hint(msg: str) -> str:
     else:
         hint = "check the connection options (-h -p -U -d, PG* variables, service file)"
     return f"cannot connect: {msg} ({hint})"
+
+
+def describe_target(t: ConnTarget) -> str:
+    """The target in words for screens and recordings (a password in a
+    conninfo string or URI redacted)."""
+    from .redact import redact_text
+
+    bits = [redact_text(t.dbname)] if t.dbname else []
+    bits += [f"{k}={v}" for k, v in (("host", t.host), ("port", t.port), ("user", t.user)) if v]
+    return " ".join(bits) or "(the PG* environment's server)"

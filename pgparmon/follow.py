@@ -172,7 +172,7 @@ def open_recorder(path: str | None) -> Any:
 
 def attach_command(target: Any, pid: int | None, wait: float | None, interval: float,
                    as_json: bool, duration: float | None, record: str | None,
-                   plain: bool) -> int:
+                   plain: bool, copy_source: Any = None) -> int:
     """`pgparmon attach`: find the job (or the one --pid names) and follow
     it. Several jobs and no --pid: the picker in a terminal; else exit 5
     with the list in the error line (and as JSON on stdout with --json)."""
@@ -185,7 +185,7 @@ def attach_command(target: Any, pid: int | None, wait: float | None, interval: f
     def follow_pid(chosen: int | None) -> int:
         try:
             mon = wait_for_job(target, chosen, wait if chosen == pid else None,
-                               recorder=recorder)
+                               recorder=recorder, copy_source=copy_source)
         except ConnectError as exc:
             raise Fatal(str(exc), ExitCode.CONNECT) from None
         except DiscoveryError as exc:

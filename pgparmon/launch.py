@@ -54,7 +54,7 @@ def start_job(argv: list[str], env: dict[str, str] | None = None,
 def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json: bool,
             duration: float | None, env: dict[str, str] | None = None,
             console: Console | None = None, record: str | None = None,
-            plain: bool = False) -> int:
+            plain: bool = False, copy_source: ConnTarget | None = None) -> int:
     prog = os.path.basename(argv[0]) if argv else ""
     if not prog:
         raise Fatal("nothing to run: pgparmon run -- pg_dump -Fd -j 4 -f DIR DB",
@@ -77,7 +77,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     code: int = ExitCode.INTERRUPTED
     try:
         try:
-            live = LiveSource(target, job=job, process=proc, log=log)
+            live = LiveSource(target, job=job, process=proc, log=log, copy_source=copy_source)
             mon = Monitor(RecordingSource(live, recorder) if recorder else live)
             mon.discover()
         except (ConnectError, DiscoveryError) as exc:

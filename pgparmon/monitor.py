@@ -511,9 +511,10 @@ def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for_job(target: ConnTarget, pid: int | None, wait_s: float | None,
-                 interval: float = 1.0, recorder: Any = None) -> Monitor:
+                 interval: float = 1.0, recorder: Any = None,
+                 copy_source: ConnTarget | None = None) -> Monitor:
     """Connect and find the job, waiting up to wait_s for one to appear."""
-    live = LiveSource(target, pid=pid)
+    live = LiveSource(target, pid=pid, copy_source=copy_source)
     source: Any = RecordingSource(live, recorder) if recorder is not None else live
     deadline = time.monotonic() + (wait_s or 0)
     while True:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .connect import ConnectError, ConnTarget
+from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
@@ -106,8 +106,9 @@ class LiveSource:
 
     def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
                  process: subprocess.Popen[Any] | None = None,
-                 log: str | None = None) -> None:
+                 log: str | None = None, copy_source: ConnTarget | None = None) -> None:
         self.target = target
+        self.copy_source = copy_source  # --source: a COPY job's source server
         self.log = log  # where the job we started writes its output
         self.sampler = DbSampler(target)
         self.facts: ServerFacts = self.sampler.open()
@@ -157,6 +158,8 @@ class LiveSource:
                 raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
                                      f"database: {exc}", ExitCode.CONNECT) from None
         driver = driver_for(job.kind)
+        if self.copy_source is not None and job.kind == "copy" and job.source is None:
+            job = self.job = dataclasses.replace(job, source=describe_target(self.copy_source))
         self.sampler.database_filter = None if driver.all_databases else job.database
         self.target_dir = self._resolve_target(job)
         self.known_backends = set(job.pid_hint)
@@ -310,14 +313,18 @@ class LiveSource:
         read-only session and timeouts."""
         if database == self.facts.database:
             return self.sampler.query_json(name)
-        other = DbSampler(self.target.with_dbname(database))
-        try:
-            other.open()
-            return other.query_json(name)
-        except ConnectError as exc:
-            raise psycopg.OperationalError(str(exc)) from None
-        finally:
-            other.close()
+        return _one_off(self.target.with_dbname(database), (name,))[0][0]
+
+    def source_catalog(self, database: str | None) -> tuple[Any, Any, str | None]:
+        if database is not None:
+            ddir = self.facts.data_directory if self.local else None
+            return (self.query_json_on(database, "tables"),
+                    self.query_json_on(database, "postdata"), ddir)
+        if self.copy_source is None:
+            raise psycopg.OperationalError("no --source server was given")
+        (tables, post), facts = _one_off(self.copy_source, ("tables", "postdata"))
+        local = procs.server_is_local(facts.backend_pid)
+        return tables, post, facts.data_directory if local else None
 
     def client_binary(self, name: str) -> str | None:
         """The job's own client program of that name (same version), else PATH's."""
@@ -457,6 +464,20 @@ class ReplaySource:
 
     def close(self) -> None:
         pass
+
+
+def _one_off(target: ConnTarget, names: tuple[str, ...]) -> tuple[list[Any], ServerFacts]:
+    """Catalog queries on a short-lived monitor connection (read-only, the
+    same timeouts): another database of the server, or a copy's source
+    server. Connection failures come as psycopg errors (said once)."""
+    other = DbSampler(target)
+    try:
+        facts = other.open()
+        return [other.query_json(n) for n in names], facts
+    except ConnectError as exc:
+        raise psycopg.OperationalError(str(exc)) from None
+    finally:
+        other.close()
 
 
 def dir_sizes(path: str) -> tuple[FileSize, ...] | None:

@@ -344,3 +344,83 @@ def test_a_copy_between_databases_is_planned_from_the_source_catalog(
     else:
         assert end["state"] == "ended" and "small_pkey" in end["outcome"], end
         assert "not seen built" in end["outcome"]
+
+
+# ---- a source on another server: --source ------------------------------------
+
+SOURCE_LOADER = r"""
+import multiprocessing, sys, time
+import psycopg
+
+conninfo = sys.argv[1]
+
+
+def load(table, rows):
+    with psycopg.connect(conninfo) as conn:
+        with conn.cursor() as cur, cur.copy(f"COPY {table} (id, v) FROM STDIN") as cp:
+            for start in range(0, rows, 5000):
+                for i in range(start, min(rows, start + 5000)):
+                    cp.write_row((i, "x" * 40))
+                time.sleep(0.12)  # a relay paced by its source
+        conn.commit()
+
+
+if __name__ == "__main__":
+    ps = [multiprocessing.Process(target=load, args=a) for a in (("a", 200000), ("b", 80000))]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+        assert p.exitcode == 0
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CREATE UNIQUE INDEX a_pkey ON a (id)")
+"""
+
+
+@integration
+def test_a_copy_from_another_server_is_planned_from_source(cluster: Cluster,
+                                                           workdir: Path) -> None:
+    """A loader feeding this server from a source pgparmon does not watch
+    (no COPY TO here): `--source CONNINFO` plans the copy from that server's
+    catalog, its tables' COPY FROM streams advance them (rows over
+    reltuples), the index to rebuild is an item, and the ETA simulates the
+    rest."""
+    import sys
+
+    src, dst = "srcsrv", "dstsrv"
+    for db in (src, dst):
+        cluster.psql(f"DROP DATABASE IF EXISTS {db}")
+        cluster.psql(f"CREATE DATABASE {db}")
+    cluster.psql("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int, v text); "
+                 "INSERT INTO a SELECT g, repeat('x', 40) FROM generate_series(1, 200000) g; "
+                 "INSERT INTO b SELECT g, repeat('x', 40) FROM generate_series(1, 80000) g; "
+                 "ANALYZE", dbname=src)
+    cluster.psql("CREATE TABLE a (id int, v text); CREATE TABLE b (id int, v text)", dbname=dst)
+    script = workdir / "relay.py"
+    script.write_text(SOURCE_LOADER)
+    source = f"host={cluster.sockdir} port={cluster.port} dbname={src} user=postgres"
+    res = subprocess.run(pgparmon_cmd("run", "-h", str(cluster.sockdir), "-p", str(cluster.port),
+                                      "-U", "postgres", "-d", dst, "--json", "--interval", "0.3",
+                                      "--source", source, "--", sys.executable, str(script),
+                                      cluster.conninfo(dst)),
+                         capture_output=True, text=True, timeout=120, env=_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    docs = read_jsonl(res.stdout)
+    samples: list[dict[str, Any]] = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
+    summary = next(d for d in docs if d.get("schema") == "pgparmon.summary/1")
+    planned = [s for s in samples
+               if str(s["job"]["progress_basis"]).startswith("source catalog (")]
+    assert planned, {s["job"]["progress_basis"] for s in samples}
+    assert f"dbname={src}" in planned[0]["job"]["progress_basis"]
+    assert planned[0]["job"]["source"] == source  # no password in it: nothing to redact
+    assert {(i["kind"], i["name"]) for i in summary["items"]} == {
+        ("data", "public.a"), ("data", "public.b"), ("index", "a_pkey")}
+    copying = [s for s in planned if s["job"]["phase"] == "copy"]
+    prog = [s["job"]["progress"] for s in copying]
+    assert prog and None not in prog and prog == sorted(prog) and prog[-1] < 0.99, prog
+    assert any(s["job"]["eta_s"] for s in copying), [s["job"]["eta_reason"] for s in copying]
+    # both streams advance their tables: rows over the source's reltuples
+    rels = {w["item"] for s in copying for w in s["workers"] if w["phase"] == "copy"}
+    assert rels == {"public.a", "public.b"}, rels
+    assert samples[-1]["job"]["state"] == "finished"
+    assert all(i["state"] == "done" for i in summary["items"])

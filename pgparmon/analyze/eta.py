@@ -67,7 +67,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     running: list[WorkItem] = []
     own = _own_rates(tr)
     r1 = rate(max(1, sum(1 for it in tr.items.values() if it.state == "running")))
-    spb = tr.build_seconds_per_byte()
+    spb = tr.build_seconds_per_byte() or tr.driver.build_spb_default
     for it in tr.items.values():
         if it.state == "done":
             continue

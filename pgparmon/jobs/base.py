@@ -61,6 +61,9 @@ class Job:
     grouping: str | None = None
     databases: tuple[str, ...] = ()  # every database its sessions use (a COPY job)
     client_pids: frozenset[int] = field(default_factory=frozenset)  # the tree at discovery
+    # a COPY job's source server as given with --source (redacted): the copy
+    # is planned from its catalog
+    source: str | None = None
 
     def describe(self) -> str:
         who = f"pid {self.client_pid}" if self.client_pid else "remote client"
@@ -73,7 +76,8 @@ class Job:
             where = f"databases {', '.join(self.databases)}"
         else:
             where = f"database {self.database or '?'}"
-        return f"{self.kind}{j}{tgt}{rel} on {where} ({who})"
+        src = f" from {self.source}" if self.source else ""
+        return f"{self.kind}{j}{tgt}{rel}{src} on {where} ({who})"
 
     def database_list(self) -> list[str]:
         """Every database of the job (one for a dump or a restore)."""
@@ -159,6 +163,12 @@ class PlanReader(Protocol):
         """A catalog query on another database of the same server."""
         ...
 
+    def source_catalog(self, database: str | None) -> tuple[Any, Any, str | None]:
+        """A copy's source: (tables, post-data objects, its data directory
+        when that server runs on this host) from another database of this
+        server, or (None) from the server given with --source."""
+        ...
+
     def client_binary(self, name: str) -> str | None: ...
 
 
@@ -192,6 +202,10 @@ class Driver:
     fails_on_lock_queue: ClassVar[bool] = False
     # the work list comes from a plan (False: items appear as sessions work)
     plans_work: ClassVar[bool] = True
+    # seconds per byte of table data an index build takes until one of this
+    # run's builds is timed (None: a build costs index_factor of its table's
+    # load, at the streams' rate: a restore's builds and loads share a pace)
+    build_spb_default: ClassVar[float | None] = None
     # the client's worker processes live until the end (pg_dump, pg_restore):
     # one gone early died; False: processes come and go (a copy tool's phases,
     # a script's psql per file)
