@@ -115,6 +115,17 @@ def _connect_hint(msg: str) -> str:
     return f"cannot connect: {msg} ({hint})"
 
 
+def check_reachable(t: ConnTarget | None, what: str) -> None:
+    """Connect once and close (a --source given at start): ConnectError with
+    one line naming the option when it cannot be reached."""
+    if t is None:
+        return
+    try:
+        connect(t).close()
+    except ConnectError as exc:
+        raise ConnectError(f"{what}: {exc}") from None
+
+
 def describe_target(t: ConnTarget) -> str:
     """The target in words for screens and recordings (a password in a
     conninfo string or URI redacted)."""

@@ -176,10 +176,14 @@ def attach_command(target: Any, pid: int | None, wait: float | None, interval: f
     """`pgparmon attach`: find the job (or the one --pid names) and follow
     it. Several jobs and no --pid: the picker in a terminal; else exit 5
     with the list in the error line (and as JSON on stdout with --json)."""
-    from .connect import ConnectError
+    from .connect import ConnectError, check_reachable
     from .discover import DiscoveryError
     from .monitor import wait_for_job
 
+    try:
+        check_reachable(copy_source, "--source")
+    except ConnectError as exc:
+        raise Fatal(str(exc), ExitCode.CONNECT) from None
     recorder = open_recorder(record)
 
     def follow_pid(chosen: int | None) -> int:

@@ -15,7 +15,7 @@ import uuid
 from rich.console import Console
 
 from .cmdline import ClientArgs, parse_client_cmdline
-from .connect import ConnectError, ConnTarget
+from .connect import ConnectError, ConnTarget, check_reachable
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
@@ -70,6 +70,10 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
                             port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
     if not known and shutil.which(argv[0]) is None:
         raise Fatal(f"cannot start {prog}: command not found", ExitCode.USAGE)
+    try:
+        check_reachable(copy_source, "--source")  # before the job starts
+    except ConnectError as exc:
+        raise Fatal(str(exc), ExitCode.CONNECT) from None
     recorder = open_recorder(record)
     proc, tag, log = start_job(argv, env, tag_sessions=known)
     job = (job_for_process(proc.pid, argv, tag or "") if known

@@ -214,6 +214,18 @@ def test_errors_are_one_line(cluster: Cluster) -> None:
                          capture_output=True, text=True, env=env, timeout=30)
     assert res.returncode == 3
     assert "topsecretpw" not in res.stderr
+    # a --source that cannot be reached: said at start, one line, redacted,
+    # before any job is looked for or started
+    for cmd in ("attach", "run"):
+        extra = ["--", "true"] if cmd == "run" else []
+        res = subprocess.run(pgparmon_cmd(cmd, "-h", str(cluster.sockdir), "-p",
+                                          str(cluster.port), "-U", "postgres", "-d", "postgres",
+                                          "--source", "postgresql://u:topsecretpw@127.0.0.1:1/x",
+                                          *extra),
+                             capture_output=True, text=True, env=env, timeout=30)
+        assert res.returncode == 3, (cmd, res.stderr)
+        assert res.stderr.startswith("pgparmon: --source: "), res.stderr
+        assert res.stderr.strip().count("\n") == 0 and "topsecretpw" not in res.stderr
 
 
 def test_several_jobs_need_a_pid(cluster: Cluster, sample_db: str, workdir: Path) -> None:
