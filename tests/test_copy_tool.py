@@ -66,7 +66,8 @@ def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
     # at when found (its schema pg_dump, the copies), the job is pgcopydb's
     attach = subprocess.Popen(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
                                            str(cluster.port), "-U", "postgres", "-d", DST,
-                                           "--json", "--interval", "0.2", "--wait", "60"),
+                                           "--json", "--interval", "0.2", "--wait", "60",
+                                           "--record", str(workdir / "clone.pgparmon.gz")),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=_env())
     time.sleep(1.0)
@@ -118,6 +119,17 @@ def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
     items = {w["item"] for s in builds for w in s["workers"] if w["phase"] == "index"}
     assert items & {"big_slow", "mid_slow", "big_pkey", "mid_pkey"}, items
     assert samples[-1]["job"]["items_done"] == samples[-1]["job"]["items_total"]
+    # the plan (the source's catalog) and the target's catalog at the end are
+    # in the recording: the replay follows the same copy to the same end
+    from pgparmon.playback import ReplayFeed
+    from pgparmon.record import read_recording
+
+    r = read_recording(str(workdir / "clone.pgparmon.gz"))
+    feed = ReplayFeed(r, speed=1000.0)
+    replayed = []
+    while not feed.ended and feed.outcome is None:
+        replayed.append(feed.tick())
+    assert replayed == r.samples and feed.summary() == r.summary
     # its VACUUM ANALYZE of each table on the target (~100 ms each: a sample
     # sees some or none) are items too, named by their table once a sample
     # showed the statement's text (a session's first sample has only its verb)
@@ -399,12 +411,23 @@ def test_a_copy_from_another_server_is_planned_from_source(cluster: Cluster,
     script = workdir / "relay.py"
     script.write_text(SOURCE_LOADER)
     source = f"host={cluster.sockdir} port={cluster.port} dbname={src} user=postgres"
+    rec = workdir / "relay.pgparmon.gz"
     res = subprocess.run(pgparmon_cmd("run", "-h", str(cluster.sockdir), "-p", str(cluster.port),
                                       "-U", "postgres", "-d", dst, "--json", "--interval", "0.3",
-                                      "--source", source, "--", sys.executable, str(script),
-                                      cluster.conninfo(dst)),
+                                      "--record", str(rec), "--source", source, "--",
+                                      sys.executable, str(script), cluster.conninfo(dst)),
                          capture_output=True, text=True, timeout=120, env=_env())
     assert res.returncode == 0, res.stderr[-2000:]
+    # the source's catalog is in the recording: the replay plans the same copy
+    from pgparmon.playback import ReplayFeed
+    from pgparmon.record import read_recording
+
+    r = read_recording(str(rec))
+    feed = ReplayFeed(r, speed=1000.0)
+    replayed = []
+    while not feed.ended and feed.outcome is None:
+        replayed.append(feed.tick())
+    assert replayed == r.samples and feed.summary() == r.summary
     docs = read_jsonl(res.stdout)
     samples: list[dict[str, Any]] = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
     summary = next(d for d in docs if d.get("schema") == "pgparmon.summary/1")
