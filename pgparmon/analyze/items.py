@@ -29,6 +29,7 @@ class Item:
     deps: frozenset[str] = frozenset()
     exclusive: bool = False
     seen_running: bool = False
+    server_total: bool = False  # a COPY whose total the server knows (bytes_total)
 
     @property
     def fraction(self) -> float:

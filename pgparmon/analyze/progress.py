@@ -164,7 +164,10 @@ class Tracker:
             it = self.items[key]
             if it.state != "running":
                 it.state = "running"
-                it.started = it.started or snap.wall
+                # the statement began before the sample that first shows it
+                lag = (snap.db.server_ts - b.query_start
+                       if snap.db and snap.db.server_ts and b.query_start else 0.0)
+                it.started = it.started or snap.wall - min(max(0.0, lag), 3600.0)
             it.seen_running = True
             it.worker = b.pid
             if w.relation is None:

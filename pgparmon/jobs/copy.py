@@ -263,6 +263,7 @@ class CopyLoad(Driver):
         it.done = float(cp.bytes_processed)
         if cp.bytes_total:
             it.work = float(cp.bytes_total)
+            it.server_total = True
         else:  # COPY FROM STDIN: the server knows no total
             it.work = max(it.work, it.done)
 
@@ -351,14 +352,13 @@ class CopyLoad(Driver):
             total = sum(e[0] for e in tr.inputs.values())
             return min(1.0, sum(e[1] for e in tr.inputs.values()) / total) if total else None
         items = [i for i in tr.items.values() if i.kind == "copy"]
-        if items and all(i.work > 1 and i.work > i.bytes_done for i in items):
+        if items and all(i.server_total for i in items):
             total = sum(i.work for i in items)
             return min(1.0, sum(i.done for i in items) / total) if total else None
         return None
 
     def has_total(self, tr: Tracker) -> bool:
-        return tr.planned or bool(tr.inputs) or any(it.work > it.bytes_done
-                                                    for it in tr.items.values())
+        return tr.planned or bool(tr.inputs) or any(it.server_total for it in tr.items.values())
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         if tr.planned:
@@ -420,7 +420,7 @@ class CopyLoad(Driver):
             basis = f"source catalog ({tr.plan_source})"
         elif tr.inputs:
             basis = "client input files"
-        elif any(it.work > it.bytes_done for it in tr.items.values()):
+        elif any(it.server_total for it in tr.items.values()):
             basis = "server bytes_total"
         else:
             basis = "unknown"
