@@ -170,6 +170,41 @@ def test_warning_connections() -> None:
     assert checks.connection_warnings("dump", roomy, _choice(4)) == []
 
 
+def _locks(tables: int, used: int = 50, per: int = 64, maxc: int = 100) -> dict[str, Any]:
+    return {"lockable_tables": tables, "locks_in_use": used, "settings": {
+        "max_locks_per_transaction": [str(per), None], "max_connections": [str(maxc), None],
+        "autovacuum_max_workers": ["3", None], "max_worker_processes": ["8", None],
+        "max_wal_senders": ["10", None], "max_prepared_transactions": ["0", None]}}
+
+
+def test_lock_table_caps_a_parallel_dump_of_many_tables() -> None:
+    """Default settings: 64 x (100 + 3 + 1 + 8 + 10) = 7808 entries. A dump
+    holds each table in its leader, and with -j again in the worker that
+    dumps it: 4000 tables fit at -j 1 (4000) but not at -j 2 (8000)."""
+    lt = checks.lock_table(_locks(4000))
+    assert lt is not None and lt.size == 7808 and lt.free == 7758
+    assert checks.locks_needed("dump", 4000, 1) == 4000
+    assert checks.locks_needed("dump", 4000, 2) == checks.locks_needed("dump", 4000, 8) == 8000
+    assert checks.locks_needed("restore", 4000, 8) == 0  # each item commits on its own
+    assert checks.lock_cap("dump", _locks(4000)) == {"lock table": 1}
+    assert checks.lock_cap("dump", _locks(3000)) == {}
+    assert checks.lock_cap("restore", _locks(4000)) == {}
+    choice = model.choose([Prediction(j, 10.0 / j, "", 0.0) for j in (1, 2, 4)], {},
+                          checks.lock_cap("dump", _locks(4000)))
+    assert choice.recommended == 1 and choice.capped_by == ["lock table"]
+    (w,) = checks.lock_warnings("dump", _locks(4000), choice)
+    assert w.code == "lock_table" and "-j 4 would fail" in w.message
+    # the fix holds -j 4's 8000 entries and those in use, with a quarter spare
+    assert "max_locks_per_transaction = 83" in w.message  # 1.25 x 8050 / 122
+    # 9000 tables: even -j 1 would fail
+    (w,) = checks.lock_warnings("dump", _locks(9000), _choice(1))
+    assert "even at -j 1" in w.message
+    # close to the limit: said, not capped
+    (w,) = checks.lock_warnings("dump", _locks(3500), _choice(2))
+    assert "7000 of the shared lock table's 7758 free entries" in w.message
+    assert checks.lock_warnings("dump", _locks(100), _choice(4)) == []
+
+
 def _inv(data: float, fmt: str | None = "directory") -> Inventory:
     return Inventory("restore", [WorkItem("1", data, data)],
                      [TableSize("public.t", "public", "t", 0, data)], archive_format=fmt)
@@ -463,3 +498,46 @@ def test_restore_advice_with_a_probe(cluster: Cluster, sample_db: str,
                         "ON n.oid = c.relnamespace WHERE n.nspname = 'public'",
                         dbname="advise_restore_probe")
     assert left.strip().splitlines()[-1].strip() == "0"
+
+
+@pytest.mark.integration
+def test_advice_never_recommends_a_dump_the_lock_table_cannot_hold(tmp_path: Path) -> None:
+    """A catalog-heavy database on a server with a small lock table
+    (max_locks_per_transaction 10, max_connections 20: about 420 entries)
+    and 300 tables: pg_dump -j 2 really dies ("out of shared memory" in a
+    worker) and -j 1 really works; the advice says -j 1, and why, with the
+    setting that would allow a parallel dump."""
+    from pgparmon.cluster import start_cluster
+
+    cl = start_cluster(settings={"max_locks_per_transaction": "10", "max_connections": "20"})
+    try:
+        cl.psql("CREATE DATABASE manytables")
+        cl.psql("\n".join(f"CREATE TABLE t{i} (id int); INSERT INTO t{i} VALUES ({i});"
+                          for i in range(300)), dbname="manytables")
+        r = run_advise(*conn_args(cl, "manytables"), "--target", str(tmp_path / "d"), "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["recommended_jobs"] == 1 and "lock table" in doc["capped_by"], doc
+        (w,) = [w for w in doc["warnings"] if w["code"] == "lock_table"]
+        assert "300 tables twice" in w["message"] and "max_locks_per_transaction = " in \
+            w["message"]
+        env = cl.env()
+        two = subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                              str(tmp_path / "j2"), "manytables"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        one = subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "1", "-f",
+                              str(tmp_path / "j1"), "manytables"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert two.returncode != 0 and one.returncode == 0, (two.stderr, one.stderr)
+        # the setting the warning gives makes -j 2 work
+        fix = int(re.search(r"max_locks_per_transaction = (\d+)", w["message"]).group(1))  # type: ignore[union-attr]
+        cl.stop(cleanup=False)
+        with open(cl.datadir / "postgresql.conf", "a", encoding="utf-8") as f:
+            f.write(f"max_locks_per_transaction = {fix}\n")
+        cl.start()
+        again = subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                                str(tmp_path / "j2b"), "manytables"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+    finally:
+        cl.stop()

@@ -30,6 +30,8 @@ from .checks import (
     compression_warning,
     connection_cap,
     connection_warnings,
+    lock_cap,
+    lock_warnings,
     restore_warnings,
     server_facts,
     space_warning,
@@ -240,6 +242,7 @@ def advise(req: Request) -> Advice:
     if facts is not None:
         server = server_facts(facts, afacts, local)
         caps.update(connection_cap(req.kind, afacts))
+        caps.update(lock_cap(req.kind, afacts))
     if inv is not None and inv.tables and req.kind == "dump":
         caps["tables"] = max(1, len(inv.tables))
     if req.kind == "restore" and facts is not None and local:
@@ -257,6 +260,7 @@ def advise(req: Request) -> Advice:
     # ---- warnings that would bite
     if facts is not None:
         warnings += connection_warnings(req.kind, afacts, choice)
+        warnings += lock_warnings(req.kind, afacts, choice)
     if req.kind == "restore":
         warnings += restore_warnings(inv, settings, choice, local)
     if req.kind == "dump" and req.target_dir and inv is not None:

@@ -74,7 +74,10 @@ def server_facts(facts: ServerFacts, afacts: dict[str, Any], local: bool) -> dic
             "connections_in_use": afacts.get("connections_in_use"),
             "maintenance_work_mem_bytes": setting_bytes(s, "maintenance_work_mem"),
             "max_wal_size_bytes": setting_bytes(s, "max_wal_size"),
-            "archive_mode": setting_str(s, "archive_mode")}
+            "archive_mode": setting_str(s, "archive_mode"),
+            "lock_table_entries": lt.size if (lt := lock_table(afacts)) else None,
+            "locks_in_use": afacts.get("locks_in_use"),
+            "lockable_tables": afacts.get("lockable_tables")}
 
 
 def free_connections(afacts: dict[str, Any]) -> tuple[int, str] | None:
@@ -120,6 +123,102 @@ def connection_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choic
                     f"-j {want} needs {need} connections{lead} but only {free} are free "
                     f"({detail}): the advice is capped at -j {choice.recommended}; raise "
                     "max_connections or close idle sessions")]
+
+
+@dataclass(frozen=True)
+class LockTable:
+    per: int  # max_locks_per_transaction
+    slots: int  # server processes + prepared transactions
+    used: int  # entries in use now
+
+    @property
+    def size(self) -> int:
+        return self.per * self.slots
+
+    @property
+    def free(self) -> int:
+        return self.size - self.used
+
+    @property
+    def how(self) -> str:
+        return (f"max_locks_per_transaction {self.per} x {self.slots} server processes and "
+                "prepared transactions")
+
+    def setting_for(self, entries: int) -> int:
+        """max_locks_per_transaction that holds `entries` more, with a quarter spare."""
+        return max(self.per, -(-int(1.25 * (entries + self.used)) // max(1, self.slots)))
+
+
+def lock_table(afacts: dict[str, Any]) -> LockTable | None:
+    """The shared lock table: its size and the entries in use now. PostgreSQL sizes it max_locks_per_transaction x (server
+    processes + prepared transactions); server processes are max_connections,
+    the autovacuum workers and launcher, max_worker_processes and
+    max_wal_senders. The table may borrow a little spare shared memory beyond
+    that size: the estimate errs on the safe side."""
+    s = afacts.get("settings") or {}
+    per = setting_int(s, "max_locks_per_transaction")
+    maxc = setting_int(s, "max_connections")
+    if not per or not maxc:
+        return None
+    av = setting_int(s, "autovacuum_worker_slots") or setting_int(s, "autovacuum_max_workers")
+    procs = (maxc + (av or 3) + 1 + (setting_int(s, "max_worker_processes") or 8)
+             + (setting_int(s, "max_wal_senders") or 0))
+    slots = procs + (setting_int(s, "max_prepared_transactions") or 0)
+    return LockTable(per, slots, int(afacts.get("locks_in_use") or 0))
+
+
+def locks_needed(kind: str, tables: int, j: int) -> int:
+    """Lock table entries a dump takes: its leader locks every table for the
+    whole run; with -j each worker also locks, until the end, every table it
+    dumps (so the tables twice). A restore's items each commit on their own."""
+    if kind != "dump":
+        return 0
+    return tables * (2 if j >= 2 else 1)
+
+
+def lock_cap(kind: str, afacts: dict[str, Any]) -> dict[str, int]:
+    """-j 1 when the tables cannot be locked twice (a parallel dump would die
+    with "out of shared memory")."""
+    lt = lock_table(afacts)
+    tables = int(afacts.get("lockable_tables") or 0)
+    if lt is None or kind != "dump" or not tables:
+        return {}
+    if locks_needed(kind, tables, 2) > lt.free:
+        return {"lock table": 1}
+    return {}
+
+
+def lock_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choice) -> list[Caution]:
+    lt = lock_table(afacts)
+    tables = int(afacts.get("lockable_tables") or 0)
+    if lt is None or kind != "dump" or not tables:
+        return []
+    size, used, how, free = lt.size, lt.used, lt.how, lt.free
+    j = choice.recommended
+    need = locks_needed(kind, tables, j)
+    want = max(choice.knee, choice.fastest, 2)
+    fix = lt.setting_for(locks_needed(kind, tables, want))
+    if locks_needed(kind, tables, 1) > free:
+        return [Caution("lock_table",
+                        f"pg_dump locks each of the {tables} tables in one transaction: "
+                        f"{tables} lock entries, but the shared lock table holds about {size} "
+                        f"({how}) and {used} are in use: the dump would fail with \"out of "
+                        f"shared memory\" even at -j 1; set max_locks_per_transaction = {fix} "
+                        "(a restart), or dump fewer tables at a time (-n / -t)")]
+    if "lock table" in choice.capped_by:
+        return [Caution("lock_table",
+                        f"pg_dump -j {want} locks each of the {tables} tables twice (the "
+                        f"leader holds them all, each worker the ones it dumps): "
+                        f"{locks_needed(kind, tables, want)} lock entries, but the shared lock "
+                        f"table holds about {size} ({how}) and {used} are in use: -j {want} "
+                        "would fail with \"out of shared memory\", so the advice is -j 1; "
+                        f"for a parallel dump set max_locks_per_transaction = {fix} (a restart)")]
+    if need > 0.8 * free:
+        return [Caution("lock_table",
+                        f"-j {j} takes {need} of the shared lock table's {free} free entries "
+                        f"({how}; {used} in use): other sessions' locks during the dump could "
+                        f"make it fail; max_locks_per_transaction = {fix} leaves room")]
+    return []
 
 
 def restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: predict.Choice,

@@ -1,6 +1,7 @@
 -- What the advice before a run needs beyond the static facts: connection
--- headroom and the settings a load runs into. pg_settings and
--- pg_stat_activity only: no relation locks.
+-- headroom, the shared lock table's size and use, and the settings a load
+-- runs into. pg_settings, pg_stat_activity, pg_locks (a count, once) and
+-- pg_class only: no relation locks.
 SELECT json_build_object(
   'connections_in_use', (SELECT count(*) FROM pg_stat_activity
                          WHERE backend_type = 'client backend'),
@@ -9,7 +10,18 @@ SELECT json_build_object(
                               'reserved_connections', 'maintenance_work_mem', 'max_wal_size',
                               'archive_mode', 'wal_level', 'max_worker_processes',
                               'max_parallel_maintenance_workers', 'shared_buffers',
-                              'block_size', 'data_directory')),
+                              'block_size', 'data_directory', 'max_locks_per_transaction',
+                              'max_prepared_transactions', 'autovacuum_max_workers',
+                              'autovacuum_worker_slots', 'max_wal_senders')),
+  -- lock table entries held now (fast-path locks live in each backend)
+  'locks_in_use', (SELECT count(*) FROM pg_locks WHERE NOT fastpath),
+  -- the relations pg_dump locks, each in its leader and in the worker that
+  -- dumps it: tables and partitioned tables
+  'lockable_tables', (SELECT count(*) FROM pg_class c
+                      JOIN pg_namespace n ON n.oid = c.relnamespace
+                      WHERE c.relkind IN ('r', 'p')
+                        AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+                        AND n.nspname !~ '^pg_toast'),
   'can_create_temp', has_database_privilege(current_database(), 'TEMPORARY'),
   'database_exists', true
 )
