@@ -150,8 +150,9 @@ class LockTable:
 
 
 def lock_table(afacts: dict[str, Any]) -> LockTable | None:
-    """The shared lock table: its size and the entries in use now. PostgreSQL sizes it max_locks_per_transaction x (server
-    processes + prepared transactions); server processes are max_connections,
+    """The shared lock table: its size and the entries in use now.
+    PostgreSQL sizes it max_locks_per_transaction x (server processes +
+    prepared transactions); server processes are max_connections,
     the autovacuum workers and launcher, max_worker_processes and
     max_wal_senders. The table may borrow a little spare shared memory beyond
     that size: the estimate errs on the safe side."""
