@@ -53,6 +53,22 @@ def session_options(statement_timeout_ms: int, lock_timeout_ms: int) -> str:
             f"-c lock_timeout={lock_timeout_ms} -c idle_in_transaction_session_timeout=10000")
 
 
+def client_conninfo(t: ConnTarget) -> str:
+    """The conninfo a client program such as pg_dump would use for the same
+    target: no session settings in the startup packet (a pooler may refuse
+    them), our application_name."""
+    kwargs: dict[str, str] = {"application_name": APPLICATION_NAME,
+                              "connect_timeout": str(t.connect_timeout_s)}
+    for k, v in (("host", t.host), ("port", t.port), ("user", t.user)):
+        if v:
+            kwargs[k] = str(v)
+    base = t.dbname or ""
+    if base and not ("=" in base or "://" in base):
+        kwargs["dbname"] = base
+        base = ""
+    return pgconninfo.make_conninfo(base, **kwargs)
+
+
 def build_conninfo(t: ConnTarget) -> str:
     """A conninfo string for libpq: -d may itself be a conninfo or URI (libpq
     expands it), the explicit -h/-p/-U win, and our session settings are
@@ -108,6 +124,10 @@ def _connect_hint(msg: str) -> str:
         hint = "check the user given with -U"
     elif "no such file" in low or "connection refused" in low or "could not connect" in low:
         hint = "is the server running there? give -h HOST and -p PORT like psql"
+    elif "unsupported startup parameter" in low:
+        hint = ("a connection pooler (PgBouncer) refused pgparmon's session settings "
+                "(statement_timeout, lock_timeout, read-only), which pgparmon never runs "
+                "without: connect pgparmon to the server itself, not through the pooler")
     elif "timeout" in low:
         hint = "the server did not answer in time: check -h/-p and the network"
     else:

@@ -126,6 +126,18 @@ def dump_archive(cluster: Cluster, sample_db: str) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def pgbouncer() -> str:
+    """PgBouncer (Debian package), installed once per machine when missing;
+    the test is skipped, saying why, when it cannot be installed."""
+    from support import ensure_debian_package, install_failure
+
+    path = ensure_debian_package("pgbouncer", "pgbouncer")
+    if path is None:
+        pytest.skip(f"pgbouncer unavailable: {install_failure('pgbouncer')}")
+    return path
+
+
+@pytest.fixture(scope="session")
 def pgcopydb() -> str:
     """pgcopydb (Debian package), installed once per machine when missing;
     the test is skipped, saying why, when it cannot be installed."""

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -541,3 +542,84 @@ def test_advice_never_recommends_a_dump_the_lock_table_cannot_hold(tmp_path: Pat
         assert again.returncode == 0, again.stderr
     finally:
         cl.stop()
+
+
+def test_snapshot_verdicts() -> None:
+    from pgparmon.advise.snapshots import SnapshotCheck, verdict
+
+    ok = SnapshotCheck(5, 5, None, False)
+    assert ok.ok and ok.max_jobs == 4 and "its 5 sessions shared one snapshot" in verdict(ok)
+    pool = SnapshotCheck(2, 5, None, True)
+    assert not pool.ok and pool.max_jobs == 1
+    assert "only 2 sessions could hold a transaction at once" in verdict(pool)
+    proxy = SnapshotCheck(1, 5, "invalid snapshot identifier: \"00000003-1\"", False)
+    assert proxy.max_jobs == 0 and "could not import the leader's snapshot" in verdict(proxy)
+
+
+@pytest.mark.integration
+def test_pg_dump_j_through_a_transaction_pooler_is_checked(cluster: Cluster, sample_db: str,
+                                                           pgbouncer: str,
+                                                           tmp_path: Path) -> None:
+    """PgBouncer in transaction mode with a pool of 2 server connections in
+    front of the server: pg_dump -j 2 holds 3 sessions in their snapshot
+    transactions for the whole dump, so its second worker waits for a server
+    (and fails at the pooler's query_wait_timeout), while -j 1 works. advise
+    pointed at the pooler says why it cannot connect there (the pooler
+    refuses the monitor's session settings) and what pg_dump -j would meet;
+    pointed at the server, its own snapshot check passes."""
+    import shutil
+    import tempfile
+
+    from pgparmon.cluster import free_port
+
+    # pgbouncer runs as postgres when we are root: a directory it can reach
+    d = Path(tempfile.mkdtemp(prefix="pgparmon-pgb-"))
+    os.chmod(d, 0o777)
+    port = free_port()
+    (d / "users.txt").write_text('"postgres" ""\n')
+    (d / "pgb.ini").write_text(
+        f"[databases]\n{sample_db} = host={cluster.sockdir} port={cluster.port} "
+        f"dbname={sample_db}\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"unix_socket_dir = {d}\nauth_type = trust\nauth_file = {d}/users.txt\n"
+        "pool_mode = transaction\ndefault_pool_size = 2\nquery_wait_timeout = 4\n"
+        f"logfile = {d}/pgb.log\npidfile = {d}/pgb.pid\n")
+    for f in d.iterdir():
+        os.chmod(f, 0o666)
+    cmd = [pgbouncer, str(d / "pgb.ini")]
+    if os.geteuid() == 0:  # pgbouncer refuses to run as root
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    bouncer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        via = ["-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", sample_db]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if subprocess.run([cluster.client("psql"), *via, "-c", "SELECT 1"],
+                              capture_output=True).returncode == 0:
+                break
+            time.sleep(0.2)
+        r = run_advise(*via, "--target", str(tmp_path / "out"), "--json")
+        assert r.returncode == 3, r.stderr
+        err = r.stderr.strip()
+        assert err.count("\n") == 0 and "Traceback" not in err
+        assert "connect pgparmon to the server itself" in err
+        assert "pg_dump -j 2 through it would wait for a server session" in err, err
+        assert "only 2 sessions" in err
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        one = subprocess.run([cluster.client("pg_dump"), "-Fd", "-j", "1", "-f",
+                              str(tmp_path / "j1"), *via], env=env, capture_output=True,
+                             text=True, timeout=120)
+        two = subprocess.run([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                              str(tmp_path / "j2"), *via], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert one.returncode == 0, one.stderr
+        assert two.returncode != 0, "pg_dump -j 2 got 3 sessions from a pool of 2"
+    finally:
+        bouncer.terminate()
+        bouncer.wait(timeout=10)
+        shutil.rmtree(d, ignore_errors=True)
+    # straight to the server: the same check passes and adds no warning
+    r = run_advise(*conn_args(cluster, sample_db), "--target", str(tmp_path / "out2"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert "snapshot" not in {w["code"] for w in doc["warnings"]}
+    assert "snapshot" not in doc["capped_by"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from ..connect import connect
+from ..connect import ConnectError, connect
 from ..exitcodes import ExitCode
 from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
@@ -49,6 +49,7 @@ from .inventory import (
 )
 from .predict import Evidence, Prediction
 from .request import AdviseError, Request
+from .snapshots import check_snapshots, verdict
 
 SCHEMA = "pgparmon.advice/1"
 
@@ -171,6 +172,13 @@ def advise(req: Request) -> Advice:
     if req.conn is not None:
         try:
             conn = connect(req.conn)
+        except ConnectError as exc:
+            if req.kind == "dump" and "pooler" in str(exc):
+                # what pg_dump -j would meet through the same pooler
+                chk = check_snapshots(req.conn, 2)
+                raise ConnectError(f"{exc}; {verdict(chk)}") from None
+            raise
+        try:
             facts = read_facts(conn)
             afacts = read_advise_facts(conn, facts)
             local = server_is_local(facts)
@@ -251,6 +259,17 @@ def advise(req: Request) -> Advice:
             caps["memory"] = max(1, int(0.5 * available_memory() // mwm))
     if inv is not None and inv.archive_format in ("plain", "tar"):
         caps["archive format"] = 1
+    if req.kind == "dump" and facts is not None and req.conn is not None:
+        # the sessions pg_dump -j will hold, tried the way it holds them
+        try_j = min([max(jobs), *caps.values()])
+        if try_j >= 2:
+            chk = check_snapshots(req.conn, try_j)
+            if not chk.ok:
+                caps["snapshot"] = max(1, chk.max_jobs)
+                warnings.append(Caution(
+                    "snapshot", verdict(chk) + ": connect pg_dump to the server itself (not "
+                    "through a pooler or proxy), or give it no more jobs than "
+                    f"{max(1, chk.max_jobs)}"))
 
     choice = predict.choose(preds, ev.cpu_per_gb, caps)
     rec = choice.recommended
