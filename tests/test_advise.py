@@ -623,3 +623,60 @@ def test_pg_dump_j_through_a_transaction_pooler_is_checked(cluster: Cluster, sam
     doc = json.loads(r.stdout)
     assert "snapshot" not in {w["code"] for w in doc["warnings"]}
     assert "snapshot" not in doc["capped_by"]
+
+
+def test_the_serial_per_object_phase_adds_to_every_j() -> None:
+    """Many small tables: the leader's serial phase is the same at every j
+    and each data item carries its fixed cost on its worker, so time stops
+    falling with j long before the data would say; the bottleneck says so."""
+    import dataclasses
+
+    # a probe-like curve: 400 MB/s at one stream, scaling well to 4
+    fit = usl.fit([(1, 4e8), (2, 7.8e8), (4, 1.5e9)])
+    ev = model.Evidence(basis="probe", fit=fit, points=[(1, 4e8), (2, 7.8e8), (4, 1.5e9)])
+    items = [WorkItem(str(i), 1e6, 1e6) for i in range(400)]
+    assert dataclasses.is_dataclass(ev)
+    rate1 = ev.rate(1)
+    # 1200 objects at 5 ms, 400 items handed out at 1 ms (run at 0.5 ms at -j 1)
+    cost = model.ObjectCost(objects=1200, items=400, object_s=5e-3, item_s_1=0.5e-3,
+                            item_s_n=1e-3)
+    bare = {p.jobs: p for p in model.predict(ev, items, [1, 2, 4])}
+    with_cost = {p.jobs: p for p in model.predict(ev, items, [1, 2, 4], cost=cost)}
+    for j in (1, 2, 4):
+        serial = 6.0 + (0.2 if j == 1 else 0.4)
+        assert with_cost[j].serial_s == pytest.approx(serial) and bare[j].serial_s == 0.0
+        assert with_cost[j].wall_s == pytest.approx(bare[j].wall_s + serial)
+        assert with_cost[j].lower_bound_s >= serial
+    assert rate1 > 0 and with_cost[4].wall_s > 0.6 * with_cost[1].wall_s  # no 4x from -j 4
+    assert "serial per-object phase" in with_cost[4].bottleneck
+    assert model.predict(ev, items, [2], cost=cost)[0].to_json()["serial_s"] == 6.4
+
+
+@pytest.mark.integration
+def test_many_small_tables_show_the_serial_phase(cluster: Cluster, tmp_path: Path) -> None:
+    """2000 one-row tables with a serial primary key: the data is nothing,
+    the per-object work is everything. Every prediction carries the serial
+    part (objects from the catalog, items handed out one by one), more at
+    -j 2+ than at -j 1 (as measured: the leader hands each item out), and
+    the advice says that more jobs cannot shorten it."""
+    cluster.psql("DROP DATABASE IF EXISTS smalltables")
+    cluster.psql("CREATE DATABASE smalltables")
+    for a in range(1, 2001, 500):  # 500 per transaction: the lock table's default size
+        cluster.psql(f"DO $$ BEGIN FOR i IN {a}..{a + 499} LOOP EXECUTE format('CREATE TABLE "
+                     "t%s (id serial PRIMARY KEY, v text); INSERT INTO t%s (v) VALUES (''x'')', "
+                     "i, i); END LOOP; END $$", dbname="smalltables")
+    r = run_advise(*conn_args(cluster, "smalltables"), "--target", str(tmp_path / "d"),
+                   "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    by = {p["jobs"]: p for p in doc["predictions"]}
+    # 2000 tables, sequences, indexes and constraints: 8000 objects at 75 us,
+    # 2000 items at 0.34 ms (-j 1) / 0.5 ms (-j 2+)
+    assert by[1]["serial_s"] == pytest.approx(8000 * 75e-6 + 2000 * 0.34e-3, rel=0.02)
+    assert by[2]["serial_s"] == pytest.approx(8000 * 75e-6 + 2000 * 0.55e-3, rel=0.02)
+    assert by[4]["serial_s"] == pytest.approx(8000 * 75e-6 + 2000 * 0.75e-3, rel=0.02)
+    assert all(p["wall_s"] >= p["serial_s"] for p in doc["predictions"])
+    (w,) = [w for w in doc["warnings"] if w["code"] == "serial_phase"]
+    assert "8000 objects" in w["message"] and "more jobs cannot shorten it" in w["message"]
+    assert doc["recommended_jobs"] == 1
+    cluster.psql("DROP DATABASE smalltables")

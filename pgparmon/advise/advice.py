@@ -242,7 +242,8 @@ def advise(req: Request) -> Advice:
     jobs = list(range(1, max(1, limit) + 1))
     items = inv.items if inv is not None and inv.items else None
     labels = {it.key: it.label or it.key for it in items} if items else {}
-    preds = predict.predict(ev, items, jobs, labels)
+    cost = _object_cost(req.kind, inv, afacts)
+    preds = predict.predict(ev, items, jobs, labels, cost)
 
     # ---- caps
     caps: dict[str, int] = {}
@@ -288,6 +289,14 @@ def advise(req: Request) -> Advice:
         warnings.append(Caution("few_tables", f"only {caps['tables']} table(s) to dump: more "
                                              "jobs than tables sit idle"))
     warnings += compression_warning(req, ev, choice)
+    if cost is not None and rec_pred.serial_s >= SERIAL_WARN * rec_pred.wall_s:
+        who = ("the leader's catalog reads, locks and schema" if req.kind == "dump"
+               else "pg_restore's pre-data DDL, one statement after another")
+        warnings.append(Caution(
+            "serial_phase", f"about {fmt.duration(rec_pred.serial_s)} of the "
+            f"{fmt.duration(rec_pred.wall_s)} is {who} for {cost.objects} objects: more jobs "
+            "cannot shorten it; fewer objects per run can (split the run with -n / -t, or "
+            "drop unused objects)"))
     if dom:
         warnings.append(Caution("dominant_table", dom["message"]))
     if inv is not None and not inv.items and req.kind == "dump":
@@ -302,6 +311,31 @@ def advise(req: Request) -> Advice:
                   lower_bound_s=lb, basis=ev.basis, confidence=confidence, warnings=warnings,
                   command=command, evidence=ev, choice=choice, inventory=inv, dominant=dom,
                   probe=probe_json, why=why, notes=notes, server=server)
+
+
+# the serial phase is worth a warning from this share of the predicted time
+SERIAL_WARN = 0.4
+# TOC entries a restore's leader runs itself, one after another (pre-data):
+# everything but the data, the post-data builds and what comes with them
+_NOT_PRE_DATA = {"TABLE DATA", "INDEX", "CONSTRAINT", "FK CONSTRAINT", "TRIGGER", "RULE",
+                 "POLICY", "INDEX ATTACH", "STATISTICS", "SEQUENCE SET", "BLOBS", "BLOB",
+                 "LARGE OBJECT", "ACL", "COMMENT", "MATERIALIZED VIEW DATA"}
+
+
+def _object_cost(kind: str, inv: Inventory | None,
+                 afacts: dict[str, Any]) -> predict.ObjectCost | None:
+    """The per-object part of the run, from the catalog's object counts (a
+    dump) or the archive's TOC (a restore)."""
+    if inv is None or not inv.items:
+        return None
+    if kind == "dump":
+        objects = int(afacts.get("objects") or 0)
+        return predict.object_cost("dump", objects, len(inv.items)) if objects else None
+    if kind == "restore" and inv.plan_inputs is not None:
+        toc = inv.plan_inputs[0]
+        objects = sum(1 for t in toc if t.desc not in _NOT_PRE_DATA)
+        return predict.object_cost("restore", objects, len(inv.items))
+    return None
 
 
 def _confidence(ev: Evidence) -> str:

@@ -125,9 +125,11 @@ class Prediction:
     last_item: str | None = None
     measured_s: float | None = None  # basis "timings": what the user measured
     extrapolated: bool = False  # beyond the evidence (capped at 2x the largest measured j)
+    serial_s: float = 0.0  # of wall_s: the serial per-object phase no -j shortens
 
     def to_json(self) -> dict[str, Any]:
         return {"jobs": self.jobs, "wall_s": round(self.wall_s, 2),
+                "serial_s": round(self.serial_s, 2),
                 "bottleneck": self.bottleneck,
                 "lower_bound_s": (None if self.lower_bound_s is None
                                   else round(self.lower_bound_s, 2)),
@@ -186,12 +188,62 @@ def _flat_at(fit: usl.Fit, j: int) -> bool:
     return fit.throughput(j) - fit.throughput(j - 1) < FLAT_GAIN * x1
 
 
+@dataclass(frozen=True)
+class ObjectCost:
+    """The per-object part of a run (docs/advise.md, "Many objects"): a
+    serial phase in the leader (a dump's catalog reads, locks and schema; a
+    restore's pre-data DDL, one statement after the other) and a fixed cost
+    per item that the leader pays one item after another (it hands each item
+    to a worker and collects its end; at -j 1 it runs the item itself)."""
+
+    objects: int  # what the serial phase works through
+    items: int  # the items handed out
+    object_s: float  # seconds per object of the serial phase
+    item_s_1: float  # seconds per item at -j 1
+    item_s_n: float  # seconds per item at -j 2 (handing out and collecting)
+    item_s_more: float = 0.0  # and more per item for each worker beyond 2
+
+    def serial_at(self, j: int) -> float:
+        per = self.item_s_1 if j == 1 else self.item_s_n + (j - 2) * self.item_s_more
+        return self.objects * self.object_s + self.items * per
+
+
+# Per-object costs measured on this project's 2-core VM (PostgreSQL 15's
+# pg_dump and pg_restore, fsync off, 250 to 2000 tables of one row with a
+# serial primary key; docs/benchmarks.md, "Many small tables"):
+# pg_dump -s of 2000 tables (8000 relations, constraints and functions)
+# took 0.60 s, -Fd -j 1 1.28-1.35 s, -j 2 1.63-2.14 s and -j 4 2.51 s; 500
+# tables 0.18 / 0.48 / 0.41 s. A restore's pre-data section took 0.4-0.7 ms
+# per object.
+DUMP_OBJECT_S = 75e-6
+DUMP_ITEM_S_1 = 0.34e-3
+DUMP_ITEM_S_N = 0.55e-3
+DUMP_ITEM_S_MORE = 0.1e-3
+RESTORE_OBJECT_S = 0.5e-3
+RESTORE_ITEM_S_1 = 0.2e-3
+RESTORE_ITEM_S_N = 0.4e-3
+
+
+def object_cost(kind: str, objects: int, items: int) -> ObjectCost:
+    if kind == "dump":
+        return ObjectCost(objects, items, DUMP_OBJECT_S, DUMP_ITEM_S_1, DUMP_ITEM_S_N,
+                          DUMP_ITEM_S_MORE)
+    return ObjectCost(objects, items, RESTORE_OBJECT_S, RESTORE_ITEM_S_1, RESTORE_ITEM_S_N)
+
+
 def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
-            labels: dict[str, str] | None = None) -> list[Prediction]:
+            labels: dict[str, str] | None = None,
+            cost: ObjectCost | None = None) -> list[Prediction]:
+    """Wall time at each j: the serial per-object part (the leader's objects
+    and its handing out of items, `cost`), then the items' work through the
+    scheduler."""
     labels = labels or {}
     out: list[Prediction] = []
+    if ev.basis == "timings":
+        cost = None  # measured wall times hold it already
     big = max(items, key=lambda it: it.work) if items else None
     for j in jobs:
+        serial = cost.serial_at(j) if cost is not None else 0.0
         extrap = ev.basis != "static" and j > ev.fit.max_n + 1e-9
         if ev.basis == "timings" or not items:
             wall = 1.0 / ev.fit.throughput(j)
@@ -206,8 +258,11 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
             neck = f"largest table ({labels.get(big.key, big.label or big.key)})"
         else:
             neck = _curve_bottleneck(ev, j)
-        out.append(Prediction(j, sched.makespan, neck, lb, sched.tail_s,
-                              labels.get(sched.last_item or "", sched.last_item), None, extrap))
+        if serial > 0.5 * (serial + sched.makespan) and j > 1:
+            neck = "the serial per-object phase (more jobs cannot shorten it)"
+        out.append(Prediction(j, serial + sched.makespan, neck, lb + serial, sched.tail_s,
+                              labels.get(sched.last_item or "", sched.last_item), None, extrap,
+                              serial_s=serial))
     return out
 
 

@@ -22,6 +22,17 @@ SELECT json_build_object(
                       WHERE c.relkind IN ('r', 'p')
                         AND n.nspname NOT IN ('pg_catalog', 'information_schema')
                         AND n.nspname !~ '^pg_toast'),
+  -- what a dump's leader reads, locks and writes the schema of, one by one
+  'objects', (SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n
+                      ON n.oid = c.relnamespace
+                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+                        AND n.nspname !~ '^pg_toast' AND c.relkind <> 't')
+                   + (SELECT count(*) FROM pg_constraint co JOIN pg_namespace n
+                      ON n.oid = co.connamespace
+                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema'))
+                   + (SELECT count(*) FROM pg_proc p JOIN pg_namespace n
+                      ON n.oid = p.pronamespace
+                      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema'))),
   'can_create_temp', has_database_privilege(current_database(), 'TEMPORARY'),
   'database_exists', true
 )
