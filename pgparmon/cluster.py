@@ -89,6 +89,7 @@ class Cluster:
     port: int
     superuser: str = "postgres"
     settings: dict[str, str] = field(default_factory=dict)
+    initdb_args: tuple[str, ...] = ()  # e.g. ("-k",): data checksums
     _owner: tuple[int, int] | None = None
     started: bool = False
 
@@ -129,7 +130,8 @@ class Cluster:
             for p in (self.base, self.sockdir):
                 os.chown(p, *self._owner)
         self._run([str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", self.superuser,
-                   "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C"])
+                   "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C",
+                   *self.initdb_args])
         conf = {
             "port": str(self.port),
             "listen_addresses": "'127.0.0.1'",
@@ -198,13 +200,14 @@ class Cluster:
 
 
 def start_cluster(bindir: Path | None = None, settings: dict[str, str] | None = None,
-                  prefix: str = "pgparmon-") -> Cluster:
+                  prefix: str = "pgparmon-", initdb_args: tuple[str, ...] = ()) -> Cluster:
     """initdb and start a cluster in a fresh temp dir on a free port."""
     bd = bindir or find_bindir()
     base = Path(tempfile.mkdtemp(prefix=prefix))
     last: Exception | None = None
     for _ in range(3):
-        cl = Cluster(bindir=bd, base=base, port=free_port(), settings=dict(settings or {}))
+        cl = Cluster(bindir=bd, base=base, port=free_port(), settings=dict(settings or {}),
+                     initdb_args=tuple(initdb_args))
         try:
             if not cl.datadir.exists():
                 cl.init()

@@ -46,6 +46,7 @@ from .inventory import (
     restore_inventory,
     server_is_local,
     setting_bytes,
+    setting_str,
 )
 from .predict import Evidence, Prediction
 from .request import AdviseError, Request
@@ -243,7 +244,15 @@ def advise(req: Request) -> Advice:
     items = inv.items if inv is not None and inv.items else None
     labels = {it.key: it.label or it.key for it in items} if items else {}
     cost = _object_cost(req.kind, inv, afacts)
-    preds = predict.predict(ev, items, jobs, labels, cost)
+    checksums = (req.kind == "restore" and ev.basis != "timings"
+                 and setting_str(settings, "data_checksums") == "on")
+    preds = predict.predict(ev, items, jobs, labels, cost,
+                            predict.CHECKSUM_WRITE_FACTOR if checksums else 1.0)
+    if checksums:
+        warnings.append(Caution(
+            "data_checksums", "the target cluster has data checksums on: every page the "
+            f"restore writes is checksummed (measured ~{CHECKSUM_PCT}% slower on writes): the "
+            f"predictions include +{CHECKSUM_PCT}% on the load and the builds"))
 
     # ---- caps
     caps: dict[str, int] = {}
@@ -313,6 +322,7 @@ def advise(req: Request) -> Advice:
                   probe=probe_json, why=why, notes=notes, server=server)
 
 
+CHECKSUM_PCT = round(100 * (predict.CHECKSUM_WRITE_FACTOR - 1))
 # the serial phase is worth a warning from this share of the predicted time
 SERIAL_WARN = 0.4
 # TOC entries a restore's leader runs itself, one after another (pre-data):

@@ -12,7 +12,8 @@ SELECT json_build_object(
                               'max_parallel_maintenance_workers', 'shared_buffers',
                               'block_size', 'data_directory', 'max_locks_per_transaction',
                               'max_prepared_transactions', 'autovacuum_max_workers',
-                              'autovacuum_worker_slots', 'max_wal_senders')),
+                              'autovacuum_worker_slots', 'max_wal_senders',
+                              'data_checksums')),
   -- lock table entries held now (fast-path locks live in each backend)
   'locks_in_use', (SELECT count(*) FROM pg_locks WHERE NOT fastpath),
   -- the relations pg_dump locks, each in its leader and in the worker that
