@@ -708,3 +708,36 @@ def test_restore_into_a_cluster_with_data_checksums_costs_more(cluster: Cluster,
         assert pb["serial_s"] == pa["serial_s"]
         assert (pb["wall_s"] - pb["serial_s"]) == pytest.approx(
             1.13 * (pa["wall_s"] - pa["serial_s"]), rel=0.03, abs=0.02)
+
+
+def test_checkpoint_warning_needs_mostly_requested_checkpoints() -> None:
+    s = {"max_wal_size": ["64", "MB"]}
+    busy = {"settings": s, "checkpoints": {"requested": 40, "timed": 12,
+                                           "since": "2026-11-20 08:00:00+00"}}
+    (w,) = checks.checkpoint_warnings(busy)
+    assert w.code == "checkpoints" and "40 of the server's 52 checkpoints since 2026-11-20 " \
+        "08:00 were requested" in w.message and "67.1 MB" in w.message
+    calm = {"settings": s, "checkpoints": {"requested": 5, "timed": 300}}
+    assert checks.checkpoint_warnings(calm) == []
+    assert checks.checkpoint_warnings({"settings": s}) == []
+
+
+@pytest.mark.integration
+def test_restore_advice_sees_checkpoints_forced_by_wal(dump_archive: Path) -> None:
+    """A server whose WAL outgrows max_wal_size (32 MB): its checkpoints are
+    requested, not timed, and the restore advice says to raise it."""
+    from pgparmon.cluster import start_cluster
+
+    cl = start_cluster(settings={"max_wal_size": "32MB", "min_wal_size": "32MB",
+                                 "checkpoint_timeout": "1h"})
+    try:
+        cl.psql("CREATE TABLE w (v text)")
+        for _ in range(4):  # ~25 MB of WAL each
+            cl.psql("INSERT INTO w SELECT repeat('x', 200) FROM generate_series(1, 100000)")
+        r = run_advise(*conn_args(cl, "postgres"), "--archive", str(dump_archive), "--json")
+    finally:
+        cl.stop()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (w,) = [w for w in doc["warnings"] if w["code"] == "checkpoints"]
+    assert "were requested" in w["message"] and "raise max_wal_size" in w["message"]

@@ -132,6 +132,8 @@ def test_advise(versioned: tuple[int, Cluster, Path]) -> None:
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["server"]["version"].startswith(str(major))
+    # this version's advise band ran (17+: pg_stat_checkpointer)
+    assert doc["server"]["lock_table_entries"] > 0 and doc["server"]["lockable_tables"] >= 10
     assert doc["basis"] == "probe", doc["warnings"]  # TID range scans on every 14+
     assert doc["inventory"]["largest_item"] == "public.orders"
     res = subprocess.run(pgparmon_cmd("advise", "-d", "postgres", "--archive", str(work / "a"),

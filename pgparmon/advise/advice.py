@@ -26,6 +26,7 @@ from . import predict
 from .checks import (
     Caution,
     check_target,
+    checkpoint_warnings,
     client_major,
     compression_warning,
     connection_cap,
@@ -292,6 +293,7 @@ def advise(req: Request) -> Advice:
         warnings += lock_warnings(req.kind, afacts, choice)
     if req.kind == "restore":
         warnings += restore_warnings(inv, settings, choice, local)
+        warnings += checkpoint_warnings(afacts)
     if req.kind == "dump" and req.target_dir and inv is not None:
         warnings += space_warning(req, inv, probe_json)
     if "tables" in choice.capped_by:

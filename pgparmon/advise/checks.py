@@ -222,6 +222,28 @@ def lock_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choice) -> 
     return []
 
 
+def checkpoint_warnings(afacts: dict[str, Any]) -> list[Caution]:
+    """Checkpoints mostly requested, not timed: the server's usual write load
+    already fills max_wal_size between checkpoints, and a restore writes
+    faster than that (a checkpoint flushes everything dirty: the load
+    stalls behind it, and the first write to each page after it is a full
+    page image in the WAL)."""
+    cp = afacts.get("checkpoints") or {}
+    req, timed = int(cp.get("requested") or 0), int(cp.get("timed") or 0)
+    if req < 3 or req <= timed:
+        return []
+    s = afacts.get("settings") or {}
+    wal = setting_bytes(s, "max_wal_size")
+    since = f" since {str(cp['since'])[:16]}" if cp.get("since") else ""
+    now = f" ({fmt.size(wal)})" if wal else ""
+    bigger = f" (to {fmt.size(4 * wal)} or more)" if wal else ""
+    return [Caution("checkpoints",
+                    f"{req} of the server's {req + timed} checkpoints{since} were requested "
+                    f"(WAL reached max_wal_size{now}, or a CHECKPOINT command), not timed: "
+                    "checkpoints already come too often, and a restore writes faster; raise "
+                    f"max_wal_size for the restore{bigger}")]
+
+
 def restore_warnings(inv: Inventory | None, settings: dict[str, Any], choice: predict.Choice,
                      local: bool) -> list[Caution]:
     out: list[Caution] = []

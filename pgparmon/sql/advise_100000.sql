@@ -34,6 +34,12 @@ SELECT json_build_object(
                    + (SELECT count(*) FROM pg_proc p JOIN pg_namespace n
                       ON n.oid = p.pronamespace
                       WHERE n.nspname NOT IN ('pg_catalog', 'information_schema'))),
+  -- checkpoints since the statistics were reset: requested ones (WAL reached
+  -- max_wal_size, or a CHECKPOINT command) against timed ones
+  'checkpoints', (SELECT json_build_object('requested', checkpoints_req,
+                                           'timed', checkpoints_timed,
+                                           'since', stats_reset::text)
+                  FROM pg_stat_bgwriter),
   'can_create_temp', has_database_privilege(current_database(), 'TEMPORARY'),
   'database_exists', true
 )
