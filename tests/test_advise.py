@@ -518,7 +518,10 @@ def test_advice_never_recommends_a_dump_the_lock_table_cannot_hold(tmp_path: Pat
         r = run_advise(*conn_args(cl, "manytables"), "--target", str(tmp_path / "d"), "--json")
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
-        assert doc["recommended_jobs"] == 1 and "lock table" in doc["capped_by"], doc
+        # -j 1: capped by the lock table, or already the knee (300 tiny tables:
+        # the serial per-object part); either way the warning says why not -j 2+
+        assert doc["recommended_jobs"] == 1, doc
+        assert "lock table" in doc["capped_by"] or doc["knee_jobs"] == 1
         (w,) = [w for w in doc["warnings"] if w["code"] == "lock_table"]
         assert "300 tables twice" in w["message"] and "max_locks_per_transaction = " in \
             w["message"]

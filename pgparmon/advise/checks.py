@@ -206,7 +206,7 @@ def lock_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choice) -> 
                         f"({how}) and {used} are in use: the dump would fail with \"out of "
                         f"shared memory\" even at -j 1; set max_locks_per_transaction = {fix} "
                         "(a restart), or dump fewer tables at a time (-n / -t)")]
-    if "lock table" in choice.capped_by:
+    if locks_needed(kind, tables, 2) > free:  # any parallel dump (capped, or the knee is 1)
         return [Caution("lock_table",
                         f"pg_dump -j {want} locks each of the {tables} tables twice (the "
                         f"leader holds them all, each worker the ones it dumps): "
