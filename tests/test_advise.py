@@ -744,3 +744,63 @@ def test_restore_advice_sees_checkpoints_forced_by_wal(dump_archive: Path) -> No
     doc = json.loads(r.stdout)
     (w,) = [w for w in doc["warnings"] if w["code"] == "checkpoints"]
     assert "were requested" in w["message"] and "raise max_wal_size" in w["message"]
+
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+def _device_of(path: Path) -> str:
+    st = os.stat(path)
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0 or not (BLKIO / "cgroup.procs").exists(),
+                    reason="a storage limit needs root and cgroup v1's blkio controller "
+                           "(this machine kind has both)")
+def test_probe_finds_the_storage_knee(tmp_path: Path) -> None:
+    """A server whose reads are capped at 20 MB/s (a blkio cgroup on its
+    postmaster, caches dropped): more streams read no faster. The probe's
+    sessions wait on I/O, the second stream adds little, and the advice says
+    storage-bound at 1 and recommends -j 1, not the -j that looks a bit faster."""
+    from pgparmon.cluster import start_cluster
+
+    cg = BLKIO / f"pgparmon-test-{os.getpid()}"
+    cl = start_cluster(settings={"shared_buffers": "16MB"})
+    try:
+        cl.psql("CREATE DATABASE slowdisk")
+        for i in range(3):
+            cl.psql(f"CREATE TABLE t{i} AS SELECT g AS id, md5(g::text) || md5((g + 1)::text) "
+                    "AS v FROM generate_series(1, 400000) g", dbname="slowdisk")
+        cl.psql("VACUUM ANALYZE", dbname="slowdisk")
+        cg.mkdir()
+        (cg / "blkio.throttle.read_bps_device").write_text(
+            f"{_device_of(cl.datadir)} 20000000")
+        for _ in range(2):  # caches cold (seen here: one stop, drop and start left the
+            # first reads served from memory; a second made them cold)
+            cl.stop(cleanup=False)
+            subprocess.run(["sync"], check=True)
+            Path("/proc/sys/vm/drop_caches").write_text("3")
+            cl.start()
+        pm = (cl.datadir / "postmaster.pid").read_text().split()[0]
+        (cg / "cgroup.procs").write_text(pm)  # its backends, forked from now on, too
+        r = run_advise(*conn_args(cl, "slowdisk"), "--target", str(tmp_path / "d"), "--probe",
+                       "--probe-seconds", "8", "-Z", "0", "--json", timeout=180)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        pts = doc["probe"]["points"]
+        assert all(p["io_wait_share"] is not None for p in pts), pts
+        assert doc["probe"]["storage_bound_at"] == 1, pts
+        assert doc["recommended_jobs"] == 1, doc["predictions"]
+        (w,) = [w for w in doc["warnings"] if w["code"] == "storage_bound"]
+        assert "storage-bound at 1" in w["message"]
+        assert "storage reads" in {p["jobs"]: p for p in doc["predictions"]}[2]["bottleneck"]
+    finally:
+        cl.stop()
+        if cg.exists():
+            for pid in (cg / "cgroup.procs").read_text().split():
+                try:
+                    (BLKIO / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
+            cg.rmdir()

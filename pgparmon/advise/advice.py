@@ -270,6 +270,14 @@ def advise(req: Request) -> Advice:
             caps["memory"] = max(1, int(0.5 * available_memory() // mwm))
     if inv is not None and inv.archive_format in ("plain", "tar"):
         caps["archive format"] = 1
+    pinfo = probe_json or {}
+    bound_at = pinfo.get("storage_bound_at")
+    if bound_at:
+        caps["storage"] = int(bound_at)
+        warnings.append(Caution(
+            "storage_bound", f"the storage is the limit: {pinfo.get('storage_detail')} "
+            "(IO:DataFileRead and friends): more jobs will not read faster; the knee is "
+            f"-j {bound_at}"))
     if req.kind == "dump" and facts is not None and req.conn is not None:
         # the sessions pg_dump -j will hold, tried the way it holds them
         try_j = min([max(jobs), *caps.values()])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..analyze.saturation import doubling_gain
 from ..readers.db import ServerFacts
 from ..views import fmt
 from . import predict, usl
@@ -118,9 +119,38 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
     cpu = {int(p.streams): v for p in res.points
            if (v := res.cpu_s_per_gb(p.streams)) is not None}
     limit, per_stream = probe_limits(res, usable_cores())
+    bound = storage_bound(res.first_reads())
+    if bound is not None:
+        k, detail = bound
+        limit = f"storage reads ({detail})"
+        pj["storage_bound_at"] = k
+        pj["storage_detail"] = detail
     ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": pj})
     return ev, pj
+
+
+# a doubling of streams that reads less than this much more, while its
+# sessions mostly wait on I/O, finds the storage saturated
+STORAGE_GAIN = 0.25
+STORAGE_IO_SHARE = 0.5
+
+
+def storage_bound(points: list[Any]) -> tuple[int, str] | None:
+    """(k, why) when the storage is saturated at k streams: the next step
+    with more streams mostly waited on I/O (IO:DataFileRead and friends)
+    and gained under STORAGE_GAIN per doubling. None otherwise."""
+    pts = sorted(points, key=lambda p: p.streams)
+    for a, b in zip(pts, pts[1:], strict=False):
+        share = b.io_wait_share
+        if share is None or share < STORAGE_IO_SHARE:
+            continue
+        gain = doubling_gain(a.streams, a.bytes_per_s, b.streams, b.bytes_per_s)
+        if gain < STORAGE_GAIN:
+            return a.streams, (f"at {b.streams} streams the probe's sessions waited on I/O "
+                               f"{share:.0%} of the time and read {gain:+.0%} per doubling "
+                               f"of streams over {a.streams}: storage-bound at {a.streams}")
+    return None
 
 
 def probe_limits(res: Any, cores: int) -> tuple[str, str | None]:

@@ -30,6 +30,7 @@ from .psql import checked_psql, is_local_host, psql_env
 from .results import ProbeError, ProbeResult, ProbeTable, qualified_name
 from .steps import StepRunner
 from .streams import Range, Stream
+from .waits import WaitSampler
 
 MIN_SERVER_VERSION = 140000  # TID range scans
 MIN_RANGE_PAGES = 8
@@ -123,16 +124,23 @@ def run_probe(target: ConnTarget, tables: list[ProbeTable], target_dir: str, *,
     except OSError as exc:
         raise ProbeError(f"cannot write in {base}: {exc.strerror or exc}") from None
 
+    waits = WaitSampler.open(target, notes)
     probe = StepRunner(psql=psql, comp=comp, env=env, scratch=scratch, source=source,
                        device=device, local=is_local_host(env.get("PGHOST")),
-                       connect_timeout_s=float(target.connect_timeout_s))
-    points = run_steps(probe, scratch, notes, t_start, budget_s, max_streams)
+                       connect_timeout_s=float(target.connect_timeout_s), waits=waits)
+    try:
+        points = run_steps(probe, scratch, notes, t_start, budget_s, max_streams)
+    finally:
+        if waits is not None:
+            waits.close()
     heap = sum(p.heap_bytes for p in points)
     ratio = sum(p.out_bytes for p in points) / heap if heap > 0 else None
     if source.reused:
+        again = [str(p.streams) for p in points if p.reread]
         notes.append(f"the tables hold only {fmt.size(source.blocks.total_pages * block_size)} of "
-                     "heap: ranges were read more than once, so the cache helped and the "
-                     "throughput may be optimistic")
+                     "heap: ranges were read more than once, so the cache helped"
+                     + (f" (the steps at {', '.join(again)} streams re-read the probe's own "
+                        "pages: left out of the fit while two others remain)" if again else ""))
     cpu_note(probe, points, notes)
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression=comp.label, ratio=ratio, device=device, notes=notes)

@@ -58,6 +58,10 @@ class ProbePoint:
     wall_s: float = 0.0
     host_cpu_percent: float | None = None
     ranges: int = 0
+    # the step read pages this probe had read before (its ranges ran out and
+    # started over): the cache served them, which a real run never sees
+    reread: bool = False
+    io_wait_share: float | None = None  # of its active sessions' samples: waiting on I/O
 
 
 @dataclass
@@ -75,9 +79,16 @@ class ProbeResult:
     build: dict[str, Any] | None = None  # what was built: table, index, heap_bytes, seconds
 
     def fit_points(self) -> list[tuple[float, float]]:
-        """(streams, total heap bytes/s), fewest streams first: usl.fit's input."""
-        return [(float(p.streams), p.bytes_per_s)
-                for p in sorted(self.points, key=lambda p: p.streams)]
+        """(streams, total heap bytes/s), fewest streams first: usl.fit's input.
+        Steps that re-read the probe's own pages are left out while two
+        others remain (a real run reads each page once)."""
+        pts = self.first_reads()
+        return [(float(p.streams), p.bytes_per_s) for p in pts]
+
+    def first_reads(self) -> list[ProbePoint]:
+        pts = sorted(self.points, key=lambda p: p.streams)
+        fresh = [p for p in pts if not p.reread]
+        return fresh if len(fresh) >= 2 else pts
 
     def point(self, k: int) -> ProbePoint | None:
         for p in self.points:

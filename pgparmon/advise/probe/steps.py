@@ -6,6 +6,7 @@ the target's disk).  The plan that chooses the steps is `plan`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import selectors
 import subprocess
@@ -58,6 +59,7 @@ class StepRunner:
     # called with k before each step's sessions start (the COPY probe empties
     # its scratch table there)
     before_step: Any = None
+    waits: Any = None  # a WaitSampler: the sessions' I/O waits during each step
 
     def run_step(self, k: int, t_step: float, want_bytes: float, deadline: float,
                  grow: bool = False, finale: Any = None) -> ProbePoint:
@@ -100,6 +102,8 @@ class StepRunner:
                     s.cpu0 = cpu_of(s.pid)
 
             # 2. the timed part
+            if self.waits is not None:
+                self.waits.start([s.pid for s in streams if s.pid is not None])
             h0 = read_host([self.device] if self.device else [])
             t0 = time.monotonic()
             t_stop = t0 + t_step
@@ -153,12 +157,17 @@ class StepRunner:
             t_final = time.monotonic()
             h1 = read_host([self.device] if self.device else [])
             cpu_after = children_cpu()
+            io_share = self.waits.stop() if self.waits is not None else None
         finally:
+            if self.waits is not None:
+                self.waits.stop()
             for s in streams:
                 s.kill()
             sel.close()
 
-        return self._point(k, streams, t0, t_final, h0, h1, cpu_after - cpu_before)
+        p = self._point(k, streams, t0, t_final, h0, h1, cpu_after - cpu_before)
+        return dataclasses.replace(p, reread=bool(getattr(self.source, "reused", False)),
+                                   io_wait_share=io_share)
 
     def _point(self, k: int, streams: list[Stream], t0: float, t_final: float,
                h0: HostSample, h1: HostSample, client_cpu: float) -> ProbePoint:
