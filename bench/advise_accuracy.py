@@ -117,13 +117,54 @@ def _wide_random(scale: float) -> tuple[list[str], list[str]]:
     return data, post
 
 
+def _thousands_small(scale: float) -> tuple[list[str], list[str]]:
+    # 3000 tables of a few rows with a serial primary key: object-bound (the
+    # leader's catalog and schema work, items handed out one by one)
+    n = int(3000 * scale)
+    data = [f"DO $$ BEGIN FOR i IN {a}..{min(n, a + 499)} LOOP EXECUTE format('CREATE TABLE "
+            "ts_%s (id serial PRIMARY KEY, v text); INSERT INTO ts_%s (v) SELECT md5(g::text) "
+            "FROM generate_series(1, 5) g', i, i); END LOOP; END $$"
+            for a in range(1, n + 1, 500)]
+    return data, []
+
+
+def _toast_heavy(scale: float) -> tuple[list[str], list[str]]:
+    # 4 KB of poorly compressible text a row, stored out of line (TOAST): the
+    # heap's relpages hide most of the data
+    base = int(30_000 * scale)
+    body = " || ".join(["md5(random()::text)"] * 128)
+    data = [f"CREATE TABLE th_{i} (id int PRIMARY KEY, t text)" for i in range(4)]
+    data += [f"ALTER TABLE th_{i} ALTER COLUMN t SET STORAGE EXTERNAL" for i in range(4)]
+    data += [f"INSERT INTO th_{i} SELECT g, {body} FROM generate_series(1, {int(base * f)}) g"
+             for i, f in enumerate((1.4, 1.0, 0.8, 0.6))]
+    return data, []
+
+
+def _typical(scale: float) -> tuple[list[str], list[str]]:
+    # one large table, eight middling ones, 200 small ones, an index
+    big, mid, small = int(1_000_000 * scale), int(125_000 * scale), int(500 * scale)
+    data = [f"CREATE TABLE ty_big AS SELECT g AS id, md5(g::text) AS a, g % 1000 AS c "
+            f"FROM generate_series(1, {big}) g"]
+    data += [f"CREATE TABLE ty_mid_{i} AS SELECT g AS id, md5((g + {i})::text) AS a "
+             f"FROM generate_series(1, {mid}) g" for i in range(8)]
+    data += [f"CREATE TABLE ty_small_{i:03d} AS SELECT g AS id, md5(g::text) AS a "
+             f"FROM generate_series(1, {small}) g" for i in range(200)]
+    post = ["ALTER TABLE ty_big ADD PRIMARY KEY (id)", "CREATE INDEX ON ty_big (c)"]
+    return data, post
+
+
 SHAPES = {
     "equal": _equal,
     "dominant": _dominant,
     "many-small": _many_small,
     "wide-compressible": _wide_compressible,
     "wide-random": _wide_random,
+    "thousands-small": _thousands_small,
+    "toast-heavy": _toast_heavy,
+    "typical": _typical,
 }
+# shapes no constant or rule of the advice was tuned on (report them apart)
+HELD_OUT = ("thousands-small", "toast-heavy", "typical")
 
 
 def dbname(shape: str) -> str:
@@ -135,8 +176,13 @@ def build_shape(cl: Any, shape: str, scale: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     cl.psql(f"CREATE DATABASE {db}")
     data, post = SHAPES[shape](scale)
-    cl.psql(";\n".join(data), dbname=db)
-    cl.psql(";\n".join(post), dbname=db)
+    if shape == "thousands-small":  # one transaction per 500 tables (the lock table)
+        for stmt in data:
+            cl.psql(stmt, dbname=db)
+    else:
+        cl.psql(";\n".join(data), dbname=db)
+    if post:
+        cl.psql(";\n".join(post), dbname=db)
     cl.psql("VACUUM ANALYZE", dbname=db)
     rows = cl.psql(
         "SELECT count(*), coalesce(sum(c.relpages), 0), "
@@ -453,11 +499,19 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         s[mode] = block([r for r in rows if r["mode"] == mode])
     for op in ("dump", "restore"):
         s[op] = block([r for r in rows if r["op"] == op])
+    held = [r for r in distinct if r["shape"] in HELD_OUT]
+    if held:
+        s["held_out"] = block(held)
+        s["tuned_on"] = block([r for r in distinct if r["shape"] not in HELD_OUT])
     return s
 
 
 # --------------------------------------------------------------------------
 # output
+
+
+def _shape(r: dict[str, Any]) -> str:
+    return r["shape"] + (" (held out)" if r["shape"] in HELD_OUT else "")
 
 
 def _f(x: Any, fmt: str = "{:.1f}", none: str = "-") -> str:
@@ -470,7 +524,7 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     lines = [head, "|" + "---|" * 13]
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['shape']} | {r['op']} | {r['mode']} | - | - | "
+            lines.append(f"| {_shape(r)} | {r['op']} | {r['mode']} | - | - | "
                          f"{r['best_jobs']} | {r['best_s']:.1f} s | - | - | - | - | - | "
                          f"{r['error']} |")
             continue
@@ -479,7 +533,7 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
                                    f"{_f(p['budget_s'])} / {_f(p['limit_3pct_or_60s'])}")
         half = r.get("not_worse_than_half")
         lines.append(
-            f"| {r['shape']} | {r['op']} | {r['mode']} ({r.get('basis')}) | "
+            f"| {_shape(r)} | {r['op']} | {r['mode']} ({r.get('basis')}) | "
             f"{r.get('recommended_jobs')} | {_f(r.get('measured_s'), '{:.1f} s')} | "
             f"{r['best_jobs']} | {r['best_s']:.1f} s | {_f(r.get('regret'), '{:.3f}')} | "
             f"{_f(r.get('predicted_s'), '{:.1f} s')} | "
