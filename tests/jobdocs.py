@@ -48,7 +48,9 @@ def _tmp() -> Path:
 
 
 def _run(cluster: Cluster, argv: list[str], rec: Path) -> JobRun:
-    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--record", str(rec),
+    # 0.2 s: a dump of the sample database lasts a few seconds, and the tests
+    # need several samples with both workers copying
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "--record", str(rec),
                                       "--", *argv),
                          capture_output=True, text=True, env=cluster.env(), timeout=300,
                          check=False)
