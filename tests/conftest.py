@@ -125,25 +125,22 @@ def dump_archive(cluster: Cluster, sample_db: str) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def pgbouncer() -> str:
-    """PgBouncer (Debian package), installed once per machine when missing;
+def _debian_tool(binary: str, package: str) -> str:
+    """A tool from a Debian package, installed once per machine when missing;
     the test is skipped, saying why, when it cannot be installed."""
     from support import ensure_debian_package, install_failure
 
-    path = ensure_debian_package("pgbouncer", "pgbouncer")
+    path = ensure_debian_package(binary, package)
     if path is None:
-        pytest.skip(f"pgbouncer unavailable: {install_failure('pgbouncer')}")
+        pytest.skip(f"{binary} unavailable: {install_failure(binary)}")
     return path
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> str:
+    return _debian_tool("pgbouncer", "pgbouncer")
 
 
 @pytest.fixture(scope="session")
 def pgcopydb() -> str:
-    """pgcopydb (Debian package), installed once per machine when missing;
-    the test is skipped, saying why, when it cannot be installed."""
-    from support import ensure_debian_package, install_failure
-
-    path = ensure_debian_package("pgcopydb", "pgcopydb")
-    if path is None:
-        pytest.skip(f"pgcopydb unavailable: {install_failure('pgcopydb')}")
-    return path
+    return _debian_tool("pgcopydb", "pgcopydb")
