@@ -9,6 +9,7 @@ checks and warnings live in checks.py; this module orchestrates.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -274,6 +275,9 @@ def advise(req: Request) -> Advice:
     bound_at = pinfo.get("storage_bound_at")
     if bound_at:
         caps["storage"] = int(bound_at)
+        # past the knee the storage is what limits, whatever the fitted curve says
+        preds = [dataclasses.replace(p, bottleneck=ev.limit) if p.jobs > int(bound_at) else p
+                 for p in preds]
         warnings.append(Caution(
             "storage_bound", f"the storage is the limit: {pinfo.get('storage_detail')} "
             "(IO:DataFileRead and friends): more jobs will not read faster; the knee is "

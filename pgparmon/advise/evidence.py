@@ -85,8 +85,9 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
         if req.kind == "dump":
             assert req.target_dir
             tables = [probe_mod.ProbeTable(name=t.name, schema=t.schema, relname=t.relname,
-                                           relpages=t.relpages)
-                      for t in inv.tables if t.relpages > 0][:8]
+                                           relpages=t.relpages - t.toast_pages,
+                                           toast_pages=t.toast_pages)
+                      for t in inv.tables if t.relpages - t.toast_pages > 0][:8]
             if not tables:
                 notes.append("no table with pages to probe (run ANALYZE)")
                 return None, None

@@ -48,6 +48,7 @@ class TableSize:
     relpages: int  # heap + TOAST pages (pg_dump's ordering key)
     heap_bytes: float
     reltuples: float | None = None
+    toast_pages: int = 0  # of relpages: its TOAST table's
 
 
 @dataclass
@@ -130,7 +131,8 @@ def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
             unsized += 1
         out.append(TableSize(name=it.relation or it.key, schema=str(t[1]) if t else "",
                              relname=str(t[2]) if t else it.key, relpages=relpages,
-                             heap_bytes=it.work, reltuples=it.reltuples))
+                             heap_bytes=it.work, reltuples=it.reltuples,
+                             toast_pages=int(t[6] or 0) if t else 0))
     out.sort(key=lambda t: -t.heap_bytes)
     inv = Inventory("dump", _work_items(tr), out, block_size=facts.block_size)
     if unsized:

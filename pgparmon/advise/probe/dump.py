@@ -9,9 +9,10 @@ straight into the file for "none") writing a file in a scratch directory
 inside the dump target.  The files are fsynced before the clock stops, and
 the scratch directory is always removed (errors and Ctrl-C included).
 
-Work unit: heap bytes, (b - a) * block_size for a range (main fork blocks:
-TOAST read on the way is not counted, so a TOAST-heavy table looks slower
-per heap byte than it is).
+Work unit: heap bytes, as the dump's items are sized (relpages of the table
+and its TOAST table): (b - a) * block_size for a range of main-fork blocks,
+times the table's (main + TOAST pages) / main pages, the TOAST its rows
+carry taken as even over the table.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ class DumpSource:
     def take(self, s: Stream, want_bytes: float) -> Range:
         pages = max(MIN_RANGE_PAGES, int(want_bytes / self.block_size))
         t, a, b = self.blocks.take(pages)
-        return Range(t.name, copy_sql(t, a, b), heap=float((b - a) * self.block_size))
+        # in the dump's unit (heap + TOAST bytes, as its items are sized)
+        return Range(t.name, copy_sql(t, a, b),
+                     heap=float((b - a) * self.block_size) * t.toast_factor)
 
     def finish(self, r: Range) -> None:
         pass

@@ -23,7 +23,14 @@ class ProbeTable:
     name: str
     schema: str
     relname: str
-    relpages: int
+    relpages: int  # the main fork's pages: what ctid ranges cover
+    toast_pages: int = 0  # its TOAST table's, read along with its rows
+
+    @property
+    def toast_factor(self) -> float:
+        """Heap + TOAST bytes per main-fork byte: a range's rows carry their
+        share of the TOAST (taken as even over the table)."""
+        return (self.relpages + self.toast_pages) / self.relpages if self.relpages else 1.0
 
     @classmethod
     def of(cls, schema: str, relname: str, relpages: int) -> ProbeTable:

@@ -39,6 +39,10 @@ class Aborted(Exception):
     """A step ran into the budget's deadline."""
 
 
+# no range asks for more than this (the warm-up doubles its ranges)
+MAX_RANGE_BYTES = 64e9
+
+
 @dataclass
 class StepRunner:
     """Runs the steps of one probe: k streams at a time over ranges from
@@ -114,7 +118,9 @@ class StepRunner:
             def on_done(s: Stream, now: float) -> None:
                 last = now - s.ranges[-1].t0
                 if grow:
-                    s.want *= 2
+                    # doubling: but tiny tables end ranges at once, and a
+                    # thousand doublings would overflow the size
+                    s.want = min(2 * s.want, MAX_RANGE_BYTES)
                     last *= 2
                 # another range only while the step's time lasts and the
                 # range (as long as the last one, with room) ends before the
