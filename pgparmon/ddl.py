@@ -15,12 +15,16 @@ From that text:
   (`create_table_statements`), CREATE INDEX / ADD PRIMARY KEY / UNIQUE by
   table (`index_statements`), the column list of a CREATE TABLE
   (`column_list`), the shape of an index after its table name
-  (`index_shape`), and a qualified name's parts (`split_qualified`).
+  (`index_shape`), and a qualified name's parts (`split_qualified`);
+* the partitions of partitioned tables (`partition_parents`), from the
+  TABLE ATTACH items alone (``pg_restore -v -L LIST``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,6 +387,37 @@ def post_data_targets(path: str | Path, pg_restore: str | None = None, timeout: 
     return link_targets(targets, items)
 
 
+def partition_parents(path: str | Path, items: Iterable[TocItem], pg_restore: str | None = None,
+                      timeout: float = 30) -> dict[str, str]:
+    """Each partition's parent ("schema.table" -> "schema.table", raw names
+    as the TOC lists them), from the archive's TABLE ATTACH items: pg_dump
+    writes one per partition, and its -v Dependencies name the partition's
+    TABLE and its parent's. Only those items are read (``pg_restore -v -L``
+    a list of them), so a schema of thousands of tables costs nothing here;
+    {} when there are none. TocError when the archive cannot be read."""
+    items = list(items)
+    attach = [it for it in items if it.desc == "TABLE ATTACH"]
+    if not attach:
+        return {}
+    tables = {it.dump_id: qualify(it.schema, it.tag) for it in items if it.desc == "TABLE"}
+    fd, listing = tempfile.mkstemp(prefix="pgparmon-attach-", suffix=".list")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(f"{it.dump_id};\n" for it in attach))
+        text = run_pg_restore(["-v", "-L", listing, "-f", "-"], path, pg_restore, timeout)
+    finally:
+        os.unlink(listing)
+    out: dict[str, str] = {}
+    for e in script_entries(text):
+        if e.desc != "TABLE ATTACH":
+            continue
+        child = qualify(e.schema, e.name)
+        parents = {tables[d] for d in e.deps if d in tables and tables[d] != child}
+        if len(parents) == 1:
+            out[child] = parents.pop()
+    return out
+
+
 # ------------------------------------------------ table and index statements
 
 
@@ -474,3 +509,19 @@ def column_list(sql: str) -> str | None:
                 return sql[begin:i]
         i += 1
     return None
+
+
+_NAME = r'(?:"(?:[^"]|"")*"|[^\s."(;]+)'
+_COLUMN_SET = re.compile(
+    rf'ALTER\s+TABLE\s+(?:ONLY\s+)?{_NAME}(?:\.{_NAME})?\s+ALTER\s+COLUMN\s+({_NAME})\s+'
+    r'SET\s+(STORAGE|COMPRESSION)\s+("?[A-Za-z0-9_]+"?)\s*;', re.IGNORECASE)
+
+
+def column_settings(sql: str) -> list[str]:
+    """The per-column storage settings a TABLE entry of pg_dump carries after
+    its CREATE TABLE (``ALTER TABLE ONLY t ALTER COLUMN c SET STORAGE
+    EXTERNAL;``, ``... SET COMPRESSION lz4;``), as ALTER TABLE actions
+    (``ALTER COLUMN c SET STORAGE EXTERNAL``) for a clone of the table: they
+    decide whether a load compresses its wide values, and so its speed."""
+    return [f"ALTER COLUMN {m.group(1)} SET {m.group(2).upper()} {m.group(3)}"
+            for m in _COLUMN_SET.finditer(sql)]

@@ -41,6 +41,7 @@ from pgparmon.advise.probe.restore import exact_text_size
 from pgparmon.advise.probe.restore_ranges import DataFile, RestoreSource
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
+from pgparmon.ddl import column_settings
 
 PROBE_DB = "probe"
 SECRET = "sekrit-probe-pw"
@@ -445,8 +446,38 @@ def test_temp_table_sql() -> None:
     like = temp_table_sql("CREATE TABLE public.p1 PARTITION OF public.p FOR VALUES IN (1);",
                           'public."P 1"', "tmp2")
     assert like == ('CREATE TEMP TABLE tmp2 (LIKE "public"."P 1" INCLUDING DEFAULTS '
-                    "INCLUDING GENERATED);")
+                    "INCLUDING GENERATED INCLUDING STORAGE);")
     assert "LIKE" in temp_table_sql(None, "public.t", "tmp3")
+
+
+# a TABLE entry as pg_dump 15 writes it (pg_restore -v --section=pre-data)
+STORAGE_ENTRY = ('CREATE TABLE public.th (\n    id integer NOT NULL,\n    t text,\n'
+                 '    u text,\n    "W; x" text\n);\n'
+                 "ALTER TABLE ONLY public.th ALTER COLUMN t SET STORAGE EXTERNAL;\n"
+                 "ALTER TABLE ONLY public.th ALTER COLUMN u SET COMPRESSION lz4;\n"
+                 'ALTER TABLE ONLY public.th ALTER COLUMN "W; x" SET STORAGE MAIN;\n\n\n'
+                 "ALTER TABLE public.th OWNER TO postgres;\n")
+
+
+def test_temp_table_keeps_column_storage() -> None:
+    assert column_settings(STORAGE_ENTRY) == [
+        "ALTER COLUMN t SET STORAGE EXTERNAL", "ALTER COLUMN u SET COMPRESSION lz4",
+        'ALTER COLUMN "W; x" SET STORAGE MAIN']
+    assert temp_table_sql(STORAGE_ENTRY, "public.th", "tmp9").endswith(
+        ' ALTER TABLE tmp9 ALTER COLUMN t SET STORAGE EXTERNAL, ALTER COLUMN u SET '
+        'COMPRESSION lz4, ALTER COLUMN "W; x" SET STORAGE MAIN;')
+    assert column_settings("CREATE TABLE a (b text);\nALTER TABLE a OWNER TO c;") == []
+
+
+@pytest.mark.integration
+def test_temp_table_storage_on_server(cluster: Cluster) -> None:
+    """The clone the restore probe loads stores its wide values as the
+    restore will (a column kept EXTERNAL is not compressed on the clone)."""
+    sql = temp_table_sql(STORAGE_ENTRY, "public.th", "tmp9")
+    out = cluster.psql(sql + " SELECT string_agg(attname || '=' || attstorage::text "
+                       "|| attcompression::text, ',' ORDER BY attnum) FROM pg_attribute "
+                       "WHERE attrelid = 'tmp9'::regclass AND attnum > 0")
+    assert out.strip().splitlines()[-1] == "id=p,t=e,u=xl,W; x=m"
 
 
 def test_index_on_temp() -> None:

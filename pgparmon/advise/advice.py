@@ -227,8 +227,11 @@ def advise(req: Request) -> Advice:
         # the probe timed an index build: express builds in the streams' work
         # units (seconds per byte x bytes per second of one stream)
         factor = float(spb) * ev.fit.throughput(1)
-        inv = inv.with_index_factor(factor)
-        notes.append(f"index builds from the probe: {factor:.2f} x their table's load work")
+        on = ((probe_json or {}).get("build") or {}).get("table")
+        inv = inv.with_index_factor(factor, on)
+        per_row = " at its rows' width (builds follow rows)" if on and inv.rows.get(on) else ""
+        notes.append(f"index builds from the probe: {factor:.2f} x their table's load work"
+                     + per_row)
 
     if ev.basis in ("probe", "history") and ev.fit.n_points < 2:
         ev = calibrated_static(ev, static)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,10 +27,10 @@ import psycopg
 from .. import sql
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
-from ..ddl import post_data_targets
+from ..ddl import partition_parents, post_data_targets
 from ..jobs.base import Job
 from ..jobs.pg_dump import plan_tables
-from ..jobs.pg_restore import plan_archive
+from ..jobs.pg_restore import partitions_under, plan_archive
 from ..readers import procs
 from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
@@ -64,15 +65,31 @@ class Inventory:
     # restore: what the items were planned from (TOC, data files, post-data
     # targets), kept so a measured build cost re-plans without re-reading
     plan_inputs: tuple[Any, ...] | None = field(default=None, repr=False)
+    # restore: rows of each table ("schema.table"), estimated from the head of
+    # its data file (sample_rows); tables missing: unknown
+    rows: dict[str, float] = field(default_factory=dict)
 
-    def with_index_factor(self, index_factor: float) -> Inventory:
+    def with_index_factor(self, index_factor: float, measured_on: str | None = None
+                          ) -> Inventory:
         """The same restore, its builds costed at index_factor x their
-        table's load work."""
+        table's load work for a table of rows as wide as `measured_on`'s
+        (the table a probe timed its build on; None: INDEX_REF_ROW_BYTES)."""
         if self.kind != "restore" or self.plan_inputs is None:
             return self
-        toc, archive_files, post = self.plan_inputs
-        items, tables = _plan_restore(toc, archive_files, post, index_factor)
+        toc, archive_files, post, parents = self.plan_inputs
+        ref = self.row_bytes(measured_on) if measured_on else None
+        items, tables = _plan_restore(toc, archive_files, post, index_factor, self.rows,
+                                      ref or INDEX_REF_ROW_BYTES, parents)
         return replace(self, items=items, tables=tables, notes=list(self.notes))
+
+    def row_bytes(self, table: str) -> float | None:
+        """Heap bytes a row of `table` ("schema.table"), from the rows
+        estimated in its data file; None when unknown."""
+        rows = self.rows.get(table)
+        work = next((t.heap_bytes for t in self.tables if t.name == table), None)
+        if not rows or work is None:
+            return None
+        return work / rows
 
     @property
     def data_bytes(self) -> float:
@@ -197,9 +214,55 @@ def _text_bytes(path: str, size: int) -> tuple[float, str]:
     return float(size), "none"
 
 
-def _archive_files(archive: str, toc: list[Any]) -> tuple[dict[str, tuple[str | None, float]],
-                                                          str | None, float]:
+# Bytes of COPY text read from the head of a data file to estimate its rows.
+ROW_SAMPLE_BYTES = 256 * 1024
+
+
+def sample_rows(path: str, text_bytes: float) -> float | None:
+    """Rows of one data file: newlines in its first ROW_SAMPLE_BYTES of COPY
+    text (the whole file when it is shorter: then exact), scaled to its
+    text size. gzip and uncompressed files; None for others (lz4, zstd) and
+    for files it cannot read. A COPY text row is one line (newlines inside
+    values are escaped as \\n)."""
+    try:
+        with open(path, "rb") as f:
+            if path.endswith(".gz"):
+                dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                got = bytearray()
+                while len(got) < ROW_SAMPLE_BYTES and not dec.eof:
+                    chunk = f.read(64 * 1024)
+                    if not chunk:
+                        break
+                    got += dec.decompress(chunk, ROW_SAMPLE_BYTES - len(got))
+                    while dec.unconsumed_tail and len(got) < ROW_SAMPLE_BYTES:
+                        got += dec.decompress(dec.unconsumed_tail, ROW_SAMPLE_BYTES - len(got))
+                whole = dec.eof
+                head = bytes(got)
+            elif path.endswith(".dat"):
+                head = f.read(ROW_SAMPLE_BYTES)
+                whole = len(head) < ROW_SAMPLE_BYTES
+            else:
+                return None
+    except (OSError, zlib.error):
+        return None
+    if whole:
+        # the end-of-data marker (\\.) and blank lines some writers add
+        body = head.rstrip(b"\n")
+        if body == b"\\." or body.endswith(b"\n\\."):
+            body = body[:-2]
+        body = body.rstrip(b"\n")
+        return float(body.count(b"\n") + 1) if body else 0.0
+    lines = head.count(b"\n")
+    if lines <= 0:
+        return max(1.0, text_bytes / max(len(head), 1))  # one row longer than the sample
+    return text_bytes * lines / len(head)
+
+
+def _archive_files(archive: str, toc: list[Any]
+                   ) -> tuple[dict[str, tuple[str | None, float]], str | None, float,
+                              dict[str, float]]:
     files: dict[str, tuple[str | None, float]] = {}
+    rows: dict[str, float] = {}
     kinds: set[str] = set()
     on_disk = 0.0
     for it in toc:
@@ -216,18 +279,74 @@ def _archive_files(archive: str, toc: list[Any]) -> tuple[dict[str, tuple[str | 
             on_disk += size
             # the work unit is the heap byte: COPY text is ~DEFAULT_TEXT_RATIO of it
             files[str(it.dump_id)] = (p, max(text / DEFAULT_TEXT_RATIO, 1.0))
+            n = sample_rows(p, text) if it.schema is not None else None
+            if n:
+                rows[f"{it.schema}.{it.tag}"] = n
             break
     compression = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None)
-    return files, compression, on_disk
+    return files, compression, on_disk, rows
+
+
+# The row width (heap bytes a row) at which a build costs the default
+# index_factor x its table's load work: measured on this project's VM
+# (bench/restore_row_cost.py), an int primary key took 0.54-0.61x the load of a
+# table of 48-byte rows, 0.12-0.14x at 690-byte rows, 0.016-0.019x at 2.4 kB: a
+# build sorts rows, so its cost follows the rows, not the table's bytes.
+INDEX_REF_ROW_BYTES = 60.0
+# ... within these bounds of the per-byte figure (a guess of rows is a guess)
+ROW_SCALE_MIN, ROW_SCALE_MAX = 0.02, 2.0
+# A foreign key's check reads the rows of its table and, for each partition
+# of it (or the table itself), hashes the keys of the referenced table: about
+# 0.3 us per row of each on this project's VM (bench/restore_row_cost.py: a
+# self-referencing int key on 2.56M rows, 1.63 s; a partitioned table's key
+# over 1.2M rows into 8 x 600k, 1.4 s), which is 0.64x the load of a row
+# INDEX_REF_ROW_BYTES wide.
+FK_ROW_FACTOR = 0.64
+
+
+def _rows_under(table: str, rows: dict[str, float],
+               parents: dict[str, str] | None) -> tuple[float, int] | None:
+    """(rows, tables holding them) of a table or, partitioned, of all its
+    partitions; None when a table's rows are unknown."""
+    if table in rows:
+        return rows[table], 1
+    parts = [r for r in partitions_under(table, parents or {}) if r in rows]
+    if not parts:
+        return None
+    return sum(rows[r] for r in parts), len(parts)
 
 
 def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
-                  targets: dict[int, Any], index_factor: float | None
+                  targets: dict[int, Any], index_factor: float | None,
+                  rows: dict[str, float] | None = None,
+                  ref_row_bytes: float = INDEX_REF_ROW_BYTES,
+                  parents: dict[str, str] | None = None
                   ) -> tuple[list[WorkItem], list[TableSize]]:
     tr = Tracker(Job(kind="pg_restore", database=None))
     if index_factor is not None and index_factor > 0:
         tr.index_factor = index_factor
-    plan_archive(tr, toc, files, targets)
+    plan_archive(tr, toc, files, targets, parents)
+    if rows:
+        # index and unique/primary key builds: per row of their table
+        load = {it.relation: it.work for it in tr.items.values() if it.kind == "data"}
+        for it in tr.items.values():
+            n = rows.get(it.relation or "")
+            if it.kind not in ("index", "constraint") or not n or not load.get(it.relation):
+                continue
+            per_row = load[it.relation or ""] / n
+            scale = min(ROW_SCALE_MAX, max(ROW_SCALE_MIN, ref_row_bytes / per_row))
+            it.work = max(it.work * scale, 1.0)
+        for it in tr.items.values():
+            if it.kind != "fk" or not it.relation:
+                continue
+            tgt = targets.get(int(it.key)) if it.key.isdigit() else None
+            child = _rows_under(it.relation, rows, parents)
+            if child is None:
+                continue
+            parent = _rows_under(tgt.references, rows, parents) if tgt and tgt.references \
+                else None
+            it.work = max(FK_ROW_FACTOR * INDEX_REF_ROW_BYTES
+                          * (child[0] + child[1] * (parent[0] if parent else 0.0)), 1.0)
     tables = sorted((TableSize(name=it.relation or it.key,
                                schema=(it.relation or ".").split(".")[0],
                                relname=(it.relation or it.key).split(".")[-1], relpages=0,
@@ -261,9 +380,14 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         targets = post_data_targets(archive, pg_restore=pg_restore)
     except TocError:
         targets = {}
+    try:
+        parents = partition_parents(archive, toc, pg_restore=pg_restore)
+    except TocError:
+        parents = {}
     comp: str | None
+    rows: dict[str, float] = {}
     if fmt == "directory":
-        files, comp, _ = _archive_files(archive, toc)
+        files, comp, _, rows = _archive_files(archive, toc)
     else:
         # A custom archive's TOC holds no sizes we can read without parsing
         # its data blocks: spread its size evenly (the advice says so).
@@ -271,9 +395,11 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         each = max(size / 0.3 / DEFAULT_TEXT_RATIO / max(1, len(data)), 1.0)
         files = {str(it.dump_id): (None, each) for it in data}
         comp = None
-    items, tables = _plan_restore(toc, files, targets, index_factor)
+    items, tables = _plan_restore(toc, files, targets, index_factor, rows,
+                                  parents=parents)
     inv = Inventory("restore", items, tables, archive_format=fmt, archive_bytes=size,
-                    archive_compression=comp, plan_inputs=(toc, files, targets))
+                    archive_compression=comp, plan_inputs=(toc, files, targets, parents),
+                    rows=rows)
     if fmt == "custom":
         inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
                          "taken as equal, so the largest-table bound is unknown")

@@ -123,9 +123,11 @@ class PlanInputs:
     source: str | None = None
     postdata: dict[str, Any] | None = None
     error: str | None = None  # why there is no plan (said once to the user)
+    partitions: dict[str, str] | None = None  # a restore's partitions: child -> parent
 
     _KEYS: ClassVar[tuple[str, ...]] = ("toc", "tables", "file_sizes", "targets",
-                                        "archive_files", "source", "postdata", "error")
+                                        "archive_files", "source", "postdata", "error",
+                                        "partitions")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None} \

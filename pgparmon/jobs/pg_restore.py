@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item
 from ..cmdline import ClientArgs
-from ..ddl import PostDataTarget, post_data_targets
+from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
@@ -68,16 +68,21 @@ class PgRestore(Driver):
             targets = post_data_targets(src.target_dir, pg_restore=pg_restore)
         except TocError:
             targets = {}
+        try:
+            parents = partition_parents(src.target_dir, items, pg_restore=pg_restore)
+        except TocError:
+            parents = {}
         files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
                  for it in items if it.desc == "TABLE DATA"}
         return PlanInputs(toc=[dataclasses.asdict(t) for t in items],
                           targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
-                          archive_files=files)
+                          archive_files=files, partitions=parents or None)
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         if inputs.toc is None:
             return False
-        plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets())
+        plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets(),
+                     inputs.partitions)
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
@@ -157,10 +162,30 @@ def archive_file(archive: str, dump_id: int) -> tuple[str | None, float]:
     return None, 1.0
 
 
+def partitions_under(table: str, parents: dict[str, str]) -> list[str]:
+    """Every partition under `table`, at any depth."""
+    children: dict[str, list[str]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    out, todo, seen = [], [table], {table}
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in seen:
+                seen.add(c)
+                out.append(c)
+                todo.append(c)
+    return out
+
+
 def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
-                 targets: dict[int, PostDataTarget]) -> None:
+                 targets: dict[int, PostDataTarget],
+                 parents: dict[str, str] | None = None) -> None:
     """Items of a restore: data files (sized by the file) and post-data
-    builds, which depend on their table's data and, except INDEX, lock it."""
+    builds, which depend on their table's data and, except INDEX, lock it.
+    parents: each partition's parent (ddl.partition_parents); a foreign key
+    on a partitioned table checks the rows of all its partitions, so it is
+    sized by, and waits for, their data (an index or key on the parent alone,
+    ON ONLY, is a catalog entry: each partition builds its own)."""
     data_size: dict[str, float] = {}
     for it in toc:
         if it.desc != "TABLE DATA" or it.schema is None:
@@ -182,6 +207,10 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         factor = DEFAULT_FK_FACTOR if kind == "fk" else tr.index_factor
         deps = {tr.by_relation[r] for r in (table, tgt.references if tgt else None)
                 if r and r in tr.by_relation}
+        if kind == "fk" and table and table not in data_size and parents:
+            parts = [r for r in partitions_under(table, parents) if r in data_size]
+            base = sum(data_size[r] for r in parts)
+            deps |= {tr.by_relation[r] for r in parts if r in tr.by_relation}
         tr.add(Item(key=str(it.dump_id), kind=kind, relation=table, name=name, size=base,
                     work=max(base * factor, 1.0), deps=frozenset(deps),
                     exclusive=kind != "index"))
