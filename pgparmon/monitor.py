@@ -18,7 +18,14 @@ from typing import Any
 
 from .analyze import bottleneck, eta, hostrates
 from .analyze.progress import Tracker
-from .analyze.warnings import FULL_BYTES, FreeSpace, JobWarning, exclusive_waiters
+from .analyze.warnings import (
+    CHECKSUMS_NOTE,
+    FULL_BYTES,
+    Checkpoints,
+    FreeSpace,
+    JobWarning,
+    exclusive_waiters,
+)
 from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
@@ -81,6 +88,8 @@ class Monitor:
         self.died: set[int] = set()  # worker processes that died mid-run
         self.died_note: str | None = None
         self.free_space = FreeSpace()
+        self.checkpoints = Checkpoints()
+        self.flagged: set[str] = set()  # verdicts noted once
         self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
@@ -104,6 +113,9 @@ class Monitor:
         job = self.job = self.source.discover()
         self.facts = self.source.facts
         self.tracker = Tracker(job, block_size=self.facts.block_size)
+        if self.tracker.driver.data_flow == "in" and \
+                self.facts.settings.get("data_checksums") == "on":
+            self._note(CHECKSUMS_NOTE)
         return job
 
     def discover_label(self) -> str:
@@ -411,8 +423,15 @@ class Monitor:
             members = {b.pid for b in tr.members(snap)}
             pending = {i.relation for i in tr.items.values() if i.state != "done" and i.relation}
             out += exclusive_waiters(snap.db.backends, members, pending)
+        if snap.db is not None and tr.driver.data_flow == "in":
+            self.checkpoints.add(snap.ts, snap.db.checkpoints)
+            ck = self.checkpoints.check(self.facts.settings if self.facts else {})
+            if ck and "checkpoints" not in self.flagged:
+                self.flagged.add("checkpoints")
+                self._note(ck[0].message)  # the first time; the warning keeps counting
+            out += ck
         for w in out:
-            if w.code != "disk-full-soon":  # its figures change every tick
+            if w.code not in ("disk-full-soon", "checkpoints"):  # figures change every tick
                 self._note(w.message)
         return out
 

@@ -145,12 +145,16 @@ class DbSample:
     latency_ms: float | None = None
     error: str | None = None
     maint: tuple[MaintProgress, ...] = ()  # VACUUM / ANALYZE running
+    # the server's checkpoints so far: (requested, timed); None: not read
+    checkpoints: tuple[int, int] | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any], latency_ms: float) -> DbSample:
         copies = doc.get("copy")
         indexes = doc.get("index")
+        ckpt = doc.get("ckpt")
         return DbSample(
+            checkpoints=(int(ckpt[0]), int(ckpt[1])) if ckpt and None not in ckpt[:2] else None,
             server_ts=doc.get("now"),
             backends=tuple(Backend.from_row(r) for r in doc.get("activity") or ()),
             copies=None if copies is None else tuple(CopyProgress(*r) for r in copies),

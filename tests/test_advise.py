@@ -808,3 +808,194 @@ def test_probe_finds_the_storage_knee(tmp_path: Path) -> None:
                 except OSError:
                     pass
             cg.rmdir()
+
+
+# ------------------------------------------------------------ rows and builds
+
+
+def test_rows_are_sampled_from_the_head_of_a_data_file(tmp_path: Path) -> None:
+    """A gzip data file shorter than the sample: its rows exactly; a longer
+    one: scaled from the head's rows (the row width does not change much
+    within a table); an uncompressed one likewise; others: unknown."""
+    import gzip
+
+    from pgparmon.advise.inventory import ROW_SAMPLE_BYTES, sample_rows
+
+    small = tmp_path / "1.dat.gz"
+    body = b"".join(b"%d\tabc\\ndef\n" % i for i in range(500))  # an escaped newline
+    small.write_bytes(gzip.compress(body + b"\\.\n\n"))
+    assert sample_rows(str(small), float(len(body))) == 500.0
+    wide = tmp_path / "2.dat.gz"
+    row = b"%d\t" + b"x" * 3990 + b"\n"
+    text = b"".join(row % i for i in range(1000, 3000))  # 2000 rows of ~4 kB, 8 MB
+    wide.write_bytes(gzip.compress(text))
+    assert len(text) > 10 * ROW_SAMPLE_BYTES
+    assert sample_rows(str(wide), float(len(text))) == pytest.approx(2000, rel=0.03)
+    plain = tmp_path / "3.dat"
+    plain.write_bytes(text)
+    assert sample_rows(str(plain), float(len(text))) == pytest.approx(2000, rel=0.03)
+    other = tmp_path / "4.dat.lz4"
+    other.write_bytes(b"\x04\x22\x4d\x18")
+    assert sample_rows(str(other), 100.0) is None
+    assert sample_rows(str(tmp_path / "missing.dat.gz"), 1.0) is None
+
+
+@pytest.mark.integration
+def test_builds_on_wide_rows_cost_per_row(cluster: Cluster, tmp_path: Path) -> None:
+    """Two tables of the same size, one of narrow rows and one of 4 kB rows,
+    each with an int primary key: the advice costs the wide table's build at
+    a small fraction of the narrow one's (a build sorts rows), as measured
+    by bench/restore_row_cost.py, not at the same share of the table's bytes."""
+    from pgparmon.advise.inventory import restore_inventory
+
+    cluster.psql("DROP DATABASE IF EXISTS rowwidth")
+    cluster.psql("CREATE DATABASE rowwidth")
+    body = " || ".join(["md5((g * 7 + %d)::text)" % i for i in range(120)])
+    cluster.psql("CREATE TABLE narrow (id int PRIMARY KEY, t text); "
+                 "INSERT INTO narrow SELECT g, md5(g::text) FROM generate_series(1, 100000) g; "
+                 "CREATE TABLE wide (id int PRIMARY KEY, t text); "
+                 f"INSERT INTO wide SELECT g, {body} FROM generate_series(1, 1000) g",
+                 dbname="rowwidth")
+    arch = tmp_path / "rw.dump"
+    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(arch), "rowwidth"],
+                   env=cluster.env(), check=True, capture_output=True)
+    inv = restore_inventory(str(arch))
+    assert inv.rows["public.narrow"] == pytest.approx(100000, rel=0.05)  # ids grow: short head
+    assert inv.rows["public.wide"] == pytest.approx(1000, rel=0.02)
+    work = {("build" if it.deps else "data", it.table): it.work for it in inv.items}
+    data_n, data_w = work[("data", "public.narrow")], work[("data", "public.wide")]
+    assert 0.5 < data_w / data_n < 2.0  # the same bytes, give or take
+    build_n, build_w = work[("build", "public.narrow")], work[("build", "public.wide")]
+    assert build_n / data_n > 0.3  # narrow rows: about the default share of the load
+    assert build_w / data_w < 0.05  # 4 kB rows: a hundredth of the rows to sort
+    cluster.psql("DROP DATABASE rowwidth")
+
+
+def test_live_checkpoint_verdict_counts_requested_checkpoints() -> None:
+    from pgparmon.analyze.warnings import Checkpoints
+
+    settings = {"max_wal_size": "64", "checkpoint_timeout": "300"}
+    ck = Checkpoints()
+    ck.add(100.0, (7, 50))
+    assert ck.check(settings) == []  # nothing requested yet during the job
+    ck.add(110.0, (8, 50))
+    assert ck.check(settings) == []  # one: not a pattern
+    ck.add(120.0, (10, 51))  # two more by the next sample
+    (w,) = ck.check(settings)
+    assert ck.requested == 3 and ck.every_s() == pytest.approx(20 / 3)
+    # 300 s / 6.7 s = 45x today's 64 MB, in whole GB
+    assert w.code == "checkpoints" and "3 checkpoints requested during the job" in w.message
+    assert "ALTER SYSTEM SET max_wal_size = '3GB'; SELECT pg_reload_conf();" in w.message
+    assert "(67.1 MB)" in w.message
+    ck.add(130.0, (0, 0))  # statistics reset: a new base, nothing counted
+    ck.add(140.0, (1, 0))
+    assert ck.requested == 4
+    slow = Checkpoints()
+    for i, t in enumerate((0.0, 400.0, 800.0, 1200.0)):
+        slow.add(t, (i, 0))
+    assert slow.check(settings) == []  # one every 400 s: no sooner than timed ones
+
+
+@pytest.mark.integration
+def test_live_restore_shows_checkpoints_and_checksums(dump_archive: Path,
+                                                      tmp_path: Path) -> None:
+    """The verdicts advise gives before a restore, said by the live monitor
+    while one runs, and kept in its recording's report: a target with data
+    checksums, and checkpoints forced by a max_wal_size too small for the
+    load (32 MB here: requested every second or so)."""
+    from pgparmon.analyze.warnings import CHECKSUMS_NOTE
+    from pgparmon.cluster import start_cluster
+
+    cl = start_cluster(initdb_args=("-k",), settings={
+        "max_wal_size": "32MB", "min_wal_size": "32MB", "checkpoint_timeout": "1h"})
+    rec = tmp_path / "restore.pgparmon.gz"
+    try:
+        cl.psql("CREATE DATABASE restored")
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "--record",
+                                          str(rec), "-d", "restored", "--",
+                                          cl.client("pg_restore"), "-j", "2", "-d", "restored",
+                                          str(dump_archive)),
+                             capture_output=True, text=True, env=cl.env(), timeout=300)
+        assert res.returncode == 0, res.stderr
+        report = subprocess.run(pgparmon_cmd("report", str(rec)), capture_output=True,
+                                text=True, timeout=60)
+    finally:
+        cl.stop()
+    docs = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    samples = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
+    (summary,) = [d for d in docs if d.get("schema") == "pgparmon.summary/1"]
+    warned = [w["message"] for s in samples for w in s["warnings"] if w["code"] == "checkpoints"]
+    assert warned, [s["warnings"] for s in samples]
+    assert "ALTER SYSTEM SET max_wal_size" in warned[-1]
+    assert CHECKSUMS_NOTE in summary["notes"]
+    assert any("checkpoints requested during the job" in n for n in summary["notes"])
+    assert report.returncode == 0, report.stderr
+    flat = " ".join(report.stdout.split())
+    assert "data checksums on" in flat and "checkpoints requested during the job" in flat
+
+
+@pytest.mark.integration
+def test_a_foreign_key_on_a_partitioned_table_checks_all_its_partitions(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """pg_dump writes a foreign key of a partitioned table once, on the
+    parent, which has no data of its own: its check reads every partition
+    (two levels here, names that need quoting). The plan sizes it by their
+    data and makes it wait for their loads, in the advice and in the live
+    monitor's plan of the same restore (from the TABLE ATTACH items); the
+    advice costs it per row (bench/restore_row_cost.py)."""
+    from pgparmon.advise.inventory import FK_ROW_FACTOR, INDEX_REF_ROW_BYTES, restore_inventory
+    from pgparmon.ddl import partition_parents
+    from pgparmon.toc import list_archive
+
+    cluster.psql("DROP DATABASE IF EXISTS parts")
+    cluster.psql("CREATE DATABASE parts")
+    cluster.psql("""
+        CREATE TABLE c (id int PRIMARY KEY);
+        INSERT INTO c SELECT generate_series(1, 1000);
+        CREATE TABLE "Orders" (id bigint, cid int REFERENCES c, placed date)
+            PARTITION BY RANGE (placed);
+        CREATE TABLE o_2024 PARTITION OF "Orders" FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+        CREATE TABLE o_2025 PARTITION OF "Orders" FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')
+            PARTITION BY RANGE (id);
+        CREATE TABLE "o 2025 low" PARTITION OF o_2025 FOR VALUES FROM (0) TO (50000);
+        CREATE TABLE "o 2025 high" PARTITION OF o_2025 FOR VALUES FROM (50000) TO (MAXVALUE);
+        INSERT INTO "Orders" SELECT g, 1 + g % 1000, date '2024-01-01' + (g % 700)
+            FROM generate_series(1, 100000) g;
+        """, dbname="parts")
+    arch = tmp_path / "parts.dump"
+    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(arch), "parts"],
+                   env=cluster.env(), check=True, capture_output=True)
+    _, toc = list_archive(arch)
+    parents = partition_parents(arch, toc)
+    assert parents == {"public.o_2024": "public.Orders", "public.o_2025": "public.Orders",
+                       "public.o 2025 low": "public.o_2025",
+                       "public.o 2025 high": "public.o_2025"}
+    inv = restore_inventory(str(arch))
+    data = {it.table: it for it in inv.items if not it.deps}
+    leaves = ("public.o_2024", "public.o 2025 low", "public.o 2025 high")
+    assert all(data[t].work > 100_000 for t in leaves)
+    (fk,) = [it for it in inv.items if it.table == "public.Orders" and it.exclusive]
+    # per row: the partitions' rows, and each partition hashes the customers
+    rows = sum(inv.rows[t] for t in leaves)
+    assert rows == pytest.approx(100_000, rel=0.06) and inv.rows["public.c"] == 1000
+    assert fk.work == pytest.approx(FK_ROW_FACTOR * INDEX_REF_ROW_BYTES * (rows + 3 * 1000),
+                                    rel=0.01)
+    assert {data[t].key for t in leaves} <= fk.deps
+    # the live monitor plans the same restore the same way
+    cluster.psql("DROP DATABASE IF EXISTS parts_r")
+    cluster.psql("CREATE DATABASE parts_r")
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "-d", "parts_r",
+                                      "--", cluster.client("pg_restore"), "-j", "2", "-d",
+                                      "parts_r", str(arch)),
+                         capture_output=True, text=True, env=cluster.env(), timeout=120)
+    assert res.returncode == 0, res.stderr
+    (summary,) = [json.loads(line) for line in res.stdout.splitlines()
+                  if '"pgparmon.summary/1"' in line]
+    (live_fk,) = [i for i in summary["items"]
+                  if i["kind"] == "fk" and i["relation"] == "public.Orders"]
+    live_data = {i["relation"]: i["work"] for i in summary["items"] if i["kind"] == "data"}
+    # (the live plan's unit is the archive's byte, the advice's the heap byte)
+    assert live_fk["work"] == pytest.approx(0.15 * sum(live_data[t] for t in leaves), rel=0.01)
+    assert live_fk["state"] == "done"
+    for db in ("parts", "parts_r"):
+        cluster.psql(f"DROP DATABASE {db}")

@@ -5,10 +5,13 @@
   `LOCK TABLE ... NOWAIT` when it reaches a table; with an exclusive request
   queued, that NOWAIT fails and so does the whole dump.
 - The target filesystem filling up, forecast from its free space trend.
+- Checkpoints forced by WAL volume while a load writes (max_wal_size too
+  small for it): the same verdict `advise` gives before a restore.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -16,6 +19,10 @@ from ..snapshot import Backend
 from ..views import fmt
 from .rates import WindowRate
 
+# A load into a cluster with data checksums (initdb -k) checksums every page
+# it writes; seed 002 measured writes about 13% slower with them on.
+CHECKSUMS_NOTE = ("the server has data checksums on: every page this load writes is "
+                  "checksummed (about 13% slower writes; `advise` counts them in)")
 FULL_BYTES = 1 << 20  # under 1 MiB free: full, for any practical purpose
 SOON_S = 600.0
 
@@ -83,3 +90,72 @@ class FreeSpace:
                             f"{fmt.duration(t_full)} at {fmt.rate(rate)} "
                             f"({fmt.size(free)} free){tail}")]
         return []
+
+
+class Checkpoints:
+    """Checkpoints the server was asked for (WAL reached max_wal_size, or a
+    CHECKPOINT command) while the job ran, from the counters of
+    pg_stat_bgwriter / pg_stat_checkpointer in each sample. Each flushes
+    every dirty buffer (the load stalls behind it) and makes the next change
+    of every page a full-page image in the WAL: more WAL, sooner the next
+    one. Requested more often than checkpoint_timeout would time them, they
+    are the load's doing, and max_wal_size (a reload, no restart) is the fix."""
+
+    MIN_REQUESTED = 2
+
+    def __init__(self) -> None:
+        self.t0: float | None = None
+        self.last: int | None = None
+        self.times: list[float] = []  # when the requested count rose, once per checkpoint
+
+    def add(self, t: float, counts: tuple[int, int] | None) -> None:
+        if counts is None:
+            return
+        req = counts[0]
+        if self.last is None or req < self.last:  # the first reading, or a stats reset
+            self.t0 = t if self.t0 is None else self.t0
+            self.last = req
+            return
+        self.times += [t] * min(req - self.last, 1000)
+        self.last = req
+
+    @property
+    def requested(self) -> int:
+        return len(self.times)
+
+    def every_s(self) -> float | None:
+        if self.t0 is None or len(self.times) < self.MIN_REQUESTED:
+            return None
+        return max(self.times[-1] - self.t0, 1e-3) / len(self.times)
+
+    def check(self, settings: dict[str, str]) -> list[JobWarning]:
+        every = self.every_s()
+        timeout = _num(settings.get("checkpoint_timeout")) or 300.0
+        if every is None or every >= timeout:
+            return []
+        wal_mb = _num(settings.get("max_wal_size"))
+        now = f" ({fmt.size(wal_mb * 2 ** 20)})" if wal_mb else ""
+        # enough WAL for a checkpoint_timeout at this pace, at least 4x today's
+        want = max(4.0, timeout / every) * wal_mb if wal_mb else None
+        fix = (f"ALTER SYSTEM SET max_wal_size = '{_round_mb(want)}'; SELECT pg_reload_conf();"
+               if want else "raise max_wal_size (a reload, no restart)")
+        return [JobWarning(
+            "checkpoints",
+            f"{self.requested} checkpoints requested during the job, one every "
+            f"{fmt.duration(every)} (checkpoint_timeout {fmt.duration(timeout)}): the load's "
+            f"WAL fills max_wal_size{now}, and each checkpoint stalls the writes and makes "
+            f"the next ones full pages; takes effect without a restart: {fix}")]
+
+
+def _num(v: str | None) -> float | None:
+    try:
+        return float(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _round_mb(mb: float) -> str:
+    """A max_wal_size value: whole GB from 1 GB up, else MB."""
+    if mb >= 1024:
+        return f"{math.ceil(mb / 1024)}GB"
+    return f"{math.ceil(mb)}MB"

@@ -59,5 +59,8 @@ SELECT json_build_object(
                p.sample_blks_total, p.sample_blks_scanned
         FROM pg_stat_progress_analyze p) m
       LEFT JOIN pg_class c ON c.oid = m.relid AND m.datname = current_database()
-      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace)
+      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace),
+  -- checkpoints so far: requested (WAL reached max_wal_size, or CHECKPOINT)
+  -- and timed; a load that forces them is told to raise max_wal_size
+  'ckpt', (SELECT json_build_array(checkpoints_req, checkpoints_timed) FROM pg_stat_bgwriter)
 )

@@ -426,7 +426,9 @@ def _items_html(rows: Sequence[ItemRow]) -> str:
             "</tr>" + "".join(body) + "</table>")
 
 
-def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
+def run_notes(samples: Sequence[Doc], summary: Doc | None) -> list[str]:
+    """What the monitor said during the run (its notes, the server's errors),
+    each once, in the order said."""
     notes: list[str] = []
     for d in samples:
         for n in d.get("notes") or ():
@@ -438,6 +440,11 @@ def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
     for n in (summary or {}).get("notes") or ():
         if n not in notes:
             notes.append(n)
+    return notes
+
+
+def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
+    notes = run_notes(samples, summary)
     if not notes:
         return ""
     return "<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
@@ -465,4 +472,5 @@ def render_summary_text(samples: list[dict[str, Any]],
     idle = idle_share(tl.spans(), 0.0, tl.t_end)
     idle_t = Text("idle share per worker: " + ", ".join(f"{pid} {100 * v:.0f}%"
                                                          for pid, v in idle.items()))
-    return Group(head, adv, lim, idle_t, ItemsTable(es))
+    notes = [Text(f"! {n}", style="magenta") for n in run_notes(samples, summary)]
+    return Group(head, adv, lim, idle_t, ItemsTable(es), *notes)

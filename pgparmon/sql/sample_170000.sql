@@ -1,0 +1,67 @@
+-- One sample, one round trip (17+: checkpoints from pg_stat_checkpointer).
+-- No lock-taking function on any user table:
+-- names come from pg_class rows (catalog reads take no relation lock), which
+-- is why relation names resolve only in the database we are connected to.
+-- Query text is kept only for the backends we may show (dump, restore, COPY,
+-- and the index / constraint builds of the followed job's own sessions); for
+-- the rest, only the command word (a secret may sit in someone's SQL).
+SELECT json_build_object(
+  'now', extract(epoch FROM clock_timestamp())::float8,
+  'activity', (SELECT coalesce(json_agg(json_build_array(
+        a.pid, a.datname, a.usename, a.application_name, host(a.client_addr), a.client_port,
+        extract(epoch FROM a.backend_start)::float8, extract(epoch FROM a.xact_start)::float8,
+        extract(epoch FROM a.query_start)::float8, a.state, a.wait_event_type, a.wait_event,
+        a.backend_type, a.backend_xmin::text, a.leader_pid,
+        CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
+               OR (a.pid = ANY(%(pids)s::int[])
+                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)')
+             THEN left(a.query, 2000)
+             ELSE split_part(ltrim(a.query), ' ', 1) END,
+        CASE WHEN a.wait_event_type = 'Lock' THEN
+             (SELECT array_agg(DISTINCT b) FROM unnest(pg_blocking_pids(a.pid)) b) END,
+        CASE WHEN a.wait_event_type = 'Lock' THEN
+             (SELECT json_build_array(l.locktype, l.mode, n.nspname || '.' || c.relname)
+              FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+              LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) END,
+        extract(epoch FROM a.state_change)::float8
+      ) ORDER BY a.pid), '[]'::json)
+      FROM pg_stat_activity a
+      WHERE a.pid <> pg_backend_pid()
+        AND a.backend_type IN ('client backend', 'parallel worker')
+        -- idle sessions: a dump's or restore's, those whose last statement was a
+        -- COPY (a load between batches), and the followed job's own (pids)
+        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)'
+             OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
+        AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
+  'copy', (SELECT coalesce(json_agg(json_build_array(
+        p.pid, p.datname, p.relid::int8, n.nspname || '.' || c.relname, p.command, p.type,
+        p.bytes_processed, p.bytes_total, p.tuples_processed, p.tuples_excluded)), '[]'::json)
+      FROM pg_stat_progress_copy p
+      LEFT JOIN pg_class c ON c.oid = p.relid AND p.datname = current_database()
+      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace),
+  'index', (SELECT coalesce(json_agg(json_build_array(
+        p.pid, p.datname, p.relid::int8, n.nspname || '.' || c.relname,
+        p.index_relid::int8, ci.relname, p.command, p.phase, p.blocks_total, p.blocks_done,
+        p.tuples_total, p.tuples_done)), '[]'::json)
+      FROM pg_stat_progress_create_index p
+      LEFT JOIN pg_class c ON c.oid = p.relid AND p.datname = current_database()
+      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_class ci ON ci.oid = p.index_relid AND p.datname = current_database()),
+  'maint', (SELECT coalesce(json_agg(json_build_array(
+        m.pid, m.datname, m.relid::int8, n.nspname || '.' || c.relname, m.command, m.phase,
+        m.total, m.done)), '[]'::json)
+      FROM (
+        SELECT p.pid, p.datname, p.relid, 'VACUUM'::text AS command, p.phase,
+               p.heap_blks_total AS total, p.heap_blks_scanned AS done
+        FROM pg_stat_progress_vacuum p
+        UNION ALL
+        SELECT p.pid, p.datname, p.relid, 'ANALYZE'::text, p.phase,
+               p.sample_blks_total, p.sample_blks_scanned
+        FROM pg_stat_progress_analyze p) m
+      LEFT JOIN pg_class c ON c.oid = m.relid AND m.datname = current_database()
+      LEFT JOIN pg_namespace n ON n.oid = c.relnamespace),
+  -- checkpoints so far: requested (WAL reached max_wal_size, or CHECKPOINT)
+  -- and timed; a load that forces them is told to raise max_wal_size
+  'ckpt', (SELECT json_build_array(num_requested, num_timed) FROM pg_stat_checkpointer)
+)
