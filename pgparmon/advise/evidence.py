@@ -78,6 +78,15 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
                                 f"({budget:.1f} s) cannot measure anything; give "
                                 "--probe-seconds N to probe anyway"))
         return None, None
+    biggest = max((t.heap_bytes for t in inv.tables), default=0.0)
+    if req.kind == "restore" and biggest < SMALL_FILE_HEAP:
+        warnings.append(Caution(
+            "probe_small_files",
+            f"the archive's largest data file holds {fmt.size(biggest)}: a restore probe "
+            "would time its own start-up per file (a decompressor and a \\copy each), not "
+            "a data rate; pg_restore's cost per item is in the per-object model instead: "
+            "advice from the other evidence"))
+        return None, None
     from . import probe as probe_mod
 
     streams = max(1, min(max_jobs, 2 * usable_cores(), 16))
@@ -129,6 +138,13 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
     ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": pj})
     return ev, pj
+
+
+# A restore probe loads whole files up to its range size: with no data file
+# of at least this many heap bytes, each file's fixed cost in the probe (one
+# decompressor process and one \copy, ~2 ms) outweighs its data (1 MB loads
+# in ~10 ms), and what it measures is not a data rate.
+SMALL_FILE_HEAP = 1e6
 
 
 # a doubling of streams that reads less than this much more, while its
