@@ -766,7 +766,8 @@ def test_probe_finds_the_storage_knee(tmp_path: Path) -> None:
     """A server whose reads are capped at 20 MB/s (a blkio cgroup on its
     postmaster, caches dropped): more streams read no faster. The probe's
     sessions wait on I/O, the second stream adds little, and the advice says
-    storage-bound at 1 and recommends -j 1, not the -j that looks a bit faster."""
+    storage-bound at 1 and recommends -j 1, not the -j that looks a bit faster;
+    the live monitor, following a real pg_dump -j 2 there, says the same."""
     from pgparmon.cluster import start_cluster
 
     cg = BLKIO / f"pgparmon-test-{os.getpid()}"
@@ -780,14 +781,18 @@ def test_probe_finds_the_storage_knee(tmp_path: Path) -> None:
         cg.mkdir()
         (cg / "blkio.throttle.read_bps_device").write_text(
             f"{_device_of(cl.datadir)} 20000000")
-        for _ in range(2):  # caches cold (seen here: one stop, drop and start left the
-            # first reads served from memory; a second made them cold)
-            cl.stop(cleanup=False)
-            subprocess.run(["sync"], check=True)
-            Path("/proc/sys/vm/drop_caches").write_text("3")
-            cl.start()
-        pm = (cl.datadir / "postmaster.pid").read_text().split()[0]
-        (cg / "cgroup.procs").write_text(pm)  # its backends, forked from now on, too
+
+        def cold() -> None:
+            for _ in range(2):  # caches cold (seen here: one stop, drop and start left
+                # the first reads served from memory; a second made them cold)
+                cl.stop(cleanup=False)
+                subprocess.run(["sync"], check=True)
+                Path("/proc/sys/vm/drop_caches").write_text("3")
+                cl.start()
+            pm = (cl.datadir / "postmaster.pid").read_text().split()[0]
+            (cg / "cgroup.procs").write_text(pm)  # its backends, forked from now on, too
+
+        cold()
         r = run_advise(*conn_args(cl, "slowdisk"), "--target", str(tmp_path / "d"), "--probe",
                        "--probe-seconds", "8", "-Z", "0", "--json", timeout=180)
         assert r.returncode == 0, r.stderr
@@ -799,6 +804,20 @@ def test_probe_finds_the_storage_knee(tmp_path: Path) -> None:
         (w,) = [w for w in doc["warnings"] if w["code"] == "storage_bound"]
         assert "storage-bound at 1" in w["message"]
         assert "storage reads" in {p["jobs"]: p for p in doc["predictions"]}[2]["bottleneck"]
+        # the live monitor says the same of a real pg_dump -j 2 on the same server
+        cold()
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.5", "-d", "slowdisk",
+                                          "--", cl.client("pg_dump"), "-Fd", "-j", "2", "-Z",
+                                          "0", "-f", str(tmp_path / "live"), "slowdisk"),
+                             capture_output=True, text=True, env=cl.env(), timeout=180)
+        assert res.returncode == 0, res.stderr
+        samples = [json.loads(line) for line in res.stdout.splitlines()
+                   if '"pgparmon.sample/1"' in line]
+        copying = [s for s in samples
+                   if sum(1 for wk in s["workers"] if wk["phase"] == "copy") == 2]
+        kinds = [s["bottleneck"]["kind"] for s in copying]
+        assert len(kinds) >= 3 and kinds.count("disk-read") >= 0.7 * len(kinds), kinds
+        assert "storage read speed is the limit" in copying[-1]["bottleneck"]["detail"]
     finally:
         cl.stop()
         if cg.exists():
