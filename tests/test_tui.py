@@ -166,6 +166,54 @@ async def test_rows_progress_and_end_of_a_real_dump(dump: JobRun) -> None:
 
 @pytest.mark.integration
 @sync
+async def test_a_sample_redraws_only_what_changed(dump: JobRun,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cost of watching: the next sample of the same workers updates the
+    changed cells of the workers table in place (no rebuild), and the lines
+    whose text changes every sample (verdict, advice, timeline) ask for no
+    layout pass (the whole screen re-rendered) unless their height changes."""
+    from textual.widget import Widget
+
+    layouts: list[str] = []
+    orig = Widget.refresh
+
+    def counting(self: Widget, *regions: Any, **kw: Any) -> Any:
+        if kw.get("layout"):
+            layouts.append(type(self).__name__)
+        return orig(self, *regions, **kw)
+
+    samples = [d for d in dump.samples if len(d["workers"]) == 2]
+    pairs = [(a, b) for a, b in zip(samples, samples[1:], strict=False)
+             if [w["pid"] for w in a["workers"]] == [w["pid"] for w in b["workers"]]
+             and a["workers"] != b["workers"]]
+    assert pairs, "the dump needs two samples of the same two workers"
+    app = PgParMonApp(ListFeed(dump.samples, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        first, second = pairs[0]
+        # the verdict's words as before, its figures changed (same length):
+        # new text, the same height
+        second = copy.deepcopy(second)
+        detail = str(first["bottleneck"]["detail"]) + " 12%"
+        second["bottleneck"] = {"kind": first["bottleneck"]["kind"],
+                                "detail": detail.replace("12%", "34%")}
+        first = dict(first, bottleneck={"kind": first["bottleneck"]["kind"],
+                                        "detail": detail})
+        app.ingest(first)
+        await pilot.pause()
+        table = app.query_one("#workers", WorkersTable)
+        cleared: list[bool] = []
+        monkeypatch.setattr(table, "clear", lambda *a, **k: cleared.append(True))
+        monkeypatch.setattr(Widget, "refresh", counting)
+        app.ingest(second)
+        await pilot.pause()
+        assert not cleared  # cells updated in place
+        assert table_rows(table)[0][0] == str(second["workers"][0]["pid"])
+        assert not {"VerdictLine", "AdviceLine", "GanttChart", "WorkersTable"} & set(layouts), \
+            layouts
+
+
+@pytest.mark.integration
+@sync
 async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
     # samples with two workers copying: the last running sample of a dump may
     # have none (its leader writing the TOC), and the keys below need rows

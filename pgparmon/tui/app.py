@@ -244,6 +244,7 @@ class PgParMonApp(App[int]):
         """Items started / finished, verdict changes, notes and server
         errors, once each: the story of the run in words (tall screens)."""
         log = self.query_one("#events", RichLog)
+        lines: list[Text] = []  # one write a sample: each write is a layout pass
         t_now = float(doc.get("elapsed_s") or 0.0)
         for ev in self.timeline.events[self._logged:]:
             line = Text(f"{fmt.duration(ev.t):>10} ", style="dim")
@@ -254,13 +255,13 @@ class PgParMonApp(App[int]):
             else:
                 line.append("done ", style="green")
                 line.append(f"{ev.item} ({fmt.duration(ev.duration or 0)})")
-            log.write(line)
+            lines.append(line)
         self._logged = len(self.timeline.events)
         kind = (doc.get("bottleneck") or {}).get("kind")
         if kind and kind != self._verdict:
             self._verdict = kind
-            log.write(Text(f"{fmt.duration(t_now):>10}         limit now: {kind}",
-                           style="yellow"))
+            lines.append(Text(f"{fmt.duration(t_now):>10}         limit now: {kind}",
+                              style="yellow"))
         said = list(doc.get("notes") or [])
         err = (doc.get("server") or {}).get("error")
         if err:
@@ -268,7 +269,10 @@ class PgParMonApp(App[int]):
         for msg in said:
             if msg not in self._said:
                 self._said.add(msg)
-                log.write(Text(f"{fmt.duration(t_now):>10}         {msg}", style="magenta"))
+                lines.append(Text(f"{fmt.duration(t_now):>10}         {msg}",
+                                  style="magenta"))
+        if lines:
+            log.write(Text("\n").join(lines))
 
     def _render_doc(self, doc: Doc) -> None:
         self.query_one("#header", JobHeader).doc = doc

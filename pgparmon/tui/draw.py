@@ -9,7 +9,7 @@ shapes readable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -80,17 +80,32 @@ def resample(series: Sequence[SeriesPoint], width: int, t_end: float,
     return out
 
 
+def append_runs(out: Text, cells: Iterable[tuple[str, str]]) -> None:
+    """Append (character, style) cells, one span per run of a style: a span
+    per cell makes every redraw convert and compose thousands of styles."""
+    run: list[str] = []
+    run_style: str | None = None
+    for ch, st in cells:
+        if st != run_style and run:
+            out.append("".join(run), style=run_style or "")
+            run = []
+        run_style = st
+        run.append(ch)
+    if run:
+        out.append("".join(run), style=run_style or "")
+
+
 def columns(values: Sequence[float | None], rows: int, vmax: float,
             style: str = "cyan") -> list[Text]:
     """A column chart `rows` high, eighth-row resolution, top row first."""
     rows = max(1, rows)
-    lines = [Text() for _ in range(rows)]
+    chars: list[list[str]] = [[] for _ in range(rows)]
     for v in values:
         eighths = 0 if v is None or vmax <= 0 else round(max(0.0, v) / vmax * rows * 8)
         for r in range(rows):
             level = max(0, min(8, eighths - (rows - 1 - r) * 8))
-            lines[r].append(EIGHTHS[level], style=style)
-    return lines
+            chars[r].append(EIGHTHS[level])
+    return [Text("".join(c), style=style) for c in chars]
 
 
 def throughput_chart(series: Sequence[SeriesPoint], width: int, height: int,
@@ -114,14 +129,16 @@ def throughput_chart(series: Sequence[SeriesPoint], width: int, height: int,
         out.append("\n")
     out.append(f"{'workers':>{gutter - 1}}│", style="dim")
     top = max([jobs or 0] + [round(a) for a in active if a is not None])
+    cells: list[tuple[str, str]] = []
     for a in active:
         if a is None:
-            out.append(" ")
+            cells.append((" ", ""))
             continue
         n = round(a)
         ch = str(n) if top <= 9 else EIGHTHS[max(1, round(n / max(1, top) * 8))]
-        out.append(ch, style="bold green" if n and jobs and n >= jobs else
-                   ("yellow" if n else "dim"))
+        cells.append((ch, "bold green" if n and jobs and n >= jobs else
+                       ("yellow" if n else "dim")))
+    append_runs(out, cells)
     out.append("\n")
     out.append_text(time_axis(t_end, cols, gutter))
     return out
@@ -172,8 +189,7 @@ def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
                 for i in range(a, min(b, cols)):
                     cells[i] = ("█", style)
         out.append(f"{str(pid)[:gutter - 1]:>{gutter - 1}}│", style="bold")
-        for ch, st in cells:
-            out.append(ch, style=st)
+        append_runs(out, cells)
         if suffix and idle is not None:
             out.append(f" idle {100 * idle.get(pid, 0.0):3.0f}%", style="dim")
         out.append("\n")

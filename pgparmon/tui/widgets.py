@@ -85,10 +85,33 @@ class JobHeader(Widget):
         return Text("\n").join([l1, l2])
 
 
-class VerdictLine(Widget):
+class AutoHeight(Widget):
+    """A widget of auto height whose text changes every sample: a layout pass
+    (the whole screen re-rendered) only when its number of lines changes."""
+
+    _lines = -1
+
+    def _relayout_if_taller_or_shorter(self) -> None:
+        width = self.content_size.width or self.size.width
+        if width <= 0:
+            self.refresh(layout=True)
+            return
+        r = self.render()
+        lines = len(r.wrap(self.app.console, width)) if isinstance(r, Text) else -1
+        if lines != self._lines or lines < 0:
+            self._lines = lines
+            self.refresh(layout=True)
+        else:
+            self.refresh()
+
+
+class VerdictLine(AutoHeight):
     """What limits the run now (the bottleneck verdict), one or two lines."""
 
-    verdict: reactive[tuple[str, str] | None] = reactive(None, layout=True)
+    verdict: reactive[tuple[str, str] | None] = reactive(None)
+
+    def watch_verdict(self) -> None:
+        self._relayout_if_taller_or_shorter()
 
     def render(self) -> RenderableType:
         if self.verdict is None:
@@ -112,8 +135,11 @@ class StatusLine(Widget):
         return self.text
 
 
-class AdviceLine(Widget):
-    advice: reactive[LiveAdvice | None] = reactive(None, layout=True)
+class AdviceLine(AutoHeight):
+    advice: reactive[LiveAdvice | None] = reactive(None)
+
+    def watch_advice(self) -> None:
+        self._relayout_if_taller_or_shorter()
 
     def render(self) -> RenderableType:
         a = self.advice
@@ -188,12 +214,19 @@ class HostPanel(Widget):
 class GanttChart(Widget):
     """Items per worker over time: idle gaps and the long tail at a glance."""
 
-    # layout=True: the number of workers sets the widget's (auto) height
-    spans: reactive[Mapping[int, Sequence[Span]]] = reactive(dict, always_update=True,
-                                                             layout=True)
+    spans: reactive[Mapping[int, Sequence[Span]]] = reactive(dict, always_update=True)
     t_end: reactive[float] = reactive(0.0)
     idle: reactive[Mapping[int, float]] = reactive(dict, always_update=True)
     max_rows: reactive[int] = reactive(8, layout=True)  # the app raises it on a tall screen
+    _rows = -1  # rows drawn last time: the (auto) height changes only with them
+
+    def watch_spans(self, spans: Mapping[int, Sequence[Span]]) -> None:
+        # a layout pass re-renders the whole screen: only when the number of
+        # worker rows (so this widget's height) changed, not every sample
+        rows = len(spans) if len(spans) <= self.max_rows else self.max_rows + 1  # + "… more"
+        if rows != self._rows:
+            self._rows = rows
+            self.refresh(layout=True)
 
     def render(self) -> RenderableType:
         if not self.spans:
@@ -219,6 +252,7 @@ class WorkersTable(DataTable[Any]):
         self.zebra_stripes = True
         self.cell_padding = 0
         self._cols_for: int | None = None
+        self._shown: dict[str, list[Any]] = {}  # the cells shown, by pid, in row order
 
     def _columns(self, width: int) -> dict[str, int]:
         """Column widths for this screen width. Cells carry their own one
@@ -252,10 +286,37 @@ class WorkersTable(DataTable[Any]):
         return int(key.value) if key.value is not None else None
 
     def show(self, workers: Sequence[Mapping[str, Any]], width: int) -> None:
-        keep = self.highlighted_pid()
+        """The workers as rows. When the same workers come in the same order
+        (most samples), only the cells whose text changed are updated: a
+        rebuilt table re-measures and redraws every row."""
+        cols_for = self._cols_for
         widths = self._columns(width)
-        narrow = width < 100
+        rows = self._row_cells(workers, widths, width < 100)
+        keys = [k for k, _ in rows]
+        shown = self._shown
+        if cols_for == width and keys == list(shown) and \
+                keys == [r.key.value for r in self.ordered_rows]:
+            order = [c for c in COLUMN_ORDER if c in widths]
+            for key, cells in rows:
+                for col, new, old in zip(order, cells, shown[key], strict=True):
+                    if new != old:
+                        self.update_cell(key, col, new)
+            self._shown = dict(rows)
+            return
+        keep = self.highlighted_pid()
         self.clear()
+        for key, cells in rows:
+            self.add_row(*cells, key=key)
+        self._shown = dict(rows)
+        if keep is not None:
+            try:
+                self.move_cursor(row=self.get_row_index(str(keep)), animate=False)
+            except Exception:  # noqa: BLE001, S110 - that worker is gone: the cursor stays put
+                pass
+
+    def _row_cells(self, workers: Sequence[Mapping[str, Any]], widths: Mapping[str, int],
+                   narrow: bool) -> list[tuple[str, list[Any]]]:
+        out: list[tuple[str, list[Any]]] = []
         for w in sorted(workers, key=_sort_key(self.sort_by)):
             lock = w.get("phase") == "lock-wait"
             style = "bold red" if lock else ""
@@ -286,12 +347,8 @@ class WorkersTable(DataTable[Any]):
                 "wait": Text(_clip(wait, widths["wait"] - 1),
                              style="bold white on red" if lock else ""),
             }
-            self.add_row(*_ordered(cells, widths), key=str(w["pid"]))
-        if keep is not None:
-            try:
-                self.move_cursor(row=self.get_row_index(str(keep)), animate=False)
-            except Exception:  # noqa: BLE001, S110 - that worker is gone: the cursor stays put
-                pass
+            out.append((str(w["pid"]), _ordered(cells, widths)))
+        return out
 
 
 COLUMN_ORDER = ("pid", "client", "phase", "item", "bps", "tps", "prog", "wait")
