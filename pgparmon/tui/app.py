@@ -21,7 +21,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.events import Resize
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, RichLog
+from textual.widgets import DataTable, Footer
 
 from ..analyze.advice_live import AdviceTracker
 from ..analyze.timeline import TimelineBuilder, idle_share
@@ -32,6 +32,7 @@ from .screens import DetailsScreen, HelpScreen
 from .widgets import (
     SORTS,
     AdviceLine,
+    EventLog,
     GanttChart,
     HostPanel,
     JobHeader,
@@ -103,7 +104,7 @@ class PgParMonApp(App[int]):
                 yield ThroughputChart(id="chart")
                 yield HostPanel(id="host")
             yield GanttChart(id="gantt")
-            yield RichLog(id="events", max_lines=1000, wrap=False, markup=False)
+            yield EventLog(id="events", max_lines=1000, wrap=False, markup=False)
         yield AdviceLine(id="advice")
         yield Footer()
 
@@ -243,7 +244,7 @@ class PgParMonApp(App[int]):
     def _log_events(self, doc: Doc) -> None:
         """Items started / finished, verdict changes, notes and server
         errors, once each: the story of the run in words (tall screens)."""
-        log = self.query_one("#events", RichLog)
+        log = self.query_one("#events", EventLog)
         lines: list[Text] = []  # one write a sample: each write is a layout pass
         t_now = float(doc.get("elapsed_s") or 0.0)
         for ev in self.timeline.events[self._logged:]:

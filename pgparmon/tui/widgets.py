@@ -8,9 +8,10 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.text import Text
-from textual.reactive import reactive
+from textual.geometry import Size
+from textual.reactive import Reactive, reactive
 from textual.widget import Widget
-from textual.widgets import DataTable
+from textual.widgets import DataTable, RichLog
 
 from ..analyze.advice_live import LiveAdvice
 from ..analyze.timeline import SeriesPoint, Span
@@ -83,6 +84,20 @@ class JobHeader(Widget):
         l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
         l2.append(tail)
         return Text("\n").join([l1, l2])
+
+
+class EventLog(RichLog):
+    """The events panel: a RichLog whose growth asks for no layout pass.
+    Each write grows its virtual size, which Textual answers with a layout
+    of the whole screen (every widget re-rendered) although this panel's
+    own size (1fr) does not change: here the scrollbars follow in place, and
+    a layout comes only when one appears or goes (its visibility is
+    reactive with layout)."""
+
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), repaint=True)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        self._scroll_update(size)
 
 
 class AutoHeight(Widget):
