@@ -825,3 +825,20 @@ def test_picker_sessions_start_and_json_of_found_jobs() -> None:
     assert restore["pid"] == 41388 and restore["running_s"] == 130.0
     assert (load["client_pid"], load["pid"], load["command"]) == (None, 9101, [])
     assert load["grouping"] == "inferred: application_name, client address, user"
+
+
+def test_the_chart_gets_a_bounded_series_on_a_long_run() -> None:
+    """A day at one sample a second: the chart is handed at most
+    CHART_POINTS (+1) evenly spaced points, the first and the last in, not
+    the whole day copied every sample."""
+    from pgparmon.analyze.timeline import SeriesPoint
+    from pgparmon.tui.app import CHART_POINTS, chart_points
+
+    day = [SeriesPoint(float(t), 1e6, 1e3, 2, 2, None, None, {}, None) for t in range(86_400)]
+    pts = chart_points(day)
+    assert len(pts) <= CHART_POINTS + 1
+    assert pts[0].t == 0.0 and pts[-1].t == 86_399.0
+    gaps = {b.t - a.t for a, b in zip(pts, pts[1:-1], strict=False)}
+    assert gaps == {43.0}  # every 43rd second: evenly spaced
+    short = day[:100]
+    assert chart_points(short) == tuple(short)

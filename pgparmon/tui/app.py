@@ -24,7 +24,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer
 
 from ..analyze.advice_live import AdviceTracker
-from ..analyze.timeline import TimelineBuilder, idle_share
+from ..analyze.timeline import SeriesPoint, TimelineBuilder, idle_share
 from ..feed import Feed
 from ..views import fmt
 from ..views.summary import EndSummary, end_summary
@@ -46,6 +46,25 @@ from .widgets import (
 Doc = dict[str, Any]
 INTERVAL_STEPS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 NARROW = 120  # below this many columns the compact layout
+
+
+# The throughput chart resamples its points to the screen's columns: past
+# this many, every k-th point is enough (a 24-hour run at 1 s holds 86,400;
+# copying and resampling them all every sample grew with the run).
+CHART_POINTS = 2048
+
+
+def chart_points(series: list[SeriesPoint]) -> tuple[SeriesPoint, ...]:
+    """At most CHART_POINTS (+1) of the series, evenly spaced, the first
+    and the last always in."""
+    n = len(series)
+    if n <= CHART_POINTS:
+        return tuple(series)
+    step = -(-n // CHART_POINTS)  # ceil
+    picked = series[::step]
+    if picked[-1] is not series[-1]:
+        picked.append(series[-1])
+    return tuple(picked)
 
 
 class PgParMonApp(App[int]):
@@ -283,7 +302,7 @@ class PgParMonApp(App[int]):
         self._show_workers()
         chart = self.query_one("#chart", ThroughputChart)
         chart.jobs = (doc.get("job") or {}).get("jobs")
-        chart.series = tuple(self.timeline.series)
+        chart.series = chart_points(self.timeline.series)
         self.query_one("#host", HostPanel).host = doc.get("host")
         spans = self.timeline.spans()
         gantt = self.query_one("#gantt", GanttChart)
