@@ -842,3 +842,25 @@ def test_the_chart_gets_a_bounded_series_on_a_long_run() -> None:
     assert gaps == {43.0}  # every 43rd second: evenly spaced
     short = day[:100]
     assert chart_points(short) == tuple(short)
+
+
+@sync
+async def test_a_live_tui_keeps_a_bounded_window_of_samples() -> None:
+    """A live run of a day must not hold every sample: the TUI keeps the
+    first and the last KEEP_DOCS to 2 x KEEP_DOCS, every sample's time apart,
+    and the end summary still knows the run's sampling interval."""
+    from pgparmon.tui.app import KEEP_DOCS
+
+    base = golden("dump_mid")[-1]
+    n = 2 * KEEP_DOCS + 100
+    docs = [dict(base, elapsed_s=float(i)) for i in range(n)]
+    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+        assert len(app.docs) <= 2 * KEEP_DOCS and app.docs[0] is docs[0]
+        assert app.docs[-1] is docs[-1] and len(app.times) == n
+        app._show_summary({"schema": "pgparmon.summary/1", "state": "finished",
+                           "wall_s": float(n - 1), "items": []}, None)
+        assert app.end is not None and app.end.interval == 1.0

@@ -48,6 +48,8 @@ INTERVAL_STEPS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 NARROW = 120  # below this many columns the compact layout
 
 
+# A live TUI keeps the first sample and the last KEEP_DOCS..2 x KEEP_DOCS.
+KEEP_DOCS = 300
 # The throughput chart resamples its points to the screen's columns: past
 # this many, every k-th point is enough (a 24-hour run at 1 s holds 86,400;
 # copying and resampling them all every sample grew with the run).
@@ -94,7 +96,12 @@ class PgParMonApp(App[int]):
         self.clock = clock  # injectable: snapshot tests freeze what the status line shows
         self.paused = False
         self.ended = False
+        # the samples shown: all of them for a replay (it steps back through
+        # them; the recording is in memory anyway), else the first and the
+        # last KEEP_DOCS (a live run of a day holds 86,400), with every
+        # sample's time kept apart for the end summary
         self.docs: list[Doc] = []
+        self.times: list[float] = []
         self.last: Doc | None = None
         self.timeline = TimelineBuilder()
         self.advisor = AdviceTracker()
@@ -253,6 +260,9 @@ class PgParMonApp(App[int]):
         redraw. Public so tests (and snapshot runs) can drive the screen
         sample by sample without the timer."""
         self.docs.append(doc)
+        self.times.append(float(doc.get("elapsed_s") or 0.0))
+        if not self.feed.seekable and len(self.docs) > 2 * KEEP_DOCS:
+            del self.docs[1:-KEEP_DOCS]
         self.last = doc
         self.ticks += 1
         self.timeline.add(doc)
@@ -323,7 +333,7 @@ class PgParMonApp(App[int]):
             self.error = err
         if summary is not None:
             self.summary = summary
-            self.end = end = end_summary(summary, self.docs)
+            self.end = end = end_summary(summary, self.docs, times=self.times)
             table = self.query_one("#summary", SummaryTable)
             table.show(end, self.size.width)
             table.display = True
@@ -477,6 +487,7 @@ class PgParMonApp(App[int]):
             keep = max(1, pos[0] if pos else len(self.docs))
             docs = self.docs[:keep]
             self.docs, self.timeline, self.advisor = [], TimelineBuilder(), AdviceTracker()
+            self.times = []
             self.ended, self.summary, self.end = False, None, None
             self.query_one("#summary").display = False
             self.query_one("#workers").display = True
