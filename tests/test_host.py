@@ -719,3 +719,38 @@ def test_spinning_disk_busy_and_flat_is_saturated_live(fake_sys: Path) -> None:
     for unknown in ({}, {"sda1": False}):
         b = advise_samples(_busy_run(unknown))
         assert b.status == "flat" and b.next_jobs == 2 and "no disk sign" in b.detail
+
+
+def test_children_from_proc_match_a_scan_of_the_process_table() -> None:
+    """The job's children are read every sample from /proc/PID/task/*/
+    children (what each of its threads forked), not by scanning every
+    process; the answer is the one psutil's scan gives, a child forked by a
+    second thread included, and a whole tree level by level."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from pgparmon.readers import procs
+
+    code = ("import subprocess, sys, threading, time\n"
+            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])]\n"
+            "def more():\n"
+            "    kids.append(subprocess.Popen(['sleep', '30']))\n"
+            "t = threading.Thread(target=more); t.start(); t.join()\n"
+            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == "ready\n"
+        scanned = sorted(c.pid for c in psutil.Process(parent.pid).children())
+        assert len(scanned) == 2
+        assert procs._proc_children(parent.pid) == scanned  # /proc answered
+        assert procs.children(parent.pid) == scanned
+        tree = procs.tree_pids(parent.pid)
+        assert tree[0] == parent.pid and sorted(tree[1:]) == scanned
+        assert procs.children(2 ** 22 + 12345) == [] and procs.tree_pids(2 ** 22 + 12345) == []
+    finally:
+        for c in psutil.Process(parent.pid).children(recursive=True):
+            c.kill()
+        parent.kill()
+        parent.wait()

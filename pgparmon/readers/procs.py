@@ -148,10 +148,36 @@ def read_procs(pids: Iterable[int], files_under: str | None = None) -> tuple[Cli
 
 
 def children(pid: int) -> list[int]:
+    """The direct children of a process, from /proc/PID/task/*/children
+    (one small read per thread of it; any thread may have forked them);
+    psutil's scan of the whole process table when the kernel has no such
+    file or it cannot be read. Called every sample for the job's client."""
+    found = _proc_children(pid)
+    if found is not None:
+        return found
     try:
         return [c.pid for c in psutil.Process(pid).children()]
     except psutil.Error:
         return []
+
+
+def _proc_children(pid: int) -> list[int] | None:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    out: set[int] = set()
+    read_one = False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                out.update(int(x) for x in f.read().split())
+            read_one = True
+        except FileNotFoundError:
+            continue  # that thread ended (or no such file: the fallback below)
+        except (OSError, ValueError):
+            return None
+    return sorted(out) if read_one else None
 
 
 def alive(pid: int) -> bool:
@@ -348,12 +374,18 @@ def job_root(pid: int) -> int:
 
 
 def tree_pids(root: int) -> list[int]:
-    """The root and every descendant that is alive now."""
-    try:
-        p = psutil.Process(root)
-        return [root, *(c.pid for c in p.children(recursive=True))]
-    except psutil.Error:
+    """The root and every descendant that is alive now (children() level by
+    level: no scan of the whole process table while /proc says)."""
+    if not alive(root):
         return []
+    out, todo, seen = [root], [root], {root}
+    while todo:
+        for c in children(todo.pop()):
+            if c not in seen:
+                seen.add(c)
+                out.append(c)
+                todo.append(c)
+    return out
 
 
 _NOT_INPUT = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib", "/etc/", "/bin/", "/sbin/",
