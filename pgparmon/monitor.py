@@ -89,7 +89,6 @@ class Monitor:
         self.died_note: str | None = None
         self.free_space = FreeSpace()
         self.checkpoints = Checkpoints()
-        self.flagged: set[str] = set()  # verdicts noted once
         self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
@@ -426,8 +425,8 @@ class Monitor:
         if snap.db is not None and tr.driver.data_flow == "in":
             self.checkpoints.add(snap.ts, snap.db.checkpoints)
             ck = self.checkpoints.check(self.facts.settings if self.facts else {})
-            if ck and "checkpoints" not in self.flagged:
-                self.flagged.add("checkpoints")
+            if ck and not self.checkpoints.noted:
+                self.checkpoints.noted = True
                 self._note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
         for w in out:

@@ -104,9 +104,11 @@ class Checkpoints:
     MIN_REQUESTED = 2
 
     def __init__(self) -> None:
-        self.t0: float | None = None
-        self.last: int | None = None
-        self.times: list[float] = []  # when the requested count rose, once per checkpoint
+        self.t0: float | None = None  # the first reading
+        self.last: int | None = None  # the counter at the last reading
+        self.requested = 0  # requested during the job
+        self.last_t = 0.0  # when the count last rose
+        self.noted = False  # said once in the job's notes
 
     def add(self, t: float, counts: tuple[int, int] | None) -> None:
         if counts is None:
@@ -116,17 +118,15 @@ class Checkpoints:
             self.t0 = t if self.t0 is None else self.t0
             self.last = req
             return
-        self.times += [t] * min(req - self.last, 1000)
+        if req > self.last:
+            self.requested += req - self.last
+            self.last_t = t
         self.last = req
 
-    @property
-    def requested(self) -> int:
-        return len(self.times)
-
     def every_s(self) -> float | None:
-        if self.t0 is None or len(self.times) < self.MIN_REQUESTED:
+        if self.t0 is None or self.requested < self.MIN_REQUESTED:
             return None
-        return max(self.times[-1] - self.t0, 1e-3) / len(self.times)
+        return max(self.last_t - self.t0, 1e-3) / self.requested
 
     def check(self, settings: dict[str, str]) -> list[JobWarning]:
         every = self.every_s()
