@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgparmon.redact import redact_argv, redact_text
 
-CLIENTS = ("pg_dump", "pg_restore", "psql")
+CLIENTS = ("pg_dump", "pg_restore", "psql", "pg_basebackup")
 _INTERPRETERS = ("perl", "python", "python3", "sh", "bash", "env")
 
 
@@ -47,6 +47,12 @@ class ClientArgs:
     positional: tuple[str, ...] = ()   # redacted
     unknown_options: tuple[str, ...] = ()  # redacted
     redacted_argv: list[str] = field(default_factory=list)
+    # pg_basebackup: -D is `file` ("-": to standard output), -F `format`
+    # (plain | tar), -Z/-z `compression`
+    max_rate: int | None = None        # -r, in bytes per second
+    wal_method: str | None = None      # -X: fetch | stream | none
+    checkpoint: str | None = None      # -c: fast | spread
+    no_estimate: bool = False          # --no-estimate-size: no total on the server
 
 
 # Options: name -> (key, takes_argument).  Short names are one letter.
@@ -128,7 +134,26 @@ _PSQL: _Opts = {
     **{c: (c, False) for c in "aAbeEHlnqsStxXz01"},
 }
 
-_SPECS: dict[str, _Opts] = {"pg_dump": _PG_DUMP, "pg_restore": _PG_RESTORE, "psql": _PSQL}
+_PG_BASEBACKUP: _Opts = {
+    **_CONN, "D": ("file", True), "F": ("format", True), "r": ("max-rate", True),
+    "R": ("write-recovery-conf", False), "T": ("tablespace-mapping", True),
+    "X": ("wal-method", True), "z": ("gzip", False), "Z": ("compress", True),
+    "c": ("checkpoint", True), "C": ("create-slot", False), "l": ("label", True),
+    "n": ("no-clean", False), "N": ("no-sync", False), "P": ("progress", False),
+    "S": ("slot", True), "s": ("status-interval", True), "t": ("target", True),
+    "i": ("incremental", True),
+    "pgdata": ("file", True), "format": ("format", True), "max-rate": ("max-rate", True),
+    "wal-method": ("wal-method", True), "compress": ("compress", True),
+    "checkpoint": ("checkpoint", True), "gzip": ("gzip", False),
+    **_args("tablespace-mapping", "waldir", "label", "slot", "status-interval", "target",
+            "incremental", "manifest-checksums", "sync-method"),
+    **_flags("write-recovery-conf", "create-slot", "no-clean", "no-sync", "progress",
+             "no-estimate-size", "no-manifest", "no-slot", "no-verify-checksums",
+             "manifest-force-encode"),
+}
+
+_SPECS: dict[str, _Opts] = {"pg_dump": _PG_DUMP, "pg_restore": _PG_RESTORE, "psql": _PSQL,
+                            "pg_basebackup": _PG_BASEBACKUP}
 
 
 # ------------------------------------------------------------- tokenizer
@@ -227,11 +252,16 @@ _DUMP_FORMATS = {"c": "custom", "custom": "custom", "d": "directory", "directory
                  "t": "tar", "tar": "tar", "p": "plain", "plain": "plain", "a": "plain",
                  "append": "plain"}
 _RESTORE_FORMATS = {"c": "custom", "d": "directory", "t": "tar"}
+_BASEBACKUP_FORMATS = {"p": "plain", "plain": "plain", "t": "tar", "tar": "tar"}
+_WAL_METHODS = {"n": "none", "none": "none", "f": "fetch", "fetch": "fetch",
+                "s": "stream", "stream": "stream"}
 
 
 def _format(program: str, value: str | None) -> str | None:
     if not value:
         return None
+    if program == "pg_basebackup":
+        return _BASEBACKUP_FORMATS.get(value.lower())
     if program == "pg_restore":  # pg_restore looks at the first letter only
         return _RESTORE_FORMATS.get(value[0].lower())
     return _DUMP_FORMATS.get(value.lower())
@@ -291,6 +321,16 @@ def _apply_option(res: ClientArgs, key: str, value: str | None) -> str | None:
         res.user = value
     elif key == "compress":
         res.compression = value
+    elif key == "gzip":
+        res.compression = res.compression or "gzip"
+    elif key == "max-rate":
+        res.max_rate = max_rate_bytes(value)
+    elif key == "wal-method" and value:
+        res.wal_method = _WAL_METHODS.get(value.lower(), value)
+    elif key == "checkpoint" and value:
+        res.checkpoint = value.lower()
+    elif key == "no-estimate-size":
+        res.no_estimate = True
     elif key == "section" and value is not None:
         res.sections += (value,)
     elif key == "command" and value is not None:
@@ -298,6 +338,24 @@ def _apply_option(res: ClientArgs, key: str, value: str | None) -> str | None:
     elif key in ("list", "data-only", "schema-only", "verbose"):
         _apply_flag(res, key)
     return value if key == "dbname" else None
+
+
+def max_rate_bytes(value: str | None) -> int | None:
+    """pg_basebackup -r: kilobytes per second, or with a k / M suffix
+    (32 kB/s to 1 GB/s); None when it does not parse."""
+    if not value:
+        return None
+    v = value.strip()
+    mult = 1024
+    if v[-1:] in ("k", "K"):
+        v = v[:-1]
+    elif v[-1:] == "M":
+        v, mult = v[:-1], 1024 * 1024
+    try:
+        n = float(v)
+    except ValueError:
+        return None
+    return int(n * mult) if n > 0 else None
 
 
 def _apply_flag(res: ClientArgs, key: str) -> None:

@@ -196,7 +196,7 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
     session goes to the first driver whose grouping key accepts it."""
     groups: dict[tuple[object, ...], list[Backend]] = {}
     for b in db.backends:
-        if b.pid in claimed or b.backend_type != "client backend":
+        if b.pid in claimed or b.backend_type not in ("client backend", "walsender"):
             continue
         if (b.state != "active" and copy_target(b.query) is not None
                 and idle_for(b, db.server_ts) > IDLE_GRACE_S):
@@ -222,7 +222,8 @@ def choose_job(jobs: list[Job], pid: int | None) -> Job:
                              "server (give the client process pid or one of its backend "
                              "pids)", ExitCode.NO_JOB)
     if not jobs:
-        raise DiscoveryError("no running pg_dump, pg_restore or COPY load found on this server "
+        raise DiscoveryError("no running pg_dump, pg_restore, pg_basebackup or COPY load found "
+                             "on this server "
                              "(check -h/-p/-d point at the job's server; a loader whose "
                              "sessions all sit idle after a commit is found by --pid, or by "
                              "--wait once its next COPY starts)", ExitCode.NO_JOB)

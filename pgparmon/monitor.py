@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .analyze import bottleneck, eta, hostrates
+from .analyze.items import STREAM_PHASES
 from .analyze.progress import Tracker
 from .analyze.warnings import (
     CHECKSUMS_NOTE,
@@ -317,7 +318,8 @@ class Monitor:
         for w in sorted(tr.workers.values(), key=lambda w: w.pid):
             if w.is_leader and w.phase in ("idle", "other"):
                 continue  # the dump leader holds locks and waits
-            bps = w.bytes_rate.recent(5.0) if w.phase == "copy" else 0.0
+            streaming = w.phase in STREAM_PHASES
+            bps = w.bytes_rate.recent(5.0) if streaming else 0.0
             tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
             cpid = links.get(w.pid) or self._client_of(w, snap)
             ccpu = self._cpu_percent(cpid, snap, prev) if cpid else None
@@ -329,6 +331,8 @@ class Monitor:
             if w.phase == "copy":
                 ct = copy_target(w.query)
                 direction = ct[0] if ct else None
+            elif streaming:  # a backup: the server sends
+                direction = "to" if tr.driver.data_flow == "out" else "from"
             bps_by_dir[direction] = bps_by_dir.get(direction, 0.0) + (bps or 0.0)
             tps_by_dir[direction] = tps_by_dir.get(direction, 0.0) + (tps or 0.0)
             obs.append(bottleneck.WorkerObs(w.phase, w.wait_event, ccpu, scpu, direction))
@@ -336,7 +340,7 @@ class Monitor:
                 "pid": w.pid, "client_pid": cpid, "phase": w.phase, "direction": direction,
                 "relation": w.relation,
                 "item": tr.items[w.item].name if w.item in tr.items else None,
-                "bytes_done": w.bytes_done if w.phase == "copy" else None,
+                "bytes_done": w.bytes_done if streaming else None,
                 "tuples_done": w.tuples_done if w.phase == "copy" else None,
                 "bytes_per_s": round(bps, 1) if bps is not None else None,
                 "tuples_per_s": round(tps, 1) if tps is not None else None,
@@ -357,7 +361,9 @@ class Monitor:
                  and (not self.devices or n in self.devices)}
         # a job with no plan (a COPY load) knows no items left to start and
         # its `jobs` counts sessions, not streams: no "one table left" tail
-        verdict = bottleneck.judge(list(self.obs_window), flow=tr.driver.data_flow,
+        verdict = (None if stalled or stopped else tr.driver.verdict(
+            tr, snap, self.facts.settings if self.facts else {})) or \
+            bottleneck.judge(list(self.obs_window), flow=tr.driver.data_flow,
                                    tool=job.kind, pending=pending,
                                    jobs=tr.driver.streams(tr),
                                    running_items=running, host=hr, devices=disks,
@@ -454,6 +460,8 @@ class Monitor:
                     w.wait_event or "").startswith("Client"):
                 return False
             if w.phase == "lock-wait" and w.blocked_by and set(w.blocked_by) <= mine:
+                return False
+            if w.phase in tr.driver.waiting_phases:
                 return False
         return True
 
@@ -555,6 +563,7 @@ def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:
 
     args = parse_client_cmdline(argv)
     driver = next(d for d in drivers() if os.path.basename(argv[0]) in d.programs)
-    return Job(kind=driver.kind, database=args.dbname or os.environ.get("PGDATABASE"),
-               client_pid=pid, jobs=args.jobs, format=args.format, target=args.file,
-               command=tuple(redact_argv(argv)), app_name=app_name, args=args)
+    job = Job(kind=driver.kind, database=args.dbname or os.environ.get("PGDATABASE"),
+              client_pid=pid, jobs=args.jobs, format=args.format, target=args.file,
+              command=tuple(redact_argv(argv)), app_name=app_name, args=args)
+    return driver.refine(job, [])

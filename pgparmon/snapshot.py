@@ -130,6 +130,32 @@ class MaintProgress:
         return f
 
 
+@dataclass(frozen=True)
+class BackupProgress:
+    """A base backup running (pg_stat_progress_basebackup, 13+): its phase,
+    and bytes streamed of a total the server estimated when streaming began
+    (None with --no-estimate-size)."""
+
+    pid: int
+    phase: str | None
+    backup_total: int | None
+    backup_streamed: int | None
+    tablespaces_total: int | None
+    tablespaces_streamed: int | None
+
+
+@dataclass(frozen=True)
+class WalSender:
+    """A replication connection of a base backup (pg_stat_replication): its
+    state, the WAL bytes it has sent (an LSN as a byte position) and the
+    replication slot it uses."""
+
+    pid: int
+    state: str | None
+    sent: int | None
+    slot: str | None
+
+
 def _ratio(a: float, b: float) -> float:
     return min(1.0, a / b) if b else 0.0
 
@@ -147,13 +173,24 @@ class DbSample:
     maint: tuple[MaintProgress, ...] = ()  # VACUUM / ANALYZE running
     # the server's checkpoints so far: (requested, timed); None: not read
     checkpoints: tuple[int, int] | None = None
+    basebackups: tuple[BackupProgress, ...] | None = ()  # None: no such view (< 13)
+    senders: tuple[WalSender, ...] = ()  # base backups' replication connections
+    # WAL archiving so far: (archived, failed, last failed segment, when it
+    # failed, when the last one was archived); None: not read
+    archiver: tuple[int, int, str | None, float | None, float | None] | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any], latency_ms: float) -> DbSample:
         copies = doc.get("copy")
         indexes = doc.get("index")
         ckpt = doc.get("ckpt")
+        bb = doc.get("bb")
+        arch = doc.get("arch")
         return DbSample(
+            basebackups=None if bb is None else tuple(BackupProgress(*r) for r in bb),
+            senders=tuple(WalSender(*r) for r in doc.get("repl") or ()),
+            archiver=(int(arch[0] or 0), int(arch[1] or 0), arch[2], arch[3],
+                      arch[4] if len(arch) > 4 else None) if arch else None,
             checkpoints=(int(ckpt[0]), int(ckpt[1])) if ckpt and None not in ckpt[:2] else None,
             server_ts=doc.get("now"),
             backends=tuple(Backend.from_row(r) for r in doc.get("activity") or ()),
@@ -237,7 +274,12 @@ class Snapshot:
                 indexes=None if db.get("indexes") is None else tuple(
                     _from_dict(IndexProgress, c) for c in db["indexes"]),
                 maint=tuple(_from_dict(MaintProgress, c) for c in db.get("maint") or ()),
-                latency_ms=db.get("latency_ms"), error=db.get("error"))
+                latency_ms=db.get("latency_ms"), error=db.get("error"),
+                checkpoints=tuple(db["checkpoints"]) if db.get("checkpoints") else None,
+                basebackups=None if db.get("basebackups", ()) is None else tuple(
+                    _from_dict(BackupProgress, c) for c in db.get("basebackups") or ()),
+                senders=tuple(_from_dict(WalSender, c) for c in db.get("senders") or ()),
+                archiver=tuple(db["archiver"]) if db.get("archiver") else None)
         return Snapshot(
             ts=float(d["ts"]), wall=float(d["wall"]), db=dbs,
             host=HostSample.from_dict(d["host"]) if d.get("host") else None,

@@ -147,9 +147,10 @@ class LiveSource:
                     exc.found = found_jobs(exc.jobs, db)
                 raise
         job = self.job
-        if job.database is None:
+        driver = driver_for(job.kind)
+        if job.database is None and not driver.whole_cluster:
             job = self.job = dataclasses.replace(job, database=self.facts.database)
-        if job.database != self.facts.database:
+        if job.database is not None and job.database != self.facts.database:
             self.sampler.close()
             self.sampler = DbSampler(self.target.with_dbname(job.database or ""))
             try:
@@ -157,10 +158,12 @@ class LiveSource:
             except Exception as exc:  # noqa: BLE001 - one line to the user
                 raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
                                      f"database: {exc}", ExitCode.CONNECT) from None
-        driver = driver_for(job.kind)
         if self.copy_source is not None and job.kind == "copy" and job.source is None:
             job = self.job = dataclasses.replace(job, source=describe_target(self.copy_source))
-        self.sampler.database_filter = None if driver.all_databases else job.database
+        # a physical backup's sessions have no database: its walsenders are
+        # sampled whatever the filter, client sessions of the monitor's own
+        self.sampler.database_filter = None if driver.all_databases else \
+            (job.database or self.facts.database)
         self.target_dir = self._resolve_target(job)
         self.known_backends = set(job.pid_hint)
         if job.client_pid:

@@ -35,7 +35,7 @@ TAIL_SHARE = 0.25  # a tail worth mentioning: a quarter of the run or more
 
 @dataclass(frozen=True)
 class LiveAdvice:
-    status: str  # no-data | measuring | rising | flat | saturated | cpu-bound
+    status: str  # no-data | measuring | rising | flat | saturated | cpu-bound | single
     next_jobs: int | None  # the -j to use next time; None while it cannot be told
     headline: str  # one line for a status bar
     detail: str  # the evidence, one or two sentences
@@ -148,6 +148,11 @@ class AdviceTracker:
                               steady_samples=steady, tail_s=round(self.tail_s, 1),
                               elapsed_s=self.elapsed_s)
 
+        if self.kind == "pg_basebackup":
+            return out("single", None, "pg_basebackup copies the cluster through one "
+                       "connection: there is no -j to choose",
+                       "its speed is set by --max-rate, the storage it reads, the client's "
+                       "compression (-z) and the network: the limit line says which")
         tail = self._tail_note()
         usable = sorted(k for k in tp if steady.get(k, 0) >= MIN_SAMPLES
                         and self._acc[k].seconds >= MIN_STEADY_S)

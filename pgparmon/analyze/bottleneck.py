@@ -20,7 +20,8 @@ HOST_CPU = 90.0
 @dataclass(frozen=True)
 class Verdict:
     kind: str  # client-cpu | server-cpu | host-cpu | disk-read | disk-write | wal | locks |
-    #            one-table | stalled | client-feed | starting | nothing
+    #            one-table | stalled | client-feed | starting | nothing; base backups:
+    #            throttled | checkpoint | archiving
     detail: str
 
 
@@ -48,7 +49,10 @@ def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str, jobs: int | None,
                                   "no work is done until they continue")
     if stalled:
         return Verdict("stalled", "no progress in the last samples: the job is stalled")
-    obs = [o for sample in window for o in sample if o.phase not in ("idle",)]
+    # a process waiting in its main loop for something to do (a WAL stream
+    # waiting for new WAL: Activity:WalSenderMain) is idle, not limited
+    obs = [o for sample in window for o in sample if o.phase not in ("idle",)
+           and not (o.wait or "").startswith("Activity:")]
     if not window or not obs:
         idle = [o for sample in window for o in sample]
         if idle and all(window) and pending == 0 and not running_items:
@@ -104,14 +108,21 @@ def _inner(obs: list[WorkerObs], waits: Counter[str | None], n: int, host: Any |
     iowait = getattr(host, "iowait_percent", None) if host is not None else None
     client_write = _share(waits, n, lambda w: w == "Client:ClientWrite")
     client_read = _share(waits, n, lambda w: w == "Client:ClientRead")
-    io_read = _share(waits, n, lambda w: w in ("IO:DataFileRead", "IO:DataFilePrefetch"))
-    io_write = _share(waits, n, lambda w: w.startswith("IO:DataFile") and "Read" not in w
-                      and "Prefetch" not in w)
+    io_read = _share(waits, n, lambda w: w in ("IO:DataFileRead", "IO:DataFilePrefetch",
+                                               "IO:BaseBackupRead"))
+    io_write = _share(waits, n, lambda w: (w.startswith("IO:DataFile") and "Read" not in w
+                                          and "Prefetch" not in w)
+                      or w in ("IO:BaseBackupWrite", "IO:BaseBackupSync"))
+    throttled = _share(waits, n, lambda w: w == "Timeout:BaseBackupThrottle")
     wal = _share(waits, n, lambda w: "WAL" in w or w.startswith("IO:Checkpoint")
                  or w == "LWLock:WALInsert")
     on_cpu = waits.get(None, 0) / n
     disk = _busiest(devices)
     cpu_txt = f"; host CPU {host_cpu:.0f}%" if host_cpu is not None else ""
+    if throttled >= 0.3:
+        return Verdict("throttled", "the base backup sleeps to keep to its --max-rate "
+                       "(BaseBackupThrottle): the rate it was given is the limit; raise or drop "
+                       "--max-rate for a faster backup" + cpu_txt)
     if client_write >= 0.4 and flow == "out":
         if client_cpu is not None and client_cpu >= BUSY_CPU:
             return Verdict("client-cpu", f"{tool} workers at {client_cpu:.0f}% of a core while "

@@ -7,11 +7,15 @@ from dataclasses import dataclass, field
 
 from .rates import WindowRate
 
+# worker phases that move data: their bytes make the job's throughput (a
+# COPY; a base backup's data files and its WAL stream)
+STREAM_PHASES = frozenset({"copy", "backup", "wal", "wal-files"})
+
 
 @dataclass
 class Item:
     key: str
-    kind: str  # "data" | "index" | "constraint" | "fk" | "copy"
+    kind: str  # "data" | "index" | "constraint" | "fk" | "copy" | "backup"
     relation: str | None  # schema.table the item works on
     name: str
     size: float  # the scheduler's ordering key

@@ -10,6 +10,8 @@ their table's data, corrected by what finished builds took in this run.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..jobs.base import Job
 from ..jobs.registry import driver_for
 from ..jobs.statements import build_target, copy_target, maint_target, norm_rel
@@ -63,6 +65,7 @@ class Tracker:
         self.copy_reads: set[str] = set()
         self.copy_writes: set[str] = set()
         self.plan_source: str | None = None  # the database a copy was planned from
+        self.kind_state: dict[str, Any] = {}  # what a driver keeps about this job
 
     # ---- planning -------------------------------------------------------
 
@@ -118,7 +121,7 @@ class Tracker:
             if pid not in seen:
                 self.gone_workers.add(pid)
                 del self.workers[pid]
-        self._settle(running_now, snap)
+        self._settle(running_now, snap, seen)
         self.driver.file_evidence(self, snap, running_now)
         self._record(snap)
 
@@ -151,6 +154,8 @@ class Tracker:
         elif b.state in ("idle", "idle in transaction"):
             w.phase = "idle"
             self._idle_evidence(b)
+        elif active and (other := self.driver.other_work(self, w, b, snap)) is not None:
+            w.phase, key = other
         else:
             w.phase = "other"
         if b.wait_event_type == "Lock":
@@ -227,11 +232,12 @@ class Tracker:
         if key is not None and key in self.items and self.items[key].state != "done":
             self.items[key].state = "finishing"
 
-    def _settle(self, running_now: dict[str, int], snap: Snapshot) -> None:
+    def _settle(self, running_now: dict[str, int], snap: Snapshot, seen: set[int]) -> None:
         for key, it in self.items.items():
             if it.state == "done" or key in running_now:
                 continue
-            if it.state in ("running", "finishing"):
+            if it.state in ("running", "finishing") and self.driver.done_when_unseen(
+                    self, it, snap, seen):
                 self.finish(it, snap.wall)
 
     def finish(self, it: Item, wall: float | None) -> None:

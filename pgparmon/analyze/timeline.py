@@ -16,8 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .items import STREAM_PHASES
+
 # Phases that mean "this worker is busy with an item"; idle and other are gaps.
-BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait")
+BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait",
+               # a base backup's item, from its checkpoint to its last WAL file
+               "starting", "checkpoint", "estimating", "backup", "archive-wait", "wal-files")
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def _series_point(doc: Mapping[str, Any], t: float) -> SeriesPoint:
         bytes_per_s=float(job.get("bytes_per_s") or 0.0),
         tuples_per_s=float(job.get("tuples_per_s") or 0.0),
         active_workers=int(job.get("active_workers") or 0),
-        copy_streams=sum(1 for w in workers if w.get("phase") == "copy"),
+        copy_streams=sum(1 for w in workers if w.get("phase") in STREAM_PHASES),
         cpu_percent=_opt(host.get("cpu_percent")),
         iowait_percent=_opt(host.get("iowait_percent")),
         disks=dict(host.get("disks") or {}),

@@ -29,7 +29,8 @@ from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snap
 from ..toc import TocItem
 
 if TYPE_CHECKING:
-    from ..analyze.items import Item
+    from ..analyze.bottleneck import Verdict
+    from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
@@ -72,7 +73,11 @@ class Job:
         j = f" -j {self.jobs}" if self.jobs else ""
         tgt = f" {self.target}" if self.target else ""
         rel = f" into {self.relation}" if self.relation else ""
-        if len(self.databases) > 1:
+        from .registry import driver_for
+
+        if driver_for(self.kind).whole_cluster:
+            where = "the whole cluster"
+        elif len(self.databases) > 1:
             where = f"databases {', '.join(self.databases)}"
         else:
             where = f"database {self.database or '?'}"
@@ -219,6 +224,11 @@ class Driver:
     writes_target_files: ClassVar[bool] = False
     # the job's sessions may use any database of the server (sampled unfiltered)
     all_databases: ClassVar[bool] = False
+    # the job copies the whole cluster (a physical backup): no database of its own
+    whole_cluster: ClassVar[bool] = False
+    # worker phases that make no measurable progress by design (a backup
+    # waiting for its checkpoint): never "stalled" while a worker is in one
+    waiting_phases: ClassVar[tuple[str, ...]] = ()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -310,6 +320,14 @@ class Driver:
         of this kind of job)."""
         return None
 
+    def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
+                   snap: Snapshot) -> tuple[str, str | None] | None:
+        """An active session doing work that is no COPY, build or
+        maintenance statement (a base backup's replication connection):
+        (its phase, the item it works on) with the worker's byte counters
+        set, or None: phase "other"."""
+        return None
+
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
         """Advance a running item from this tick's readings."""
@@ -317,6 +335,12 @@ class Driver:
             f = ip.fraction
             if f is not None:
                 it.done = max(it.done, min(0.99, f) * it.work)
+
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
+        """A running item no session works on any more is done (its
+        statement ended); False: not by that alone (`sessions`: the job's
+        sessions this tick)."""
+        return True
 
     def on_finish(self, tr: Tracker, it: Item) -> None:
         """Learn from a finished item (ratios used for the items to come)."""
@@ -343,6 +367,11 @@ class Driver:
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         """(seconds, reason) when this kind estimates its ETA itself (from
         its input files' read rate), else None: the schedule simulation."""
+        return None
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        """What limits the run now when this kind knows better than the
+        wait events (a backup waiting for a checkpoint); None: judge them."""
         return None
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],

@@ -12,10 +12,12 @@ _DRIVERS: list[Driver] = []
 def _load() -> list[Driver]:
     if not _DRIVERS:
         from .copy import CopyLoad
+        from .pg_basebackup import PgBasebackup
         from .pg_dump import PgDump
         from .pg_restore import PgRestore
 
-        _DRIVERS.extend([PgDump(), PgRestore(), CopyLoad()])  # one line per tool kind
+        # one line per tool kind
+        _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), CopyLoad()])
     return _DRIVERS
 
 

@@ -13,7 +13,8 @@ SELECT json_build_object(
                               'block_size', 'max_connections',
                               'superuser_reserved_connections', 'max_wal_size',
                               'maintenance_work_mem', 'listen_addresses',
-                              'checkpoint_timeout', 'data_checksums')),
+                              'checkpoint_timeout', 'checkpoint_completion_target',
+                              'archive_mode', 'data_checksums')),
   'is_superuser', (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
   'read_all_stats', pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
   'views', json_build_object(

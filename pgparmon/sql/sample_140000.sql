@@ -12,6 +12,7 @@ SELECT json_build_object(
         extract(epoch FROM a.query_start)::float8, a.state, a.wait_event_type, a.wait_event,
         a.backend_type, a.backend_xmin::text, a.leader_pid,
         CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
+               OR a.backend_type = 'walsender'
                OR (a.pid = ANY(%(pids)s::int[])
                    AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)')
              THEN left(a.query, 2000)
@@ -27,12 +28,17 @@ SELECT json_build_object(
       ) ORDER BY a.pid), '[]'::json)
       FROM pg_stat_activity a
       WHERE a.pid <> pg_backend_pid()
-        AND a.backend_type IN ('client backend', 'parallel worker')
+        -- client sessions, and the replication connections of a base backup
+        -- (a physical walsender has no database)
+        AND (a.backend_type IN ('client backend', 'parallel worker')
+             OR (a.backend_type = 'walsender' AND a.application_name ~ '^pg_basebackup'))
         -- idle sessions: a dump's or restore's, those whose last statement was a
         -- COPY (a load between batches), and the followed job's own (pids)
-        AND (a.state IS DISTINCT FROM 'idle' OR a.application_name ~ '^(pg_dump|pg_restore)'
+        AND (a.state IS DISTINCT FROM 'idle'
+             OR a.application_name ~ '^(pg_dump|pg_restore|pg_basebackup)'
              OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
-        AND (%(db)s::text IS NULL OR a.datname = %(db)s::text)),
+        AND (%(db)s::text IS NULL OR a.datname = %(db)s::text
+             OR a.backend_type = 'walsender')),
   'copy', (SELECT coalesce(json_agg(json_build_array(
         p.pid, p.datname, p.relid::int8, n.nspname || '.' || c.relname, p.command, p.type,
         p.bytes_processed, p.bytes_total, p.tuples_processed, p.tuples_excluded)), '[]'::json)
@@ -60,6 +66,21 @@ SELECT json_build_object(
         FROM pg_stat_progress_analyze p) m
       LEFT JOIN pg_class c ON c.oid = m.relid AND m.datname = current_database()
       LEFT JOIN pg_namespace n ON n.oid = c.relnamespace),
+  -- base backups running: phase, bytes streamed of the estimated total
+  'bb', (SELECT coalesce(json_agg(json_build_array(
+        p.pid, p.phase, p.backup_total, p.backup_streamed, p.tablespaces_total,
+        p.tablespaces_streamed)), '[]'::json)
+      FROM pg_stat_progress_basebackup p),
+  -- a base backup's WAL stream: bytes sent, and the slot that pairs it with
+  -- its backup (pg_basebackup's temporary slot is named after that walsender)
+  'repl', (SELECT coalesce(json_agg(json_build_array(
+        r.pid, r.state, pg_wal_lsn_diff(r.sent_lsn, '0/0')::int8, s.slot_name)), '[]'::json)
+      FROM pg_stat_replication r LEFT JOIN pg_replication_slots s ON s.active_pid = r.pid
+      WHERE r.application_name ~ '^pg_basebackup'),
+  -- WAL archiving: a backup that waits for its WAL to be archived waits on this
+  'arch', (SELECT json_build_array(archived_count, failed_count, last_failed_wal,
+        extract(epoch FROM last_failed_time)::float8,
+        extract(epoch FROM last_archived_time)::float8) FROM pg_stat_archiver),
   -- checkpoints so far: requested (WAL reached max_wal_size, or CHECKPOINT)
   -- and timed; a load that forces them is told to raise max_wal_size
   'ckpt', (SELECT json_build_array(checkpoints_req, checkpoints_timed) FROM pg_stat_bgwriter)

@@ -1,0 +1,419 @@
+"""pg_basebackup: a physical copy of the whole cluster over the replication
+protocol. One replication connection runs BASE_BACKUP (the server reads every
+data file and streams it; pg_stat_progress_basebackup, 13+, gives its phase and
+bytes streamed of an estimated total); with -X stream (the default) a second
+one, opened by a child process, streams the WAL written meanwhile.
+
+Work is counted in the bytes the server streams. The total is the server's
+estimate, taken when streaming begins (files grow or vanish during the copy;
+the server raises the total to the bytes streamed once they pass it), and
+absent with --no-estimate-size: the published job says so. Before streaming,
+the backup waits for a checkpoint (spread over checkpoint_completion_target of
+checkpoint_timeout unless --checkpoint=fast); at its end, with -X none and
+archiving on, for its last WAL segment to be archived.
+
+Its sessions are walsenders (no database): found by their client processes on
+this host, by the application_name pgparmon gave them (`pgparmon run`), or,
+for a backup taken from another host, by user, client address and
+application_name, the WAL stream joined to the base backup that began before
+it (inferred, and said so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..analyze.bottleneck import Verdict
+from ..analyze.items import Item, WorkerState
+from ..cmdline import ClientArgs, parse_client_cmdline
+from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
+from ..views import fmt
+from .base import TREE, Driver, EndContext, Job
+from .registry import program_of
+
+if TYPE_CHECKING:
+    from ..analyze.progress import Tracker
+    from ..readers.procs import ProcInfo
+
+INFERRED = ("inferred: user, client address and application_name; the WAL stream joined "
+            "to the base backup that began before it")
+
+# pg_stat_progress_basebackup's phases -> the worker's phase (short, for tables)
+PHASES = {
+    "initializing": "starting",
+    "waiting for checkpoint to finish": "checkpoint",
+    "estimating backup size": "estimating",
+    "streaming database files": "backup",
+    "waiting for wal archiving to finish": "archive-wait",
+    "transferring wal files": "wal-files",
+}
+# phases after the data files are all sent
+_FINAL = ("archive-wait", "wal-files")
+# the worker phases a base backup's sessions take (the WAL stream: "wal")
+WORKER_PHASES = tuple(PHASES.values()) + ("wal",)
+
+_MAX_RATE = re.compile(r"\bMAX_RATE\s+'?(\d+)'?", re.I)
+_FAST = re.compile(r"\bCHECKPOINT\s+'fast'|\bFAST\b", re.I)
+_SERVER_COMPRESSION = re.compile(r"\bCOMPRESSION\s+'([^']+)'", re.I)
+
+
+def is_base_backup(b: Backend) -> bool:
+    return (b.query or "").lstrip().upper().startswith("BASE_BACKUP")
+
+
+def is_wal_stream(b: Backend) -> bool:
+    return (b.query or "").lstrip().upper().startswith("START_REPLICATION")
+
+
+def command_options(query: str | None) -> dict[str, Any]:
+    """What the BASE_BACKUP command asked the server for (its own text, so a
+    backup taken from another host says it too): MAX_RATE (kB/s), a fast
+    checkpoint, server-side compression."""
+    q = query or ""
+    out: dict[str, Any] = {}
+    m = _MAX_RATE.search(q)
+    if m:
+        out["max_rate"] = int(m.group(1)) * 1024
+    out["fast_checkpoint"] = bool(_FAST.search(q))
+    m = _SERVER_COMPRESSION.search(q)
+    if m and m.group(1).lower() != "none":
+        out["server_compression"] = m.group(1)
+    return out
+
+
+class PgBasebackup(Driver):
+    kind = "pg_basebackup"
+    programs = ("pg_basebackup",)
+    data_flow = "out"
+    plans_work = False  # one item: the backup, sized by the server's estimate
+    needs_plan = False
+    fixed_workers = False  # the WAL stream's process ends before the main one
+    whole_cluster = True
+    # the server works (a checkpoint, sizing the files, archiving the last
+    # WAL segment) but streams nothing yet
+    waiting_phases = ("starting", "checkpoint", "estimating", "archive-wait")
+
+    # ---- recognise ---------------------------------------------------------
+
+    def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
+        return True
+
+    def refine(self, job: Job, linked: list[Backend]) -> Job:
+        # a physical backup has no database: its sessions are the tree's
+        # replication connections
+        return dataclasses.replace(job, database=None, grouping=TREE,
+                                   target=None if job.target == "-" else job.target)
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        if b.backend_type != "walsender" or program_of(b.application_name) != self.kind:
+            return None
+        return (self.kind, b.usename, b.client_addr, b.application_name)
+
+    def split(self, members: list[Backend]) -> list[list[Backend]]:
+        """One job per base backup: each BASE_BACKUP session with the WAL
+        streams that started after it (and before the next one)."""
+        groups: list[list[Backend]] = []
+        for b in sorted(members, key=lambda b: (b.backend_start or 0.0, b.pid)):
+            if is_base_backup(b):
+                groups.append([b])
+            elif groups:
+                groups[-1].append(b)
+        return groups
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        b0 = members[0]
+        return Job(kind=self.kind, database=None, usename=b0.usename,
+                   client_addr=b0.client_addr, app_name=b0.application_name,
+                   pid_hint=frozenset(b.pid for b in members), grouping=INFERRED)
+
+    def belongs(self, job: Job, b: Backend) -> bool:
+        if b.backend_type != "walsender" or program_of(b.application_name) != self.kind:
+            return False
+        if job.app_name and b.application_name != job.app_name:
+            return False
+        if job.grouping == TREE:  # when no link could be read this tick
+            return b.pid in job.pid_hint or not job.pid_hint
+        if job.grouping == INFERRED:
+            return b.usename == job.usename and b.client_addr == job.client_addr
+        return True
+
+    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+        if snap.db is None:
+            return None
+        if job.grouping == TREE and snap.links is not None:
+            tree = set(job.client_pids) | {c.pid for c in snap.clients}
+            if job.client_pid:
+                tree.add(job.client_pid)
+            return {bp for bp, cp in snap.links if cp in tree}
+        if job.grouping != INFERRED:
+            return None
+        # sessions of one user, address and name: ours is the BASE_BACKUP we
+        # were found with, and the WAL streams that began after it (before
+        # the next base backup from there)
+        cands = sorted((b for b in snap.db.backends if self.belongs(job, b)),
+                       key=lambda b: (b.backend_start or 0.0, b.pid))
+        out: set[int] = set()
+        ours = False
+        for b in cands:
+            if is_base_backup(b):
+                ours = b.pid in job.pid_hint
+                if ours:
+                    out.add(b.pid)
+            elif ours or b.pid in job.pid_hint:
+                out.add(b.pid)
+        return out
+
+    # ---- observe -----------------------------------------------------------
+
+    def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
+                   snap: Snapshot) -> tuple[str, str | None] | None:
+        if b.backend_type != "walsender" or snap.db is None:
+            return None
+        bp = _progress_of(snap, b.pid)
+        if bp is not None or is_base_backup(b):
+            key = f"basebackup:{b.pid}"
+            state = tr.kind_state.setdefault("backup", {})
+            if key not in tr.items:
+                tr.add(Item(key=key, kind="backup", relation=None, name="base backup",
+                            size=1.0, work=1.0))
+                tr.planned = True  # the work list is this one backup
+                state.update(key=key, options=command_options(b.query),
+                             archiver=snap.db.archiver)  # archiving as the backup began
+            state["seen"] = snap.wall
+            if bp is None:  # no progress view (< 13): streaming, how far unknown
+                state["phase"] = "streaming database files"
+                return "backup", key
+            state.update(phase=bp.phase, tablespaces=(bp.tablespaces_streamed,
+                                                      bp.tablespaces_total))
+            if bp.backup_total is not None:
+                state["total"] = bp.backup_total
+            streamed = bp.backup_streamed or 0
+            state["streamed"] = max(streamed, state.get("streamed") or 0)
+            w.bytes_done = streamed
+            phase = PHASES.get(bp.phase or "", "backup")
+            if phase == "backup":  # the rate of the streaming itself, not of the wait before
+                w.bytes_rate.add(snap.ts, streamed)
+            return phase, key
+        if is_wal_stream(b):
+            sent = next((s.sent for s in snap.db.senders if s.pid == b.pid), None)
+            if sent is not None:
+                first = tr.kind_state.setdefault("wal_start", {}).setdefault(b.pid, sent)
+                w.bytes_done = sent - first
+                w.bytes_rate.add(snap.ts, w.bytes_done)
+                tr.kind_state["wal_bytes"] = sum(
+                    max(0, (s.sent or 0) - tr.kind_state["wal_start"].get(s.pid, s.sent or 0))
+                    for s in snap.db.senders if s.pid in tr.kind_state["wal_start"]) \
+                    or tr.kind_state.get("wal_bytes", 0)
+            return "wal", None
+        return None
+
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
+                 ip: IndexProgress | None, snap: Snapshot) -> None:
+        if it.kind != "backup":
+            super().progress(tr, it, cp, ip, snap)
+            return
+        bp = _progress_of(snap, it.worker)
+        if bp is None:
+            return
+        total, streamed = bp.backup_total, bp.backup_streamed or 0
+        if total:
+            it.work = it.size = float(max(total, streamed))
+        elif streamed:
+            it.work = it.size = max(it.work, float(streamed))  # no estimate: what went so far
+        it.bytes_done = streamed
+        phase = PHASES.get(bp.phase or "")
+        if phase in _FINAL:
+            it.done = 0.999 * it.work  # every data file sent; the backup is not over
+        elif total:
+            it.done = max(it.done, min(0.999 * it.work, float(streamed)))
+
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
+        # BASE_BACKUP ended when its session is still there (idle, or on to
+        # its next command), or after every data file was sent; a session
+        # gone mid-stream ended nothing (the end's verdict says how far it got)
+        if it.kind != "backup":
+            return True
+        st = tr.kind_state.get("backup") or {}
+        return PHASES.get(st.get("phase") or "") in _FINAL or it.worker in sessions
+
+    def fraction(self, tr: Tracker) -> float | None:
+        if not self.has_total(tr):
+            return None
+        total = tr.work_total()
+        return min(1.0, tr.work_done() / total) if total > 0 else None
+
+    def has_total(self, tr: Tracker) -> bool:
+        state = tr.kind_state.get("backup") or {}
+        return bool(state.get("total")) or any(
+            i.kind == "backup" and i.state == "done" for i in tr.items.values())
+
+    def streams(self, tr: Tracker) -> int | None:
+        return 1
+
+    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        state = tr.kind_state.get("backup")
+        if not state:
+            return None, "waiting for the base backup to start"
+        it = tr.items.get(state["key"])
+        if it is None or it.state == "done":
+            return None, "finishing (the WAL stream, syncing the files)"
+        phase = PHASES.get(state.get("phase") or "", "backup")
+        if phase == "checkpoint":
+            return None, "waiting for the checkpoint to finish"
+        if phase in ("starting", "estimating"):
+            return None, "estimating the backup size"
+        if phase == "archive-wait":
+            return None, "waiting for the last WAL segment to be archived"
+        if phase == "wal-files":
+            return None, "sending the WAL files"
+        if not state.get("total"):
+            return None, "no total: the server does not estimate it (--no-estimate-size)"
+        w = next((w for w in tr.workers.values() if w.item == it.key), None)
+        rate = w.bytes_rate.rate(10.0) if w is not None else None
+        if not rate or rate <= 0:
+            return None, "measuring"
+        left = max(0.0, float(state["total"]) - float(state.get("streamed") or 0))
+        return left / rate, None
+
+    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+                   state: str) -> dict[str, Any]:
+        st = tr.kind_state.get("backup") or {}
+        args = _args(tr.job)
+        opts = st.get("options") or {}
+        ts = st.get("tablespaces") or (None, None)
+        it = tr.items.get(st.get("key") or "")
+        phase = st.get("phase") if state == "running" and it is not None and \
+            it.state != "done" else None
+        if state == "running" and phase is None:
+            phase = "finishing" if it is not None else "starting"
+        if st.get("phase") is None and it is not None and it.state != "done":
+            basis = "none: the server has no pg_stat_progress_basebackup (PostgreSQL 13+)"
+        elif st.get("total"):
+            basis = "server's estimate (pg_stat_progress_basebackup)"
+        else:
+            basis = "none: no total (--no-estimate-size)" if it is not None else "unknown"
+        max_rate = opts.get("max_rate") or args.max_rate
+        return {"phase": phase, "progress_basis": basis, "scope": "cluster", "backup": {
+            "phase": st.get("phase"),
+            "total_bytes": st.get("total"), "streamed_bytes": st.get("streamed"),
+            "total_is_estimate": True,
+            "tablespaces_total": ts[1], "tablespaces_streamed": ts[0],
+            "wal_bytes": tr.kind_state.get("wal_bytes"),
+            "max_rate_bytes_per_s": max_rate,
+            "fast_checkpoint": opts.get("fast_checkpoint", args.checkpoint == "fast"),
+            "wal_method": args.wal_method or ("stream" if args.program else None),
+            "format": args.format, "compression": opts.get("server_compression")
+            or args.compression}}
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        """What a base backup waits for that no wait event names well: the
+        checkpoint before it, WAL archiving after it."""
+        st = tr.kind_state.get("backup") or {}
+        it = tr.items.get(st.get("key") or "")
+        if it is None or it.state == "done":
+            return None
+        phase = PHASES.get(st.get("phase") or "")
+        opts = st.get("options") or {}
+        if phase == "checkpoint":
+            if opts.get("fast_checkpoint") or _args(tr.job).checkpoint == "fast":
+                return Verdict("checkpoint", "waiting for the fast checkpoint the backup asked "
+                               "for: the server writes out every dirty buffer first")
+            spread = _spread_s(settings)
+            up_to = f" (up to {fmt.duration(spread)})" if spread else ""
+            return Verdict("checkpoint", "waiting for a spread checkpoint to finish before "
+                           f"copying{up_to}: next time use --checkpoint=fast, or run "
+                           "CHECKPOINT now if an I/O burst is acceptable")
+        if phase == "archive-wait":
+            arch = snap.db.archiver if snap.db else None
+            first = st.get("archiver")
+            since = arch[1] - first[1] if arch and first else 0
+            # failing now: its last failure came after its last success
+            failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
+            if arch and (since > 0 or failing):
+                return Verdict("archiving", f"waiting for WAL archiving, and archive_command "
+                               f"fails ({since} failure(s) since the backup began; last "
+                               f"failed segment {arch[2]}): fix archive_command (the server "
+                               "log says why), or the backup never ends")
+            return Verdict("archiving", "waiting for the backup's last WAL segment to be "
+                           "archived (archive_command)")
+        return None
+
+    # ---- outcome -----------------------------------------------------------
+
+    def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
+        """A backup whose data files were all sent, or whose plain-format
+        target holds its final manifest, finished its base backup."""
+        st = tr.kind_state.get("backup") or {}
+        it = tr.items.get(st.get("key") or "")
+        if it is None or it.state == "done":
+            return None
+        phase = PHASES.get(st.get("phase") or "")
+        if phase in _FINAL or _manifest_written(ctx.target_dir):
+            tr.finish(it, snap.wall)
+        return None
+
+    def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
+        st = tr.kind_state.get("backup") or {}
+        return "ended", (f"the backup's processes are gone after its last data files "
+                         f"({_how_far(st)}); whether it finished cannot be seen here (no "
+                         "backup_manifest in a target this user can read, and its exit status "
+                         "is not ours: `pgparmon run` knows)")
+
+    def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
+        st = tr.kind_state.get("backup") or {}
+        it = tr.items.get(st.get("key") or "")
+        if it is None or it.state == "done":
+            return None
+        if _near_end(st):
+            return None  # the last samples may have missed its end: leftover_verdict
+        return f"the base backup stopped {_how_far(st)}"
+
+
+def _progress_of(snap: Snapshot, pid: int | None) -> BackupProgress | None:
+    if snap.db is None or pid is None:
+        return None
+    return next((p for p in snap.db.basebackups or () if p.pid == pid), None)
+
+
+def _args(job: Job) -> ClientArgs:
+    """The command's options (a recording keeps its redacted argv only)."""
+    if job.args is not None:
+        return job.args
+    return parse_client_cmdline(list(job.command)) if job.command else ClientArgs(program="")
+
+
+def _spread_s(settings: dict[str, str]) -> float | None:
+    """How long a spread checkpoint may take: checkpoint_completion_target
+    of checkpoint_timeout (both as the facts hold them)."""
+    try:
+        timeout = float(settings.get("checkpoint_timeout") or 0)
+        target = float(settings.get("checkpoint_completion_target") or 0.9)
+    except ValueError:
+        return None
+    return timeout * target if timeout > 0 else None
+
+
+def _how_far(st: dict[str, Any]) -> str:
+    phase = st.get("phase") or "before it began"
+    total, streamed = st.get("total"), st.get("streamed")
+    if total and streamed is not None:
+        return (f"at {fmt.size(streamed)} of {fmt.size(total)} ({streamed / total:.0%}), "
+                f"phase: {phase}")
+    if streamed:
+        return f"at {fmt.size(streamed)}, phase: {phase}"
+    return f"phase: {phase}"
+
+
+def _near_end(st: dict[str, Any]) -> bool:
+    """Last seen with (nearly) every byte of its estimate sent: the end may
+    have come between two samples."""
+    total, streamed = st.get("total"), st.get("streamed") or 0
+    return total is not None and total > 0 and streamed >= 0.97 * float(total)
+
+
+def _manifest_written(target: str | None) -> bool:
+    """pg_basebackup renames backup_manifest.tmp to backup_manifest last."""
+    return bool(target) and os.path.isfile(os.path.join(str(target), "backup_manifest"))
