@@ -1,6 +1,8 @@
-"""Make docs/img/tui-copy-120x36.svg and .png from a real recording of a COPY load.
+"""Make docs/img/tui-copy-120x36.svg and .png from a real recording of a COPY load
+(and tui-backup-120x36 from one of a pg_basebackup).
 
     PYTHONPATH=. python tests/docs_images.py copy        # from the repository root
+    PYTHONPATH=. python tests/docs_images.py backup
 
 On a throwaway cluster (pgparmon/cluster.py) a shell script runs two
 `psql \\copy` of CSV files of different sizes into two tables at once, then a
@@ -10,6 +12,12 @@ tests/golden/tui/copy_mid.json, the golden the snapshot test
 test_snapshot_copy renders too, and the TUI draws them at 120x36
 (Textual's export_screenshot, as the snapshots); headless chromium turns the
 SVG into the PNG (`./run test` installs chromium when missing).
+
+`backup`: `pgparmon run --json --record FILE -- pg_basebackup -D DIR -c fast
+-r RATE -X stream` on a throwaway cluster holding a few tables, RATE such
+that streaming lasts about 8 s; the samples up to a mid-run one (streaming,
+with an ETA) are kept as tests/golden/tui/backup_mid.json
+(test_snapshot_backup).
 
 The dump and restore images (tui-dump-80x24, tui-restore-160x50) are the
 snapshots of tests/golden/tui/dump_mid.json and restore_index.json, cut from
@@ -93,6 +101,35 @@ def record_copy_load(work: Path) -> list[dict[str, Any]]:
         return samples
 
 
+def record_basebackup(work: Path) -> list[dict[str, Any]]:
+    """A throttled pg_basebackup under `pgparmon run --record`; the samples."""
+    with start_cluster(prefix="pgparmon-docimg-") as cl:
+        cl.psql("CREATE TABLE orders AS SELECT g AS id, repeat('o', 150) AS note "
+                "FROM generate_series(1, 200000) g")
+        size = int(cl.psql("SELECT sum(pg_database_size(oid)) FROM pg_database").strip())
+        rate = f"{max(64, size // 1024 // 8)}k"
+        rec = work / "backup.pgparmon.gz"
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.5", "--record",
+                                          str(rec), "--", cl.client("pg_basebackup"), "-D",
+                                          str(work / "base"), "-c", "fast", "-r", rate,
+                                          "-X", "stream"),
+                             capture_output=True, text=True, env=cl.env(), timeout=300,
+                             check=False, cwd=work)
+        if res.returncode != 0:
+            sys.exit(f"pgparmon run failed ({res.returncode}): {res.stderr[-2000:]}")
+        return read_recording(str(rec)).samples
+
+
+def mid_backup(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples up to the middle one of those streaming with an ETA."""
+    streaming = [i for i, s in enumerate(samples) if s["job"]["state"] == "running"
+                 and s["job"].get("phase") == "streaming database files"
+                 and s["job"].get("eta_s") is not None]
+    if not streaming:
+        sys.exit("no sample streaming with an ETA: the backup was too short")
+    return samples[:streaming[len(streaming) // 2] + 1]
+
+
 def mid_run(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The samples up to the middle one of those where both streams copy."""
     both = [i for i, s in enumerate(samples) if s["job"]["state"] == "running"
@@ -103,16 +140,16 @@ def mid_run(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return samples[:both[len(both) // 2] + 1]
 
 
-async def _svg(docs: list[dict[str, Any]]) -> str:
+async def _svg(docs: list[dict[str, Any]], name: str, title: str) -> str:
     sys.path.insert(0, str(Path(__file__).parent))
     from test_tui import _snapshot_app  # the snapshot tests' app: same screen
 
-    GOLDEN.joinpath("copy_mid.json").write_text(json.dumps(docs, indent=1) + "\n")
-    app, feed_all = _snapshot_app("copy_mid")
+    GOLDEN.joinpath(f"{name}.json").write_text(json.dumps(docs, indent=1) + "\n")
+    app, feed_all = _snapshot_app(name)
     async with app.run_test(size=SIZE) as pilot:
         await feed_all(pilot)
         await pilot.pause(0.2)
-        return app.export_screenshot(title="pgparmon run -- sh load.sh")
+        return app.export_screenshot(title=title)
 
 
 def png(svg: Path, out: Path, cols: int, rows: int) -> None:
@@ -138,19 +175,23 @@ def png(svg: Path, out: Path, cols: int, rows: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("which", choices=["copy"])
+    ap.add_argument("which", choices=["copy", "backup"])
     ap.add_argument("--from-golden", action="store_true",
-                    help="redraw from tests/golden/tui/copy_mid.json, no new recording")
+                    help="redraw from the golden samples (tests/golden/tui/), no new recording")
     args = ap.parse_args()
+    name = {"copy": "copy_mid", "backup": "backup_mid"}[args.which]
     if args.from_golden:
-        docs = json.loads(GOLDEN.joinpath("copy_mid.json").read_text())
+        docs = json.loads(GOLDEN.joinpath(f"{name}.json").read_text())
     else:
         with tempfile.TemporaryDirectory(prefix="pgparmon-docimg-") as d:
             work = Path(d)
             work.chmod(0o777)
-            docs = mid_run(record_copy_load(work))
-    svg = IMG / f"tui-copy-{SIZE[0]}x{SIZE[1]}.svg"
-    svg.write_text(asyncio.run(_svg(docs)))
+            docs = (mid_run(record_copy_load(work)) if args.which == "copy"
+                    else mid_backup(record_basebackup(work)))
+    title = {"copy": "pgparmon run -- sh load.sh",
+             "backup": "pgparmon run -- pg_basebackup -D base -c fast -r RATE"}[args.which]
+    svg = IMG / f"tui-{args.which}-{SIZE[0]}x{SIZE[1]}.svg"
+    svg.write_text(asyncio.run(_svg(docs, name, title)))
     png(svg, svg.with_suffix(".png"), *SIZE)
     print(f"wrote {svg} and {svg.with_suffix('.png')} ({len(docs)} samples)")
 

@@ -558,6 +558,28 @@ def test_bars_and_charts_fit_their_width() -> None:
     assert any("orders" in ln for ln in g)
 
 
+@sync
+async def test_header_of_a_backup_says_cluster_phase_and_estimate() -> None:
+    """A base backup has no database: the header names the whole cluster,
+    the server's phase and that its total is the server's estimate; its two
+    streams (the data files, the WAL) are rows of their own."""
+    docs = golden("backup_mid")
+    for d in docs:  # a short target: room for the phase and the progress basis
+        d["job"]["target"] = "/backup/base"
+        d["job"]["progress_basis"] = "server's estimate (pg_stat_progress_basebackup)"
+    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(200, 36)) as pilot:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+        head = header_text(app)
+        assert head.startswith("pg_basebackup  whole cluster"), head
+        assert "phase: streaming database files" in head
+        assert "progress: server's estimate" in head and "ETA ?" not in head
+        rows = table_rows(app.query_one("#workers", WorkersTable))
+        assert sorted(r[2] for r in rows) == ["backup", "wal"], rows
+
+
 # ---- snapshots ----------------------------------------------------------------
 
 
@@ -587,6 +609,14 @@ needs_snapshot_textual = pytest.mark.skipif(
 def test_snapshot(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
     app, run_before = _snapshot_app(name)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@needs_snapshot_textual
+def test_snapshot_backup(snap_compare: Any) -> None:
+    """A real pg_basebackup (throttled, fast checkpoint) mid-stream: the
+    same screen as docs/img/tui-backup-120x36.svg (tests/docs_images.py)."""
+    app, run_before = _snapshot_app("backup_mid")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
 
 @needs_snapshot_textual

@@ -267,6 +267,9 @@ class PgParMonApp(App[int]):
         self.ticks += 1
         self.timeline.add(doc)
         self.advisor.add(doc)
+        if self.ticks == 1 and (doc.get("job") or {}).get("backup") is not None:
+            self.query_one("#chart").border_title = \
+                "throughput (bytes/s streamed) · active streams"
         self._render_doc(doc)
         self._log_events(doc)
 

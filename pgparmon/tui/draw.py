@@ -26,12 +26,22 @@ PHASE_STYLES: dict[str, tuple[str, str]] = {
     "lock-wait": ("bold white on red", "bold white on dark_red"),
     "vacuum": ("white on magenta", "black on bright_magenta"),
     "analyze": ("white on magenta", "black on bright_magenta"),
+    "backup": ("black on green", "black on bright_green"),
+    "starting": ("black on grey70", "black on white"),
+    "estimating": ("black on grey70", "black on white"),
+    "checkpoint": ("black on yellow", "black on bright_yellow"),
+    "archive-wait": ("black on yellow", "black on bright_yellow"),
+    "wal-files": ("black on dark_cyan", "black on cyan"),
 }
+BACKUP_PHASES = ("starting", "estimating", "backup", "checkpoint", "archive-wait", "wal-files")
 # an item too short for its name: a solid block in the phase's colour (still
 # a block, not a gap, when NO_COLOR strips the colour)
 PHASE_SHORT = {"copy": ("dark_cyan", "cyan"), "index": ("blue", "bright_blue"),
                "constraint": ("yellow", "bright_yellow"), "lock-wait": ("red", "bright_red"),
-               "vacuum": ("magenta", "bright_magenta"), "analyze": ("magenta", "bright_magenta")}
+               "vacuum": ("magenta", "bright_magenta"), "analyze": ("magenta", "bright_magenta"),
+               "backup": ("green", "bright_green"), "checkpoint": ("yellow", "bright_yellow"),
+               "starting": ("grey70", "white"), "estimating": ("grey70", "white"),
+               "archive-wait": ("yellow", "bright_yellow"), "wal-files": ("dark_cyan", "cyan")}
 
 
 def bar(frac: float | None, width: int, style: str = "green") -> Text:
@@ -199,9 +209,14 @@ def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
     if width >= 100:
         out.append("\n" + " " * gutter)
         seen = {sp.phase for row in spans.values() for sp in row}
+        backup = bool(seen & set(BACKUP_PHASES))
         for phase, (style, _) in PHASE_STYLES.items():
+            if backup and phase not in seen:
+                continue  # a backup's timeline: its own phases only
             if phase == "analyze" or (phase == "vacuum" and not seen & {"vacuum", "analyze"}):
                 continue  # maintenance (a load's last step) only when it ran
+            if phase in BACKUP_PHASES and phase not in seen:
+                continue  # a backup's phases in a backup's timeline only
             out.append(" vacuum/analyze " if phase == "vacuum" else f" {phase} ", style=style)
             out.append(" ")
         out.append(" · idle", style="dim")

@@ -43,7 +43,8 @@ class JobHeader(Widget):
         if j.get("jobs"):
             l1.append(f" -j {j['jobs']}", style="bold")
         dbs = [db for db in j.get("databases") or () if db != j.get("database")]
-        l1.append(f"  {', '.join([str(j.get('database') or '?'), *dbs])}")
+        where = "whole cluster" if j.get("scope") == "cluster" else str(j.get("database") or "?")
+        l1.append(f"  {', '.join([where, *dbs])}")
         if j.get("format"):
             l1.append(f"  {j['format']}", style="dim")
         right = Text()
@@ -63,6 +64,8 @@ class JobHeader(Widget):
         # reads "inferred") and where its progress comes from (a COPY job's
         # progress_basis), as room allows after the target
         extras = [str(j["grouping"]).split(":")[0] if j.get("grouping") else "",
+                  # a backup's phase (the server's words) says what it waits for
+                  f"phase: {j['phase']}" if j.get("backup") and j.get("phase") else "",
                   f"progress: {j['progress_basis']}" if j.get("progress_basis") else ""]
         for extra in filter(None, extras):
             if w - l1.cell_len - right.cell_len - 2 >= len(extra) + 2:
@@ -77,8 +80,9 @@ class JobHeader(Widget):
         else:
             eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
         tail = (f" {pct}  {eta}  items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
-                f"  {fmt.rate(j.get('bytes_per_s'))}"
-                f"  {fmt.count(j.get('tuples_per_s'))} rows/s")
+                f"  {fmt.rate(j.get('bytes_per_s'))}")
+        if not j.get("backup"):  # a physical backup moves files, not rows
+            tail += f"  {fmt.count(j.get('tuples_per_s'))} rows/s"
         l2 = Text(no_wrap=True, overflow="ellipsis")
         bw = max(10, w - len(tail))
         l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
@@ -379,8 +383,8 @@ def _sort_key(sort: str) -> Any:
     if sort == "progress":
         return lambda w: (-(w.get("progress") or -1), w["pid"])
     if sort == "phase":
-        order = {"lock-wait": 0, "copy": 1, "index": 2, "constraint": 3, "vacuum": 4,
-                 "analyze": 4, "other": 5, "idle": 6}
+        order = {"lock-wait": 0, "copy": 1, "backup": 1, "index": 2, "constraint": 3,
+                 "vacuum": 4, "analyze": 4, "wal": 4, "other": 5, "idle": 6}
         return lambda w: (order.get(str(w.get("phase")), 9), w["pid"])
     return lambda w: w["pid"]
 

@@ -31,7 +31,10 @@ from .text import ItemsTable, summary_head
 Doc = Mapping[str, Any]
 
 PHASE_FILL = {"copy": "#2a9d8f", "index": "#3a6ea5", "constraint": "#e9c46a",
-              "lock-wait": "#d62828", "vacuum": "#9b5de5", "analyze": "#9b5de5"}
+              "lock-wait": "#d62828", "vacuum": "#9b5de5", "analyze": "#9b5de5",
+              "backup": "#52b788", "checkpoint": "#e9c46a", "archive-wait": "#e9c46a",
+              "starting": "#adb5bd", "estimating": "#adb5bd",
+              "wal-files": "#2a9d8f"}
 PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
 
 
@@ -311,7 +314,9 @@ def _facts_html(f: RunFacts, header: Doc | None) -> str:
             ("ended", f.ended), ("wall time", fmt.duration(f.wall_s)),
             ("state", f"{f.state}" + (f" — {f.reason}" if f.reason else "")),
             ("exit code", f.exit_code), ("items", f"{f.items_done} / {f.items_total} done"),
-            ("COPY data", f"{fmt.size(f.copy_bytes)}, {fmt.count_exact(f.copy_rows)} rows"
+            ("streamed" if f.scope == "cluster" else "COPY data",
+             f"{fmt.size(f.copy_bytes)}"
+             + ("" if f.scope == "cluster" else f", {fmt.count_exact(f.copy_rows)} rows")
              + (f", {fmt.rate(f.copy_bytes / f.wall_s)} on average"
                 if f.wall_s > 0 and f.copy_bytes else ""))]
     body = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v if v is not None else '-')}</td></tr>"

@@ -55,6 +55,7 @@ class RunFacts:
     items_total: int
     copy_bytes: int
     copy_rows: int
+    scope: str | None = None  # "cluster": a physical backup, no database of its own
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,10 @@ def run_facts(samples: Sequence[Doc], summary: Doc | None, header: Doc | None) -
     cmd = j0.get("command") or hjob.get("command") or []
     return RunFacts(
         kind=str(j0.get("kind") or (summary or {}).get("kind") or hjob.get("kind") or "?"),
-        database=str(j0.get("database") or (summary or {}).get("database")
-                     or hjob.get("database") or "?"),
+        database=("the whole cluster" if j1.get("scope") == "cluster" else
+                  str(j0.get("database") or (summary or {}).get("database")
+                      or hjob.get("database") or "?")),
+        scope=j1.get("scope"),
         jobs=j0.get("jobs") or (summary or {}).get("jobs") or hjob.get("jobs"),
         format=j0.get("format") or hjob.get("format"),
         target=j0.get("target") or (header or {}).get("target_dir"),

@@ -25,7 +25,9 @@ def headline(doc: dict[str, Any]) -> str:
     prog = f"{j['progress']:.1%}" if j.get("progress") is not None else "n/a"
     eta = fmt.duration(j["eta_s"]) if j.get("eta_s") is not None else (j.get("eta_reason") or "?")
     jobs = f" -j {j['jobs']}" if j.get("jobs") else ""
-    return (f"{j['kind']}{jobs} {j.get('database') or ''} [{j['state']}] "
+    where = "whole cluster" if j.get("scope") == "cluster" else (j.get("database") or "")
+    phase = f" ({j['phase']})" if j.get("backup") and j.get("phase") else ""
+    return (f"{j['kind']}{jobs} {where} [{j['state']}]{phase} "
             f"elapsed {fmt.duration(doc.get('elapsed_s'))} progress {prog} ETA {eta} "
             f"{fmt.rate(j.get('bytes_per_s'))} "
             f"items {j.get('items_done')}/{j.get('items_total')}")
@@ -84,8 +86,9 @@ def summary_head(es: EndSummary) -> Text:
     head.append(f.state, style=STATE_STYLES.get(f.state, "bold red"))
     if f.reason:
         head.append(f" ({f.reason})")
+    what = "streamed" if f.scope == "cluster" else "COPY data"
     head.append(f" in {fmt.duration(f.wall_s)}; {f.items_done}/{f.items_total} items, "
-                f"{fmt.size(f.copy_bytes)} COPY data")
+                f"{fmt.size(f.copy_bytes)} {what}")
     return head
 
 
