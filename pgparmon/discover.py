@@ -222,7 +222,8 @@ def choose_job(jobs: list[Job], pid: int | None) -> Job:
                              "server (give the client process pid or one of its backend "
                              "pids)", ExitCode.NO_JOB)
     if not jobs:
-        raise DiscoveryError("no running pg_dump, pg_restore, pg_basebackup or COPY load found "
+        raise DiscoveryError("no running pg_dump, pg_restore, pg_basebackup, pgBackRest backup "
+                             "or COPY load found "
                              "on this server "
                              "(check -h/-p/-d point at the job's server; a loader whose "
                              "sessions all sit idle after a commit is found by --pid, or by "

@@ -444,7 +444,7 @@ class Monitor:
         tr = self.tracker
         assert tr is not None
         h = tr.history
-        if len(h) < STALL_SAMPLES or self.outcome is not None:
+        if len(h) < STALL_SAMPLES or self.outcome is not None or tr.driver.between_steps(tr):
             return False
         last = h[-STALL_SAMPLES:]
         active = any(a > 0 for _, a, _ in last)

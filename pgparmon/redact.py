@@ -22,6 +22,9 @@ _WS = " \t\n\r\f\v"
 _NOT_WS_CLASS = r"[^ \t\n\r\f\v]"
 
 _SECRET_WORDS = ("password", "passwd", "secret", "token")
+# pgBackRest's secrets (--repo1-cipher-pass, --repo1-s3-key, PGBACKREST_REPO1_S3_KEY,
+# --repo1-sftp-private-key-passphrase, ...): given as `--option value` too
+_TOOL_SECRET_WORDS = ("cipher-pass", "passphrase", "s3-key", "azure-key", "gcs-key")
 
 _URI_PREFIX_RE = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
 # In free text a URI ends at whitespace; inside redact_uri() it does not.
@@ -41,7 +44,8 @@ _SHELL_VALUE = (
     r"|[^ \t\n\r\f\v'\"\\]|\\.|\\\Z)*"
 )
 _KEY_RE = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z0-9_.\-]*?(?:password|passwd|secret|token)"
+    r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z0-9_.\-]*?(?:password|passwd|secret|token"
+    r"|cipher[-_]pass|passphrase|s3[-_]key|azure[-_]key|gcs[-_]key)"
     r"[A-Za-z0-9_.\-]*)[ \t]*=[ \t]*",
     re.IGNORECASE,
 )
@@ -60,8 +64,8 @@ _LONG_OPT_RE = re.compile(r"(?P<key>-{1,2}[A-Za-z0-9_.\-]+)=(?P<val>.*)", re.DOT
 def is_secret_key(key: str) -> bool:
     """True for option / variable / conninfo names that carry a secret
     (password, sslpassword, PGPASSWORD, --db-password, API_TOKEN, ...)."""
-    k = key.lower()
-    return any(w in k for w in _SECRET_WORDS)
+    k = key.lower().replace("_", "-")
+    return any(w in k for w in _SECRET_WORDS + _TOOL_SECRET_WORDS)
 
 
 # ---------------------------------------------------------------- conninfo
@@ -252,7 +256,17 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     """Redact each element of a command line.  PostgreSQL clients take no
     password argument (-W/--password only forces a prompt), so the element
     after --password is not a secret and is kept."""
-    return [_redact_arg(a) for a in argv]
+    out: list[str] = []
+    prev = ""
+    for a in argv:
+        # pgBackRest's `--repo1-cipher-pass VALUE`: the value is the next element
+        if prev.startswith("--") and "=" not in prev and \
+                any(w in prev.lower() for w in _TOOL_SECRET_WORDS):
+            out.append(MASK)
+        else:
+            out.append(_redact_arg(a))
+        prev = a
+    return out
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -254,6 +254,9 @@ class Snapshot:
     # (backend pid, local client pid) of the job's sessions, when the job is a
     # process tree on this host (None: not linked this tick)
     links: tuple[tuple[int, int], ...] | None = None
+    # what the tool itself says (a pgBackRest lock file's JSON; jobs/ drivers'
+    # read_status), as read this tick; None: nothing
+    tool: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,7 +293,8 @@ class Snapshot:
             root_alive=d.get("root_alive"), exit_code=d.get("exit_code"),
             exit_error=d.get("exit_error"),
             links=None if d.get("links") is None else tuple(
-                (int(a), int(b)) for a, b in d["links"]))
+                (int(a), int(b)) for a, b in d["links"]),
+            tool=d.get("tool"))
 
 
 def _backend(d: dict[str, Any]) -> Backend:

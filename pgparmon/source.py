@@ -126,6 +126,7 @@ class LiveSource:
         self._links: dict[tuple[int, float | None], int] = {}
         self._link_tries: dict[tuple[int, float | None], int] = {}
         self._peers_ok = True
+        self._tool: dict[str, Any] | None = None  # the tool's own status, last read
 
     # ---- the job ----------------------------------------------------------
 
@@ -266,10 +267,12 @@ class LiveSource:
             except OSError:
                 free = None
         self.snapshots_taken += 1
+        tool = driver.read_status(job, clients, self._tool) if job.client_pid else None
+        self._tool = tool or self._tool
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
                         backends_os=backends_os, files=files, free_bytes=free,
                         root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
-                        links=links)
+                        links=links, tool=tool)
 
     def _backend_links(self, backends: Any) -> dict[int, int]:
         """backend pid -> its client process, for every session linked so

@@ -144,3 +144,8 @@ def pgbouncer() -> str:
 @pytest.fixture(scope="session")
 def pgcopydb() -> str:
     return _debian_tool("pgcopydb", "pgcopydb")
+
+
+@pytest.fixture(scope="session")
+def pgbackrest() -> str:
+    return _debian_tool("pgbackrest", "pgbackrest")

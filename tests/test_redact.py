@@ -97,6 +97,23 @@ def test_redact_argv_golden() -> None:
         "PGPASSWORD=********", "--api-token=********", "-h", "h"]
 
 
+def test_pgbackrest_secrets_are_redacted() -> None:
+    """pgBackRest's repository keys and passphrases, as `--opt=value`, as
+    `--opt value`, in its environment variables and in free text."""
+    argv = ["pgbackrest", "--stanza=main", "--repo1-cipher-pass=c1pher",
+            "--repo1-s3-key", "AKIAXYZ", "--repo1-s3-key-secret", "s3s3cret",
+            "--repo1-sftp-private-key-passphrase=phrase", "--process-max=4", "backup"]
+    out = redact_argv(argv)
+    assert out == ["pgbackrest", "--stanza=main", f"--repo1-cipher-pass={MASK}",
+                   "--repo1-s3-key", MASK, "--repo1-s3-key-secret", MASK,
+                   f"--repo1-sftp-private-key-passphrase={MASK}", "--process-max=4", "backup"]
+    env = redact_env({"PGBACKREST_REPO1_CIPHER_PASS": "x", "PGBACKREST_REPO1_S3_KEY": "k",
+                      "PGBACKREST_STANZA": "main"})
+    assert env == {"PGBACKREST_REPO1_CIPHER_PASS": MASK, "PGBACKREST_REPO1_S3_KEY": MASK,
+                   "PGBACKREST_STANZA": "main"}
+    assert "c1pher" not in redact_text("repo1-cipher-pass=c1pher")
+
+
 def test_redact_env() -> None:
     env = {"PGPASSWORD": "x", "PGSSLPASSWORD": "y", "AWS_SECRET_ACCESS_KEY": "k",
            "GITHUB_TOKEN": "t", "PGSERVICE": "prod", "PGHOST": "db", "PGPASSFILE": "/p",

@@ -94,7 +94,8 @@ class AdviceTracker:
         streams = 0
         for w in doc.get("workers") or ():
             pid = int(w["pid"])
-            if w.get("phase") != "copy" or w.get("bytes_done") is None:
+            # a COPY stream, or a backup tool's process reading files (pgBackRest)
+            if w.get("phase") not in ("copy", "backup") or w.get("bytes_done") is None:
                 self._last[pid] = None
                 continue
             streams += 1

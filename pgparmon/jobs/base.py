@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..cmdline import ClientArgs
 from ..ddl import PostDataTarget
-from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
+from ..snapshot import (
+    Backend,
+    ClientProc,
+    CopyProgress,
+    IndexProgress,
+    MaintProgress,
+    Snapshot,
+)
 from ..toc import TocItem
 
 if TYPE_CHECKING:
@@ -193,6 +200,27 @@ class EndContext(Protocol):
     def pause(self, seconds: float) -> None: ...
 
 
+def cluster_job(kind: str, members: list[Backend], grouping: str) -> Job:
+    """A whole-cluster job (a physical backup) found by its sessions alone:
+    their user, client address and application_name."""
+    b0 = members[0]
+    return Job(kind=kind, database=None, usename=b0.usename, client_addr=b0.client_addr,
+               app_name=b0.application_name, pid_hint=frozenset(b.pid for b in members),
+               grouping=grouping)
+
+
+def tree_member_pids(job: Job, snap: Snapshot) -> set[int] | None:
+    """A process-tree job's sessions: those whose client process is in the
+    tree this tick (None when the links could not be read: decide by
+    belongs())."""
+    if job.grouping != TREE or snap.links is None:
+        return None
+    tree = set(job.client_pids) | {c.pid for c in snap.clients}
+    if job.client_pid:
+        tree.add(job.client_pid)
+    return {bp for bp, cp in snap.links if cp in tree}
+
+
 class Driver:
     """One tool kind. The defaults describe a tool that loads data into the
     server through COPY, with no plan and nothing to settle at its end."""
@@ -320,6 +348,13 @@ class Driver:
         of this kind of job)."""
         return None
 
+    def read_status(self, job: Job, clients: tuple[ClientProc, ...],
+                    prev: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Live only: what the tool itself says of its progress (a file it
+        writes), JSON-able; it travels in the snapshot (`Snapshot.tool`), so
+        a recording replays it (`prev`: the last one read). None: nothing."""
+        return None
+
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:
         """An active session doing work that is no COPY, build or
@@ -347,6 +382,11 @@ class Driver:
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         """Items settled by the files the job writes or reads."""
+
+    def between_steps(self, tr: Tracker) -> bool:
+        """The job is in a step that makes no measurable progress by design
+        (a backup's start or stop): not "stalled"."""
+        return False
 
     def fraction(self, tr: Tracker) -> float | None:
         """Overall progress, 0..1, or None when no total is known."""

@@ -38,7 +38,7 @@ from ..analyze.rates import WindowRate
 from ..readers.files import table_file_sizes
 from ..readers.procs import is_input_file
 from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
-from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader
+from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, tree_member_pids
 from .pg_dump import plan_tables, table_progress
 from .pg_restore import DEFAULT_FK_FACTOR
 from .statements import copy_target, norm_rel
@@ -135,12 +135,7 @@ class CopyLoad(Driver):
                 and b.application_name == job.app_name)
 
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        if job.grouping != TREE or snap.links is None:
-            return None
-        tree = set(job.client_pids) | {c.pid for c in snap.clients}
-        if job.client_pid:
-            tree.add(job.client_pid)
-        return {bp for bp, cp in snap.links if cp in tree}
+        return tree_member_pids(job, snap)
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         now = snap.db.server_ts if snap.db else None

@@ -31,7 +31,7 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs, parse_client_cmdline
 from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
 from ..views import fmt
-from .base import TREE, Driver, EndContext, Job
+from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
 from .registry import program_of
 
 if TYPE_CHECKING:
@@ -124,10 +124,7 @@ class PgBasebackup(Driver):
         return groups
 
     def from_sessions(self, members: list[Backend]) -> Job:
-        b0 = members[0]
-        return Job(kind=self.kind, database=None, usename=b0.usename,
-                   client_addr=b0.client_addr, app_name=b0.application_name,
-                   pid_hint=frozenset(b.pid for b in members), grouping=INFERRED)
+        return cluster_job(self.kind, members, INFERRED)
 
     def belongs(self, job: Job, b: Backend) -> bool:
         if b.backend_type != "walsender" or program_of(b.application_name) != self.kind:
@@ -143,11 +140,8 @@ class PgBasebackup(Driver):
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
         if snap.db is None:
             return None
-        if job.grouping == TREE and snap.links is not None:
-            tree = set(job.client_pids) | {c.pid for c in snap.clients}
-            if job.client_pid:
-                tree.add(job.client_pid)
-            return {bp for bp, cp in snap.links if cp in tree}
+        if job.grouping == TREE:
+            return tree_member_pids(job, snap)
         if job.grouping != INFERRED:
             return None
         # sessions of one user, address and name: ours is the BASE_BACKUP we

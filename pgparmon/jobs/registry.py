@@ -15,9 +15,10 @@ def _load() -> list[Driver]:
         from .pg_basebackup import PgBasebackup
         from .pg_dump import PgDump
         from .pg_restore import PgRestore
+        from .pgbackrest import PgBackRest
 
         # one line per tool kind
-        _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), CopyLoad()])
+        _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(), CopyLoad()])
     return _DRIVERS
 
 

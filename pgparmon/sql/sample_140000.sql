@@ -11,7 +11,7 @@ SELECT json_build_object(
         extract(epoch FROM a.backend_start)::float8, extract(epoch FROM a.xact_start)::float8,
         extract(epoch FROM a.query_start)::float8, a.state, a.wait_event_type, a.wait_event,
         a.backend_type, a.backend_xmin::text, a.leader_pid,
-        CASE WHEN a.application_name ~ '^(pg_dump|pg_restore)' OR a.query ~* '^\s*copy\s'
+        CASE WHEN a.application_name ~ '^(pg_dump|pg_restore|pgBackRest)' OR a.query ~* '^\s*copy\s'
                OR a.backend_type = 'walsender'
                OR (a.pid = ANY(%(pids)s::int[])
                    AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)')
@@ -35,7 +35,7 @@ SELECT json_build_object(
         -- idle sessions: a dump's or restore's, those whose last statement was a
         -- COPY (a load between batches), and the followed job's own (pids)
         AND (a.state IS DISTINCT FROM 'idle'
-             OR a.application_name ~ '^(pg_dump|pg_restore|pg_basebackup)'
+             OR a.application_name ~ '^(pg_dump|pg_restore|pg_basebackup|pgBackRest)'
              OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
         AND (%(db)s::text IS NULL OR a.datname = %(db)s::text
              OR a.backend_type = 'walsender')),

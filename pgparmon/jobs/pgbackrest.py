@@ -1,0 +1,494 @@
+"""pgBackRest backup: a main process that starts and stops the backup on the
+server (one client session, application_name `pgBackRest [backup]`) and,
+with process-max N, N local processes (`backup:local`, its children) that read
+the cluster's files from the data directory, compress them and write them to
+the repository. The server sees none of that copying: its progress is read
+from the host.
+
+- pgBackRest's own percentage: the main process writes it into its backup
+  lock file (`<lock-path>/<stanza>-backup.lock`, JSON; `pctCplt` in hundredths
+  of a percent since 2.38, `sz` / `szCplt` in bytes since 2.48). pgparmon finds
+  that file among the processes' open files and reads it each sample.
+- Each local process: the data file it reads now (an open file under the data
+  directory, its position and size), its read rate (bytes the process read,
+  /proc io) and its CPU (compression).
+- The phases around the copy: the start (pg_backup_start: a checkpoint, then
+  pgBackRest waits for the WAL segment before the backup to be archived), the
+  stop (pg_backup_stop, then waits for the backup's WAL to be archived), the
+  manifest at the end.
+
+Work is counted in pgBackRest's percentage (full, differential and
+incremental alike: for the latter two it is of what they copy, which only
+pgBackRest knows). A backup run from a repository host (its processes not on
+this host) is seen by its session only: no progress, and it says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
+from ..analyze.items import Item, WorkerState
+from ..cmdline import ClientArgs
+from ..snapshot import Backend, ClientProc, Snapshot
+from ..views import fmt
+from .base import (
+    TREE,
+    Driver,
+    EndContext,
+    Job,
+    PlanInputs,
+    PlanReader,
+    cluster_job,
+    tree_member_pids,
+)
+
+if TYPE_CHECKING:
+    from ..analyze.progress import Tracker
+    from ..readers.procs import ProcInfo
+
+APP = "pgBackRest"
+INFERRED = ("inferred: user, client address and application_name (pgBackRest's processes "
+            "are not on this host)")
+COMMANDS = ("backup",)  # restore runs with the server down: not followed yet
+KEY = "pgbackrest"
+COPY_RATE_WINDOW_S = 10.0  # the ETA's rate: the copy's last seconds
+LOCK_SUFFIX = "-backup.lock"
+
+
+def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
+    """pgBackRest's command word (`backup`, `archive-push`, `backup:local`...):
+    the first argument that is not an option or an option's value."""
+    skip = False
+    for a in list(argv)[1:]:
+        if skip:
+            skip = False
+            continue
+        if a.startswith("--"):
+            skip = "=" not in a and not _is_flag(a)
+            continue
+        return a
+    return None
+
+
+def _is_flag(opt: str) -> bool:
+    """Long options pgBackRest takes without a value (negations, booleans
+    given bare): a value-taking option given as `--opt value` takes the next
+    argument instead."""
+    name = opt[2:]
+    return name.startswith(("no-", "reset-")) or name in (
+        "online", "start-fast", "stop-auto", "delta", "force", "archive-check",
+        "archive-copy", "backup-standby", "resume", "checksum-page", "compress",
+        "expire-auto", "dry-run", "set", "beta")
+
+
+def option(argv: list[str] | tuple[str, ...], name: str) -> str | None:
+    """A `--name=value` or `--name value` option's value."""
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == f"--{name}" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+class PgBackRest(Driver):
+    kind = "pgbackrest"
+    programs = ("pgbackrest",)
+    data_flow = "out"
+    has_leader = True  # its one session: the backup's start and stop
+    plans_work = True  # the data directory's size, once (a full backup's total)
+    needs_plan = False
+    fixed_workers = False  # local processes start after the backup's start
+    whole_cluster = True
+    waiting_phases = ("starting", "archive-wait")
+
+    # ---- recognise ---------------------------------------------------------
+
+    def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
+        return command_of(root.cmdline) in COMMANDS
+
+    def refine(self, job: Job, linked: list[Backend]) -> Job:
+        argv = job.command
+        pmax = option(argv, "process-max")
+        return dataclasses.replace(
+            job, database=None, grouping=TREE, target=None,
+            jobs=int(pmax) if pmax and pmax.isdigit() else 1)
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        if b.backend_type != "client backend" or not (b.application_name or "").startswith(APP):
+            return None
+        return (self.kind, b.usename, b.client_addr, b.application_name)
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        return cluster_job(self.kind, members, INFERRED)
+
+    def belongs(self, job: Job, b: Backend) -> bool:
+        if b.backend_type != "client backend" or not (b.application_name or "").startswith(APP):
+            return False
+        if job.grouping == TREE:
+            return b.pid in job.pid_hint or not job.pid_hint
+        if job.grouping == INFERRED:
+            return (b.usename == job.usename and b.client_addr == job.client_addr
+                    and b.application_name == job.app_name)
+        return True
+
+    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+        return tree_member_pids(job, snap)
+
+    # ---- plan --------------------------------------------------------------
+
+    def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
+        """The bytes a full backup copies: the data directory's files, as
+        pgBackRest counts them (not the WAL, not the server's temporary
+        files), summed once; nothing when the server is not on this host or
+        its directory cannot be read."""
+        pgdata = src.facts.data_directory if src.local else None
+        size = data_directory_bytes(pgdata) if pgdata else None
+        return PlanInputs(file_sizes={"pg_data": float(size)} if size else {})
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        size = (inputs.file_sizes or {}).get("pg_data")
+        if size:
+            tr.kind_state.setdefault("backrest", {"procs": {}, "cpu": {}})["pgdata"] = size
+        tr.planned = True  # the work list: this one backup
+        return True
+
+    # ---- the tool's own status (live) ----------------------------------------
+
+    def read_status(self, job: Job, clients: tuple[ClientProc, ...],
+                    prev: dict[str, Any] | None) -> dict[str, Any] | None:
+        """pgBackRest's backup lock file, found open in its processes: its
+        JSON (the percentage done), read each sample; the backup's directory
+        in a posix repository (the files its processes write), and, once no
+        process copies, whether the stanza's backup.info lists it (the
+        backup completed)."""
+        prev = prev or {}
+        out: dict[str, Any] = {"lock_file": prev.get("lock_file"), "lock": {},
+                               "backup_dir": prev.get("backup_dir")}
+        opened = [f.path for c in clients for f in c.open_files or ()]
+        paths = sorted({p for p in opened if p.endswith(LOCK_SUFFIX)})
+        for path in paths or ([out["lock_file"]] if out["lock_file"] else []):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read(4096)
+            except OSError:
+                continue
+            try:
+                data = json.loads(text) if text.strip() else {}
+            except ValueError:
+                data = {}  # being rewritten: the next sample reads it
+            out.update(lock_file=path, lock=data if isinstance(data, dict) else {})
+            break
+        copying = False
+        for p in opened:
+            i = p.find("/pg_data/")
+            if i > 0 and "/backup/" in p[:i]:
+                out["backup_dir"] = p[:i]
+                copying = True
+        if out["backup_dir"] and not copying:
+            out["completed"] = _listed(out["backup_dir"])
+        return out if out["lock_file"] or out["backup_dir"] else None
+
+    # ---- observe -----------------------------------------------------------
+
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
+        st = tr.kind_state.setdefault("backrest", {"procs": {}, "cpu": {}})
+        it = tr.items.get(KEY)
+        if it is None:
+            it = Item(key=KEY, kind="backup", relation=None, name=f"{_type(tr)} backup",
+                      size=1.0, work=1.0, state="running", started=snap.wall)
+            tr.add(it)
+            st["archiver"] = snap.db.archiver if snap.db else None
+        lock = (snap.tool or {}).get("lock") or {}
+        pct = lock.get("pctCplt")
+        if isinstance(pct, (int, float)):
+            st["pct"] = max(float(pct), st.get("pct") or 0.0)
+        for k in ("sz", "szCplt"):
+            if isinstance(lock.get(k), (int, float)):
+                st[k] = int(lock[k])
+        for k in ("lock_file", "backup_dir"):
+            if snap.tool and snap.tool.get(k):
+                st[k] = snap.tool[k]
+        if snap.tool and "completed" in snap.tool:
+            st["completed"] = snap.tool["completed"]
+        inflight = self._local_processes(tr, st, snap)
+        st["phase"] = _phase(tr, st, snap)
+        if it.state == "done":
+            return
+        # pgBackRest counts a file when it is finished: one large file read
+        # for minutes moves its percentage by nothing. In bytes (a full
+        # backup's total: the data directory; 2.48+: its own), add how far
+        # the local processes are into the files they read now.
+        total = st.get("sz") or (st.get("pgdata") if _type(tr) == "full" else None)
+        if total:
+            done = (st.get("pct") or 0.0) / 10000.0 * total + inflight
+            if it.work != total:
+                it.work = it.size = float(total)
+                it.done = 0.0
+            st["unit"] = "bytes"
+        elif st.get("pct") is not None:
+            done, it.work, st["unit"] = st["pct"], 10000.0, "percent"
+        else:
+            return
+        it.done = max(it.done, min(0.999 * it.work, done))
+        if st["phase"] == "copy":  # the copy's own pace, not the start's wait
+            hist = st.setdefault("hist", [])
+            hist.append((snap.ts, it.done, it.work))
+            while len(hist) > 2 and hist[-1][0] - hist[0][0] > COPY_RATE_WINDOW_S:
+                del hist[0]
+
+    def _local_processes(self, tr: Tracker, st: dict[str, Any], snap: Snapshot) -> float:
+        """Each local process that reads a data file now is a worker row: the
+        file, how far in, the process's read rate and CPU. Returns the bytes
+        read so far of the files being read now."""
+        inflight = 0.0
+        sizes = {f.path: f.size for f in snap.files}
+        procs: dict[int, WorkerState] = st["procs"]
+        root = tr.job.client_pid
+        active: set[int] = set()
+        for c in snap.clients:
+            if c.pid == root:
+                continue
+            reading = [f for f in c.open_files or () if f.path in sizes]
+            prev_cpu = st["cpu"].get(c.pid)
+            if c.cpu_s is not None:
+                st["cpu"][c.pid] = (snap.ts, c.cpu_s)
+            if not reading:
+                continue
+            active.add(c.pid)
+            w = procs.setdefault(c.pid, WorkerState(pid=c.pid, client_pid=c.pid))
+            f = max(reading, key=lambda f: sizes[f.path])
+            inflight += sum(min(r.position, sizes[r.path]) for r in reading)
+            w.phase = "backup"
+            w.relation = _data_path(f.path, tr)
+            w.progress = min(1.0, f.position / sizes[f.path]) if sizes[f.path] else None
+            w.wait_event = None
+            w.state = "active"
+            if c.read_chars is not None:
+                w.bytes_done = c.read_chars
+                w.bytes_rate.add(snap.ts, c.read_chars)
+            if prev_cpu is not None and c.cpu_s is not None and snap.ts > prev_cpu[0]:
+                st.setdefault("cpu_pct", {})[c.pid] = \
+                    100.0 * (c.cpu_s - prev_cpu[1]) / (snap.ts - prev_cpu[0])
+            w.last_seen = snap.ts
+        for pid in list(procs):
+            if pid not in active:
+                del procs[pid]
+                st.get("cpu_pct", {}).pop(pid, None)
+        # rows of their own beside the server sessions (pruned again each sample)
+        tr.workers.update(procs)
+        st["active"] = sorted(active)
+        return inflight
+
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
+        return it.key != KEY  # the backup is not a statement: its end is the processes'
+
+    def between_steps(self, tr: Tracker) -> bool:
+        # the start (checkpoint, archive check), the stop, the manifest
+        return (tr.kind_state.get("backrest") or {}).get("phase") != "copy"
+
+    def fraction(self, tr: Tracker) -> float | None:
+        st = tr.kind_state.get("backrest") or {}
+        it = tr.items.get(KEY)
+        if it is None or st.get("unit") is None and it.state != "done":
+            return None
+        return it.fraction
+
+    def has_total(self, tr: Tracker) -> bool:
+        return (tr.kind_state.get("backrest") or {}).get("unit") is not None
+
+    def streams(self, tr: Tracker) -> int | None:
+        return None  # a queue of files, not of items: no "one item left" tail
+
+    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        st = tr.kind_state.get("backrest") or {}
+        phase = st.get("phase")
+        if phase == "starting":
+            return None, "starting: the checkpoint, then the WAL before the backup archived"
+        if phase == "archive-wait":
+            return None, "waiting for the backup's WAL to be archived"
+        if phase == "finishing":
+            return None, "finishing (the manifest)"
+        if st.get("pct") is None and st.get("unit") != "bytes":
+            return None, ("no percentage from pgBackRest yet (2.38+ writes it to its lock "
+                          "file)" if st.get("lock_file") or tr.job.client_pid else
+                          "pgBackRest's processes are not on this host: no progress")
+        it = tr.items.get(KEY)
+        hist = [h for h in st.get("hist") or () if it is not None and h[2] == it.work]
+        if it is None or len(hist) < 2 or hist[-1][0] - hist[0][0] < 1.0:
+            return None, "measuring"
+        rate = (hist[-1][1] - hist[0][1]) / (hist[-1][0] - hist[0][0])
+        if rate <= 0:
+            return None, "measuring"
+        return max(0.0, it.work - it.done) / rate, None
+
+    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+                   state: str) -> dict[str, Any]:
+        st = tr.kind_state.get("backrest") or {}
+        argv = tr.job.command
+        names = {"starting": "starting (checkpoint, archive check)", "copy": "copying files",
+                 "archive-wait": "stopping (waiting for WAL archiving)",
+                 "finishing": "finishing (manifest)"}
+        if st.get("unit") == "bytes":
+            basis = ("pgBackRest's files done (its lock file) + the files its processes "
+                     "read now, of " + ("its total" if st.get("sz") else "the data directory"))
+        elif st.get("pct") is not None:
+            basis = "pgBackRest's own percentage (its lock file)"
+        elif tr.job.client_pid:
+            basis = "none yet: pgBackRest has written no percentage"
+        else:
+            basis = "none: pgBackRest's processes are not on this host"
+        return {
+            "phase": names.get(st.get("phase") or "", st.get("phase")) if state == "running"
+            else None,
+            "progress_basis": basis, "scope": "cluster",
+            "backup": {
+                "tool": "pgbackrest", "type": option(argv, "type") or "incr",
+                "stanza": option(argv, "stanza"),
+                "process_max": tr.job.jobs,
+                "processes_copying": len(st.get("active") or ()),
+                "percent_done": round(st["pct"] / 100.0, 2) if st.get("pct") is not None
+                else None,
+                "total_bytes": st.get("sz") or (st.get("pgdata") if _type(tr) == "full"
+                                                else None),
+                "done_bytes": st.get("szCplt"),
+                "lock_file": st.get("lock_file"), "backup_dir": st.get("backup_dir"),
+                "compression": option(argv, "compress-type"),
+            }}
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        st = tr.kind_state.get("backrest") or {}
+        phase = st.get("phase")
+        if phase in ("starting", "archive-wait"):
+            arch = snap.db.archiver if snap.db else None
+            first = st.get("archiver")
+            failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
+            if arch and ((first and arch[1] > first[1]) or failing):
+                return Verdict("archiving", "pgBackRest waits for WAL archiving, and "
+                               f"archive_command fails (last failed segment {arch[2]}): fix "
+                               "archive_command (the server log says why)")
+            if phase == "archive-wait":
+                return Verdict("archiving", "waiting for the backup's last WAL segment to be "
+                               "archived (archive_command, archive-push)")
+            return None
+        if phase != "copy":
+            return None
+        cpus = list((st.get("cpu_pct") or {}).values())
+        if not cpus:
+            return None
+        mean = sum(cpus) / len(cpus)
+        host = getattr(getattr(snap, "host", None), "cpu_percent", None)
+        n = len(cpus)
+        if mean >= BUSY_CPU:
+            more = ("the host's CPUs are busy too: more processes will not help"
+                    if host is not None and host >= HOST_CPU else
+                    "more process-max helps while cores are free")
+            return Verdict("client-cpu", f"pgBackRest's {n} process(es) at {mean:.0f}% of a "
+                           "core each: compression is the limit (a faster compress-type such "
+                           f"as lz4 or zst, or a lower compress-level); {more}")
+        return None
+
+    # ---- outcome -----------------------------------------------------------
+
+    def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
+        """Finished when its repository lists the backup (backup.info, as
+        last read while its processes lived); otherwise the verdict says how
+        far it got (a failed one is never listed)."""
+        st = tr.kind_state.get("backrest") or {}
+        it = tr.items.get(KEY)
+        if it is not None and it.state != "done" and st.get("completed"):
+            tr.finish(it, snap.wall)
+        return None
+
+    def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
+        st = tr.kind_state.get("backrest") or {}
+        return "ended", (f"pgBackRest's processes are gone after the copy ({_how_far(st)}); "
+                         "whether the backup completed cannot be seen here (its repository's "
+                         "backup.info is not readable by this user; `pgbackrest info` says)")
+
+    def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
+        st = tr.kind_state.get("backrest") or {}
+        it = tr.items.get(KEY)
+        if it is None or it.state == "done":
+            return None
+        if st.get("copied") and st.get("backup_dir") and st.get("completed") is None:
+            return None  # after the copy, a repository we cannot read: leftover_verdict
+        return f"the backup stopped {_how_far(st)}"
+
+    def exit_reason(self, code: int) -> str:
+        return f"pgbackrest exit code {code}"
+
+
+def _listed(backup_dir: str) -> bool | None:
+    """Whether the stanza's backup.info lists this backup (written when it
+    completes); None: it cannot be read here."""
+    label = os.path.basename(backup_dir.rstrip("/"))
+    try:
+        with open(os.path.join(os.path.dirname(backup_dir.rstrip("/")), "backup.info"),
+                  encoding="utf-8", errors="replace") as f:
+            return any(line.startswith(label + "=") for line in f)
+    except OSError:
+        return None
+
+
+def _type(tr: Tracker) -> str:
+    """full | diff | incr (pgBackRest's default: incr, full when there is none yet)."""
+    return option(tr.job.command, "type") or "incr"
+
+
+def data_directory_bytes(pgdata: str) -> int | None:
+    """The size of the files a full backup copies from the data directory
+    (pg_wal's segments and the server's runtime files are not copied)."""
+    skip = {"pg_wal", "pg_xlog", "pg_replslot", "pg_stat_tmp", "pg_dynshmem", "pg_notify",
+            "pg_serial", "pg_snapshots", "pg_subtrans"}
+    total = 0
+    try:
+        for root, dirs, files in os.walk(pgdata):
+            if root == pgdata:
+                dirs[:] = [d for d in dirs if d not in skip]
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    return total or None
+
+
+def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
+    """starting | copy | archive-wait | finishing, from the local processes
+    (children of the main one, alive while files are copied), the session's
+    statement and the percentage."""
+    locals_ = [c for c in snap.clients if c.pid != tr.job.client_pid]
+    if locals_ and (st.get("pct") or 0) < 9990:
+        st["copied"] = True
+        return "copy"
+    query = " ".join((b.query or "") for b in tr.members(snap)).lower()
+    if "pg_backup_stop" in query or "pg_stop_backup" in query:
+        return "archive-wait"
+    if st.get("copied") or (st.get("pct") or 0) > 0:
+        return "finishing"
+    return "starting"
+
+
+def _data_path(path: str, tr: Tracker) -> str:
+    """A data file's path relative to the data directory (as pgBackRest
+    names it: base/16384/16397)."""
+    for marker in ("/base/", "/global/", "/pg_tblspc/"):
+        i = path.find(marker)
+        if i >= 0:
+            return path[i + 1:]
+    return os.path.basename(path)
+
+
+def _how_far(st: dict[str, Any]) -> str:
+    pct = st.get("pct")
+    where = f"at {pct / 100.0:.1f}%" if pct is not None else "before any progress"
+    size = f" ({fmt.size(st['szCplt'])} of {fmt.size(st['sz'])})" if st.get("sz") else ""
+    return f"{where}{size}, phase: {st.get('phase') or '?'}"
