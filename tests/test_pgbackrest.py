@@ -150,7 +150,10 @@ def test_attach_follows_a_backup_and_its_local_processes(repo: Repo) -> None:
     copying = [d for d in docs if d["job"]["phase"] == "copying files"]
     assert copying, [d["job"]["phase"] for d in docs]
     rows = [w for d in copying for w in d["workers"] if w["phase"] == "backup"]
-    assert len({w["pid"] for w in rows}) == 2, rows  # process-max 2: two readers
+    # process-max 2: up to two readers (the one with the small files may finish
+    # them between two samples while the other reads the big table)
+    assert 1 <= len({w["pid"] for w in rows}) <= 2, rows
+    assert mon.job is not None and mon.job.client_pid not in {w["pid"] for w in rows}
     assert all(w["relation"] and "/" in w["relation"] for w in rows)
     assert any((w["bytes_per_s"] or 0) > 0 for w in rows)
     prog = [d["job"]["progress"] for d in docs if d["job"]["progress"] is not None]
