@@ -197,10 +197,7 @@ class PgBasebackup(Driver):
                 first = tr.kind_state.setdefault("wal_start", {}).setdefault(b.pid, sent)
                 w.bytes_done = sent - first
                 w.bytes_rate.add(snap.ts, w.bytes_done)
-                tr.kind_state["wal_bytes"] = sum(
-                    max(0, (s.sent or 0) - tr.kind_state["wal_start"].get(s.pid, s.sent or 0))
-                    for s in snap.db.senders if s.pid in tr.kind_state["wal_start"]) \
-                    or tr.kind_state.get("wal_bytes", 0)
+                tr.kind_state["wal_bytes"] = w.bytes_done  # kept once its stream has ended
             return "wal", None
         return None
 
