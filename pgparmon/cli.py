@@ -67,13 +67,18 @@ def attach(host: str | None = HostOpt, port: str | None = PortOpt,
                                              "seconds for a job to start"),
            record: str | None = RecordOpt, plain: bool = PlainOpt,
            source: str | None = SourceOpt,
+           host_only: bool = typer.Option(False, "--host-only", help="no database "
+                                          "connection: follow a tool that runs with the "
+                                          "server down (a pgBackRest restore) from this "
+                                          "host's processes and files"),
            ) -> None:
-    """Attach to a running parallel pg_dump, pg_restore or COPY load and follow it."""
+    """Attach to a running parallel pg_dump, pg_restore, COPY load or backup and follow it."""
     from .follow import attach_command
 
     target = _target(host, port, username, dbname)
     raise typer.Exit(attach_command(target, pid, wait, interval, as_json, duration, record,
-                                    plain, copy_source=_source(target, source)))
+                                    plain, copy_source=_source(target, source),
+                                    host_only=host_only))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

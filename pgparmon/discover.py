@@ -16,7 +16,7 @@ from typing import Any
 
 from .cmdline import ClientArgs, parse_client_cmdline
 from .exitcodes import ExitCode
-from .jobs.base import TREE, Job
+from .jobs.base import TREE, Driver, Job
 from .jobs.copy import IDLE_GRACE_S, CopyLoad, copy_candidate, idle_for
 from .jobs.registry import client_programs, driver_for, drivers, program_of
 from .jobs.statements import copy_target
@@ -81,19 +81,25 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
     peers = procs.unix_peers() if scan_processes and os.name == "posix" else None
     if scan_processes:
         trees = procs.process_trees(procs.scan_job_processes(client_programs()))
-        by_program = {p: d for d in drivers() for p in d.programs}
+        by_program: dict[str, list[Driver]] = {}
+        for d in drivers():
+            if not d.host_only:  # no session of its own: found by `attach --host-only`
+                for p in d.programs:
+                    by_program.setdefault(p, []).append(d)
         links = procs.backend_clients(facts.port, db.backends, peers)
         steps: set[int] = set()  # roots of programs running a pg_dump / pg_restore step
         for root_pid, tree in sorted(trees.items()):
             root = tree[0]
-            driver = by_program[root.name]
+            mine = by_program.get(root.name) or []
             parent = step_of(root, links, db)
             if parent is not None:
                 steps.add(parent)
                 continue
             args = parse_client_cmdline(list(root.cmdline))
-            if not driver.from_tree(root, args):
+            found = next((d for d in mine if d.from_tree(root, args)), None)
+            if found is None:
                 continue
+            driver = found
             ok, linked = _tree_talks_to_us(tree, args, facts, db, peers)
             if not ok:
                 continue
@@ -119,6 +125,31 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
         forced = pid if pid is not None and not any(j.has_pid(pid) for j in jobs) else None
         jobs.extend(_copy_tree_jobs(facts, db, claimed, links, forced, steps))
     jobs.extend(_backend_only_jobs(db, claimed, facts))
+    return jobs
+
+
+def find_host_jobs(pid: int | None = None) -> list[Job]:
+    """The jobs of tools that run with the server down (a pgBackRest
+    restore), from this host's process table alone; `pid`: only the tree
+    that process belongs to."""
+    host_drivers = [d for d in drivers() if d.host_only]
+    programs = tuple(dict.fromkeys(p for d in host_drivers for p in d.programs))
+    if not programs:
+        return []
+    jobs = []
+    for root_pid, tree in sorted(procs.process_trees(procs.scan_job_processes(programs)).items()):
+        root = tree[0]
+        if pid is not None and pid not in {p.pid for p in tree}:
+            continue
+        args = parse_client_cmdline(list(root.cmdline))
+        driver = next((d for d in host_drivers if root.name in d.programs
+                       and d.from_tree(root, args)), None)
+        if driver is None:
+            continue
+        job = Job(kind=driver.kind, database=None, client_pid=root_pid, jobs=args.jobs,
+                  command=tuple(redact_argv(list(root.cmdline))), grouping=TREE,
+                  client_pids=frozenset(p.pid for p in tree), args=args)
+        jobs.append(driver.refine(job, []))
     return jobs
 
 

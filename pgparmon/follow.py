@@ -172,7 +172,7 @@ def open_recorder(path: str | None) -> Any:
 
 def attach_command(target: Any, pid: int | None, wait: float | None, interval: float,
                    as_json: bool, duration: float | None, record: str | None,
-                   plain: bool, copy_source: Any = None) -> int:
+                   plain: bool, copy_source: Any = None, host_only: bool = False) -> int:
     """`pgparmon attach`: find the job (or the one --pid names) and follow
     it. Several jobs and no --pid: the picker in a terminal; else exit 5
     with the list in the error line (and as JSON on stdout with --json)."""
@@ -189,9 +189,20 @@ def attach_command(target: Any, pid: int | None, wait: float | None, interval: f
     def follow_pid(chosen: int | None) -> int:
         try:
             mon = wait_for_job(target, chosen, wait if chosen == pid else None,
-                               recorder=recorder, copy_source=copy_source)
+                               recorder=recorder, copy_source=copy_source,
+                               host_only=host_only)
         except ConnectError as exc:
-            raise Fatal(str(exc), ExitCode.CONNECT) from None
+            # no server answers: a tool that runs with it down (a pgBackRest
+            # restore) is still followed, from the host alone
+            from .discover import find_host_jobs
+
+            if not find_host_jobs(chosen):
+                raise Fatal(str(exc), ExitCode.CONNECT) from None
+            try:
+                mon = wait_for_job(None, chosen, None, recorder=recorder, host_only=True,
+                                   why=f"no server answers ({exc})")
+            except DiscoveryError as exc2:
+                raise Fatal(str(exc2), exc2.code) from None
         except DiscoveryError as exc:
             if exc.code == ExitCode.SEVERAL_JOBS and chosen is None:
                 return several_jobs(exc)

@@ -21,10 +21,10 @@ from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
 from .jobs.base import TREE, Job
 from .jobs.copy import CopyLoad
-from .jobs.registry import client_programs
+from .jobs.registry import client_programs, driver_for
 from .monitor import Monitor, job_for_process
 from .redact import redact_argv, redact_text
-from .source import LiveSource, RecordingSource
+from .source import HostSource, LiveSource, RecordingSource
 
 
 def start_job(argv: list[str], env: dict[str, str] | None = None,
@@ -81,7 +81,12 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     code: int = ExitCode.INTERRUPTED
     try:
         try:
-            live = LiveSource(target, job=job, process=proc, log=log, copy_source=copy_source)
+            live: LiveSource | HostSource
+            if driver_for(job.kind).host_only:  # it runs with the server down
+                live = HostSource(job=job, process=proc, log=log)
+            else:
+                live = LiveSource(target, job=job, process=proc, log=log,
+                                  copy_source=copy_source)
             mon = Monitor(RecordingSource(live, recorder) if recorder else live)
             mon.discover()
         except (ConnectError, DiscoveryError) as exc:

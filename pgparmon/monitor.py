@@ -31,11 +31,11 @@ from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
 from .jobs.base import Job
-from .jobs.registry import drivers
+from .jobs.registry import driver_for_argv
 from .jobs.statements import copy_target
 from .readers.db import ServerFacts
 from .snapshot import Snapshot
-from .source import LiveSource, RecordingSource, Source
+from .source import HostSource, LiveSource, RecordingSource, Source
 
 SCHEMA = "pgparmon.sample/1"
 STALL_SAMPLES = 5
@@ -112,6 +112,11 @@ class Monitor:
     def discover(self) -> Job:
         job = self.job = self.source.discover()
         self.facts = self.source.facts
+        if self.facts.host_only:
+            why = getattr(self.source, "why", None)
+            self._note((why + ": " if why else "") + "host only, no database connection "
+                       f"({job.kind} runs with the server down): followed from its processes "
+                       "and files on this host")
         self.tracker = Tracker(job, block_size=self.facts.block_size)
         if self.tracker.driver.data_flow == "in" and \
                 self.facts.settings.get("data_checksums") == "on":
@@ -536,11 +541,17 @@ def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def wait_for_job(target: ConnTarget, pid: int | None, wait_s: float | None,
+def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | None,
                  interval: float = 1.0, recorder: Any = None,
-                 copy_source: ConnTarget | None = None) -> Monitor:
-    """Connect and find the job, waiting up to wait_s for one to appear."""
-    live = LiveSource(target, pid=pid, copy_source=copy_source)
+                 copy_source: ConnTarget | None = None, host_only: bool = False,
+                 why: str | None = None) -> Monitor:
+    """Connect and find the job, waiting up to wait_s for one to appear;
+    host_only: no connection, a job of this host's processes alone."""
+    live: LiveSource | HostSource
+    if host_only or target is None:
+        live = HostSource(pid=pid, why=why)
+    else:
+        live = LiveSource(target, pid=pid, copy_source=copy_source)
     source: Any = RecordingSource(live, recorder) if recorder is not None else live
     deadline = time.monotonic() + (wait_s or 0)
     while True:
@@ -562,7 +573,8 @@ def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:
     from .redact import redact_argv
 
     args = parse_client_cmdline(argv)
-    driver = next(d for d in drivers() if os.path.basename(argv[0]) in d.programs)
+    driver = driver_for_argv(argv)
+    assert driver is not None
     job = Job(kind=driver.kind, database=args.dbname or os.environ.get("PGDATABASE"),
               client_pid=pid, jobs=args.jobs, format=args.format, target=args.file,
               command=tuple(redact_argv(argv)), app_name=app_name, args=args)

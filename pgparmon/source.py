@@ -19,14 +19,14 @@ from typing import Any, Protocol
 import psycopg
 
 from .connect import ConnectError, ConnTarget, describe_target
-from .discover import DiscoveryError, choose_job, find_jobs
+from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
 from .jobs.registry import driver_for
 from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
-from .readers.db import DbSampler, ServerFacts
+from .readers.db import DbSampler, ServerFacts, host_only_facts
 from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
 from .toc import TocError
@@ -93,6 +93,33 @@ def error_lines(path: str, limit: int = 600) -> str | None:
 
 
 LINK_TRIES = 5  # ticks a session that links to no visible process is looked up again
+
+def client_tree(job: Job, known: set[int], process: subprocess.Popen[Any] | None,
+                log: str | None, tree: bool
+                ) -> tuple[list[int], bool | None, int | None, str | None]:
+    """The job's client processes alive now (its root first; `known`, the
+    pids seen so far, grows), whether it still runs, and, for a process we
+    started, its exit code and error text."""
+    if not job.client_pid:
+        return [], None, None, None
+    if tree:  # the whole tree, and workers orphaned by a root that exited
+        kids = procs.tree_pids(job.client_pid)[1:]
+        kids += [p for p in sorted(known - {job.client_pid, *kids}) if procs.alive(p)]
+    else:
+        kids = procs.children(job.client_pid)
+    known |= set(kids)
+    exit_code: int | None = None
+    exit_error: str | None = None
+    if process is not None:
+        exit_code = process.poll()
+        root_alive: bool | None = exit_code is None
+        if exit_code and log:
+            exit_error = error_lines(log)
+    else:
+        root_alive = procs.alive(job.client_pid) or (tree and any(procs.alive(p)
+                                                                  for p in kids))
+    return [job.client_pid, *kids], root_alive, exit_code, exit_error
+
 
 class LiveSource:
     """Reads the server (one round trip per snapshot), the host and the job's
@@ -217,27 +244,8 @@ class LiveSource:
         tree = job.grouping == TREE and bool(job.client_pid)
         db = self.sampler.sample(sorted(self.known_backends))
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
-        live: list[int] = []
-        root_alive: bool | None = None
-        exit_code: int | None = None
-        exit_error: str | None = None
-        if job.client_pid:
-            if tree:  # the whole tree, and workers orphaned by a root that exited
-                kids = procs.tree_pids(job.client_pid)[1:]
-                kids += [p for p in sorted(self.client_pids - {job.client_pid, *kids})
-                         if procs.alive(p)]
-            else:
-                kids = procs.children(job.client_pid)
-            self.client_pids |= set(kids)
-            live = [job.client_pid, *kids]
-            if self.process is not None:
-                exit_code = self.process.poll()
-                root_alive = exit_code is None
-                if exit_code and self.log:
-                    exit_error = error_lines(self.log)
-            else:
-                root_alive = procs.alive(job.client_pid) or (tree and any(
-                    procs.alive(p) for p in kids))
+        live, root_alive, exit_code, exit_error = client_tree(
+            job, self.client_pids, self.process, self.log, tree)
         clients = procs.read_procs(live, files_under=self.target_dir or "/")
         backends = db.backends if not db.error else ()
         links: tuple[tuple[int, int], ...] | None = None
@@ -375,10 +383,116 @@ class LiveSource:
         self.sampler.close()
 
 
+class HostSource:
+    """Reads the host alone, with no database connection: a job that runs
+    while the server is down (a pgBackRest restore). Its processes, their
+    open files, the host's CPU and disks, and the tool's own status."""
+
+    local = True
+
+    def __init__(self, job: Job | None = None, pid: int | None = None,
+                 process: subprocess.Popen[Any] | None = None, log: str | None = None,
+                 why: str | None = None) -> None:
+        self.job = job
+        self.pid = pid
+        self.process = process
+        self.log = log
+        self.why = why  # how it came to be host only (said once)
+        self.facts: ServerFacts = host_only_facts()
+        self.target_dir: str | None = None
+        self.devices: set[str] = set()
+        self.client_pids: set[int] = set()
+        self.snapshots_taken = 0
+        self._tool: dict[str, Any] | None = None
+
+    def may_ask_again(self, kind: str) -> bool:
+        return True
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def discover(self) -> Job:
+        if self.job is None:
+            jobs = find_host_jobs(self.pid)
+            if not jobs:
+                raise DiscoveryError(
+                    "no pgBackRest restore running on this host" + (
+                        f" with pid {self.pid}" if self.pid is not None else "")
+                    + " (--host-only follows tools that run with the server down; without "
+                    "it, attach finds the jobs of a running server)", ExitCode.NO_JOB)
+            self.job = choose_job(jobs, self.pid)
+        job = self.job
+        self.facts = host_only_facts(job.target)
+        self.target_dir = job.target
+        if job.client_pid:
+            self.client_pids = {job.client_pid, *procs.tree_pids(job.client_pid),
+                                *job.client_pids}
+        if self.target_dir:
+            probe = self.target_dir
+            while probe and not os.path.exists(probe):
+                probe = os.path.dirname(probe)
+            try:
+                d = devmod.device_for_path(probe or "/")
+            except OSError:
+                d = None
+            if d:
+                self.devices |= {d, *([w] if (w := devmod.whole_disk(d)) else [])}
+        return job
+
+    def header(self) -> dict[str, Any]:
+        assert self.job is not None
+        return {"job": self.job.to_dict(), "facts": dataclasses.asdict(self.facts),
+                "target_dir": self.target_dir, "devices": sorted(self.devices),
+                "local": True}
+
+    def snapshot(self) -> Snapshot:
+        job = self.job
+        assert job is not None
+        driver = driver_for(job.kind)
+        host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
+        live, root_alive, exit_code, exit_error = client_tree(
+            job, self.client_pids, self.process, self.log, True)
+        clients = procs.read_procs(live, files_under="/")
+        tool = driver.read_status(job, clients, self._tool) if job.client_pid else None
+        self._tool = tool or self._tool
+        if tool and tool.get("pgdata") and not self.target_dir:
+            self.target_dir = tool["pgdata"]
+        free = None
+        if self.target_dir:
+            probe = self.target_dir
+            while probe and not os.path.exists(probe):
+                probe = os.path.dirname(probe)
+            try:
+                free = shutil.disk_usage(probe or "/").free
+            except OSError:
+                free = None
+        self.snapshots_taken += 1
+        return Snapshot(ts=time.monotonic(), wall=time.time(), db=None, host=host,
+                        clients=clients, backends_os=(), files=(), free_bytes=free,
+                        root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
+                        links=None, tool=tool)
+
+    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
+        return PlanInputs()
+
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
+        return {}
+
+    def final_files(self) -> tuple[FileSize, ...] | None:
+        return None
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
+        return {"pid": pid, "locks": [], "client": None,
+                "error": "host only: no server to ask for locks"}
+
+    def close(self) -> None:
+        pass
+
+
 class RecordingSource:
     """A LiveSource whose every reading is also written to a recording."""
 
-    def __init__(self, live: LiveSource, recorder: Any) -> None:
+    def __init__(self, live: LiveSource | HostSource, recorder: Any) -> None:
         self.live = live
         self.recorder = recorder
 

@@ -2,7 +2,9 @@
 through `pgbackrest archive-push` into a local posix repository, full
 backups with process-max 2 (gz compression keeps the copy a few seconds
 long on two cores), followed by `attach` and by `run`; a local process killed
-mid-copy fails the backup. Command lines without a server."""
+mid-copy fails the backup. Restores of a bzip2 backup (its decompression keeps
+them a few seconds long) into new data directories, with no server: followed
+from the host alone. Command lines without a server."""
 
 from __future__ import annotations
 
@@ -106,13 +108,14 @@ def _start(repo: Repo) -> subprocess.Popen[bytes]:
                             start_new_session=True)
 
 
-def _follow(mon: Monitor, until: Any, ticks: int = 400) -> list[dict[str, Any]]:
+def _follow(mon: Monitor, until: Any, ticks: int = 400,
+            pause: float = 0.25) -> list[dict[str, Any]]:
     docs = []
     for _ in range(ticks):
         docs.append(mon.tick())
         if until(docs[-1]):
             return docs
-        time.sleep(0.25)
+        time.sleep(pause)
     raise AssertionError(f"gave up after {ticks} samples: {docs[-1]['job']}")
 
 
@@ -188,6 +191,134 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
     assert "stopped at" in end["outcome"], end["outcome"]
 
 
+@pytest.fixture(scope="module")
+def restorable(repo: Repo) -> str:
+    """A full backup to restore: bzip2 (its decompression is slow enough for
+    a restore of ~160 MB to last a few seconds on two cores)."""
+    _archive_caught_up(repo.cluster)
+    res = subprocess.run(repo.as_server_user(repo.argv(
+        "--type=full", "--compress-type=bz2", "--compress-level=1", "backup")),
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    latest = repo.base / "repo" / "backup" / STANZA / "latest"
+    return os.path.basename(os.path.realpath(latest))
+
+
+def _restore(repo: Repo, label: str, name: str, *extra: str,
+             as_user: bool = True) -> tuple[subprocess.Popen[bytes], Path]:
+    """A restore into a new data directory (no server runs on it)."""
+    target = repo.base / name
+    argv = repo.argv(f"--pg1-path={target}", "--process-max=2", f"--set={label}", *extra,
+                     "restore")
+    proc = subprocess.Popen(repo.as_server_user(argv) if as_user else argv,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    return proc, target
+
+
+def _restore_locals(root: int) -> list[int]:
+    return [p.pid for p in psutil.Process(root).children(recursive=True)
+            if "restore:local" in " ".join(p.cmdline())]
+
+
+@pytest.mark.integration
+def test_attach_host_only_follows_a_restore(repo: Repo, restorable: str) -> None:
+    proc, target = _restore(repo, restorable, "r1")
+    mon = None
+    try:
+        mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
+        assert mon.job is not None and mon.job.kind == "pgbackrest-restore"
+        assert mon.job.jobs == 2 and mon.job.target == str(target)
+        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
+    finally:
+        _stop(proc, mon)
+    assert proc.returncode == 0
+    end = docs[-1]["job"]
+    assert end["state"] == "finished" and end["progress"] == 1.0, end
+    assert end["host_only"] and docs[-1]["server"]["version"] == "none (host only)"
+    assert any("host only" in n for n in docs[-1]["notes"])
+    b = end["backup"]
+    assert b["command"] == "restore" and b["set"] == restorable and b["process_max"] == 2
+    assert b["total_bytes"] > 100e6 and b["files_total"] > 100 and b["pg_control_written"]
+    # the manifest's total is what the data directory holds at the end
+    assert abs(b["written_bytes"] - b["total_bytes"]) < 0.01 * b["total_bytes"], b
+    copying = [d for d in docs if d["job"]["phase"] == "restoring files"]
+    assert copying, [d["job"]["phase"] for d in docs]
+    rows = [w for d in copying for w in d["workers"]]
+    assert rows and all(w["phase"] == "restore" and w["relation"] for w in rows)
+    assert mon.job.client_pid not in {w["pid"] for w in rows}
+    assert any(w["relation"].startswith("base/") and 0 < (w["progress"] or 0) < 1
+               for w in rows)
+    assert any((w["bytes_per_s"] or 0) > 0 for w in rows)
+    prog = [d["job"]["progress"] for d in docs if d["job"]["progress"] is not None]
+    assert all(b >= a for a, b in zip(prog, prog[1:])), prog
+    assert any(d["job"]["eta_s"] is not None and 0.2 <= (d["job"]["progress"] or 0) <= 0.9
+               for d in copying), [(d["job"]["progress"], d["job"]["eta_s"]) for d in copying]
+
+
+@pytest.mark.integration
+def test_a_stopped_then_killed_restore(repo: Repo, restorable: str) -> None:
+    proc, target = _restore(repo, restorable, "r2")
+    mon = None
+    try:
+        mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
+        _follow(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
+        locals_ = _restore_locals(proc.pid)
+        assert locals_, "no local process"
+        for pid in locals_:
+            os.kill(pid, signal.SIGSTOP)
+        stalled = _follow(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
+        assert stalled[-1]["job"]["state"] == "running"
+        os.kill(locals_[0], signal.SIGKILL)
+        for pid in locals_[1:]:
+            os.kill(pid, signal.SIGCONT)
+        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=300)
+    finally:
+        _stop(proc, mon)
+    assert proc.returncode != 0
+    end = docs[-1]["job"]
+    assert end["state"] == "failed", end
+    assert "pg_control was not written" in end["outcome"], end["outcome"]
+    assert not (target / "global" / "pg_control").exists()
+
+
+@pytest.mark.integration
+def test_attach_with_no_server_follows_the_restore(repo: Repo, restorable: str,
+                                                   tmp_path: Path) -> None:
+    nothing = tmp_path / "no-server"  # a socket directory where no server listens
+    nothing.mkdir()
+    proc, _ = _restore(repo, restorable, "r3")
+    try:
+        res = subprocess.run(pgparmon_cmd("attach", "-h", str(nothing), "-p", "5999",
+                                          "-d", "postgres", "--json", "--interval", "0.1"),
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        _stop(proc, None)
+    assert res.returncode == 0, res.stderr
+    samples = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
+    assert {s["job"]["kind"] for s in samples} == {"pgbackrest-restore"}
+    assert samples[-1]["job"]["state"] == "finished"
+    assert any("no server answers" in n for n in samples[-1]["notes"]), samples[-1]["notes"]
+
+
+@pytest.mark.integration
+def test_run_follows_a_restore_with_the_server_down(repo: Repo, restorable: str,
+                                                    tmp_path: Path) -> None:
+    target = tmp_path / "pgdata"
+    target.mkdir(mode=0o700)  # as root, pgBackRest restores into an existing directory
+    env = {**repo.cluster.env(), "PGHOST": str(tmp_path), "PGPORT": "5999"}  # no server
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "--",
+                                      *repo.argv(f"--pg1-path={target}", "--process-max=2",
+                                                 f"--set={restorable}", "restore")),
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    samples = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
+    end = samples[-1]["job"]
+    assert end["kind"] == "pgbackrest-restore" and end["state"] == "finished"
+    assert end["exit_code"] == 0 and end["progress"] == 1.0
+    assert (target / "global" / "pg_control").exists()
+
+
 @pytest.mark.integration
 def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> None:
     # last in this module: as root this backup writes the repository as root
@@ -214,3 +345,39 @@ def test_pgbackrest_command_lines() -> None:
     assert command_of(local) == "backup:local"
     assert command_of(["pgbackrest", "--stanza=x", "archive-push", "pg_wal/0001"]) == \
         "archive-push"
+
+
+def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:
+    from pgparmon.jobs.pgbackrest_restore import _queue_done, read_manifest, setting
+    from pgparmon.jobs.registry import driver_for_argv
+
+    conf = tmp_path / "pb.conf"
+    conf.write_text("[global]\nrepo1-path=/var/lib/pgbackrest\nprocess-max=2\n"
+                    "[global:restore]\nprocess-max=6\n"
+                    "[main]\npg1-path=/srv/pg/main\n[main:restore]\ndelta=y\n")
+    argv = ["pgbackrest", f"--config={conf}", "--stanza=main", "restore"]
+    assert setting(argv, "pg1-path", None, environ={}) == "/srv/pg/main"
+    assert setting(argv, "process-max", None, environ={}) == "6"  # global:restore
+    assert setting(argv, "delta", "n", environ={}) == "y"
+    assert setting(argv, "repo1-path", None, environ={}) == "/var/lib/pgbackrest"
+    assert setting([*argv[:-1], "--process-max=3", "restore"], "process-max", None,
+                   environ={}) == "3"  # the command line first
+    assert setting(argv, "process-max", None,
+                   environ={"PGBACKREST_PROCESS_MAX": "4"}) == "4"  # then the environment
+    assert driver_for_argv(argv).kind == "pgbackrest-restore"  # type: ignore[union-attr]
+    assert driver_for_argv(["pgbackrest", "--stanza=main", "backup"]).kind == "pgbackrest"  # type: ignore[union-attr]
+    manifest = tmp_path / "backup.manifest"
+    manifest.write_text(
+        "[backup]\nbackup-label=\"20261126-003526F\"\n\n[target:file]\n"
+        'pg_data/PG_VERSION={"checksum":"a","size":3,"timestamp":1}\n'
+        'pg_data/base/5/16384={"checksum":"b","reference":"x","size":1073741824}\n'
+        'pg_data/base/5/16384.1={"checksum":"c","size":1073741824}\n'
+        'pg_data/base/5/1259={"size":8192}\n\n[target:path]\npg_data={}\n')
+    files = read_manifest(str(manifest))
+    assert files == {"pg_data/PG_VERSION": 3, "pg_data/base/5/16384": 1073741824,
+                     "pg_data/base/5/16384.1": 1073741824, "pg_data/base/5/1259": 8192}
+    assert read_manifest(str(tmp_path / "none")) is None
+    # largest first, then by name, last first: with 16384.1 in flight, 16384 is
+    # still ahead of it in the queue; with 1259 in flight, both segments are done
+    assert _queue_done(files, [(1073741824, "pg_data/base/5/16384.1")]) == 0
+    assert _queue_done(files, [(8192, "pg_data/base/5/1259")]) == 2 * 1073741824

@@ -95,7 +95,8 @@ class AdviceTracker:
         for w in doc.get("workers") or ():
             pid = int(w["pid"])
             # a COPY stream, or a backup tool's process reading files (pgBackRest)
-            if w.get("phase") not in ("copy", "backup") or w.get("bytes_done") is None:
+            if w.get("phase") not in ("copy", "backup", "restore") \
+                    or w.get("bytes_done") is None:
                 self._last[pid] = None
                 continue
             streams += 1
@@ -144,6 +145,9 @@ class AdviceTracker:
         steady = {k: self._acc[k].n for k in tp if k in self._acc}
 
         def out(status: str, next_jobs: int | None, headline: str, detail: str) -> LiveAdvice:
+            if (self.kind or "").startswith("pgbackrest"):  # its knob, its words
+                headline, detail = (x.replace("-j ", "process-max ").replace("COPY", "file copy")
+                                    for x in (headline, detail))
             # every verdict carries the same evidence
             return LiveAdvice(status, next_jobs, headline, detail, by_streams=tp,
                               steady_samples=steady, tail_s=round(self.tail_s, 1),

@@ -9,7 +9,7 @@ from .rates import WindowRate
 
 # worker phases that move data: their bytes make the job's throughput (a
 # COPY; a base backup's data files and its WAL stream)
-STREAM_PHASES = frozenset({"copy", "backup", "wal", "wal-files"})
+STREAM_PHASES = frozenset({"copy", "backup", "wal", "wal-files", "restore"})
 
 
 @dataclass

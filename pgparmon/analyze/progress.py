@@ -94,6 +94,10 @@ class Tracker:
         if self.first_wall is None:
             self.first_wall = snap.wall
         self.last_wall = snap.wall
+        if self.driver.host_only:  # no server at all: the host's evidence only
+            self.driver.file_evidence(self, snap, {})
+            self._record(snap)
+            return
         if snap.db is None or snap.db.error:
             return  # no server view this tick: keep what we knew
         # rows of other roles' backends come with NULL counters without

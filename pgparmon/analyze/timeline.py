@@ -21,7 +21,9 @@ from .items import STREAM_PHASES
 # Phases that mean "this worker is busy with an item"; idle and other are gaps.
 BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait",
                # a base backup's item, from its checkpoint to its last WAL file
-               "starting", "checkpoint", "estimating", "backup", "archive-wait", "wal-files")
+               "starting", "checkpoint", "estimating", "backup", "archive-wait", "wal-files",
+               # a pgBackRest restore's copy and its end (pg_control, sync)
+               "restore", "finishing")
 
 
 @dataclass(frozen=True)

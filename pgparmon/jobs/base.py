@@ -256,6 +256,9 @@ class Driver:
     whole_cluster: ClassVar[bool] = False
     # worker phases that make no measurable progress by design (a backup
     # waiting for its checkpoint): never "stalled" while a worker is in one
+    # a tool that runs with the server down (a pgBackRest restore): followed
+    # from the host alone, never found through the server's sessions
+    host_only: ClassVar[bool] = False
     waiting_phases: ClassVar[tuple[str, ...]] = ()
 
     # ---- recognise ---------------------------------------------------------

@@ -236,6 +236,8 @@ class PgBackRest(Driver):
         else:
             return
         it.done = max(it.done, min(0.999 * it.work, done))
+        if st["unit"] == "bytes":
+            it.bytes_done = int(it.done)
         if st["phase"] == "copy":  # the copy's own pace, not the start's wait
             hist = st.setdefault("hist", [])
             hist.append((snap.ts, it.done, it.work))
@@ -269,20 +271,9 @@ class PgBackRest(Driver):
             w.progress = min(1.0, f.position / sizes[f.path]) if sizes[f.path] else None
             w.wait_event = None
             w.state = "active"
-            if c.read_chars is not None:
-                w.bytes_done = c.read_chars
-                w.bytes_rate.add(snap.ts, c.read_chars)
-            if prev_cpu is not None and c.cpu_s is not None and snap.ts > prev_cpu[0]:
-                st.setdefault("cpu_pct", {})[c.pid] = \
-                    100.0 * (c.cpu_s - prev_cpu[1]) / (snap.ts - prev_cpu[0])
-            w.last_seen = snap.ts
-        for pid in list(procs):
-            if pid not in active:
-                del procs[pid]
-                st.get("cpu_pct", {}).pop(pid, None)
-        # rows of their own beside the server sessions (pruned again each sample)
-        tr.workers.update(procs)
-        st["active"] = sorted(active)
+            process_row(st, w, c, snap, prev_cpu, c.read_chars)
+        # rows of their own beside the server sessions
+        prune_rows(tr, st, procs, active)
         return inflight
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
@@ -318,14 +309,7 @@ class PgBackRest(Driver):
             return None, ("no percentage from pgBackRest yet (2.38+ writes it to its lock "
                           "file)" if st.get("lock_file") or tr.job.client_pid else
                           "pgBackRest's processes are not on this host: no progress")
-        it = tr.items.get(KEY)
-        hist = [h for h in st.get("hist") or () if it is not None and h[2] == it.work]
-        if it is None or len(hist) < 2 or hist[-1][0] - hist[0][0] < 1.0:
-            return None, "measuring"
-        rate = (hist[-1][1] - hist[0][1]) / (hist[-1][0] - hist[0][0])
-        if rate <= 0:
-            return None, "measuring"
-        return max(0.0, it.work - it.done) / rate, None
+        return window_eta(tr.items.get(KEY), st.get("hist") or ())
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
@@ -403,6 +387,8 @@ class PgBackRest(Driver):
         it = tr.items.get(KEY)
         if it is not None and it.state != "done" and st.get("completed"):
             tr.finish(it, snap.wall)
+            if st.get("unit") == "bytes":
+                it.bytes_done = int(it.work)
         return None
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
@@ -422,6 +408,43 @@ class PgBackRest(Driver):
 
     def exit_reason(self, code: int) -> str:
         return f"pgbackrest exit code {code}"
+
+
+def process_row(st: dict[str, Any], w: WorkerState, c: ClientProc, snap: Snapshot,
+                prev_cpu: tuple[float, float] | None, counted: int | None) -> None:
+    """A pgBackRest process's row: its byte counter (read or written) and
+    its CPU since the last sample."""
+    if counted is not None:
+        w.bytes_done = counted
+        w.bytes_rate.add(snap.ts, counted)
+    if prev_cpu is not None and c.cpu_s is not None and snap.ts > prev_cpu[0]:
+        st.setdefault("cpu_pct", {})[c.pid] = \
+            100.0 * (c.cpu_s - prev_cpu[1]) / (snap.ts - prev_cpu[0])
+    w.last_seen = snap.ts
+
+
+def prune_rows(tr: Tracker, st: dict[str, Any], procs: dict[int, WorkerState],
+               active: set[int]) -> None:
+    """The rows of the processes that copy now; those that stopped go."""
+    for pid in list(procs):
+        if pid not in active:
+            del procs[pid]
+            tr.workers.pop(pid, None)
+            st.get("cpu_pct", {}).pop(pid, None)
+    tr.workers.update(procs)
+    st["active"] = sorted(active)
+
+
+def window_eta(it: Item | None, hist: Any) -> tuple[float | None, str | None]:
+    """The rest of the copy at the rate of its last seconds: hist holds
+    (ts, done, work) samples, those of another total left out."""
+    pts = [h for h in hist if it is not None and h[2] == it.work]
+    if it is None or len(pts) < 2 or pts[-1][0] - pts[0][0] < 1.0:
+        return None, "measuring"
+    rate = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+    if rate <= 0:
+        return None, "measuring"
+    return max(0.0, it.work - it.done) / rate, None
 
 
 def _listed(backup_dir: str) -> bool | None:

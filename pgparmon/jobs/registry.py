@@ -4,6 +4,8 @@ name themselves before the catch-all COPY load)."""
 
 from __future__ import annotations
 
+import os
+
 from .base import Driver
 
 _DRIVERS: list[Driver] = []
@@ -16,9 +18,11 @@ def _load() -> list[Driver]:
         from .pg_dump import PgDump
         from .pg_restore import PgRestore
         from .pgbackrest import PgBackRest
+        from .pgbackrest_restore import PgBackRestRestore
 
         # one line per tool kind
-        _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(), CopyLoad()])
+        _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
+                         PgBackRestRestore(), CopyLoad()])
     return _DRIVERS
 
 
@@ -46,9 +50,22 @@ def driver_for(kind: str) -> Driver:
     raise KeyError(f"no driver for job kind {kind!r}")
 
 
+def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Driver | None:
+    """The driver of a command line: of those for its program, the first
+    whose tool it is (pgBackRest's backup and restore are two kinds)."""
+    from ..cmdline import parse_client_cmdline
+    from ..readers.procs import ProcInfo
+
+    prog = os.path.basename(argv[0]) if argv else ""
+    mine = [d for d in _load() if prog in d.programs]
+    root = ProcInfo(0, 0, prog, tuple(argv), 0.0, None)
+    args = parse_client_cmdline(list(argv))
+    return next((d for d in mine if d.from_tree(root, args)), mine[0] if mine else None)
+
+
 def client_programs() -> tuple[str, ...]:
     """Every client program some driver recognises in the process table."""
-    return tuple(p for d in _load() for p in d.programs)
+    return tuple(dict.fromkeys(p for d in _load() for p in d.programs))
 
 
 def program_of(app: str | None) -> str | None:

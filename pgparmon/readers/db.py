@@ -28,6 +28,9 @@ class ServerFacts:
     read_all_stats: bool
     has_copy_progress: bool
     has_index_progress: bool
+    # no database connection: a job followed from the host alone (a
+    # pgBackRest restore runs while the server is down)
+    host_only: bool = False
 
     @property
     def port(self) -> int:
@@ -46,12 +49,24 @@ class ServerFacts:
         return self.version_num // 10000
 
     def missing_views(self) -> list[str]:
-        out = []
+        out: list[str] = []
+        if self.host_only:
+            return out  # no server: said once, as such
         if not self.has_copy_progress:
             out.append("pg_stat_progress_copy (PostgreSQL 14+)")
         if not self.has_index_progress:
             out.append("pg_stat_progress_create_index (PostgreSQL 12+)")
         return out
+
+
+def host_only_facts(data_directory: str | None = None) -> ServerFacts:
+    """The facts of a job followed with no server connection."""
+    return ServerFacts(
+        version_num=0, version="none (host only)", database="", user="", backend_pid=0,
+        backend_start=None, postmaster_start=None,
+        settings={"data_directory": data_directory} if data_directory else {},
+        is_superuser=False, read_all_stats=True, has_copy_progress=False,
+        has_index_progress=False, host_only=True)
 
 
 def read_facts(conn: psycopg.Connection[Any]) -> ServerFacts:

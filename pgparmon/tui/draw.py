@@ -27,19 +27,23 @@ PHASE_STYLES: dict[str, tuple[str, str]] = {
     "vacuum": ("white on magenta", "black on bright_magenta"),
     "analyze": ("white on magenta", "black on bright_magenta"),
     "backup": ("black on green", "black on bright_green"),
+    "restore": ("black on green", "black on bright_green"),
     "starting": ("black on grey70", "black on white"),
     "estimating": ("black on grey70", "black on white"),
+    "finishing": ("black on grey70", "black on white"),
     "checkpoint": ("black on yellow", "black on bright_yellow"),
     "archive-wait": ("black on yellow", "black on bright_yellow"),
     "wal-files": ("black on dark_cyan", "black on cyan"),
 }
-BACKUP_PHASES = ("starting", "estimating", "backup", "checkpoint", "archive-wait", "wal-files")
+BACKUP_PHASES = ("starting", "estimating", "backup", "checkpoint", "archive-wait", "wal-files",
+                 "restore", "finishing")
 # an item too short for its name: a solid block in the phase's colour (still
 # a block, not a gap, when NO_COLOR strips the colour)
 PHASE_SHORT = {"copy": ("dark_cyan", "cyan"), "index": ("blue", "bright_blue"),
                "constraint": ("yellow", "bright_yellow"), "lock-wait": ("red", "bright_red"),
                "vacuum": ("magenta", "bright_magenta"), "analyze": ("magenta", "bright_magenta"),
-               "backup": ("green", "bright_green"), "checkpoint": ("yellow", "bright_yellow"),
+               "backup": ("green", "bright_green"), "restore": ("green", "bright_green"),
+               "finishing": ("grey70", "white"), "checkpoint": ("yellow", "bright_yellow"),
                "starting": ("grey70", "white"), "estimating": ("grey70", "white"),
                "archive-wait": ("yellow", "bright_yellow"), "wal-files": ("dark_cyan", "cyan")}
 
