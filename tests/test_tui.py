@@ -580,6 +580,26 @@ async def test_header_of_a_backup_says_cluster_phase_and_estimate() -> None:
         assert sorted(r[2] for r in rows) == ["backup", "wal"], rows
 
 
+@sync
+async def test_a_host_only_restore_says_so_and_shows_its_processes() -> None:
+    """A pgBackRest restore (cut from a real one, the server down): the
+    header says there is no server, its phase and its progress; each local
+    process is a row with the file it writes."""
+    docs = golden("pbr_restore_mid")
+    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(200, 36)) as pilot:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+        head = header_text(app)
+        assert head.startswith("pgbackrest-restore -j 2  whole cluster · host only, no server")
+        assert "phase: restoring files" in head and "rows/s" not in head
+        assert f"{docs[-1]['job']['progress']:.1%}" in head and "ETA ?" not in head
+        rows = table_rows(app.query_one("#workers", WorkersTable))
+        assert rows and all(r[2] == "restore" for r in rows), rows
+        assert any("base/" in " ".join(r) for r in rows), rows
+
+
 # ---- snapshots ----------------------------------------------------------------
 
 

@@ -131,6 +131,12 @@ class PgBackRestRestore(Driver):
             out["queue_done"] = (_queue_done(files, [(n, k) for k, n in inflight.items()])
                                  if inflight else prev.get("queue_done"))
         elif pgdata:
+            # bytes each local process wrote (a process that exited keeps
+            # its last count: the sum never goes back)
+            wc = dict(prev.get("wc") or {})
+            wc.update({str(c.pid): c.write_chars for c in clients
+                       if c.pid != job.client_pid and c.write_chars is not None})
+            out.update(wc=wc, wc_sum=sum(wc.values()))
             now = time.monotonic()
             copying = any(c.pid != job.client_pid for c in clients)
             # walked again at once when the copy is over: the end's figure
@@ -140,7 +146,7 @@ class PgBackRestRestore(Driver):
                 if written is not None:
                     # what the processes wrote until now: between two walks,
                     # what they write since is added to it
-                    out.update(written=written, wchars=_wchars(job, clients))
+                    out.update(written=written, wchars=out["wc_sum"])
         if pgdata:
             out["pg_control"] = os.path.exists(os.path.join(pgdata, "global", "pg_control"))
         return out
@@ -178,7 +184,7 @@ class PgBackRestRestore(Driver):
         else:
             done = st.get("written")
             if done is not None and tool.get("wchars") is not None:
-                done += max(0, _wchars(tr.job, snap.clients) - tool["wchars"])
+                done += max(0, (tool.get("wc_sum") or 0) - tool["wchars"])
             st["basis"] = "written"
         if done is None:
             return
@@ -450,11 +456,6 @@ def _queue_done(files: dict[str, int], inflight: list[tuple[int, str]]) -> float
     now = {n for _, n in inflight}
     return float(sum(size for name, size in files.items()
                      if (size, name) > last and name not in now))
-
-
-def _wchars(job: Job, clients: tuple[ClientProc, ...]) -> int:
-    """Bytes the local processes wrote so far (/proc io)."""
-    return sum(c.write_chars or 0 for c in clients if c.pid != job.client_pid)
 
 
 def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:

@@ -44,6 +44,8 @@ class JobHeader(Widget):
             l1.append(f" -j {j['jobs']}", style="bold")
         dbs = [db for db in j.get("databases") or () if db != j.get("database")]
         where = "whole cluster" if j.get("scope") == "cluster" else str(j.get("database") or "?")
+        if j.get("host_only"):
+            where += " · host only, no server"
         l1.append(f"  {', '.join([where, *dbs])}")
         if j.get("format"):
             l1.append(f"  {j['format']}", style="dim")
