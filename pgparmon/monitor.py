@@ -22,6 +22,7 @@ from .analyze.progress import Tracker
 from .analyze.warnings import (
     CHECKSUMS_NOTE,
     FULL_BYTES,
+    BackupWal,
     Checkpoints,
     FreeSpace,
     JobWarning,
@@ -90,6 +91,7 @@ class Monitor:
         self.died_note: str | None = None
         self.free_space = FreeSpace()
         self.checkpoints = Checkpoints()
+        self.backup_wal = BackupWal()
         self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
@@ -440,8 +442,11 @@ class Monitor:
                 self.checkpoints.noted = True
                 self._note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
+        if snap.db is not None and not snap.db.error and tr.driver.whole_cluster:
+            out += self.backup_wal.check(snap.db.archiver, snap.db.slots)
         for w in out:
-            if w.code not in ("disk-full-soon", "checkpoints"):  # figures change every tick
+            if w.code not in ("disk-full-soon", "checkpoints", "archive-failing",
+                              "slot-retains-wal"):  # figures change every tick
                 self._note(w.message)
         return out
 

@@ -178,6 +178,9 @@ class DbSample:
     # WAL archiving so far: (archived, failed, last failed segment, when it
     # failed, when the last one was archived); None: not read
     archiver: tuple[int, int, str | None, float | None, float | None] | None = None
+    # replication slots: (name, type, active, wal_status, WAL bytes retained);
+    # None: not read
+    slots: tuple[tuple[str, str, bool, str | None, int | None], ...] | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any], latency_ms: float) -> DbSample:
@@ -186,7 +189,10 @@ class DbSample:
         ckpt = doc.get("ckpt")
         bb = doc.get("bb")
         arch = doc.get("arch")
+        slots = doc.get("slots")
         return DbSample(
+            slots=None if slots is None else tuple(
+                (str(r[0]), str(r[1]), bool(r[2]), r[3], r[4]) for r in slots),
             basebackups=None if bb is None else tuple(BackupProgress(*r) for r in bb),
             senders=tuple(WalSender(*r) for r in doc.get("repl") or ()),
             archiver=(int(arch[0] or 0), int(arch[1] or 0), arch[2], arch[3],
@@ -282,7 +288,9 @@ class Snapshot:
                 basebackups=None if db.get("basebackups", ()) is None else tuple(
                     _from_dict(BackupProgress, c) for c in db.get("basebackups") or ()),
                 senders=tuple(_from_dict(WalSender, c) for c in db.get("senders") or ()),
-                archiver=tuple(db["archiver"]) if db.get("archiver") else None)
+                archiver=tuple(db["archiver"]) if db.get("archiver") else None,
+                slots=None if db.get("slots") is None else tuple(
+                    (str(r[0]), str(r[1]), bool(r[2]), r[3], r[4]) for r in db["slots"]))
         return Snapshot(
             ts=float(d["ts"]), wall=float(d["wall"]), db=dbs,
             host=HostSample.from_dict(d["host"]) if d.get("host") else None,

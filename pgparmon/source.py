@@ -190,6 +190,7 @@ class LiveSource:
             job = self.job = dataclasses.replace(job, source=describe_target(self.copy_source))
         # a physical backup's sessions have no database: its walsenders are
         # sampled whatever the filter, client sessions of the monitor's own
+        self.sampler.backup_bands = driver.whole_cluster
         self.sampler.database_filter = None if driver.all_databases else \
             (job.database or self.facts.database)
         self.target_dir = self._resolve_target(job)
@@ -267,16 +268,12 @@ class LiveSource:
             files = dir_sizes(self.target_dir) or ()
         elif tree:
             files = input_sizes(clients)
-        free = None
-        if self.target_dir:
-            try:
-                free = shutil.disk_usage(self.target_dir if os.path.exists(self.target_dir)
-                                         else os.path.dirname(self.target_dir)).free
-            except OSError:
-                free = None
         self.snapshots_taken += 1
         tool = driver.read_status(job, clients, self._tool) if job.client_pid else None
         self._tool = tool or self._tool
+        # the free space where the job writes: its target, or where the tool
+        # says it writes (a pgBackRest backup's directory in its repository)
+        free = free_space(self.target_dir or (self._tool or {}).get("backup_dir"))
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
                         backends_os=backends_os, files=files, free_bytes=free,
                         root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
@@ -457,15 +454,7 @@ class HostSource:
         self._tool = tool or self._tool
         if tool and tool.get("pgdata") and not self.target_dir:
             self.target_dir = tool["pgdata"]
-        free = None
-        if self.target_dir:
-            probe = self.target_dir
-            while probe and not os.path.exists(probe):
-                probe = os.path.dirname(probe)
-            try:
-                free = shutil.disk_usage(probe or "/").free
-            except OSError:
-                free = None
+        free = free_space(self.target_dir)
         self.snapshots_taken += 1
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=None, host=host,
                         clients=clients, backends_os=(), files=(), free_bytes=free,
@@ -598,6 +587,20 @@ def _one_off(target: ConnTarget, names: tuple[str, ...]) -> tuple[list[Any], Ser
         raise psycopg.OperationalError(str(exc)) from None
     finally:
         other.close()
+
+
+def free_space(path: str | None) -> int | None:
+    """Free bytes on the filesystem of a path (of its nearest existing
+    parent: a target not created yet)."""
+    if not path:
+        return None
+    probe = path
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    try:
+        return shutil.disk_usage(probe or "/").free
+    except OSError:
+        return None
 
 
 def dir_sizes(path: str) -> tuple[FileSize, ...] | None:

@@ -272,7 +272,7 @@ def test_a_failing_archive_command_is_named_while_the_backup_waits(workdir: Path
             for _ in range(60):
                 doc = mon.tick()
                 if doc["job"]["phase"] == "waiting for wal archiving to finish" and \
-                        "fails" in doc["bottleneck"]["detail"]:
+                        "fails" in doc["bottleneck"]["detail"] and doc["warnings"]:
                     break
                 time.sleep(0.5)
             assert doc is not None and doc["bottleneck"]["kind"] == "archiving", \
@@ -280,5 +280,7 @@ def test_a_failing_archive_command_is_named_while_the_backup_waits(workdir: Path
             assert "archive_command" in doc["bottleneck"]["detail"]
             assert doc["job"]["state"] == "running" and doc["job"]["progress"] < 1.0
             assert [w["phase"] for w in doc["workers"]] == ["archive-wait"]
+            (warn,) = [w for w in doc["warnings"] if w["code"] == "archive-failing"]
+            assert "last failed segment 0000" in warn["message"], warn
         finally:
             _clean_up(proc, mon)

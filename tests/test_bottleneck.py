@@ -122,3 +122,23 @@ def test_sessions_idle_through_the_window_mean_the_client_sends_no_work() -> Non
     # work still queued: the workers are starting, not the client idling
     assert judge(window(idle), flow="in", tool="pg_restore", jobs=2, pending=3,
                  running_items=[], host=Host(30)).kind == "starting"
+
+
+def test_backup_wal_warnings() -> None:
+    from pgparmon.analyze.warnings import SLOT_RETAINS_BYTES, BackupWal
+
+    bw = BackupWal()
+    # archiving works: nothing; then fails after its last success: said
+    assert bw.check((10, 2, "000000010000000000000003", 100.0, 200.0), ()) == []
+    (w,) = bw.check((10, 4, "000000010000000000000009", 300.0, 200.0), ())
+    assert w.code == "archive-failing" and "2 failure(s) since the backup began" in w.message
+    assert "000000010000000000000009" in w.message
+    assert bw.check((11, 4, "000000010000000000000009", 300.0, 310.0), ()) == []  # fixed
+    slots = (("busy", "physical", True, "extended", 5 * SLOT_RETAINS_BYTES),
+             ("old", "logical", False, "extended", 3 * SLOT_RETAINS_BYTES),
+             ("small", "physical", False, "reserved", SLOT_RETAINS_BYTES // 2),
+             ("gone", "physical", False, "lost", None))
+    got = {w.code: w.message for w in bw.check(None, slots)}
+    assert set(got) == {"slot-retains-wal", "slot-lost"}
+    assert "old (logical)" in got["slot-retains-wal"] and "3.2 GB" in got["slot-retains-wal"]
+    assert "pg_drop_replication_slot('gone')" in got["slot-lost"]

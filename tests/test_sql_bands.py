@@ -207,7 +207,7 @@ def test_facts(band: int, mon: psycopg.Connection[Any]) -> None:
 def test_sample(band: int, db: str | None, mon: psycopg.Connection[Any],
                 busy: dict[str, int]) -> None:
     (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                         {"db": db, "pids": []}).fetchone()
+                         {"db": db, "pids": [], "backup": True}).fetchone()
     s = DbSample.from_json(doc, 1.0)  # what DbSampler does with the row
     assert s.server_ts is not None
     by_pid = {b.pid: b for b in s.backends}
@@ -240,7 +240,8 @@ def test_sample(band: int, db: str | None, mon: psycopg.Connection[Any],
 def test_sample_filters_other_databases(mon: psycopg.Connection[Any],
                                         busy: dict[str, int]) -> None:
     for band in SAMPLE_BANDS:
-        row = mon.execute(_text("sample", band), {"db": "no such db", "pids": []}).fetchone()
+        row = mon.execute(_text("sample", band),
+                          {"db": "no such db", "pids": [], "backup": True}).fetchone()
         assert row is not None and row[0]["activity"] == []
 
 
@@ -257,7 +258,7 @@ def test_sample_keeps_the_followed_jobs_idle_sessions(band: int, cluster: Cluste
 
         def pids_seen(pids: list[int]) -> set[int]:
             (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                                 {"db": None, "pids": pids}).fetchone()
+                                 {"db": None, "pids": pids, "backup": False}).fetchone()
             return {b.pid for b in DbSample.from_json(doc, 1.0).backends}
 
         assert pid not in pids_seen([])
@@ -385,7 +386,7 @@ def test_sample_shows_a_vacuum_of_the_followed_job(band: int, cluster: Cluster,
         seen = None
         while time.monotonic() < deadline and not done.is_set():
             (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                                 {"db": None, "pids": [pid]}).fetchone()
+                                 {"db": None, "pids": [pid], "backup": False}).fetchone()
             s = DbSample.from_json(doc, 1.0)
             rows = [m for m in s.maint if m.pid == pid]
             if rows:
@@ -404,3 +405,27 @@ def test_sample_shows_a_vacuum_of_the_followed_job(band: int, cluster: Cluster,
             c.execute("SELECT pg_cancel_backend(%s)", (pid,))
         done.wait(10)
         vac.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("band", SAMPLE_BANDS)
+def test_backup_bands_only_when_asked(band: int, cluster: Cluster,
+                                      mon: psycopg.Connection[Any]) -> None:
+    """The bands only a physical backup needs (its progress view, WAL
+    streams, the archiver, replication slots) are read when asked, and the
+    slots say what WAL they keep."""
+    cluster.psql("SELECT pg_create_physical_replication_slot('pgparmon_idle_slot', true)")
+    try:
+        (on,) = mon.execute(_text("sample", band),  # type: ignore[misc]
+                            {"db": None, "pids": [], "backup": True}).fetchone()
+        (off,) = mon.execute(_text("sample", band),  # type: ignore[misc]
+                             {"db": None, "pids": [], "backup": False}).fetchone()
+    finally:
+        cluster.psql("SELECT pg_drop_replication_slot('pgparmon_idle_slot')")
+    s_on, s_off = DbSample.from_json(on, 1.0), DbSample.from_json(off, 1.0)
+    (slot,) = [x for x in s_on.slots or () if x[0] == "pgparmon_idle_slot"]
+    assert slot[1] == "physical" and slot[2] is False and slot[4] is not None and slot[4] >= 0
+    assert (slot[3] is not None) == (band >= 130000)  # wal_status arrived in 13
+    assert s_on.archiver is not None
+    assert s_off.slots is None and s_off.archiver is None and s_off.senders == ()
+    assert s_off.basebackups == () or band < 130000

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..snapshot import Backend
 from ..views import fmt
@@ -159,3 +160,52 @@ def _round_mb(mb: float) -> str:
     if mb >= 1024:
         return f"{math.ceil(mb / 1024)}GB"
     return f"{math.ceil(mb)}MB"
+
+
+SLOT_RETAINS_BYTES = 2 ** 30  # an inactive slot holding this much WAL is worth a word
+
+
+class BackupWal:
+    """What threatens a physical backup's WAL: archive_command failing while
+    the backup runs (pg_stat_archiver: failures since the job began, and the
+    last one after the last success: a backup that waits for its WAL to be
+    archived waits for ever), and replication slots nobody reads that keep
+    WAL on the server's disk (the backup's WAL adds to it; a slot whose WAL
+    is gone is lost)."""
+
+    def __init__(self) -> None:
+        self.failed_at_start: int | None = None
+
+    def check(self, archiver: tuple[Any, ...] | None,
+              slots: tuple[tuple[Any, ...], ...] | None) -> list[JobWarning]:
+        out = []
+        if archiver is not None:
+            failed, last_wal, failed_t, ok_t = archiver[1], archiver[2], archiver[3], archiver[4]
+            if self.failed_at_start is None or failed < self.failed_at_start:
+                self.failed_at_start = failed  # the first reading, or a stats reset
+            since = failed - self.failed_at_start
+            # failing now: its last failure after its last success
+            if failed_t is not None and (ok_t is None or failed_t > ok_t):
+                out.append(JobWarning(
+                    "archive-failing",
+                    "archive_command is failing"
+                    + (f" ({since} failure(s) since the backup began)" if since else "")
+                    + f": last failed segment {last_wal}, nothing archived since; a backup "
+                    "that waits for its WAL to be archived waits until it is fixed (the "
+                    "server log says why)"))
+        for name, kind, active, status, retained in slots or ():
+            if active:
+                continue
+            if status == "lost":
+                out.append(JobWarning(
+                    "slot-lost", f"replication slot {name} ({kind}) lost the WAL it needed: "
+                    f"its consumer cannot resume; drop it: SELECT "
+                    f"pg_drop_replication_slot('{name}');"))
+            elif retained is not None and retained >= SLOT_RETAINS_BYTES:
+                out.append(JobWarning(
+                    "slot-retains-wal", f"inactive replication slot {name} ({kind}) keeps "
+                    f"{fmt.size(retained)} of WAL on the server's disk"
+                    + (f" (wal_status {status})" if status else "")
+                    + "; the backup's WAL adds to it: drop it if nothing will read it again "
+                    f"(SELECT pg_drop_replication_slot('{name}');)"))
+        return out

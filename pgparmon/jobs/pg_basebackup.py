@@ -84,6 +84,9 @@ def command_options(query: str | None) -> dict[str, Any]:
     return out
 
 
+ETA_WINDOW_S = 30.0  # the ETA's rate: the stream's last seconds
+
+
 class PgBasebackup(Driver):
     kind = "pg_basebackup"
     programs = ("pg_basebackup",)
@@ -263,7 +266,9 @@ class PgBasebackup(Driver):
         if not state.get("total"):
             return None, "no total: the server does not estimate it (--no-estimate-size)"
         w = next((w for w in tr.workers.values() if w.item == it.key), None)
-        rate = w.bytes_rate.rate(10.0) if w is not None else None
+        # the last 30 s: a multi-GB stream's pace moves with the files it
+        # reads and the host's other work; 10 s followed those moves too closely
+        rate = w.bytes_rate.rate(ETA_WINDOW_S) if w is not None else None
         if not rate or rate <= 0:
             return None, "measuring"
         left = max(0.0, float(state["total"]) - float(state.get("streamed") or 0))

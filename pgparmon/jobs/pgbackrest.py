@@ -55,7 +55,7 @@ INFERRED = ("inferred: user, client address and application_name (pgBackRest's p
             "are not on this host)")
 COMMANDS = ("backup",)  # restore runs with the server down: not followed yet
 KEY = "pgbackrest"
-COPY_RATE_WINDOW_S = 10.0  # the ETA's rate: the copy's last seconds
+COPY_RATE_WINDOW_S = 30.0  # the ETA's rate: the copy's last seconds
 LOCK_SUFFIX = "-backup.lock"
 
 
@@ -435,6 +435,14 @@ def prune_rows(tr: Tracker, st: dict[str, Any], procs: dict[int, WorkerState],
     st["active"] = sorted(active)
 
 
+def how_far(it: Item | None, has_total: bool, phase: str | None) -> str:
+    """How far a copy got, in bytes of its total, for a verdict."""
+    if it is None or not has_total:
+        return f"in phase {phase or '?'}"
+    return (f"at {100.0 * it.fraction:.1f}% ({fmt.size(it.done)} of {fmt.size(it.work)}), "
+            f"phase {phase or '?'}")
+
+
 def window_eta(it: Item | None, hist: Any) -> tuple[float | None, str | None]:
     """The rest of the copy at the rate of its last seconds: hist holds
     (ts, done, work) samples, those of another total left out."""
@@ -467,21 +475,29 @@ def _type(tr: Tracker) -> str:
 def data_directory_bytes(pgdata: str) -> int | None:
     """The size of the files a full backup copies from the data directory
     (pg_wal's segments and the server's runtime files are not copied)."""
+    files = data_directory_files(pgdata)
+    return sum(files.values()) or None if files is not None else None
+
+
+def data_directory_files(pgdata: str) -> dict[str, int] | None:
+    """The files a backup copies from the data directory (paths relative to
+    it) and their sizes; None when it cannot be read."""
     skip = {"pg_wal", "pg_xlog", "pg_replslot", "pg_stat_tmp", "pg_dynshmem", "pg_notify",
             "pg_serial", "pg_snapshots", "pg_subtrans"}
-    total = 0
+    out: dict[str, int] = {}
     try:
         for root, dirs, files in os.walk(pgdata):
             if root == pgdata:
                 dirs[:] = [d for d in dirs if d not in skip]
             for name in files:
+                path = os.path.join(root, name)
                 try:
-                    total += os.stat(os.path.join(root, name)).st_size
+                    out[os.path.relpath(path, pgdata)] = os.stat(path).st_size
                 except OSError:
                     continue
     except OSError:
         return None
-    return total or None
+    return out
 
 
 def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:

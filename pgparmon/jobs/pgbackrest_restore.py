@@ -34,16 +34,15 @@ from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
-from ..views import fmt
 from .base import TREE, Driver, EndContext, Job, tree_member_pids
-from .pgbackrest import command_of, option, process_row, prune_rows, window_eta
+from .pgbackrest import command_of, how_far, option, process_row, prune_rows, window_eta
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
     from ..readers.procs import ProcInfo
 
 KEY = "pgbackrest-restore"
-RATE_WINDOW_S = 10.0  # the ETA's rate: the copy's last seconds
+RATE_WINDOW_S = 30.0  # the ETA's rate: the copy's last seconds
 WALK_SHARE = 0.02  # the data directory's walk: at most this share of the time
 DEFAULT_CONFIGS = ("/etc/pgbackrest/pgbackrest.conf", "/etc/pgbackrest.conf")
 DELTA_FLAGS = ("--delta", "--force")
@@ -465,8 +464,4 @@ def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
 
 
 def _how_far(tr: Tracker, st: dict[str, Any]) -> str:
-    it = tr.items.get(KEY)
-    if it is None or not st.get("total"):
-        return f"in phase {st.get('phase') or '?'}"
-    return (f"at {100.0 * it.fraction:.1f}% ({fmt.size(it.done)} of {fmt.size(it.work)}), "
-            f"phase {st.get('phase') or '?'}")
+    return how_far(tr.items.get(KEY), bool(st.get("total")), st.get("phase"))

@@ -16,13 +16,14 @@ def _load() -> list[Driver]:
         from .copy import CopyLoad
         from .pg_basebackup import PgBasebackup
         from .pg_dump import PgDump
+        from .pg_probackup import PgProbackup
         from .pg_restore import PgRestore
         from .pgbackrest import PgBackRest
         from .pgbackrest_restore import PgBackRestRestore
 
         # one line per tool kind
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
-                         PgBackRestRestore(), CopyLoad()])
+                         PgBackRestRestore(), PgProbackup(), CopyLoad()])
     return _DRIVERS
 
 

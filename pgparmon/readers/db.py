@@ -103,6 +103,9 @@ class DbSampler:
         self._backoff = 0.5
         self.reconnects = 0
         self.lost_since: float | None = None
+        # the bands only a physical backup needs (its progress view, WAL
+        # streams, archiver, slots): read until a job of another kind is found
+        self.backup_bands = True
 
     def open(self) -> ServerFacts:
         self.conn = connect(self.target)
@@ -149,7 +152,8 @@ class DbSampler:
         t0 = time.perf_counter()
         try:
             cur = self.conn.execute(query, {"db": self.database_filter,
-                                           "pids": sorted(pids or ())})
+                                           "pids": sorted(pids or ()),
+                                           "backup": self.backup_bands})
             row = cur.fetchone()
         except psycopg.errors.LockNotAvailable:
             return DbSample(error="sample skipped: another session holds a lock the monitor "

@@ -15,7 +15,9 @@ SELECT json_build_object(
         CASE WHEN a.application_name ~ '^(pg_dump|pg_restore|pgBackRest)' OR a.query ~* '^\s*copy\s'
                OR a.backend_type = 'walsender'
                OR (a.pid = ANY(%(pids)s::int[])
-                   AND a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)')
+                   AND (a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)'
+                        -- a backup tool's start and stop (pg_probackup names no application)
+                        OR a.query ~* 'pg_(backup_(start|stop)|(start|stop)_backup)\s*\('))
              THEN left(a.query, 2000)
              ELSE split_part(ltrim(a.query), ' ', 1) END,
         CASE WHEN a.wait_event_type = 'Lock' THEN
@@ -32,11 +34,11 @@ SELECT json_build_object(
         -- client sessions, and the replication connections of a base backup
         -- (a physical walsender has no database)
         AND (a.backend_type IN ('client backend', 'parallel worker')
-             OR (a.backend_type = 'walsender' AND a.application_name ~ '^pg_basebackup'))
+             OR (a.backend_type = 'walsender' AND a.application_name ~ '^(pg_basebackup|pg_probackup)'))
         -- idle sessions: a dump's or restore's, those whose last statement was a
         -- COPY (a load between batches), and the followed job's own (pids)
         AND (a.state IS DISTINCT FROM 'idle'
-             OR a.application_name ~ '^(pg_dump|pg_restore|pg_basebackup|pgBackRest)'
+             OR a.application_name ~ '^(pg_dump|pg_restore|pg_basebackup|pgBackRest|pg_probackup)'
              OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
         AND (%(db)s::text IS NULL OR a.datname = %(db)s::text
              OR a.backend_type = 'walsender')),
@@ -68,20 +70,27 @@ SELECT json_build_object(
       LEFT JOIN pg_class c ON c.oid = m.relid AND m.datname = current_database()
       LEFT JOIN pg_namespace n ON n.oid = c.relnamespace),
   -- base backups running: phase, bytes streamed of the estimated total
-  'bb', (SELECT coalesce(json_agg(json_build_array(
+  'bb', CASE WHEN %(backup)s THEN (SELECT coalesce(json_agg(json_build_array(
         p.pid, p.phase, p.backup_total, p.backup_streamed, p.tablespaces_total,
         p.tablespaces_streamed)), '[]'::json)
-      FROM pg_stat_progress_basebackup p),
+      FROM pg_stat_progress_basebackup p) ELSE '[]'::json END,
   -- a base backup's WAL stream: bytes sent, and the slot that pairs it with
   -- its backup (pg_basebackup's temporary slot is named after that walsender)
-  'repl', (SELECT coalesce(json_agg(json_build_array(
+  'repl', CASE WHEN %(backup)s THEN (SELECT coalesce(json_agg(json_build_array(
         r.pid, r.state, pg_wal_lsn_diff(r.sent_lsn, '0/0')::int8, s.slot_name)), '[]'::json)
       FROM pg_stat_replication r LEFT JOIN pg_replication_slots s ON s.active_pid = r.pid
-      WHERE r.application_name ~ '^pg_basebackup'),
+      WHERE r.application_name ~ '^(pg_basebackup|pg_probackup)') END,
   -- WAL archiving: a backup that waits for its WAL to be archived waits on this
-  'arch', (SELECT json_build_array(archived_count, failed_count, last_failed_wal,
+  'arch', CASE WHEN %(backup)s THEN (SELECT json_build_array(archived_count, failed_count, last_failed_wal,
         extract(epoch FROM last_failed_time)::float8,
-        extract(epoch FROM last_archived_time)::float8) FROM pg_stat_archiver),
+        extract(epoch FROM last_archived_time)::float8) FROM pg_stat_archiver) END,
+  -- replication slots and the WAL each keeps (a backup's WAL adds to it):
+  -- name, type, active, wal_status (13+), bytes retained
+  'slots', CASE WHEN %(backup)s THEN (SELECT coalesce(json_agg(json_build_array(
+        s.slot_name, s.slot_type, s.active, s.wal_status,
+        pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
+                             ELSE pg_current_wal_lsn() END, s.restart_lsn)::int8)), '[]'::json)
+      FROM pg_replication_slots s WHERE s.restart_lsn IS NOT NULL) END,
   -- checkpoints so far: requested (WAL reached max_wal_size, or CHECKPOINT)
   -- and timed; a load that forces them is told to raise max_wal_size
   'ckpt', (SELECT json_build_array(num_requested, num_timed) FROM pg_stat_checkpointer)
