@@ -349,6 +349,7 @@ class ServerWatch:
         self.jobs.append(f)
         log(f"{self.name}: following {f.job.describe()}"
             + (f", recording to {rec.path}" if rec is not None and rec.rec is not None else ""))
+        f.tick()  # its series start from a real sample
 
     def view(self) -> ServerView:
         return ServerView(name=self.name, up=self.up, connected_once=self.connected_once,
