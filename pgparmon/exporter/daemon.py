@@ -299,16 +299,21 @@ class ServerWatch:
         self.sample_seconds = time.perf_counter() - t0
 
     def _discover(self, db: DbSample) -> None:
+        # sessions of running jobs never start a scan; an ended job's may be
+        # a new run's (the same database, the next dump), so they do
+        running: set[int] = set()
         claimed: set[int] = set()
         clients: set[int] = set()
         for f in self.jobs:
             claimed |= f.claimed
+            if f.running:
+                running |= f.claimed
             if f.job.client_pid:
                 clients.add(f.job.client_pid)
         # the cheap part: is there any session some driver would claim that
-        # no followed job owns? Only then scan the host's processes.
+        # no running job owns? Only then scan the host's processes.
         ds = drivers()
-        new = [b for b in db.backends if b.pid not in claimed
+        new = [b for b in db.backends if b.pid not in running
                and any(d.session_key(b) is not None for d in ds)]
         if not new:
             return
@@ -323,10 +328,11 @@ class ServerWatch:
         now = time.time()
         new_pids = {b.pid for b in new}
         for job in jobs:
-            if job.client_pid and job.client_pid in clients:
-                continue
-            if job.pid_hint & claimed or not (job.pid_hint & new_pids or job.client_pid):
-                continue
+            if job.client_pid:  # a process tree: the same tree is the same job
+                if job.client_pid in clients:
+                    continue
+            elif job.pid_hint & claimed or not job.pid_hint & new_pids:
+                continue  # sessions a followed job owns (or owned)
             key = (job.kind, job.client_pid, tuple(sorted(job.pid_hint)))
             if self.retry.get(key, 0.0) > now:
                 continue
