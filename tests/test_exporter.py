@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,7 +40,7 @@ from pgparmon.exporter.collector import (
     families,
     pick_jobs,
 )
-from pgparmon.exporter.daemon import SafeRecorder, server_name
+from pgparmon.exporter.daemon import Exporter, Options, SafeRecorder, server_name, targets
 from pgparmon.record import read_recording
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,6 +204,38 @@ def test_retention_deletes_oldest_finished_never_open_or_newest(tmp_path: Path) 
         retention.parse_size("lots")
 
 
+def test_docs_list_every_metric_the_exporter_serves(tmp_path: Path) -> None:
+    from prometheus_client.process_collector import ProcessCollector
+
+    st = State(servers=(ServerView("db1:5432/postgres", up=True, last_sample=1.0,
+                                   sample_seconds=0.1),),
+               jobs=(_job(ended=1795651000.0),),
+               last_success={("db1:5432/postgres", "sales", "pg_dump"): 1.0},
+               recordings_bytes=1, recordings_files=1)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(ExporterCollector(lambda: st))
+    ProcessCollector(namespace="pgparmon_exporter", registry=reg)
+    served = {s.name for f in _parsed(om_latest(reg).decode()).values() for s in f.samples
+              if not s.name.endswith("_created")}
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(pgparmon_[a-z_]+)` \|", doc, re.MULTILINE))
+    assert served == documented
+
+
+def test_last_success_survives_a_restart_and_servers_follow_attach(tmp_path: Path) -> None:
+    opts = Options(targets=(ConnTarget(),), record_dir=str(tmp_path))
+    first = Exporter(opts)
+    first.success("db1:5432/postgres", "sales", "pg_dump", 1795650000.0)
+    again = Exporter(opts)
+    again.load_success()
+    assert again.last_success == {("db1:5432/postgres", "sales", "pg_dump"): 1795650000.0}
+    ts = targets("db1", "5433", "mon", "postgres", ["service=db2", "host=db3 user=x"])
+    assert [(t.host, t.port, t.user, t.dbname) for t in ts] == [
+        ("db1", "5433", "mon", "postgres"), (None, None, "mon", "service=db2"),
+        (None, None, None, "host=db3 user=x")]
+    assert [t.dbname for t in targets(None, None, None, None, ["service=db2"])] == ["service=db2"]
+
+
 # ---- the rules ---------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
@@ -282,7 +315,7 @@ def _mount_tmpfs(path: Path, opts: str) -> bool:
 
 # ---- the exporter against real jobs ----------------------------------------------------
 
-class Exporter:
+class Running:
     def __init__(self, cluster: Cluster, *extra: str, interval: str = "0.5") -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
@@ -331,8 +364,8 @@ class Exporter:
 
 
 @contextlib.contextmanager
-def exporter(cluster: Cluster, *extra: str) -> Iterator[Exporter]:
-    exp = Exporter(cluster, *extra)
+def exporter(cluster: Cluster, *extra: str) -> Iterator[Running]:
+    exp = Running(cluster, *extra)
     try:
         yield exp
     finally:
@@ -530,3 +563,33 @@ def test_sigterm_mid_job_ends_the_recording(cluster: Cluster, sample_db: str,
     assert not recording.truncated and recording.samples
     assert recording.summary is not None and recording.summary["state"] == "running"
 
+
+
+@pytest.mark.integration
+def test_back_to_back_dumps_are_two_jobs(cluster: Cluster, sample_db: str,
+                                         workdir: Path) -> None:
+    """The next dump starts while the last one's end is being judged: it is
+    found and followed on its own (an ended job's sessions hide no new run).
+    On this idle database both dumps share their snapshot's xmin, which is
+    how the pg_dump driver groups sessions: in the tick where the first
+    ends, the Monitor may count the second's sessions as the first's and
+    judge it failed (as attach would); the second must still be followed."""
+    rec = workdir / "rec"
+    with exporter(cluster, "--record-dir", str(rec)) as exp:
+        exp.wait_for("pgparmon_server_up", server=exp.server)
+        for i in range(2):
+            dump = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                                     str(workdir / f"b{i}"), sample_db], env=cluster.env())
+            assert dump.wait(timeout=120) == 0
+        deadline = time.monotonic() + 30
+        while True:
+            recs = sorted(rec.glob("*" + retention.SUFFIX))
+            summaries = [read_recording(str(p)).summary for p in recs]
+            if len(recs) == 2 and all(summaries):
+                break
+            assert time.monotonic() < deadline, (sorted(p.name for p in recs), summaries)
+            time.sleep(0.3)
+        exp.wait_for("pgparmon_job_state", state="finished", **DUMP)
+        code, err = exp.stop()
+    assert code == 0, err
+    assert summaries[1] is not None and summaries[1]["state"] == "finished", err
