@@ -66,6 +66,7 @@ def _doc(state: str = "running", bottleneck: str = "client-cpu",
         "bottleneck": {"kind": bottleneck, "detail": "pg_dump workers at 98% of a core"},
         "warnings": [{"code": c, "message": "..."} for c in warnings],
         "free_bytes": 123456789,
+        "host": {"cpu_percent": 87.5, "iowait_percent": 4.0, "per_cpu": [80.0, 95.0]},
     }
 
 
@@ -129,6 +130,8 @@ def test_collector_names_units_and_no_pid_or_table_labels() -> None:
     assert single["pgparmon_job_start_time_seconds"] == 1795650000.0
     assert single["pgparmon_last_success_time_seconds"] == 1795600000.0
     assert single["pgparmon_exporter_recordings_bytes"] == 4096
+    assert single["pgparmon_host_cpu_ratio"] == 0.875
+    assert single["pgparmon_host_iowait_ratio"] == 0.04
     assert "pgparmon_job_end_time_seconds" not in single  # still running
 
 
@@ -209,7 +212,7 @@ def test_docs_list_every_metric_the_exporter_serves(tmp_path: Path) -> None:
 
     st = State(servers=(ServerView("db1:5432/postgres", up=True, last_sample=1.0,
                                    sample_seconds=0.1),),
-               jobs=(_job(ended=1795651000.0),),
+               jobs=(_job(ended=1795651000.0, database="hr"), _job()),
                last_success={("db1:5432/postgres", "sales", "pg_dump"): 1.0},
                recordings_bytes=1, recordings_files=1)
     reg = CollectorRegistry(auto_describe=False)
@@ -491,6 +494,7 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
             assert _prom_query(prom, "max_over_time(pgparmon_job_throughput_bytes_per_second"
                                "[5m]) > 0")
             assert _prom_query(prom, 'pgparmon_last_success_time_seconds{kind="pg_dump"}')
+            assert _prom_query(prom, "max_over_time(pgparmon_host_cpu_ratio[5m]) > 0")
             # the rules file loads and its recording rules work on the real series
             assert _prom_wait(prom, "pgparmon:job_window_end_time_seconds")
         fams = exp.families()

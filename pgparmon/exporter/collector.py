@@ -125,6 +125,7 @@ def families(st: State) -> list[Metric]:
     out: list[Metric] = []
     out += _exporter_families(st)
     out += _job_families(pick_jobs(st.jobs))
+    out += _host_families(st.jobs)
     success = _g("last_success_time_seconds", "Wall time (Unix seconds) the last job of this "
                  "kind on this database ended successfully", SUCCESS_LABELS, unit="seconds")
     for (server, database, kind), ts in sorted(st.last_success.items()):
@@ -242,6 +243,23 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
             free.add_metric(lv, float(j.doc["free_bytes"]))
     return [info, state, progress, eta, bytes_total, rows_total, tput, workers, active, items,
             items_done, neck, warn, started, ended, moved, free]
+
+
+def _host_families(jobs: Iterable[JobView]) -> list[Metric]:
+    """The host's CPU as the newest running job's last sample saw it (the
+    exporter reads the host only while it follows a job: idle, nothing)."""
+    cpu = _g("host_cpu_ratio", "Host CPU busy over the last sample interval (0 to 1), while "
+             "a job is followed", (), unit="ratio")
+    iowait = _g("host_iowait_ratio", "Host CPU time in iowait over the last sample interval "
+                "(0 to 1), while a job is followed", (), unit="ratio")
+    running = [j for j in jobs if j.state == "running" and j.doc.get("host")]
+    if running:
+        host = max(running, key=lambda j: j.started).doc["host"]
+        if host.get("cpu_percent") is not None:
+            cpu.add_metric([], float(host["cpu_percent"]) / 100)
+        if host.get("iowait_percent") is not None:
+            iowait.add_metric([], float(host["iowait_percent"]) / 100)
+    return [cpu, iowait]
 
 
 def _values(known: tuple[str, ...], seen: Iterable[str]) -> list[str]:
