@@ -491,7 +491,12 @@ class Exporter:
             for s in self.servers:
                 if self.stop.is_set():
                     break
-                s.sample_pass()
+                try:
+                    s.sample_pass()
+                except Exception as exc:  # noqa: BLE001 - one server's trouble stops nothing
+                    s.errors += 1
+                    s.up = False
+                    log(f"{s.name}: sampling failed: {type(exc).__name__}: {exc}")
             if self.opts.record_dir and time.monotonic() - self._last_prune > PRUNE_EVERY_S:
                 self.prune()
             self.publish()
