@@ -596,3 +596,34 @@ def test_back_to_back_dumps_are_two_jobs(cluster: Cluster, sample_db: str,
         code, err = exp.stop()
     assert code == 0, err
     assert [(s or {}).get("state") for s in summaries] == ["finished", "finished"], err
+
+
+@pytest.mark.integration
+def test_idle_costs_one_query_per_interval(cluster: Cluster, workdir: Path) -> None:
+    """No job on the server: every statement the exporter sends is the one
+    discovery query, once per interval (the server's own statement log)."""
+    cluster.psql("ALTER SYSTEM SET log_statement = 'all'")
+    cluster.psql("ALTER SYSTEM SET log_line_prefix = '%m [%a] '")
+    cluster.psql("SELECT pg_reload_conf()")
+    try:
+        with exporter(cluster) as exp:
+            exp.wait_for("pgparmon_server_up", server=exp.server)
+            time.sleep(1.0)  # past the start-up's queries (server facts)
+            start = cluster.logfile.stat().st_size
+            t0 = time.monotonic()
+            time.sleep(4.0)
+            with open(cluster.logfile, "rb") as f:
+                f.seek(start)
+                log = f.read().decode(errors="replace")
+            elapsed = time.monotonic() - t0
+            code, err = exp.stop()
+        assert code == 0, err
+    finally:
+        cluster.psql("ALTER SYSTEM RESET log_statement")
+        cluster.psql("ALTER SYSTEM RESET log_line_prefix")
+        cluster.psql("SELECT pg_reload_conf()")
+    mine = [ln for ln in log.splitlines() if "[pgparmon] LOG:" in ln
+            and ("statement:" in ln or "execute" in ln)]
+    per_interval = len(mine) / (elapsed / 0.5)
+    assert 0.6 <= per_interval <= 1.25, (len(mine), elapsed, mine[:3])
+    assert all("One sample, one round trip" in ln for ln in mine), mine[:3]
