@@ -328,8 +328,9 @@ class ServerWatch:
         now = time.time()
         new_pids = {b.pid for b in new}
         for job in jobs:
-            if job.client_pid:  # a process tree: the same tree is the same job
-                if job.client_pid in clients:
+            if job.client_pid:  # a process tree: the same tree is the same job, and
+                # a running job's sessions are its own (found before its tree was)
+                if job.client_pid in clients or job.pid_hint & running:
                     continue
             elif job.pid_hint & claimed or not job.pid_hint & new_pids:
                 continue  # sessions a followed job owns (or owned)
