@@ -189,6 +189,44 @@ def advise(host: str | None = HostOpt, port: str | None = PortOpt,
         copy=copy, table=table, copy_format=copy_format, header=header))
 
 
+@app.command()
+def exporter(host: str | None = HostOpt, port: str | None = PortOpt,
+             username: str | None = UserOpt, dbname: str | None = DbOpt,
+             server: list[str] | None = typer.Option(None, "--server", help="another server "
+                                                     "to watch: a conninfo, URI or "
+                                                     "service=NAME (repeat for several)"),
+             name: list[str] | None = typer.Option(None, "--name", help="the `server` label "
+                                                   "of each server, in order (default "
+                                                   "host:port/database)"),
+             listen: str = typer.Option("127.0.0.1:9752", "--listen", help="serve /metrics "
+                                        "on HOST:PORT"),
+             interval: float = IntervalOpt,
+             record_dir: str | None = typer.Option(None, "--record-dir", help="record every "
+                                                   "job followed into this directory"),
+             retain_age: str = typer.Option("14d", "--retain-age", help="delete finished "
+                                            "recordings older than this (e.g. 14d, 36h; 0: "
+                                            "no age limit)"),
+             retain_size: str = typer.Option("1G", "--retain-size", help="keep the "
+                                             "recordings under this total (e.g. 500M, 2G; "
+                                             "0: no size limit)"),
+             keep_ended: float = typer.Option(600.0, "--keep-ended", min=0.0, help="seconds "
+                                              "an ended job's series stay after its end"),
+             ) -> None:
+    """Serve Prometheus metrics of every job on one or more servers, recording each job."""
+    from .exporter.daemon import Options, exporter_command, targets
+    from .exporter.retention import parse_age, parse_size
+
+    try:
+        age, size = parse_age(retain_age), parse_size(retain_size)
+    except ValueError as exc:
+        fail(f"--retain-age / --retain-size: {exc}", ExitCode.USAGE)
+    opts = Options(targets=targets(host, port, username, dbname, list(server or [])),
+                   names=tuple(name or ()), listen=listen, interval=interval,
+                   record_dir=record_dir, retain_age_s=age or None, retain_bytes=size or None,
+                   keep_ended_s=keep_ended)
+    raise typer.Exit(exporter_command(opts))
+
+
 def main() -> None:
     try:
         app()

@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     NO_JOB = 4  # no job found
     SEVERAL_JOBS = 5  # several jobs found: pick one with --pid
     ENDED_UNSEEN = 6  # the job ended, but its outcome cannot be seen by this user
+    LISTEN = 7  # exporter: cannot listen on the --listen address (in use, not allowed)
     SIGHUP = 129  # the terminal went away; the recording is complete
     INTERRUPTED = 130  # Ctrl-C
     SIGTERM = 143  # stopped; the recording is complete

@@ -88,7 +88,14 @@ class Tracker:
         pids = self.driver.member_pids(self.job, snap)
         if pids is not None:
             return [b for b in snap.db.backends if b.pid in pids]
-        return [b for b in snap.db.backends if self.driver.belongs(self.job, b)]
+        out = [b for b in snap.db.backends if self.driver.belongs(self.job, b)]
+        if snap.root_alive is False and self.job.client_pid and (self.workers
+                                                                 or self.gone_workers):
+            # the job's client processes are gone: a session never seen before
+            # was opened by another client (the next dump of the same idle
+            # database shares this one's snapshot xmin), not by this job
+            out = [b for b in out if b.pid in self.workers or b.pid in self.gone_workers]
+        return out
 
     def update(self, snap: Snapshot) -> None:
         if self.first_wall is None:
