@@ -441,9 +441,55 @@ def prometheus_server(binary: str, target_port: int, work: Path) -> Iterator[int
         proc.wait(timeout=30)
 
 
+def _series(labels: dict[str, str]) -> str:
+    name = labels["__name__"]
+    rest = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
+    return f"{name}{{{rest}}}"
+
+
+def _stall_rule_test_from_real_series(prom: int, promtool: str, work: Path) -> None:
+    """The stall alert, tested by promtool on the series Prometheus scraped
+    from the stopped dump: its labels and how long it had made no progress,
+    continued as a stall goes on (the same last-progress time scraped again).
+    It must not fire before 10 minutes without progress, and must fire after."""
+    (last,) = _prom_query(prom, 'pgparmon_job_last_progress_time_seconds{kind="pg_dump"}')
+    (running,) = _prom_query(prom, 'pgparmon_job_state{kind="pg_dump",state="running"} == 1')
+    (stalled,) = _prom_query(prom, 'pgparmon_job_bottleneck{kind="pg_dump",'
+                             'bottleneck="stalled"} == 1')
+    at, value = float(last["value"][0]), float(last["value"][1])
+    age = max(0, round(at - value))  # seconds without progress when scraped
+    job = {k: v for k, v in last["metric"].items() if k not in ("__name__", "instance", "job")}
+    series = [
+        # promtool's clock starts at 0: the last progress `age` seconds before it
+        {"series": _series({**last["metric"]}), "values": f"{-age}+0x20"},
+        {"series": _series({**running["metric"], "__name__": "pgparmon_job_state"}),
+         "values": "1+0x20"},
+        {"series": _series({**stalled["metric"], "__name__": "pgparmon_job_bottleneck"}),
+         "values": "1+0x20"},
+    ]
+    fired = 15 * 60 + age
+    expected = {**job, "severity": "warning", "instance": last["metric"]["instance"],
+                "job": last["metric"]["job"]}
+    summary = (f"{job['kind']} of {job['database']} on {job['server']} has made no progress "
+               f"for {fired // 60}m {fired % 60}s")
+    doc = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "name": "the stall scraped from a stopped pg_dump", "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "PgparmonJobStalled", "exp_alerts": []},
+            {"eval_time": "15m", "alertname": "PgparmonJobStalled", "exp_alerts": [
+                {"exp_labels": expected, "exp_annotations": {"summary": summary}}]}]}]}
+    test_file = work / "stall.rules.test.yml"
+    test_file.write_text(json.dumps(doc, indent=1))  # JSON is YAML
+    res = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr + test_file.read_text()
+
+
 @pytest.mark.integration
 def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
-        cluster: Cluster, sample_db: str, workdir: Path, prometheus: str) -> None:
+        cluster: Cluster, sample_db: str, workdir: Path, prometheus: str,
+        promtool: str) -> None:
     rec = workdir / "rec"
     rec.mkdir()
     now = time.time()
@@ -477,6 +523,7 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
                 exp.wait_for("pgparmon_job_bottleneck", bottleneck="stalled", timeout=15, **DUMP)
                 assert _prom_wait(prom, 'pgparmon_job_bottleneck{bottleneck="stalled",'
                                   'kind="pg_dump"} == 1')
+                _stall_rule_test_from_real_series(prom, promtool, workdir)
             finally:
                 _signal_tree(dump.pid, signal.SIGCONT)
             assert dump.wait(timeout=120) == 0
