@@ -320,6 +320,47 @@ def test_run_follows_a_restore_with_the_server_down(repo: Repo, restorable: str,
 
 
 @pytest.mark.integration
+def test_the_exporter_follows_a_restore_of_its_stopped_server(repo: Repo, restorable: str,
+                                                              tmp_path: Path) -> None:
+    """A fleet's night: the exporter watches a server; the server is
+    stopped and its data directory restored from the backup. The exporter
+    follows the restore from the host alone and its series say so."""
+    import test_exporter as tex
+
+    cl = start_cluster(prefix="pgparmon-pbr-x-")
+    try:
+        with tex.exporter(cl, "--record-dir", str(tmp_path)) as exp:
+            exp.wait_for("pgparmon_server_up", server=exp.server)
+            cl.stop(cleanup=False)
+            exp.wait_for("pgparmon_server_up", want=0.0, server=exp.server)
+            subprocess.run(["rm", "-rf", str(cl.datadir)], check=True)
+            cl.datadir.mkdir(mode=0o700)
+            if os.geteuid() == 0:
+                os.chown(cl.datadir, *cl._owner)
+            proc = subprocess.Popen(repo.as_server_user(repo.argv(
+                f"--pg1-path={cl.datadir}", "--process-max=2", f"--set={restorable}",
+                "restore")), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            labels = {"server": exp.server, "kind": "pgbackrest-restore",
+                      "tool": "pgbackrest"}
+            exp.wait_for("pgparmon_job_state", state="running", timeout=20, **labels)
+            assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+            exp.wait_for("pgparmon_job_state", state="finished", timeout=30, **labels)
+            assert exp.value("pgparmon_job_progress_ratio", **labels) == 1.0
+            assert exp.value("pgparmon_last_success_time_seconds", server=exp.server,
+                             kind="pgbackrest-restore")
+            code, err = exp.stop()
+        assert code == 0, err
+        (rec,) = [p for p in tmp_path.iterdir() if "pgbackrest-restore" in p.name]
+        from pgparmon.record import read_recording
+
+        r = read_recording(str(rec))
+        assert r.summary is not None and r.summary["state"] == "finished"
+        assert any("host only" in n for n in r.samples[-1]["notes"])
+    finally:
+        cl.stop()
+
+
+@pytest.mark.integration
 def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> None:
     # last in this module: as root this backup writes the repository as root
     _archive_caught_up(repo.cluster)

@@ -27,7 +27,7 @@ import psycopg
 from psycopg import conninfo as pgconninfo
 
 from ..connect import ConnectError, ConnTarget, build_conninfo
-from ..discover import find_jobs
+from ..discover import find_host_jobs, find_jobs
 from ..exitcodes import ExitCode, Fatal
 from ..jobs.base import Job
 from ..jobs.registry import drivers
@@ -36,7 +36,7 @@ from ..readers.db import DbSampler
 from ..record import Recorder, RecordingError
 from ..redact import redact_text
 from ..snapshot import DbSample
-from ..source import LiveSource, RecordingSource
+from ..source import HostSource, LiveSource, RecordingSource
 from . import retention
 from .collector import JobView, ServerView, State
 
@@ -133,11 +133,15 @@ class Followed:
     the collector shows."""
 
     def __init__(self, server: ServerWatch, job: Job, started: float,
-                 recorder: SafeRecorder | None) -> None:
+                 recorder: SafeRecorder | None, host_only: bool = False) -> None:
         self.server = server
         self.recorder = recorder
         self.started = started
-        live = LiveSource(server.target, job=job)
+        live: LiveSource | HostSource
+        if host_only:  # the server is down: a tool that runs so, from the host alone
+            live = HostSource(job=job, why=f"{server.name} is down")
+        else:
+            live = LiveSource(server.target, job=job)
         source: Any = RecordingSource(live, recorder) if recorder is not None else live
         self.mon = Monitor(source)
         try:
@@ -272,6 +276,7 @@ class ServerWatch:
         self.errors = 0
         self.jobs: list[Followed] = []
         self.retry: dict[tuple[object, ...], float] = {}  # jobs that could not be followed
+        self.data_directory: str | None = None  # the server's, as last seen up
 
     def open(self) -> None:
         self.sampler.open()  # ConnectError: one line
@@ -287,11 +292,14 @@ class ServerWatch:
                 log(f"{self.name}: {db.error}")
             self.up = False
             self.errors += 1
+            self._discover_host()
         else:
             if not self.up and self.connected_once:
                 log(f"{self.name}: connected again")
             self.up = self.connected_once = True
             self.last_sample = time.time()
+            if self.sampler.facts is not None and self.sampler.facts.data_directory:
+                self.data_directory = self.sampler.facts.data_directory
             self._discover(db)
         keep = self.exporter.keep_ended_s
         now = time.time()
@@ -340,11 +348,35 @@ class ServerWatch:
             self._follow(job, db, key)
         self.retry = {k: t for k, t in self.retry.items() if t > now}
 
-    def _follow(self, job: Job, db: DbSample, key: tuple[object, ...]) -> None:
+    def _discover_host(self) -> None:
+        """The server is down: a tool that runs so (a pgBackRest restore of
+        this server's data directory) is followed from the host alone. The
+        process table is scanned only while the server is down."""
+        try:
+            jobs = find_host_jobs()
+        except Exception as exc:  # noqa: BLE001 - discovery trouble: next pass
+            self.errors += 1
+            log(f"{self.name}: host discovery failed: {type(exc).__name__}: {exc}")
+            return
+        followed = {f.job.client_pid for f in self.jobs}
+        now = time.time()
+        for job in jobs:
+            if job.client_pid in followed:
+                continue
+            if job.target and self.data_directory and \
+                    os.path.realpath(job.target) != os.path.realpath(self.data_directory):
+                continue  # another data directory: not this server's
+            key = (job.kind, job.client_pid, ())
+            if self.retry.get(key, 0.0) > now:
+                continue
+            self._follow(job, DbSample(), key, host_only=True)
+
+    def _follow(self, job: Job, db: DbSample, key: tuple[object, ...],
+                host_only: bool = False) -> None:
         started = _job_start(job, db)
         rec = self.exporter.new_recorder(started, self.name, job)
         try:
-            f = Followed(self, job, started, rec)
+            f = Followed(self, job, started, rec, host_only=host_only)
         except Exception as exc:  # noqa: BLE001 - ConnectError, DiscoveryError, psycopg...
             self.errors += 1
             self.retry[key] = time.time() + RETRY_FOLLOW_S
