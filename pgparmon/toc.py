@@ -18,6 +18,7 @@ CREATE TABLE / CREATE INDEX text) is read by `pgparmon.ddl`.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -408,7 +409,14 @@ def data_file(archive_dir: str | Path, dump_id: int) -> Path | None:
 def data_file_id(path: str | Path) -> int | None:
     """"3349.dat.gz" -> 3349; toc.dat, blobs.toc, blobs_NNN.toc,
     blob_NNN.dat and anything else -> None."""
-    m = _DATA_FILE_RE.match(Path(path).name)
+    return _file_id(os.path.basename(os.fspath(path)))
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _file_id(name: str) -> int | None:
+    # called for every file of a dump directory every sample: the names
+    # repeat, so each is parsed once
+    m = _DATA_FILE_RE.match(name)
     return int(m.group(1)) if m else None
 
 

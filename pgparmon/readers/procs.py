@@ -181,6 +181,18 @@ def _proc_children(pid: int) -> list[int] | None:
 
 
 def alive(pid: int) -> bool:
+    """The process exists and is not a zombie: one read of /proc/PID/stat
+    (called for the job's processes every sample), psutil elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        stat = b""
+    if stat:
+        # "pid (comm) S ...": the state follows the last ')' (comm may hold any)
+        return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X", b"")
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
