@@ -90,6 +90,8 @@ def main() -> None:
                 prof = work / "attach.prof"
                 once(cl, work / "d", profile=prof)
                 pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(40)
+                if os.environ.get("KEEP_PROFILE"):
+                    shutil.copy(prof, os.environ["KEEP_PROFILE"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     doc = {"benchmark": "attach_startup", "machine": machine(), "scale": a.scale, "runs": runs,
