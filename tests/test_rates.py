@@ -228,3 +228,45 @@ def test_throughput_by_active_recovers_a_known_curve(steps: list[tuple[float, in
     got = throughput_by_active(samples)
     for k, v in got.items():
         assert v == pytest.approx(x(k), rel=1e-6)
+
+
+def test_steady_throughput_matches_and_stays_bounded() -> None:
+    import random
+
+    from pgparmon.analyze.rates import SteadyThroughput
+
+    rnd = random.Random(7)
+    pts, t, w = [], 0.0, 0.0
+    for i in range(3000):
+        dt = rnd.uniform(0.5, 1.5)  # irregular sampling
+        t += dt
+        k = 1 + (i // 400) % 3
+        w += k * rnd.uniform(9.0, 11.0) * 1e6 * dt  # 10 MB/s a stream, +-10%
+        pts.append((t, k, w))
+    small = SteadyThroughput(cap=10_000)
+    for p in pts:
+        small.add(*p)
+    assert small.result() == throughput_by_active(pts)  # exact until the cap
+    capped = SteadyThroughput(cap=64)
+    for p in pts:
+        capped.add(*p)
+    assert all(len(v) <= 64 for v in capped.by_k.values())
+    exact, approx = throughput_by_active(pts), capped.result()
+    assert set(exact) == set(approx) == {1, 2, 3}
+    for k in exact:  # a coarser step: the same rate within a few percent
+        assert abs(approx[k] - exact[k]) / exact[k] < 0.05, (k, exact[k], approx[k])
+    assert capped.any_active and not SteadyThroughput().any_active
+
+
+def test_timeline_series_thins_out_past_its_cap() -> None:
+    from pgparmon.analyze.timeline import SERIES_CAP, TimelineBuilder
+
+    tl = TimelineBuilder()
+    for i in range(3 * SERIES_CAP):
+        tl.add({"elapsed_s": float(i), "job": {"state": "running", "bytes_per_s": 1.0},
+                "workers": []})
+    ts = [p.t for p in tl.series]
+    assert len(ts) <= SERIES_CAP and ts == sorted(ts)
+    assert ts[0] == 0.0 and ts[-1] == 3 * SERIES_CAP - 1  # the whole run, thinned
+    assert ts[-SERIES_CAP // 4:] == [float(i) for i in range(3 * SERIES_CAP - SERIES_CAP // 4,
+                                                              3 * SERIES_CAP)]

@@ -8,7 +8,7 @@ The measure is COPY throughput against the number of workers in COPY
 (streams), not against all active workers: an index or constraint build moves
 no COPY bytes, and counting it would make a restore's post-data phase look
 like "2 workers, 0 bytes/s". Throughput per stream count comes from
-`rates.throughput_by_active` (steady windows only, duration-weighted median);
+`rates.SteadyThroughput` (steady windows only, duration-weighted median);
 whether the flattening is the disk comes from `analyze.saturation`, the rule
 `advise` uses too. The verdict stays "not enough data yet" until two stream
 counts have steady windows: one run with a fixed -j often shows only its
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..views import fmt
-from .rates import throughput_by_active
+from .rates import SteadyThroughput
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
 
 MIN_STEADY_S = 2.0  # and 2+ seconds of them: 3 quick samples are one noisy blip
@@ -62,7 +62,9 @@ class AdviceTracker:
     """Feed samples in order with add(); advice() any time."""
 
     def __init__(self) -> None:
-        self.points: list[tuple[float, int, float]] = []  # (t, streams, cumulative bytes)
+        # throughput at each stream count, fed a sample at a time (bounded:
+        # a run of a day costs what one of half an hour does)
+        self.steady = SteadyThroughput()
         self._cum = 0.0
         self._last: dict[int, tuple[str | None, int] | None] = {}  # pid -> (item, bytes_done)
         self._acc: dict[int, _Acc] = {}
@@ -134,14 +136,14 @@ class AdviceTracker:
             left = int(job.get("items_total") or 0) - int(job.get("items_done") or 0) - active
             if self.jobs and 0 < active < self.jobs and left <= 0:
                 self.tail_s += t - self._prev_t
-        self.points.append((t, streams, self._cum))
+        self.steady.add(t, streams, self._cum)
         self._prev_t, self._prev_streams = t, streams
         self.elapsed_s = t
 
     # ---- the verdict ---------------------------------------------------
 
     def advice(self) -> LiveAdvice:
-        tp = throughput_by_active(self.points)
+        tp = self.steady.result()
         steady = {k: self._acc[k].n for k in tp if k in self._acc}
 
         def out(status: str, next_jobs: int | None, headline: str, detail: str) -> LiveAdvice:
@@ -161,7 +163,7 @@ class AdviceTracker:
         tail = self._tail_note()
         usable = sorted(k for k in tp if steady.get(k, 0) >= MIN_SAMPLES
                         and self._acc[k].seconds >= MIN_STEADY_S)
-        if not any(s > 0 for _, s, _ in self.points):
+        if not self.steady.any_active:
             return out("no-data", None,
                        f"{self._nd()}: no COPY seen" + ("" if self.ended else " so far"),
                        "advice compares COPY throughput at different worker counts" + tail)

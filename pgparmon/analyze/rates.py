@@ -162,6 +162,47 @@ def throughput_by_active(samples: Iterable[tuple[float, int, float]]) -> dict[in
     return {k: _weighted_median(v) for k, v in sorted(by_k.items())}
 
 
+class SteadyThroughput:
+    """throughput_by_active fed one sample at a time, in bounded memory and
+    time: each active count keeps its steady intervals, and past `cap` of
+    them neighbours in time are merged pairwise (their duration-weighted
+    mean rate over their summed duration): a long run is then seen at a
+    coarser step, as if sampled less often. Until then the result is
+    exactly throughput_by_active's over the same samples."""
+
+    def __init__(self, cap: int = 2048) -> None:
+        self.cap = max(4, cap)
+        self.by_k: defaultdict[int, list[tuple[float, float]]] = defaultdict(list)
+        self.prev: tuple[float, int, float] | None = None
+        self.any_active = False
+        self._result: dict[int, float] | None = None
+
+    def add(self, t: float, active: int, work: float) -> None:
+        if self.prev is not None:
+            t0, a0, w0 = self.prev
+            dt = t - t0
+            dw = counter_delta(w0, work)
+            if a0 == active and a0 > 0 and dt > 0 and dw is not None:
+                lst = self.by_k[a0]
+                lst.append((dw / dt, dt))
+                if len(lst) > self.cap:
+                    lst[:] = [_merge(lst[i], lst[i + 1]) if i + 1 < len(lst) else lst[i]
+                              for i in range(0, len(lst), 2)]
+                self._result = None
+        self.any_active = self.any_active or active > 0
+        self.prev = (t, active, work)
+
+    def result(self) -> dict[int, float]:
+        if self._result is None:
+            self._result = {k: _weighted_median(v) for k, v in sorted(self.by_k.items())}
+        return dict(self._result)
+
+
+def _merge(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    dt = a[1] + b[1]
+    return ((a[0] * a[1] + b[0] * b[1]) / dt, dt)
+
+
 def _weighted_median(vals: Sequence[tuple[float, float]]) -> float:
     """Median of (value, weight) pairs; with equal weights the same as
     statistics.median (the two middle values averaged for an even count)."""

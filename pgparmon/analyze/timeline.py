@@ -18,6 +18,8 @@ from typing import Any
 
 from .items import STREAM_PHASES
 
+SERIES_CAP = 4096  # chart points kept: past it the older ones are thinned
+
 # Phases that mean "this worker is busy with an item"; idle and other are gaps.
 BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait",
                # a base backup's item, from its checkpoint to its last WAL file
@@ -105,6 +107,11 @@ class TimelineBuilder:
             for pid in list(self._open):
                 self._close(pid, t)
         self.series.append(_series_point(doc, t))
+        if len(self.series) > SERIES_CAP:
+            # a long run: the older half at every other point (the charts
+            # draw at most a screen's width of them anyway)
+            keep = SERIES_CAP // 2
+            self.series = self.series[:-keep:2] + self.series[-keep:]
 
     def _close(self, pid: int, t: float) -> None:
         item, phase, start = self._open.pop(pid)

@@ -11,6 +11,7 @@ the status line and sampling carries on.
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -101,7 +102,7 @@ class PgParMonApp(App[int]):
         # last KEEP_DOCS (a live run of a day holds 86,400), with every
         # sample's time kept apart for the end summary
         self.docs: list[Doc] = []
-        self.times: list[float] = []
+        self.times = array("d")  # every sample's elapsed_s: 8 bytes each
         self.last: Doc | None = None
         self.timeline = TimelineBuilder()
         self.advisor = AdviceTracker()
@@ -490,7 +491,7 @@ class PgParMonApp(App[int]):
             keep = max(1, pos[0] if pos else len(self.docs))
             docs = self.docs[:keep]
             self.docs, self.timeline, self.advisor = [], TimelineBuilder(), AdviceTracker()
-            self.times = []
+            self.times = array("d")
             self.ended, self.summary, self.end = False, None, None
             self.query_one("#summary").display = False
             self.query_one("#workers").display = True
