@@ -441,6 +441,25 @@ def prometheus_server(binary: str, target_port: int, work: Path) -> Iterator[int
         proc.wait(timeout=30)
 
 
+DASHBOARD = ROOT / "contrib" / "grafana" / "pgparmon-jobs.json"
+
+
+def _dashboard_exprs() -> list[str]:
+    """The dashboard's PromQL, its variables at "all"."""
+    doc = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", ())]
+    return [e.replace("$server", ".*").replace("$kind", ".*") for e in exprs]
+
+
+def test_dashboard_uses_only_served_metrics() -> None:
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(pgparmon_[a-z_]+)` \|", doc, re.MULTILINE))
+    exprs = _dashboard_exprs()
+    used = {m for e in exprs for m in re.findall(r"pgparmon_[a-z_]+", e)}
+    assert used and used <= documented, used - documented
+    assert all("$" not in e for e in exprs)
+
+
 def _series(labels: dict[str, str]) -> str:
     name = labels["__name__"]
     rest = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
@@ -544,6 +563,9 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
             assert _prom_query(prom, "max_over_time(pgparmon_host_cpu_ratio[5m]) > 0")
             # the rules file loads and its recording rules work on the real series
             assert _prom_wait(prom, "pgparmon:job_window_end_time_seconds")
+            # the Grafana dashboard's queries run on the real series
+            answered = [e for e in _dashboard_exprs() if _prom_query(prom, e)]
+            assert any("progress_ratio" in e for e in answered), answered
         fams = exp.families()
         assert fams["pgparmon_exporter_recordings_deleted"].samples[0].value >= 1
         code, err = exp.stop()
