@@ -422,3 +422,12 @@ def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:
     # still ahead of it in the queue; with 1259 in flight, both segments are done
     assert _queue_done(files, [(1073741824, "pg_data/base/5/16384.1")]) == 0
     assert _queue_done(files, [(8192, "pg_data/base/5/1259")]) == 2 * 1073741824
+
+
+def test_host_only_with_nothing_to_follow_is_one_line() -> None:
+    res = subprocess.run(pgparmon_cmd("attach", "--host-only", "--json"), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 4, res.stderr  # no job (docs/exit-codes.md)
+    line = res.stderr.strip()
+    assert "\n" not in line and "no pgBackRest restore running on this host" in line, line
+    assert "Traceback" not in res.stderr
