@@ -101,6 +101,27 @@ def test_run_dump(versioned: tuple[int, Cluster, Path]) -> None:
     _monotone_to_one(samples)
 
 
+def test_run_basebackup(versioned: tuple[int, Cluster, Path]) -> None:
+    """A throttled pg_basebackup of this version's server, with this
+    version's client: its phases from pg_stat_progress_basebackup, streamed
+    bytes of the estimate to the end."""
+    major, cl, work = versioned
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "--",
+                                      cl.client("pg_basebackup"), "-D",
+                                      str(work / f"b{time.monotonic_ns()}"), "-Ft", "-c",
+                                      "fast", "-r", "32M"),
+                         capture_output=True, text=True, env=cl.env(), timeout=180)
+    assert res.returncode == 0, res.stderr
+    samples, summary = _samples(res.stdout)
+    job = samples[-1]["job"]
+    assert job["kind"] == "pg_basebackup" and job["scope"] == "cluster"
+    assert samples[0]["server"]["version"].startswith(str(major))
+    assert summary["state"] == "finished" and job["exit_code"] == 0
+    assert any(w["phase"] == "backup" for s in samples for w in s["workers"])
+    assert any((s["job"].get("backup") or {}).get("total_bytes") for s in samples)
+    _monotone_to_one(samples)
+
+
 def test_attach_restore(versioned: tuple[int, Cluster, Path]) -> None:
     major, cl, work = versioned
     cl.psql("DROP DATABASE IF EXISTS restored")
