@@ -40,6 +40,10 @@ from .source import HostSource, LiveSource, RecordingSource, Source
 
 SCHEMA = "pgparmon.sample/1"
 STALL_SAMPLES = 5
+# ... and at least this long: at a short interval five samples are a second
+# or so, less than a tool may spend between two reads (compressing a buffer,
+# opening the next file) without being stalled
+STALL_MIN_S = 5.0
 
 
 @dataclass
@@ -456,10 +460,15 @@ class Monitor:
         h = tr.history
         if len(h) < STALL_SAMPLES or self.outcome is not None or tr.driver.between_steps(tr):
             return False
-        last = h[-STALL_SAMPLES:]
+        n = STALL_SAMPLES
+        while n < len(h) and h[-1][0] - h[-n][0] < STALL_MIN_S:
+            n += 1
+        if h[-1][0] - h[-n][0] < STALL_MIN_S:
+            return False  # not watched long enough to call it stalled
+        last = h[-n:]
         active = any(a > 0 for _, a, _ in last)
         if not (active and last[-1][2] <= last[0][2] and all(
-                (w.bytes_rate.rate(4.0) or 0) == 0 for w in tr.workers.values())):
+                (w.bytes_rate.rate(STALL_MIN_S) or 0) == 0 for w in tr.workers.values())):
             return False
         # no measurable progress, but the job's own sessions work on something
         # no view measures (a statement between a copy and its index builds),
