@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from pgparmon.advise import probe
+from pgparmon.advise.evidence import storage_bound
 from pgparmon.advise.probe import (
     ProbeError,
     ProbePoint,
@@ -37,6 +38,7 @@ from pgparmon.advise.probe import (
     temp_table_sql,
 )
 from pgparmon.advise.probe.dump import BlockRanges
+from pgparmon.advise.probe.plan import run_steps
 from pgparmon.advise.probe.restore import exact_text_size
 from pgparmon.advise.probe.restore_ranges import DataFile, RestoreSource
 from pgparmon.cluster import Cluster
@@ -299,6 +301,68 @@ def test_ranges_are_disjoint_then_reused() -> None:
     assert again == ('we"ird', 0, 16)
     assert "ctid >= '(0,0)'::tid AND ctid < '(16,0)'::tid" in probe.copy_sql(a, 0, 16)
     assert 'FROM "s"."we""ird"' in probe.copy_sql(a, 0, 16)
+
+
+class ScriptedSteps:
+    """Stands in for the StepRunner: each run_step(k) returns the next
+    scripted (rate, io_wait_share, reread) for k streams; the warm-up (grow)
+    is answered at once."""
+
+    def __init__(self, script: dict[int, list[tuple[float, float, bool]]]) -> None:
+        self.script = {k: list(v) for k, v in script.items()}
+        self.ran: list[int] = []
+
+    def run_step(self, k: int, t_step: float, want_bytes: float, deadline: float,
+                 grow: bool = False, finale: Any = None) -> ProbePoint:
+        rate, share, reread = (20e6, 0.9, False) if grow else self.script[k].pop(0)
+        if not grow:
+            self.ran.append(k)
+        return ProbePoint(streams=k, heap_bytes=rate * 1.6, out_bytes=0, elapsed_s=1.6,
+                          bytes_per_s=rate, client_cpu_s=0.1, server_cpu_s=0.1, disk_util=None,
+                          disk_await_ms=None, disk_queue=None, reread=reread,
+                          io_wait_share=share)
+
+
+def _plan(script: dict[int, list[tuple[float, float, bool]]]) -> tuple[
+        list[int], dict[int, float], list[str]]:
+    steps = ScriptedSteps(script)
+    notes: list[str] = []
+    pts = run_steps(steps, tempfile.mkdtemp(), notes, time.monotonic(),  # type: ignore[arg-type]
+                    60.0, 4)
+    return steps.ran, {p.streams: p.bytes_per_s for p in pts}, notes
+
+
+def test_storage_knee_measured_again() -> None:
+    """Storage flat from 2 to 4 streams (sessions waiting on I/O) and 1 -> 2
+    gaining +25%: the knee is 1 or 2, so 1 stream is measured again in
+    place of the midpoint at 3, and the faster measurement stands; a re-read
+    (the cache, not the disk) is not taken; a steep 1 -> 2 keeps the
+    midpoint; a flat doubling not waiting on storage keeps it too."""
+    ran, rates, notes = _plan({1: [(17.0e6, 0.87, False), (21.3e6, 0.94, False)],
+                               2: [(21.5e6, 1.0, False)], 4: [(22.6e6, 1.0, False)]})
+    assert ran == [1, 2, 4, 1]
+    assert rates == {1: 21.3e6, 2: 21.5e6, 4: 22.6e6}
+    assert any("measured again, where the storage knee is" in n for n in notes), notes
+    assert storage_bound([ProbePoint(streams=k, heap_bytes=1.0, out_bytes=0, elapsed_s=1.0,
+                                     bytes_per_s=x, client_cpu_s=0.0, server_cpu_s=None,
+                                     disk_util=None, disk_await_ms=None, disk_queue=None,
+                                     io_wait_share=0.95)
+                          for k, x in rates.items()])[0] == 1  # type: ignore[index]
+
+    ran, rates, notes = _plan({1: [(17.0e6, 0.87, False), (16.0e6, 0.9, False)],
+                               2: [(21.5e6, 1.0, False)], 4: [(22.6e6, 1.0, False)]})
+    assert ran == [1, 2, 4, 1] and rates[1] == 17.0e6  # the slower does not replace it
+
+    ran, rates, notes = _plan({1: [(17.0e6, 0.87, False), (240e6, 0.04, True)],
+                               2: [(21.5e6, 1.0, False)], 4: [(22.6e6, 1.0, False)]})
+    assert rates[1] == 17.0e6 and any("read all the data" in n for n in notes), notes
+
+    ran, _, _ = _plan({1: [(12e6, 0.9, False)], 2: [(21.5e6, 1.0, False)],
+                       4: [(22.6e6, 1.0, False)], 3: [(22e6, 1.0, False)]})
+    assert ran == [1, 2, 4, 3]
+    ran, _, _ = _plan({1: [(17.0e6, 0.1, False)], 2: [(21.5e6, 0.1, False)],
+                       4: [(22.6e6, 0.1, False)], 3: [(22e6, 0.1, False)]})
+    assert ran == [1, 2, 4, 3]
 
 
 def test_result_methods() -> None:

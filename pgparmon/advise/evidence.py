@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..analyze.saturation import doubling_gain
+from ..analyze.saturation import STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
 from ..readers.db import ServerFacts
 from ..views import fmt
 from . import predict, usl
@@ -145,12 +145,6 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
 # decompressor process and one \copy, ~2 ms) outweighs its data (1 MB loads
 # in ~10 ms), and what it measures is not a data rate.
 SMALL_FILE_HEAP = 1e6
-
-
-# a doubling of streams that reads less than this much more, while its
-# sessions mostly wait on I/O, finds the storage saturated
-STORAGE_GAIN = 0.25
-STORAGE_IO_SHARE = 0.5
 
 
 def storage_bound(points: list[Any]) -> tuple[int, str] | None:

@@ -74,6 +74,11 @@ AWAIT_FACTOR = 2.0  # await at least 2x its single-stream value...
 QUEUE_GROWTH = 1.2  # ...while queue depth grows (20%: beyond sampling noise)
 CEILING_SHARE = 0.85  # throughput at 85%+ of a measured device ceiling
 ROTATIONAL_UTIL = 90.0  # a spinning disk 90%+ busy (one head: %util means something)
+# The probe's storage knee: a doubling of streams that reads less than
+# STORAGE_GAIN more while its sessions wait on I/O (IO:DataFileRead and
+# friends) at least STORAGE_IO_SHARE of the time finds the storage saturated.
+STORAGE_GAIN = 0.25
+STORAGE_IO_SHARE = 0.5
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:

@@ -2,7 +2,9 @@
 
 A short warm-up at k=1 (not counted; its rate sizes the ranges), then
 k = 1, 2, 4, ... up to max_streams, stopping when a doubling gains under 10%
-(or throughput drops), then one point between the last two.  The time of
+(or throughput drops), then one point between the last two; or, when that
+flat doubling waited on storage and the one before it gained little, the
+step before it measured again (where the storage knee is, see `_knee_again`).  The time of
 each step comes from the budget, which the whole probe keeps: a step that
 would run past it is cut off (and dropped) and the probe returns what it has.
 Also the checks and notes the dump and restore probes share.
@@ -14,7 +16,7 @@ import shutil
 import time
 from typing import Any
 
-from ...analyze.saturation import FLAT_GAIN, doubling_gain
+from ...analyze.saturation import FLAT_GAIN, STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
 from ...readers.devices import device_for_path
 from ...views import fmt
 from .results import ProbeError, ProbePoint
@@ -173,6 +175,8 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
             doubling.append(k)
         i += 1
 
+    if stopped and _knee_again(points, doubling, notes, step):
+        return
     # one point between the last two, when it tells where the knee is (the
     # curve flattened) or the fit needs it (fewer than 4 points)
     if len(doubling) >= 2:
@@ -184,3 +188,40 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
                 points[mid] = p
             elif not any("ran into the budget" in n for n in notes):
                 notes.append(f"no time left in the budget for the point at {mid} streams")
+
+
+def _knee_again(points: dict[int, ProbePoint], doubling: list[int], notes: list[str],
+                step: Any) -> bool:
+    """The storage saturated at a (a -> 2a was flat while the sessions waited
+    on I/O) and a/2 -> a gained only a little more than the storage rule
+    allows: the knee is a or a/2, and one slow step at a/2 (other I/O on the
+    device, a cold start) decides which.  A point between a and 2a cannot
+    tell; measuring a/2 again can.  A disturbed step only reads slower than
+    the storage allows, so the faster of the two measurements stands.  A
+    measurement that had to re-read the probe's own pages (the cache, not
+    the disk) is not taken.  True when the step ran (in place of the
+    midpoint)."""
+    if len(doubling) < 3:
+        return False
+    lo, a, b = doubling[-3], doubling[-2], doubling[-1]
+    pa, pb, plo = points[a], points[b], points[lo]
+    if pb.io_wait_share is None or pb.io_wait_share < STORAGE_IO_SHARE or pb.reread:
+        return False
+    if not STORAGE_GAIN <= _gain(plo, pa) < 2 * STORAGE_GAIN or plo.reread:
+        return False
+    again = step(lo, 1)
+    if again is None:
+        return True  # no time left: nor for a midpoint
+    if again.reread:
+        notes.append(f"{lo} stream{'s' if lo > 1 else ''} not measured again: the probe had "
+                     f"read all the data (a bigger --probe-seconds needs bigger tables)")
+    elif again.bytes_per_s > plo.bytes_per_s:
+        notes.append(f"{lo} stream{'s' if lo > 1 else ''} measured again, where the storage "
+                     f"knee is: {fmt.rate(plo.bytes_per_s)} the first time, then "
+                     f"{fmt.rate(again.bytes_per_s)} (the faster stands)")
+        points[lo] = again
+    else:
+        notes.append(f"{lo} stream{'s' if lo > 1 else ''} measured again, where the storage "
+                     f"knee is: {fmt.rate(plo.bytes_per_s)}, then "
+                     f"{fmt.rate(again.bytes_per_s)}")
+    return True
