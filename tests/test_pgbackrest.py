@@ -20,10 +20,11 @@ import psutil
 import pytest
 from support import pgparmon_cmd, read_jsonl
 
+from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
-from pgparmon.jobs.pgbackrest import command_of, option
+from pgparmon.jobs.pgbackrest import _how_far, command_of, option
 from pgparmon.monitor import Monitor, wait_for_job
 
 STANZA = "demo"
@@ -178,7 +179,10 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
     mon = None
     try:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
-        _follow(mon, lambda d: d["job"]["phase"] == "copying files")
+        # killed mid-copy: once the copy has moved (CI once killed it at the
+        # first copying sample, before any byte was counted)
+        _follow(mon, lambda d: d["job"]["phase"] == "copying files"
+                and (d["job"]["progress"] or 0) > 0)
         locals_ = _local_pids(proc.pid)
         assert locals_, "no local process to kill"
         os.kill(locals_[0], signal.SIGKILL)
@@ -189,6 +193,26 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
     end = docs[-1]["job"]
     assert end["state"] == "failed", end
     assert "stopped at" in end["outcome"], end["outcome"]
+    assert "finishing" not in end["outcome"], end["outcome"]
+
+
+def test_how_far_a_cut_short_backup_got() -> None:
+    """The bytes its local processes were seen to read count ahead of
+    pgBackRest's own percentage (which moves only when a file is done); a
+    copy whose local processes ended early is not "finishing"."""
+    it = Item(key="backup", kind="backup", relation=None, name="full backup", size=1e9,
+              work=1e9, state="running", started=0.0)
+    it.done = 2.5e8
+    st = {"unit": "bytes", "phase": "finishing"}
+    got = _how_far(st, it)
+    assert got.startswith("at 25.0% by the bytes read") and "none yet" in got, got
+    assert "phase: copy (its local processes ended" in got
+    st["pct"] = 1000.0  # 10.00%
+    assert "pgBackRest's own count: 10.0%" in _how_far(st, it)
+    st.update(pct=9995.0, phase="finishing")
+    it.done = 9.99e8
+    assert _how_far(st, it).endswith("phase: finishing")
+    assert _how_far({"phase": "starting"}, None) == "before any progress, phase: starting"
 
 
 @pytest.fixture(scope="module")

@@ -393,7 +393,8 @@ class PgBackRest(Driver):
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
         st = tr.kind_state.get("backrest") or {}
-        return "ended", (f"pgBackRest's processes are gone after the copy ({_how_far(st)}); "
+        return "ended", (f"pgBackRest's processes are gone after the copy "
+                         f"({_how_far(st, tr.items.get(KEY))}); "
                          "whether the backup completed cannot be seen here (its repository's "
                          "backup.info is not readable by this user; `pgbackrest info` says)")
 
@@ -404,7 +405,7 @@ class PgBackRest(Driver):
             return None
         if st.get("copied") and st.get("backup_dir") and st.get("completed") is None:
             return None  # after the copy, a repository we cannot read: leftover_verdict
-        return f"the backup stopped {_how_far(st)}"
+        return f"the backup stopped {_how_far(st, it)}"
 
     def exit_reason(self, code: int) -> str:
         return f"pgbackrest exit code {code}"
@@ -526,8 +527,26 @@ def _data_path(path: str, tr: Tracker) -> str:
     return os.path.basename(path)
 
 
-def _how_far(st: dict[str, Any]) -> str:
+def _how_far(st: dict[str, Any], it: Item | None = None) -> str:
+    """How far the backup got: pgBackRest's percentage, or (ahead of it,
+    when the total is in bytes) the bytes its local processes were seen to
+    read; a copy whose local processes ended before it was done reads
+    "copy", not "finishing" (they were killed or failed)."""
     pct = st.get("pct")
-    where = f"at {pct / 100.0:.1f}%" if pct is not None else "before any progress"
-    size = f" ({fmt.size(st['szCplt'])} of {fmt.size(st['sz'])})" if st.get("sz") else ""
-    return f"{where}{size}, phase: {st.get('phase') or '?'}"
+    phase = st.get("phase") or "?"
+    seen: float | None = None
+    if it is not None and st.get("unit") == "bytes" and it.work > 0:
+        seen = it.fraction
+    if seen is not None and it is not None and seen > 0 and (
+            pct is None or 100.0 * seen > pct / 100.0 + 0.05):
+        own = f"{pct / 100.0:.1f}%" if pct is not None else "none yet"
+        where = (f"at {100.0 * seen:.1f}% by the bytes read ({fmt.size(it.done)} of "
+                 f"{fmt.size(it.work)}; pgBackRest's own count: {own})")
+        size = ""
+    else:
+        where = f"at {pct / 100.0:.1f}%" if pct is not None else "before any progress"
+        size = f" ({fmt.size(st['szCplt'])} of {fmt.size(st['sz'])})" if st.get("sz") else ""
+        seen = pct / 10000.0 if pct is not None else None
+    if phase == "finishing" and (seen is None or seen < 0.99):
+        phase = "copy (its local processes ended before it was done)"
+    return f"{where}{size}, phase: {phase}"
