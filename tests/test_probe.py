@@ -4,6 +4,7 @@ environment (no connection settings on argv), and cleanup on every way out."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -655,3 +656,54 @@ def test_restore_probe_many_small_files(cluster: Cluster, many_small_archive: Pa
         assert p.ranges < p.heap_bytes / (3000 * 40 / 0.85)
     assert res.build_s_per_byte is not None and res.build is not None
     assert res.build["index"] == "btree on the first column"
+
+
+def test_pg_restore_client_cost_and_steps_read_as_pg_restore(tmp_path: Path) -> None:
+    """pg_restore's client cost is timed on the largest data file (zlib for
+    gzip, a read for plain files); a step that filled the host whose client
+    spent more gets the difference for its server, capped at k backends at a
+    full core; a step with the host not full, or no server CPU, is left."""
+    import gzip
+
+    from pgparmon.advise.probe.client_cost import as_pg_restore, pg_restore_client_cost
+
+    text = b"".join(b"%d\tsome text of a row %d\n" % (i, i * 7) for i in range(200_000))
+    gz = tmp_path / "3001.dat.gz"
+    gz.write_bytes(gzip.compress(text, 6))
+    plain = tmp_path / "3002.dat"
+    plain.write_bytes(text)
+    small = DataFile("public.a", str(plain), 1e3, "f1.dat", None)
+    big = DataFile("public.b", str(gz), len(text) / 0.85, "f0.dat.gz", "gzip")
+    c_gz = pg_restore_client_cost([small, big], 0.85)
+    c_plain = pg_restore_client_cost([dataclasses.replace(big, path=str(plain))], 0.85)
+    assert c_gz is not None and c_plain is not None and c_gz > c_plain > 0
+    assert pg_restore_client_cost([], 0.85) is None
+    assert pg_restore_client_cost([dataclasses.replace(big, path=str(tmp_path / "x.gz"))],
+                                  0.85) is None
+
+    def pt(k: int, rate: float, client: float, server: float | None,
+           host: float | None) -> ProbePoint:
+        """client, server: CPU seconds per heap byte"""
+        heap = rate * 1.5
+        return ProbePoint(streams=k, heap_bytes=heap, out_bytes=0, elapsed_s=1.5,
+                          bytes_per_s=rate, client_cpu_s=client * heap,
+                          server_cpu_s=None if server is None else server * heap,
+                          disk_util=None, disk_await_ms=None, disk_queue=None,
+                          host_cpu_percent=host)
+
+    c_real = 5e-9  # s per heap byte
+    # 2 streams at 78 MB/s on a full host: server 15.2 ns/B, client 10.3 ns/B
+    two = pt(2, 78e6, 10.3e-9, 15.2e-9, 97.0)
+    # 1 stream: its backend near a full core: the cap (k / s) holds it
+    one = pt(1, 76.7e6, 10.3e-9, 12.4e-9, 87.0)
+    idle = pt(2, 78e6, 10.3e-9, 15.2e-9, 60.0)
+    remote = pt(2, 78e6, 10.3e-9, None, 97.0)
+    out, most = as_pg_restore([one, two, idle, remote], c_real)
+    assert out[1].bytes_per_s == pytest.approx(78e6 * (15.2 + 10.3) / (15.2 + 5), rel=1e-6)
+    assert out[1].probe_bytes_per_s == 78e6 and out[1].probe_client_cpu_s == two.client_cpu_s
+    assert out[1].client_cpu_s == pytest.approx(c_real * two.heap_bytes)
+    assert out[1].heap_bytes / out[1].elapsed_s == pytest.approx(out[1].bytes_per_s)
+    assert out[0].bytes_per_s == pytest.approx(1 / 12.4e-9, rel=1e-6)  # capped at a core
+    assert out[2] is idle and out[3] is remote
+    assert most == pytest.approx((15.2 + 10.3) / (15.2 + 5))
+    assert as_pg_restore([two], 20e-9) == ([two], None)  # its client was cheaper

@@ -28,6 +28,7 @@ from ...connect import ConnTarget
 from ...ddl import archive_sql, create_table_statements, index_statements
 from ...toc import TocError, archive_format, data_file, list_archive
 from ...views import fmt
+from .client_cost import as_pg_restore, pg_restore_client_cost
 from .plan import CLEANUP_RESERVE_S, check_args, cpu_note, probe_device, run_steps
 from .psql import checked_psql, error_line, is_local_host, psql_env
 from .restore_ranges import DataFile, RestoreSource
@@ -231,7 +232,21 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
         built.update(stream=s, table=table, index=shown, heap_bytes=heap)
         return script
 
+    # what pg_restore's own client would spend per byte (timed before the
+    # steps, within the budget), to read the steps as pg_restore would
+    client_real = pg_restore_client_cost(files, text_ratio)
     points = run_steps(probe, scratch, notes, t_start, budget_s, max_streams, finale)
+    if client_real is not None:
+        raw = points
+        points, factor = as_pg_restore(points, client_real)
+        if factor is not None:
+            worst = max(raw, key=lambda p: p.client_cpu_s / max(p.heap_bytes, 1.0))
+            notes.append(
+                f"the probe's client (decompressor, head/dd, psql \\copy) spent "
+                f"{worst.client_cpu_s / worst.heap_bytes * GB:.1f} s/GB where pg_restore's "
+                f"would spend {client_real * GB:.1f} s/GB; the steps that filled the host's "
+                f"CPUs are read as if it had (up to {factor:.2f}x faster: the CPU goes to "
+                f"the server)")
     build_s_per_byte = None
     build: dict[str, Any] | None = None
     s_ix = built.pop("stream", None)

@@ -69,6 +69,10 @@ class ProbePoint:
     # started over): the cache served them, which a real run never sees
     reread: bool = False
     io_wait_share: float | None = None  # of its active sessions' samples: waiting on I/O
+    # a restore step read as pg_restore would see it (`client_cost`): what
+    # the probe measured itself, before; None when the step was not changed
+    probe_bytes_per_s: float | None = None
+    probe_client_cpu_s: float | None = None
 
 
 @dataclass
