@@ -10,7 +10,10 @@ probe (--probe, its default budget: 3% of the predicted run, which skips
 the probe on runs this short) and probe-5s (--probe --probe-seconds 5, a
 forced probe). Then it sweeps the real
 `pg_dump -Fd -j J` and `pg_restore -j J` over J (default 1..4) with repeats,
-the order of J interleaved across repeats, and compares:
+the order of J interleaved across repeats (a restore at J >= 2 as the
+advice gives it: in three steps, pre-data then data and post-data with -j,
+when the archive has a foreign key pg_restore -j may add before its
+partitions' data), and compares:
 
 - regret: measured time at the recommended j / best measured time;
 - prediction error: |predicted - measured| / measured at the recommended j;
@@ -324,8 +327,29 @@ def sweep_dump(cl: Any, db: str, jobs: list[int], repeats: int, work: Path,
             "median_s": {str(j): round(median(ts), 3) for j, ts in times.items()}}
 
 
+def in_sections(archive: Path) -> bool:
+    """Whether the advice would give -j 2+ as three steps (pre-data, then
+    data and post-data with -j): the archive has a foreign key that pg_restore
+    -j may add before its partitions' data (docs/advise.md)."""
+    from pgparmon.advise.inventory import restore_inventory
+    return bool(restore_inventory(str(archive)).early_fks)
+
+
+def restore_cmds(cl: Any, archive: Path, target: str, j: int,
+                 sections: bool) -> list[list[str]]:
+    pr = cl.client("pg_restore")
+    if not sections or j < 2:
+        return [[pr, "-j", str(j), "-d", target, str(archive)]]
+    return [[pr, "--section=pre-data", "-d", target, str(archive)],
+            [pr, "-j", str(j), "--section=data", "-d", target, str(archive)],
+            [pr, "-j", str(j), "--section=post-data", "-d", target, str(archive)]]
+
+
 def sweep_restore(cl: Any, archive: Path, db: str, jobs: list[int], repeats: int,
                   log: Any) -> dict[str, Any]:
+    """pg_restore -j J over J; at J >= 2 the command the advice gives, in
+    three steps when `in_sections` (the time is the three together)."""
+    sections = in_sections(archive)
     env = cl.env()
     times: dict[int, list[float]] = {j: [] for j in jobs}
     runs = []
@@ -335,14 +359,15 @@ def sweep_restore(cl: Any, archive: Path, db: str, jobs: list[int], repeats: int
             cl.psql(f"DROP DATABASE IF EXISTS {target}")
             cl.psql(f"CREATE DATABASE {target}")
             try:
-                t = run_timed([cl.client("pg_restore"), "-j", str(j), "-d", target,
-                               str(archive)], env, f"pg_restore -j {j} into {target}")
+                t = sum(run_timed(cmd, env, f"pg_restore -j {j} into {target}")
+                        for cmd in restore_cmds(cl, archive, target, j, sections))
             finally:
                 cl.psql(f"DROP DATABASE IF EXISTS {target}")
             times[j].append(t)
             runs.append({"repeat": r, "jobs": j, "wall_s": round(t, 3)})
             log(f"    restore j={j} rep {r + 1}: {t:6.2f} s")
-    return {"runs": runs, "times": {str(j): [round(t, 3) for t in ts] for j, ts in times.items()},
+    return {"runs": runs, "sections": sections,
+            "times": {str(j): [round(t, 3) for t in ts] for j, ts in times.items()},
             "median_s": {str(j): round(median(ts), 3) for j, ts in times.items()}}
 
 
