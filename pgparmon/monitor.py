@@ -26,6 +26,7 @@ from .analyze.warnings import (
     Checkpoints,
     FreeSpace,
     JobWarning,
+    early_foreign_keys,
     exclusive_waiters,
 )
 from .connect import ConnTarget
@@ -95,6 +96,7 @@ class Monitor:
         self.died_note: str | None = None
         self.free_space = FreeSpace()
         self.checkpoints = Checkpoints()
+        self.early_fk_noted = False
         self.backup_wal = BackupWal()
         self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
@@ -446,11 +448,18 @@ class Monitor:
                 self.checkpoints.noted = True
                 self._note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
+        if job.kind == "pg_restore":
+            early = early_foreign_keys(tr.items.values())
+            if early and not self.early_fk_noted:
+                self.early_fk_noted = True
+                self._note(early[0].message)  # once: the warning lasts while loads wait
+            out += early
         if snap.db is not None and not snap.db.error and tr.driver.whole_cluster:
             out += self.backup_wal.check(snap.db.archiver, snap.db.slots)
         for w in out:
+            # figures change every tick (or noted once above)
             if w.code not in ("disk-full-soon", "checkpoints", "archive-failing",
-                              "slot-retains-wal"):  # figures change every tick
+                              "slot-retains-wal", "fk-before-partitions"):
                 self._note(w.message)
         return out
 

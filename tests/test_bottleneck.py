@@ -142,3 +142,31 @@ def test_backup_wal_warnings() -> None:
     assert set(got) == {"slot-retains-wal", "slot-lost"}
     assert "old (logical)" in got["slot-retains-wal"] and "3.2 GB" in got["slot-retains-wal"]
     assert "pg_drop_replication_slot('gone')" in got["slot-lost"]
+
+
+def test_a_foreign_key_added_before_its_partitions_data() -> None:
+    """A restore's key on a partitioned table running while loads it checks
+    have not started (pg_restore -j's order) is said, with the fix; a load
+    already running is not enough (the tracker may not have seen it end),
+    nor a pending key, nor a key whose data is all loaded."""
+    from pgparmon.analyze.items import Item
+    from pgparmon.analyze.warnings import early_foreign_keys
+
+    def item(key: str, kind: str, rel: str, state: str, deps: tuple[str, ...] = ()) -> Item:
+        return Item(key=key, kind=kind, relation=rel, name=f"{kind} {rel}", size=1.0,
+                    work=1.0, state=state, deps=frozenset(deps))
+
+    parts = [item("d1", "data", "public.o_1", "done"), item("d2", "data", "public.o_2", "running"),
+             item("d3", "data", "public.o_3", "pending"), item("d4", "data", "public.o_4",
+                                                                 "pending")]
+    fk = item("fk", "fk", "public.orders", "running", ("d1", "d2", "d3", "d4", "ix"))
+    (w,) = early_foreign_keys([*parts, fk])
+    assert w.code == "fk-before-partitions"
+    assert "data of 2 of the tables it checks (public.o_3, public.o_4)" in w.message
+    assert "--section=data" in w.message
+    fk.state = "pending"
+    assert early_foreign_keys([*parts, fk]) == []
+    fk.state = "done"
+    for p in parts[2:]:
+        p.state = "running"
+    assert early_foreign_keys([*parts, fk]) == []

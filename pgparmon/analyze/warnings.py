@@ -7,6 +7,9 @@
 - The target filesystem filling up, forecast from its free space trend.
 - Checkpoints forced by WAL volume while a load writes (max_wal_size too
   small for it): the same verdict `advise` gives before a restore.
+- A restore's foreign key on a partitioned table added before the
+  partitions' data (pg_restore -j's order): the same as advise's
+  `fk_before_partitions`.
 """
 
 from __future__ import annotations
@@ -54,6 +57,34 @@ def exclusive_waiters(backends: Iterable[Backend], members: set[int],
             f"{rel or 'a table'} behind the dump: the dump will fail when a worker reaches "
             f"that table (LOCK ... NOWAIT); cancel that session (pg_cancel_backend({b.pid})) "
             "or expect to rerun the dump"))
+    return out
+
+
+def early_foreign_keys(items: Iterable[Any]) -> list[JobWarning]:
+    """A restore's foreign key that runs (or ran) while data it checks has
+    not started loading: pg_restore -j adds a partitioned table's key as
+    soon as the referenced key is built (the archive names only the parent
+    as its dependency), and every row loaded after it is checked one at a
+    time. The plan makes such a key wait for its partitions' data, so a key
+    running with one of those loads still pending is this race (a load
+    that is running may be one the tracker has not yet seen end)."""
+    by_key = {it.key: it for it in items}
+    out = []
+    for it in by_key.values():
+        if it.kind != "fk" or it.state == "pending" or not it.deps:
+            continue
+        waiting = [by_key[k] for k in it.deps
+                   if k in by_key and by_key[k].kind == "data" and by_key[k].state == "pending"]
+        if not waiting:
+            continue
+        out.append(JobWarning(
+            "fk-before-partitions",
+            f"{it.name} was added before the data of {len(waiting)} of the tables it checks "
+            f"({', '.join(sorted(w.relation or w.name for w in waiting)[:3])}"
+            f"{', ...' if len(waiting) > 3 else ''}): their rows are checked one at a time as "
+            "they load (about 3x slower loads measured); next time restore in three steps "
+            "(pg_restore --section=pre-data, then -j N --section=data, then -j N "
+            "--section=post-data; `pgparmon advise` gives the commands)"))
     return out
 
 
