@@ -317,10 +317,12 @@ def advise(req: Request) -> Advice:
         more = f" (and {len(fks) - 2} more)" if len(fks) > 2 else ""
         warnings.append(Caution(
             "fk_before_partitions",
-            f"pg_restore -j {rec} can add the foreign key {' and '.join(fks[:2])}{more} "
-            "before the partitions' data is loaded (the archive makes it wait only for the "
-            "partitioned table, which holds no rows): every row loaded after it is then "
-            "checked one at a time (measured: -j 2 slower than -j 1). Restore in three "
+            f"pg_restore -j {rec} can add the foreign "
+            f"{'keys' if len(fks) > 1 else 'key'} {' and '.join(fks[:2])}{more} "
+            "before the partitions' data is loaded (the archive makes "
+            f"{'each' if len(fks) > 1 else 'it'} wait only for the partitioned table, which "
+            "holds no rows): every row loaded after it is then checked one at a time "
+            "(measured: -j 2 slower than -j 1). Restore in three "
             "steps, pre-data, then data and post-data with -j (the command below): the "
             "predictions are for that"))
     if req.kind == "dump" and req.target_dir and inv is not None:
