@@ -113,13 +113,15 @@ def columns(values: Sequence[float | None], rows: int, vmax: float,
             style: str = "cyan") -> list[Text]:
     """A column chart `rows` high, eighth-row resolution, top row first."""
     rows = max(1, rows)
-    chars: list[list[str]] = [[] for _ in range(rows)]
+    full_block = EIGHTHS[8]
+    cols: list[str] = []  # each value's column, top row first
     for v in values:
         eighths = 0 if v is None or vmax <= 0 else round(max(0.0, v) / vmax * rows * 8)
-        for r in range(rows):
-            level = max(0, min(8, eighths - (rows - 1 - r) * 8))
-            chars[r].append(EIGHTHS[level])
-    return [Text("".join(c), style=style) for c in chars]
+        full, part = divmod(max(0, min(eighths, rows * 8)), 8)
+        top = EIGHTHS[part] if full < rows else ""
+        cols.append(EIGHTHS[0] * (rows - full - len(top)) + top + full_block * full)
+    return [Text("".join(line), style=style) for line in zip(*cols, strict=True)] \
+        if cols else [Text("", style=style) for _ in range(rows)]
 
 
 def throughput_chart(series: Sequence[SeriesPoint], width: int, height: int,

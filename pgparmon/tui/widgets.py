@@ -7,9 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, RenderableType
+from rich.segment import Segment
 from rich.text import Text
 from textual.geometry import Size
 from textual.reactive import Reactive, reactive
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, RichLog
 
@@ -24,6 +26,43 @@ Doc = dict[str, Any]
 STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "failed": "bold red",
                "ended": "bold yellow"}
 GOOD_VERDICTS = ("nothing", "starting")
+
+
+class TextLines(Widget):
+    """A widget whose render() is one Rich Text of short lines (no wrapping),
+    drawn straight to strips: each line rendered by Rich, cut to the width
+    (with its ellipsis when the text asks for one), on the widget's own
+    style. Textual's general path (the Text made a Content, wrapped, made
+    strips) cost about twice as much for the charts and the host panel,
+    which are redrawn every sample. Other renderables take that path."""
+
+    _strips: list[Strip] | None = None
+    _strips_size: Size | None = None
+
+    def render_line(self, y: int) -> Strip:
+        if self._strips is None or self._dirty_regions or self._strips_size != self.size:
+            r = self.render()
+            if not isinstance(r, Text):
+                self._strips = None
+                return super().render_line(y)
+            self._strips = self._text_strips(r)
+            self._strips_size = self.size
+            self._dirty_regions.clear()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def _text_strips(self, text: Text) -> list[Strip]:
+        width, height = self.size
+        base = self.visual_style.rich_style
+        console = self.app.console
+        out = []
+        for line in text.split("\n", allow_blank=True)[:height]:
+            if line.cell_len > width:
+                line.truncate(width, overflow=line.overflow or text.overflow or "crop")
+            segs = Segment.apply_style(line.render(console), base)
+            out.append(Strip(segs).adjust_cell_length(width, base))
+        return out
 
 
 class JobHeader(Widget):
@@ -175,7 +214,7 @@ class AdviceLine(AutoHeight):
         return t
 
 
-class ThroughputChart(Widget):
+class ThroughputChart(TextLines):
     """Total COPY bytes/s over the whole run, active workers below it."""
 
     series: reactive[tuple[SeriesPoint, ...]] = reactive((), always_update=True)
@@ -188,7 +227,7 @@ class ThroughputChart(Widget):
                                      max(3, self.content_size.height), self.jobs)
 
 
-class HostPanel(Widget):
+class HostPanel(TextLines):
     """CPU per core, memory, the job's disks."""
 
     host: reactive[Mapping[str, Any] | None] = reactive(None, always_update=True)
@@ -232,7 +271,7 @@ class HostPanel(Widget):
         return t
 
 
-class GanttChart(Widget):
+class GanttChart(TextLines):
     """Items per worker over time: idle gaps and the long tail at a glance."""
 
     spans: reactive[Mapping[int, Sequence[Span]]] = reactive(dict, always_update=True)
