@@ -95,6 +95,7 @@ def main() -> None:
                          "database, as bench/tui_cost.py does)")
     ap.add_argument("--size", default="160x50")
     ap.add_argument("--speed", type=float, default=20.0, help="replay speed (default 20)")
+    ap.add_argument("--repeats", type=int, default=5, help="replays (default 5; medians)")
     a = ap.parse_args()
     width, height = (int(x) for x in a.size.split("x"))
     rec = a.recording
@@ -103,18 +104,29 @@ def main() -> None:
         from tui_cost import record
         rec = Path(tempfile.mkdtemp(prefix="pgparmon-tui-widgets-")) / "dump.rec"
         record(2.0, 2, rec)
-    r = measure(rec, width, height, a.speed)
-    n = max(1, r["frames"])
-    print(f"{r['samples']} samples, {r['frames']} frames "
-          f"({r['frames'] / max(1, r['samples']):.2f} a sample) at {a.size}")
-    print(f"{'widget':22} {'ms/frame':>9} {'calls':>6} {'ms/call':>8}")
-    total = 0.0
-    for name, s in sorted(r["spent_s"].items(), key=lambda kv: -kv[1]):
-        total += s
-        print(f"{name:22} {1000 * s / n:9.2f} {r['calls'][name]:6d} "
-              f"{1000 * s / r['calls'][name]:8.2f}")
-    print(f"{'all widgets':22} {1000 * total / n:9.2f}")
-    print("layout passes asked for, by widget <- caller:")
+    runs = [measure(rec, width, height, a.speed) for _ in range(max(1, a.repeats))]
+    r = runs[-1]
+    print(f"{r['samples']} samples, frames {[x['frames'] for x in runs]} "
+          f"({r['frames'] / max(1, r['samples']):.2f} a sample) at {a.size}, "
+          f"{len(runs)} replays: medians")
+    print(f"{'widget':22} {'ms/frame':>9} {'ms/call':>8}")
+    names = sorted({k for x in runs for k in x["spent_s"]})
+
+    def med(xs: list[float]) -> float:
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+    rows = []
+    for name in names:
+        per_frame = med([1000 * x["spent_s"].get(name, 0.0) / max(1, x["frames"]) for x in runs])
+        per_call = med([1000 * x["spent_s"][name] / x["calls"][name]
+                        for x in runs if x["calls"].get(name)])
+        rows.append((per_frame, name, per_call))
+    for per_frame, name, per_call in sorted(rows, reverse=True):
+        print(f"{name:22} {per_frame:9.2f} {per_call:8.2f}")
+    total = med([1000 * sum(x["spent_s"].values()) / max(1, x["frames"]) for x in runs])
+    print(f"{'all widgets':22} {total:9.2f}")
+    print("layout passes asked for (last replay), by widget <- caller:")
     for k, v in sorted(r["layouts"].items(), key=lambda kv: -kv[1])[:10]:
         print(f"  {v:4d}  {k}")
 

@@ -65,7 +65,7 @@ class TextLines(Widget):
         return out
 
 
-class JobHeader(Widget):
+class JobHeader(TextLines):
     """Two lines: what runs where, then progress / ETA / rates."""
 
     doc: reactive[Doc | None] = reactive(None, always_update=True)
@@ -184,7 +184,7 @@ class VerdictLine(AutoHeight):
         return t
 
 
-class StatusLine(Widget):
+class StatusLine(TextLines):
     """Sampling cadence, pause, errors from the feed or the server, notes.
     An error sets the -error class: the line turns red and stays until a
     good sample arrives."""
