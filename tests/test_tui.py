@@ -208,6 +208,22 @@ async def test_a_sample_redraws_only_what_changed(dump: JobRun,
         await pilot.pause()
         assert not cleared  # cells updated in place
         assert table_rows(table)[0][0] == str(second["workers"][0]["pid"])
+        # what is drawn is the second sample's (cells are cached between
+        # samples: a changed cell must be drawn again, the others need not)
+        from textual.geometry import Region
+
+        await pilot.pause()
+        lines = [strip.text for strip in
+                 table.render_lines(Region(0, 0, table.size.width, table.size.height))]
+        now = {str(w["pid"]): w for w in second["workers"]}
+        before = {str(w["pid"]): w for w in first["workers"]}
+        rows = [ln for ln in lines if ln.split() and ln.split()[0] in now]
+        assert rows, lines
+        for ln in rows:
+            w = now[ln.split()[0]]
+            assert fmt.rate(w["bytes_per_s"]) in ln, (ln, w)
+            old = fmt.rate(before[ln.split()[0]]["bytes_per_s"])
+            assert old == fmt.rate(w["bytes_per_s"]) or old not in ln, ln
         assert not {"VerdictLine", "AdviceLine", "GanttChart", "WorkersTable"} & set(layouts), \
             layouts
 

@@ -313,6 +313,38 @@ class WorkersTable(DataTable[Any]):
         self.cell_padding = 0
         self._cols_for: int | None = None
         self._shown: dict[str, list[Any]] = {}  # the cells shown, by pid, in row order
+        # rendered cells that outlive a sample: DataTable keys its cell cache
+        # on a counter every update_cell moves, so one changed cell made it
+        # render every cell again (header included); here a cell is rendered
+        # again only when its own content changed (its version) or the table
+        # was rebuilt (the layout version)
+        self._cell_version: dict[tuple[str, str], int] = {}
+        self._layout_version = 0
+        self._cells: dict[tuple[Any, ...], Any] = {}
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Any, width: int,
+                     cursor: bool = False, hover: bool = False) -> Any:
+        row_key = (self._header_row_key if row_index == -1
+                   else self._row_locations.get_key(row_index))
+        col_key = self._column_locations.get_key(column_index)
+        if row_key is None or col_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor,
+                                        hover)
+        key = (row_key, col_key, row_index, column_index, width, base_style, cursor, hover,
+               self._show_hover_cursor, self._pseudo_class_state, self._layout_version,
+               self._cell_version.get((str(row_key.value), str(col_key.value)), 0))
+        got = self._cells.get(key)
+        if got is None:
+            if len(self._cells) > 4096:
+                self._cells.clear()
+            got = self._cells[key] = super()._render_cell(row_index, column_index, base_style,
+                                                          width, cursor, hover)
+        return got
+
+    def _relaid(self) -> None:
+        self._layout_version += 1
+        self._cells.clear()
+        self._cell_version.clear()
 
     def _columns(self, width: int) -> dict[str, int]:
         """Column widths for this screen width. Cells carry their own one
@@ -327,6 +359,7 @@ class WorkersTable(DataTable[Any]):
         widths["item"] = min(48, max(12, rest * 3 // 5))
         widths["wait"] = max(9, rest - widths["item"])
         if self._cols_for != width:
+            self._relaid()
             self.clear(columns=True)
             for key, label in (("pid", "pid"), ("client", "client"), ("phase", "phase"),
                                ("item", "table / item"), ("bps", "bytes/s"),
@@ -360,10 +393,13 @@ class WorkersTable(DataTable[Any]):
             for key, cells in rows:
                 for col, new, old in zip(order, cells, shown[key], strict=True):
                     if new != old:
+                        self._cell_version[(key, col)] = \
+                            self._cell_version.get((key, col), 0) + 1
                         self.update_cell(key, col, new)
             self._shown = dict(rows)
             return
         keep = self.highlighted_pid()
+        self._relaid()
         self.clear()
         for key, cells in rows:
             self.add_row(*cells, key=key)
