@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +88,7 @@ def qualify(schema: str | None, name: str) -> str:
     return f"{schema}.{name}" if schema else name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TocItem:
     dump_id: int
     catalog_oid: int
@@ -258,7 +258,8 @@ def _check_is_text(text: str) -> list[str]:
 
 
 def parse_archive_listing(text: str, *, schemas: Iterable[str] = (),
-                          owners: Iterable[str] = ()) -> tuple[TocHeader, list[TocItem]]:
+                          owners: Iterable[str] = (), descs: Collection[str] | None = None
+                          ) -> tuple[TocHeader, list[TocItem]]:
     """Parse ``pg_restore -l`` output into its header and items.
 
     schemas / owners: names known to exist (from the database), used to split
@@ -270,13 +271,16 @@ def parse_archive_listing(text: str, *, schemas: Iterable[str] = (),
     schema_list = _by_length([*schemas, *_declared_schemas(lines, owner_list)])
     items: list[TocItem] = []
     bad = 0
+    wanted = None if descs is None else tuple(f" {d} " for d in descs)
     for line in lines:
         if not line.strip() or line.lstrip().startswith(";"):
             continue
+        if wanted is not None and not any(w in line for w in wanted):
+            continue  # not a kind asked for (checked again once parsed)
         item = _parse_item(line, schema_list, owner_list)
         if item is None:
             bad += 1
-        else:
+        elif descs is None or item.desc in descs:
             items.append(item)
     raw, has_header = _header_fields(lines)
     if not has_header and bad >= len(items):
@@ -383,11 +387,12 @@ def run_pg_restore(args: list[str], path: str | Path, pg_restore: str | None,
 
 
 def list_archive(path: str | Path, pg_restore: str | None = None, timeout: float = 30, *,
-                 schemas: Iterable[str] = (), owners: Iterable[str] = ()
-                 ) -> tuple[TocHeader, list[TocItem]]:
-    """Header and items of an archive (``pg_restore -l path``)."""
+                 schemas: Iterable[str] = (), owners: Iterable[str] = (),
+                 descs: Collection[str] | None = None) -> tuple[TocHeader, list[TocItem]]:
+    """Header and items of an archive (``pg_restore -l path``); descs: only
+    items of these kinds ("TABLE DATA", ...)."""
     text = run_pg_restore(["-l"], path, pg_restore, timeout)
-    return parse_archive_listing(text, schemas=schemas, owners=owners)
+    return parse_archive_listing(text, schemas=schemas, owners=owners, descs=descs)
 
 
 # --------------------------------------------------------- archive files

@@ -143,6 +143,18 @@ def test_captured_listing_descs_with_spaces() -> None:
             "TABLE ATTACH", "ROW SECURITY", "PUBLICATION TABLE", "EVENT TRIGGER"} <= descs
 
 
+def test_listing_of_some_kinds_only() -> None:
+    """descs: the items of those kinds, the same as filtering the whole list
+    (a dump of thousands of tables keeps its TABLE DATA entries only)."""
+    text = golden("captured_pg15_directory.list")
+    whole = parse_listing(text)
+    header, data = parse_archive_listing(text, descs=("TABLE DATA",))
+    assert data == [it for it in whole if it.desc == "TABLE DATA"] and data
+    assert header.malformed_lines == 0
+    _, two = parse_archive_listing(text, descs=("TABLE DATA", "FK CONSTRAINT"))
+    assert two == [it for it in whole if it.desc in ("TABLE DATA", "FK CONSTRAINT")]
+
+
 def test_captured_listing_blobs_has_empty_owner() -> None:
     text = golden("captured_pg15_directory.list")
     assert "BLOBS - BLOBS \n" in text  # real output: trailing space, no owner

@@ -12,7 +12,7 @@ from .rates import WindowRate
 STREAM_PHASES = frozenset({"copy", "backup", "wal", "wal-files", "restore"})
 
 
-@dataclass
+@dataclass(slots=True)
 class Item:
     key: str
     kind: str  # "data" | "index" | "constraint" | "fk" | "copy" | "backup"

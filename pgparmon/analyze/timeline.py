@@ -28,7 +28,7 @@ BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait",
                "restore", "finishing")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     item: str
     phase: str  # copy | index | constraint | lock-wait
@@ -37,7 +37,7 @@ class Span:
     open: bool  # still running at the last sample seen
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """A worker started or finished an item (as far as samples tell)."""
 
@@ -49,7 +49,7 @@ class Event:
     duration: float | None  # for an end
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SeriesPoint:
     """One sample as the time charts need it."""
 
