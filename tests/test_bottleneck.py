@@ -160,13 +160,13 @@ def test_a_foreign_key_added_before_its_partitions_data() -> None:
              item("d3", "data", "public.o_3", "pending"), item("d4", "data", "public.o_4",
                                                                  "pending")]
     fk = item("fk", "fk", "public.orders", "running", ("d1", "d2", "d3", "d4", "ix"))
-    (w,) = early_foreign_keys([*parts, fk])
+    (w,) = early_foreign_keys({i.key: i for i in [*parts, fk]})
     assert w.code == "fk-before-partitions"
     assert "data of 2 of the tables it checks (public.o_3, public.o_4)" in w.message
     assert "--section=data" in w.message
     fk.state = "pending"
-    assert early_foreign_keys([*parts, fk]) == []
+    assert early_foreign_keys({i.key: i for i in [*parts, fk]}) == []
     fk.state = "done"
     for p in parts[2:]:
         p.state = "running"
-    assert early_foreign_keys([*parts, fk]) == []
+    assert early_foreign_keys({i.key: i for i in [*parts, fk]}) == []

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,21 +60,21 @@ def exclusive_waiters(backends: Iterable[Backend], members: set[int],
     return out
 
 
-def early_foreign_keys(items: Iterable[Any]) -> list[JobWarning]:
+def early_foreign_keys(items: Mapping[str, Any]) -> list[JobWarning]:
     """A restore's foreign key that runs (or ran) while data it checks has
     not started loading: pg_restore -j adds a partitioned table's key as
     soon as the referenced key is built (the archive names only the parent
     as its dependency), and every row loaded after it is checked one at a
     time. The plan makes such a key wait for its partitions' data, so a key
     running with one of those loads still pending is this race (a load
-    that is running may be one the tracker has not yet seen end)."""
-    by_key = {it.key: it for it in items}
+    that is running may be one the tracker has not yet seen end). items:
+    the tracker's, by key."""
     out = []
-    for it in by_key.values():
+    for it in items.values():
         if it.kind != "fk" or it.state == "pending" or not it.deps:
             continue
-        waiting = [by_key[k] for k in it.deps
-                   if k in by_key and by_key[k].kind == "data" and by_key[k].state == "pending"]
+        waiting = [items[k] for k in it.deps
+                   if k in items and items[k].kind == "data" and items[k].state == "pending"]
         if not waiting:
             continue
         out.append(JobWarning(

@@ -316,10 +316,9 @@ class WorkersTable(DataTable[Any]):
         # rendered cells that outlive a sample: DataTable keys its cell cache
         # on a counter every update_cell moves, so one changed cell made it
         # render every cell again (header included); here a cell is rendered
-        # again only when its own content changed (its version) or the table
-        # was rebuilt (the layout version)
+        # again only when its own content changed (its version); a rebuilt
+        # table drops them all (`_relaid`)
         self._cell_version: dict[tuple[str, str], int] = {}
-        self._layout_version = 0
         self._cells: dict[tuple[Any, ...], Any] = {}
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Any, width: int,
@@ -331,7 +330,7 @@ class WorkersTable(DataTable[Any]):
             return super()._render_cell(row_index, column_index, base_style, width, cursor,
                                         hover)
         key = (row_key, col_key, row_index, column_index, width, base_style, cursor, hover,
-               self._show_hover_cursor, self._pseudo_class_state, self._layout_version,
+               self._show_hover_cursor, self._pseudo_class_state,
                self._cell_version.get((str(row_key.value), str(col_key.value)), 0))
         got = self._cells.get(key)
         if got is None:
@@ -342,7 +341,6 @@ class WorkersTable(DataTable[Any]):
         return got
 
     def _relaid(self) -> None:
-        self._layout_version += 1
         self._cells.clear()
         self._cell_version.clear()
 

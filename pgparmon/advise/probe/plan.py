@@ -212,16 +212,16 @@ def _knee_again(points: dict[int, ProbePoint], doubling: list[int], notes: list[
     again = step(lo, 1)
     if again is None:
         return True  # no time left: nor for a midpoint
+    what = f"{lo} stream{'s' if lo > 1 else ''}"
     if again.reread:
-        notes.append(f"{lo} stream{'s' if lo > 1 else ''} not measured again: the probe had "
-                     f"read all the data (a bigger --probe-seconds needs bigger tables)")
-    elif again.bytes_per_s > plo.bytes_per_s:
-        notes.append(f"{lo} stream{'s' if lo > 1 else ''} measured again, where the storage "
-                     f"knee is: {fmt.rate(plo.bytes_per_s)} the first time, then "
-                     f"{fmt.rate(again.bytes_per_s)} (the faster stands)")
+        notes.append(f"{what} not measured again: the probe had read all the data (a bigger "
+                     "--probe-seconds needs bigger tables)")
+        return True
+    first, then = fmt.rate(plo.bytes_per_s), fmt.rate(again.bytes_per_s)
+    if again.bytes_per_s > plo.bytes_per_s:
+        notes.append(f"{what} measured again, where the storage knee is: {first} the first "
+                     f"time, then {then} (the faster stands)")
         points[lo] = again
     else:
-        notes.append(f"{lo} stream{'s' if lo > 1 else ''} measured again, where the storage "
-                     f"knee is: {fmt.rate(plo.bytes_per_s)}, then "
-                     f"{fmt.rate(again.bytes_per_s)}")
+        notes.append(f"{what} measured again, where the storage knee is: {first}, then {then}")
     return True
