@@ -367,8 +367,8 @@ class Monitor:
         self.obs_window.append(obs)
         stopped = sum(1 for c in snap.clients if c.status == "stopped")
         stalled = self._stalled()
-        pending = sum(1 for i in tr.items.values() if i.state == "pending")
-        running = [(i.name, i.fraction) for i in tr.items.values() if i.state == "running"]
+        pending = tr.count("pending")
+        running = [(i.name, i.fraction) for i in tr.running()]
         hr = self.host_rates
         disks = {n: d for n, d in (hr.disks.items() if hr else ()) if d is not None
                  and (not self.devices or n in self.devices)}
@@ -409,7 +409,7 @@ class Monitor:
                 "eta_reason": est.reason, "last_item": est.last_item,
                 "bytes_per_s": round(total_bps, 1), "tuples_per_s": round(total_tps, 1),
                 "items_total": len(tr.items),
-                "items_done": sum(1 for i in tr.items.values() if i.state == "done"),
+                "items_done": tr.count("done"),
                 "active_workers": sum(1 for w in workers if w["phase"] not in ("idle",)),
                 "grouping": job.grouping,
                 "databases": self._databases(),

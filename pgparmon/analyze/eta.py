@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .items import Item
 from .progress import Tracker
 from .rates import throughput_by_active
 from .schedule import Schedule, WorkItem, simulate
@@ -63,35 +64,181 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     rate = per_stream_rate(tr)
     if rate is None:
         return Eta(None, None, None, "measuring")
-    pending: list[WorkItem] = []
-    running: list[WorkItem] = []
     own = _own_rates(tr)
-    r1 = rate(max(1, sum(1 for it in tr.items.values() if it.state == "running")))
+    active = tr.running()
+    r1 = rate(max(1, len(active)))
     spb = tr.build_seconds_per_byte() or tr.driver.build_spb_default
-    for it in tr.items.values():
-        if it.state == "done":
-            continue
-        remaining = max(0.0, it.work - it.done)
-        if spb is not None and it.kind in ("index", "constraint") and it.size > 0:
+
+    def left(it: Item) -> float:
+        if spb is not None and it.kind in BUILDS and it.size > 0:
             # builds run at their own pace, timed on this run's finished ones:
             # express their time left in the streams' work units
-            remaining = (1.0 - it.fraction) * it.size * spb * r1
-        if it.state == "running":
-            # a running item's own pace says more than the average stream's
-            r_own = own.get(it.key)
-            if r_own and r_own > 0:
-                remaining = remaining * r1 / r_own
-            running.append(WorkItem(key=it.key, work=remaining, size=it.size, table=it.relation,
-                                    exclusive=it.exclusive, deps=frozenset(), label=it.name))
-        else:
-            pending.append(WorkItem(key=it.key, work=remaining, size=it.size, table=it.relation,
-                                    exclusive=it.exclusive, deps=it.deps, label=it.name))
+            return (1.0 - it.fraction) * it.size * spb * r1
+        return max(0.0, it.work - it.done)
+
+    running: list[WorkItem] = []
+    for it in active:
+        remaining = left(it)
+        # a running item's own pace says more than the average stream's
+        r_own = own.get(it.key)
+        if r_own and r_own > 0:
+            remaining = remaining * r1 / r_own
+        running.append(WorkItem(key=it.key, work=remaining, size=it.size, table=it.relation,
+                                exclusive=it.exclusive, deps=frozenset(), label=it.name))
+    tail = _Tail.of(tr)
+    if tail is not None and tail.waiting() > MAX_SIMULATED:
+        pending = tail.work(left, spb * r1 if spb is not None else None)
+    else:
+        order = tail.order if tail is not None else sorted(tr.items.values(),
+                                                             key=lambda it: -it.size)
+        pending = [WorkItem(key=it.key, work=left(it), size=it.size, table=it.relation,
+                            exclusive=it.exclusive, deps=it.deps, label=it.name)
+                   for it in order if it.state != "done" and it.state != "running"]
     if not tr.driver.has_total(tr):
         return Eta(None, None, None, "no total known for this COPY")
     workers = tr.driver.streams(tr) or max(1, len(running))
     sched: Schedule = simulate(pending, workers, rate, running=running)
     last = tr.items.get(sched.last_item or "")
     return Eta(sched.makespan, last.name if last else None, sched.tail_s, None)
+
+
+# Above this many items waiting, the smaller ones are simulated in batches
+# (about MAX_SIMULATED simulated items in all): a restore of 100,000
+# archive entries would otherwise simulate every one of them every sample.
+MAX_SIMULATED = 1200
+BUILDS = ("index", "constraint")
+
+
+class _Tail:
+    """A large work list's small items in batches, with each batch's waiting
+    work kept between samples. Items in the plan's largest-first order
+    (ties in plan order, as both schedulers take them): the largest
+    MAX_SIMULATED/2 stay single; the rest go in batches of neighbours in
+    that order, items that wait on others apart (their batch waits on the
+    batches holding what they wait on; items in longer chains of
+    dependencies stay single). A batch runs its items back to back on one
+    stream, so the ETA can err by about one batch's work at the end (each
+    holds about 1/(MAX_SIMULATED/2) of the small items); once no more than
+    MAX_SIMULATED items wait, every item is simulated again.
+
+    Per sample it reads only the items that left "pending" since the last
+    (Tracker.left_pending) and the single ones; every REFRESH samples it
+    counts again from the items (an estimate of a waiting item may change)."""
+
+    REFRESH = 60
+
+    def __init__(self, tr: Tracker) -> None:
+        items = tr.items
+        self.n_items = len(items)
+        self.order = sorted(items.values(), key=lambda it: -it.size)
+        keep = MAX_SIMULATED // 2
+        self.singles = self.order[:keep]
+        classes: tuple[list[Item], list[Item]] = ([], [])
+        for it in self.order[keep:]:
+            lv = 0
+            for d in it.deps:
+                di = items.get(d)
+                if di is None:
+                    continue
+                lv = 1
+                if any(x in items for x in di.deps):
+                    lv = 2
+                    break
+            if lv == 2:
+                self.singles.append(it)
+            else:
+                classes[lv].append(it)
+        per = max(1, -(-(len(classes[0]) + len(classes[1])) // (MAX_SIMULATED - keep)))
+        self.batch_of: dict[str, int] = {}
+        self.keys: list[str] = []
+        self.sizes: list[float] = []
+        for lv, members in enumerate(classes):
+            for i in range(0, len(members), per):
+                group = members[i:i + per]
+                for it in group:
+                    self.batch_of[it.key] = len(self.keys)
+                self.keys.append(f"batch:{lv}:{i // per}")
+                self.sizes.append(group[0].size)
+
+        def key_of(k: str) -> str:
+            b = self.batch_of.get(k)
+            return k if b is None else self.keys[b]
+
+        deps: list[set[str]] = [set() for _ in self.keys]
+        for it in classes[1]:
+            b = self.batch_of[it.key]
+            deps[b].update(key_of(d) for d in it.deps if d in items)
+        self.deps = [frozenset(d - {k}) for d, k in zip(deps, self.keys)]
+        self.single_deps = {it.key: frozenset(key_of(d) for d in it.deps)
+                            for it in self.singles
+                            if any(d in self.batch_of for d in it.deps)}
+        self.samples = 0
+        self.recount(tr)
+
+    @staticmethod
+    def of(tr: Tracker) -> _Tail | None:
+        """The tracker's tail, made again when its work list changed; None
+        for a list small enough to simulate whole."""
+        if len(tr.items) <= MAX_SIMULATED:
+            return None
+        tail = tr.eta_tail
+        if not isinstance(tail, _Tail) or tail.n_items != len(tr.items):
+            tail = tr.eta_tail = _Tail(tr)
+        else:
+            tail.samples += 1
+            if tail.samples % _Tail.REFRESH == 0:
+                tail.recount(tr)
+            else:
+                tail.consume(tr)
+        return tail
+
+    def recount(self, tr: Tracker) -> None:
+        n = len(self.keys)
+        # per batch: items waiting, builds' table bytes, builds' work, other work
+        self.count, self.bsize = [0] * n, [0.0] * n
+        self.bwork, self.other = [0.0] * n, [0.0] * n
+        for key, b in self.batch_of.items():
+            it = tr.items[key]
+            if it.state == "pending":
+                self._add(b, it, 1)
+        self.seen = len(tr.left_pending)
+
+    def _add(self, b: int, it: Item, sign: int) -> None:
+        self.count[b] += sign
+        w = max(0.0, it.work - it.done)
+        if it.kind in BUILDS and it.size > 0:
+            self.bsize[b] += sign * it.size
+            self.bwork[b] += sign * w
+        else:
+            self.other[b] += sign * w
+
+    def consume(self, tr: Tracker) -> None:
+        for key in tr.left_pending[self.seen:]:
+            b = self.batch_of.get(key)
+            if b is not None:
+                self._add(b, tr.items[key], -1)
+        self.seen = len(tr.left_pending)
+
+    def waiting(self) -> int:
+        return sum(self.count) + sum(1 for it in self.singles
+                                     if it.state != "done" and it.state != "running")
+
+    def work(self, left: Callable[[Item], float], build_per_byte: float | None) -> list[WorkItem]:
+        """The waiting work: single items, then batches (build_per_byte: a
+        build's work units per byte of its table, else their own estimate)."""
+        out = [WorkItem(key=it.key, work=left(it), size=it.size, table=it.relation,
+                        exclusive=it.exclusive, deps=self.single_deps.get(it.key, it.deps),
+                        label=it.name)
+               for it in self.singles if it.state != "done" and it.state != "running"]
+        for b, key in enumerate(self.keys):
+            if self.count[b] <= 0:
+                continue
+            builds = (self.bsize[b] * build_per_byte if build_per_byte is not None
+                      else self.bwork[b])
+            out.append(WorkItem(key=key, work=max(0.0, builds + self.other[b]),
+                                size=self.sizes[b], deps=self.deps[b],
+                                label=f"{self.count[b]} small items"))
+        return out
 
 
 def _own_rates(tr: Tracker) -> dict[str, float]:

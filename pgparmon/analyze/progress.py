@@ -66,15 +66,39 @@ class Tracker:
         self.copy_writes: set[str] = set()
         self.plan_source: str | None = None  # the database a copy was planned from
         self.kind_state: dict[str, Any] = {}  # what a driver keeps about this job
+        self.left_pending: list[str] = []  # items' keys as they left "pending" (set_state)
+        self.eta_tail: Any = None  # the ETA's batches of a large work list (eta._Tail)
+        # items running or finishing, in the order they started (set_state)
+        self.in_flight: dict[str, None] = {}
+        self.n_finished = 0
+        self.counts: dict[str, int] = {}  # items by state (set_state)
+        self._ticks = 0
+        self._sums: tuple[tuple[Any, ...], float, float] | None = None  # work done, total
+        self._ratio: tuple[int, float] | None = None  # restore_ratio at n_finished
 
     # ---- planning -------------------------------------------------------
 
     def add(self, item: Item) -> None:
+        old = self.items.get(item.key)
+        if old is not None:
+            self.counts[old.state] -= 1
+            self.in_flight.pop(old.key, None)
         self.items[item.key] = item
+        self.counts[item.state] = self.counts.get(item.state, 0) + 1
+        if item.state in ("running", "finishing"):
+            self.in_flight[item.key] = None
         if item.kind == "data" and item.relation:
             self.by_relation[item.relation] = item.key
         elif item.kind in ("index", "constraint", "fk"):
             self.by_name[item.name] = item.key
+
+    def remove(self, key: str) -> None:
+        """Drop an item (a COPY's stand-in once the plan names its table)."""
+        it = self.items.pop(key)
+        self.counts[it.state] -= 1
+        self.in_flight.pop(key, None)
+        if self.by_relation.get(it.relation or "") == key:
+            del self.by_relation[it.relation or ""]
 
     def add_data_item(self, rel: str) -> None:
         """A table seen in a COPY but in no plan: an item of unknown size."""
@@ -98,6 +122,7 @@ class Tracker:
         return out
 
     def update(self, snap: Snapshot) -> None:
+        self._ticks += 1
         if self.first_wall is None:
             self.first_wall = snap.wall
         self.last_wall = snap.wall
@@ -179,7 +204,7 @@ class Tracker:
         if key is not None and key in self.items:
             it = self.items[key]
             if it.state != "running":
-                it.state = "running"
+                self.set_state(it, "running")
                 # the statement began before the sample that first shows it
                 lag = (snap.db.server_ts - b.query_start
                        if snap.db and snap.db.server_ts and b.query_start else 0.0)
@@ -206,12 +231,17 @@ class Tracker:
         self.driver.progress(self, it, cp, ip, snap)
 
     def restore_ratio(self) -> float:
-        """Uncompressed COPY bytes per work unit, from finished data items."""
+        """Uncompressed COPY bytes per work unit, from finished data items
+        (counted again only when an item finished)."""
+        if self._ratio is not None and self._ratio[0] == self.n_finished:
+            return self._ratio[1]
         num = sum(i.bytes_done for i in self.items.values()
                   if i.kind == "data" and i.state == "done" and i.bytes_done > 0)
         den = sum(i.work for i in self.items.values()
                   if i.kind == "data" and i.state == "done" and i.bytes_done > 0)
-        return num / den if den > 0 and num > 0 else 1.0
+        ratio = num / den if den > 0 and num > 0 else 1.0
+        self._ratio = (self.n_finished, ratio)
+        return ratio
 
     def file_position(self, it: Item, snap: Snapshot) -> float | None:
         """Where a client process reads or writes the item's file."""
@@ -241,19 +271,33 @@ class Tracker:
         elif (build := build_target(b.query)) is not None:
             key = self.by_name.get(build[1])
         if key is not None and key in self.items and self.items[key].state != "done":
-            self.items[key].state = "finishing"
+            self.set_state(self.items[key], "finishing")
 
     def _settle(self, running_now: dict[str, int], snap: Snapshot, seen: set[int]) -> None:
-        for key, it in self.items.items():
-            if it.state == "done" or key in running_now:
-                continue
-            if it.state in ("running", "finishing") and self.driver.done_when_unseen(
-                    self, it, snap, seen):
+        for key in list(self.in_flight):
+            it = self.items[key]
+            if key not in running_now and self.driver.done_when_unseen(self, it, snap, seen):
                 self.finish(it, snap.wall)
+
+    def set_state(self, it: Item, state: str) -> None:
+        """Every change of an item's state goes through here: the keys that
+        left "pending" are listed in order (the ETA keeps its sums of the
+        waiting work from them instead of a pass over every item a sample)."""
+        if it.state == "pending" and state != "pending":
+            self.left_pending.append(it.key)
+        if state == "done" and it.state != "done":
+            self.n_finished += 1
+        self.counts[it.state] = self.counts.get(it.state, 0) - 1
+        self.counts[state] = self.counts.get(state, 0) + 1
+        it.state = state
+        if state in ("running", "finishing"):
+            self.in_flight[it.key] = None
+        else:
+            self.in_flight.pop(it.key, None)
 
     def finish(self, it: Item, wall: float | None) -> None:
         """The item is done (seen ending, or settled by a file or the catalog)."""
-        it.state = "done"
+        self.set_state(it, "done")
         it.finished = wall
         if it.started is None:
             it.started = wall
@@ -273,7 +317,7 @@ class Tracker:
 
     def _record(self, snap: Snapshot) -> None:
         done = self.work_done()
-        active = sum(1 for it in self.items.values() if it.state == "running")
+        active = self.count("running")
         self.work_done_rate.add(snap.ts, done)
         self.history.append((snap.ts, active, done))
         if len(self.history) > 20000:
@@ -281,11 +325,30 @@ class Tracker:
 
     # ---- derived --------------------------------------------------------
 
+    def count(self, state: str) -> int:
+        """How many items are in this state."""
+        return self.counts.get(state, 0)
+
+    def running(self) -> list[Item]:
+        return [it for it in map(self.items.__getitem__, self.in_flight) if it.state == "running"]
+
+    def _work_sums(self) -> tuple[float, float]:
+        # one pass for both; a long work list's once a sample (its items
+        # change only in update() and when they finish)
+        key = (self._ticks, self.n_finished, len(self.items))
+        if self._sums is None or self._sums[0] != key or len(self.items) < 2000:
+            done = total = 0.0
+            for it in self.items.values():
+                total += it.work
+                done += it.work if it.state == "done" else it.done
+            self._sums = (key, done, total)
+        return self._sums[1], self._sums[2]
+
     def work_done(self) -> float:
-        return sum(it.work if it.state == "done" else it.done for it in self.items.values())
+        return self._work_sums()[0]
 
     def work_total(self) -> float:
-        return sum(it.work for it in self.items.values())
+        return self._work_sums()[1]
 
     def fraction(self) -> float | None:
         """Overall progress; for a planned job it never goes back."""

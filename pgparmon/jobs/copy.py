@@ -173,7 +173,7 @@ class CopyLoad(Driver):
         # the statements seen before the plan are its tables' items now
         for key in [k for k, i in tr.items.items()
                     if i.kind == "copy" and _planned_key(tr, i.relation)]:
-            del tr.items[key]
+            tr.remove(key)
         # the work done so far was counted in COPY bytes: rates start over
         # in the plan's unit (heap bytes)
         tr.history.clear()

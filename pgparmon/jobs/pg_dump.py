@@ -126,7 +126,7 @@ class PgDump(Driver):
                 continue
             if fs.path in open_paths:
                 if it.state == "pending":
-                    it.state = "running"
+                    tr.set_state(it, "running")
                     it.started = snap.wall
                 continue
             tr.finish(it, snap.wall)

@@ -1,0 +1,112 @@
+"""The ETA of a work list of thousands of items: the small items simulated
+in batches whose waiting work is kept between samples, and the tracker's
+counts kept as items change state (no pass over every item a sample)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pgparmon.analyze import eta
+from pgparmon.analyze.progress import Tracker
+from pgparmon.jobs.base import Job
+from pgparmon.jobs.pg_restore import plan_archive
+from pgparmon.toc import TocItem
+
+
+def _restore(tables: int, indexes: int, seed: int = 5) -> Tracker:
+    rnd = random.Random(seed)
+    toc = [TocItem(10 + i, 0, 0, "TABLE DATA", "public", f"t{i}", "o") for i in range(tables)]
+    toc += [TocItem(10 + tables + j, 0, 0, "INDEX", "public", f"t{j}_idx", "o")
+            for j in range(indexes)]
+    files = {str(10 + i): (None, float(rnd.choice([2e9, 5e8] if i < 3 else [8e3, 5e4, 2e5])))
+             for i in range(tables)}
+    from pgparmon.ddl import PostDataTarget
+
+    targets = {10 + tables + j: PostDataTarget("INDEX", "public", f"t{j}_idx",
+                                               f"public.t{j % tables}", None, "index")
+               for j in range(indexes)}
+    tr = Tracker(Job(kind="pg_restore", database="db", jobs=4))
+    plan_archive(tr, toc, files, targets)
+    # four streams at 10 MB/s each for 10 s
+    tr.history = [(float(t), 4, 4e7 * t) for t in range(11)]
+    return tr
+
+
+def _exact(tr: Tracker, monkeypatch: pytest.MonkeyPatch) -> float:
+    with monkeypatch.context() as m:
+        m.setattr(eta, "MAX_SIMULATED", 10 ** 9)
+        saved, tr.eta_tail = tr.eta_tail, None
+        secs = eta.estimate(tr).seconds
+        tr.eta_tail = saved
+    assert secs is not None
+    return secs
+
+
+def _sums(tail: eta._Tail) -> list[tuple[int, float, float, float]]:
+    return [(c, round(a, 3), round(b, 3), round(o, 3))
+            for c, a, b, o in zip(tail.count, tail.bsize, tail.bwork, tail.other)]
+
+
+def test_batched_eta_agrees_with_simulating_every_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    tr = _restore(6000, 3000)
+    coarse = eta.estimate(tr).seconds
+    assert isinstance(tr.eta_tail, eta._Tail)
+    assert len(tr.eta_tail.keys) <= eta.MAX_SIMULATED
+    exact = _exact(tr, monkeypatch)
+    assert coarse == pytest.approx(exact, rel=0.02)
+    # the run goes on: the large tables and a stretch of small ones start,
+    # some finish; the index batches still wait on the data batches
+    items = list(tr.items.values())
+    for it in items[:40]:
+        tr.set_state(it, "running")
+    for it in items[40:2500]:
+        tr.set_state(it, "running")
+        tr.finish(it, 1.0)
+    coarse = eta.estimate(tr).seconds
+    assert coarse == pytest.approx(_exact(tr, monkeypatch), rel=0.02)
+
+
+def test_batches_follow_the_items_that_left_pending() -> None:
+    tr = _restore(3000, 2000)
+    eta.estimate(tr)
+    tail = tr.eta_tail
+    assert isinstance(tail, eta._Tail)
+    rnd = random.Random(3)
+    for it in rnd.sample(list(tr.items.values()), 1500):
+        tr.set_state(it, rnd.choice(["running", "finishing", "done"]))
+    eta.estimate(tr)
+    assert tr.eta_tail is tail  # kept, not made again
+    fresh = eta._Tail(tr)
+    assert fresh.keys == tail.keys
+    assert _sums(tail) == _sums(fresh)
+    # batched items wait while pending; single ones, as in the item-by-item
+    # simulation, until they are running or done
+    single = {it.key for it in tail.singles}
+    assert tail.waiting() == sum(1 for it in tr.items.values() if it.state == "pending"
+                                 or (it.key in single and it.state == "finishing"))
+
+
+def test_the_end_of_a_long_list_is_simulated_item_by_item(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tr = _restore(2000, 1000)
+    items = sorted(tr.items.values(), key=lambda it: it.size)
+    for it in items[:-eta.MAX_SIMULATED]:
+        tr.finish(it, 1.0)
+    assert eta.estimate(tr).seconds == pytest.approx(_exact(tr, monkeypatch), rel=1e-9)
+
+
+def test_tracker_counts_follow_every_change() -> None:
+    tr = _restore(50, 20)
+    items = list(tr.items.values())
+    tr.set_state(items[0], "running")
+    tr.set_state(items[1], "finishing")
+    tr.finish(items[2], 1.0)
+    tr.finish(items[1], 2.0)
+    tr.remove(items[3].key)
+    for state in ("pending", "running", "finishing", "done"):
+        assert tr.count(state) == sum(1 for it in tr.items.values() if it.state == state)
+    assert list(tr.in_flight) == [items[0].key]
+    assert tr.running() == [items[0]]
+    assert tr.left_pending == [items[0].key, items[1].key, items[2].key]
