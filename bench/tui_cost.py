@@ -7,7 +7,9 @@ own speed (`pgparmon replay --speed 1`) in a real terminal, a detached tmux
 window of 160x50, so the TUI draws exactly what it would draw live, without
 the monitor's sampling. The replay's process CPU (user + system, psutil) is
 read every second; the figure is CPU milliseconds per wall second over the
-steady part (after the first 3 s: imports, the first paint): the mean over
+steady part (after the first 3 s: imports, the first paint; up to the
+last reading before the end screen: the job's end, its summary built and
+drawn, is reported apart as `end_cpu_s`): the mean over
 the window per repeat (the headline: the median of those), and the median
 of the per-second readings (coarse: CPU time moves in 10 ms clock ticks).
 The replay re-runs the analysis of each recorded sample in its worker
@@ -115,8 +117,13 @@ def replay_cpu(rec: Path, width: int, height: int, warmup_s: float,
         time.sleep(1.0 if profile else 0.3)
         tmux("kill-session", "-t", SESSION)
         pidfile.unlink(missing_ok=True)
+    # steady: after the start-up, up to the last reading before the end
+    # screen was seen (the interval that holds the job's end, its summary
+    # built and drawn, is the end's cost, reported apart like the start-up's)
     steady = [(t, c) for t, c, _ in readings if t >= warmup_s and
-              (ended_at is None or t <= ended_at)]
+              (ended_at is None or t < ended_at - 0.5)]
+    after = [(t, c) for t, c, _ in readings if steady and t > steady[-1][0]]
+    end_cpu = (after[-1][1] - steady[-1][1]) if after and steady else None
     per_s = [1000 * (c1 - c0) / (t1 - t0_) for (t0_, c0), (t1, c1) in zip(steady, steady[1:])
              if t1 > t0_]
     mean = (1000 * (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
@@ -127,7 +134,8 @@ def replay_cpu(rec: Path, width: int, height: int, warmup_s: float,
             "steady_ms_per_s_mean": round(mean, 1) if mean is not None else None,
             "per_second_ms": [round(x, 1) for x in per_s],
             "peak_rss_mb": round(max(r for _, _, r in readings) / 1e6, 1) if readings else None,
-            "end_screen_at_s": ended_at}
+            "end_screen_at_s": ended_at,
+            "end_cpu_s": round(end_cpu, 3) if end_cpu is not None else None}
 
 
 def main() -> None:
@@ -167,7 +175,7 @@ def main() -> None:
             runs.append(r)
             print(f"replay {i + 1}: steady {r['steady_ms_per_s_median']} ms/s (median), "
                   f"{r['steady_ms_per_s_mean']} ms/s (mean), start-up {r['startup_cpu_s']} s "
-                  f"CPU, peak RSS {r['peak_rss_mb']} MB", file=sys.stderr)
+                  f"CPU, the end {r['end_cpu_s']} s CPU, peak RSS {r['peak_rss_mb']} MB", file=sys.stderr)
         doc["runs"] = runs
         meds = [r["steady_ms_per_s_median"] for r in runs
                 if r["steady_ms_per_s_median"] is not None]
