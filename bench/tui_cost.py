@@ -175,7 +175,8 @@ def main() -> None:
             runs.append(r)
             print(f"replay {i + 1}: steady {r['steady_ms_per_s_median']} ms/s (median), "
                   f"{r['steady_ms_per_s_mean']} ms/s (mean), start-up {r['startup_cpu_s']} s "
-                  f"CPU, the end {r['end_cpu_s']} s CPU, peak RSS {r['peak_rss_mb']} MB", file=sys.stderr)
+                  f"CPU, the end {r['end_cpu_s']} s CPU, peak RSS {r['peak_rss_mb']} MB",
+                  file=sys.stderr)
         doc["runs"] = runs
         meds = [r["steady_ms_per_s_median"] for r in runs
                 if r["steady_ms_per_s_median"] is not None]
