@@ -999,6 +999,16 @@ def test_a_foreign_key_on_a_partitioned_table_checks_all_its_partitions(
     assert rows == pytest.approx(100_000, rel=0.06) and inv.rows["public.c"] == 1000
     assert fk.work == pytest.approx(FK_ROW_FACTOR * INDEX_REF_ROW_BYTES * (rows + 3 * 1000),
                                     rel=0.01)
+    # with a build timed by the probe (0.2 x its table's load, on c's rows):
+    # the key's check a row follows that build's cost a row, not the load's
+    from pgparmon.analyze.progress import DEFAULT_INDEX_FACTOR
+
+    timed = inv.with_index_factor(0.2, "public.c")
+    (fk2,) = [it for it in timed.items if it.table == "public.Orders" and it.exclusive]
+    c_row = timed.row_bytes("public.c")
+    assert c_row is not None and c_row != INDEX_REF_ROW_BYTES
+    assert fk2.work == pytest.approx(FK_ROW_FACTOR / DEFAULT_INDEX_FACTOR * 0.2 * c_row
+                                     * (rows + 3 * 1000), rel=0.01)
     assert {data[t].key for t in leaves} <= fk.deps
     # ... but the archive makes it wait only for the parent and c's key, so
     # pg_restore -j 2+ may add it before the partitions load (measured on a

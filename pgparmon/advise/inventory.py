@@ -25,7 +25,7 @@ import psutil
 import psycopg
 
 from .. import sql
-from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
+from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
 from ..ddl import partition_parents, post_data_targets
 from ..jobs.base import Job
@@ -340,6 +340,12 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
             per_row = load[it.relation or ""] / n
             scale = min(ROW_SCALE_MAX, max(ROW_SCALE_MIN, ref_row_bytes / per_row))
             it.work = max(it.work * scale, 1.0)
+        # a key's check per row follows a build per row (both are the
+        # server's work on each row, not the load's per-byte parsing): at
+        # the defaults FK_ROW_FACTOR x a reference row's load; with a build
+        # timed by the probe, that build's cost a row, x the same ratio
+        fk_row = (FK_ROW_FACTOR / DEFAULT_INDEX_FACTOR * (index_factor or DEFAULT_INDEX_FACTOR)
+                  * ref_row_bytes)
         for it in tr.items.values():
             if it.kind != "fk" or not it.relation:
                 continue
@@ -349,8 +355,8 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
                 continue
             parent = _rows_under(tgt.references, rows, parents) if tgt and tgt.references \
                 else None
-            it.work = max(FK_ROW_FACTOR * INDEX_REF_ROW_BYTES
-                          * (child[0] + child[1] * (parent[0] if parent else 0.0)), 1.0)
+            it.work = max(fk_row * (child[0] + child[1] * (parent[0] if parent else 0.0)),
+                          1.0)
     tables = sorted((TableSize(name=it.relation or it.key,
                                schema=(it.relation or ".").split(".")[0],
                                relname=(it.relation or it.key).split(".")[-1], relpages=0,
