@@ -754,3 +754,34 @@ def test_children_from_proc_match_a_scan_of_the_process_table() -> None:
             c.kill()
         parent.kill()
         parent.wait()
+
+
+def test_process_objects_are_kept_while_the_pid_names_the_same_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """read_procs keeps psutil's object of a pid between samples (making
+    one parses /proc/PID/stat), and makes a new one when the pid's start
+    time says it names another process now (pid reuse)."""
+    import subprocess
+    import sys
+
+    from pgparmon.readers import procs
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        a = procs.read_procs([child.pid])
+        kept = procs._KEPT[child.pid][1]
+        b = procs.read_procs([child.pid])
+        assert procs._KEPT[child.pid][1] is kept
+        assert a[0].pid == b[0].pid == child.pid and b[0].create_time == a[0].create_time
+        assert b[0].cpu_user is not None
+        # the same pid, another start time: another process
+        real = procs._start_ticks
+        monkeypatch.setattr(procs, "_start_ticks", lambda pid: b"1" + (real(pid) or b""))
+        procs.read_procs([child.pid])
+        assert procs._KEPT[child.pid][1] is not kept
+    finally:
+        child.kill()
+        child.wait()
+    monkeypatch.undo()
+    assert procs.read_procs([child.pid]) == ()
+    assert child.pid not in procs._KEPT

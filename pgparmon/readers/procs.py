@@ -107,13 +107,49 @@ def unix_peers() -> dict[int, set[int]] | None:
     return result
 
 
+# psutil's process objects of the pids read each sample, with the start time
+# (clock ticks after boot, from /proc/PID/stat) of the process they were made
+# for: making one reads and parses /proc/PID/stat (~30 us); reading the start
+# time again is one small read, and a pid that names another process now
+# (reused) gets a new object.
+_KEPT: dict[int, tuple[bytes, psutil.Process]] = {}
+_KEPT_MAX = 4096
+
+
+def _start_ticks(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None  # field 22: starttime
+
+
+def _process(pid: int) -> psutil.Process:
+    """A psutil.Process for pid, the one made at an earlier sample while pid
+    still names the same process (raises as psutil.Process does)."""
+    start = _start_ticks(pid)
+    kept = _KEPT.get(pid)
+    if kept is not None and start is not None and kept[0] == start:
+        return kept[1]
+    p = psutil.Process(pid)
+    if start is None:
+        _KEPT.pop(pid, None)
+        return p
+    if len(_KEPT) >= _KEPT_MAX:
+        _KEPT.clear()
+    _KEPT[pid] = (start, p)
+    return p
+
+
 def read_procs(pids: Iterable[int], files_under: str | None = None) -> tuple[ClientProc, ...]:
     """CPU, I/O and open files of each process. Another user's process gives
     what it can (None for the unreadable fields), a vanished one is left out."""
     out = []
     for pid in pids:
         try:
-            p = psutil.Process(pid)
+            p = _process(pid)
             with p.oneshot():
                 name = p.name()
                 ppid = p.ppid()
@@ -139,6 +175,7 @@ def read_procs(pids: Iterable[int], files_under: str | None = None) -> tuple[Cli
                     except psutil.AccessDenied:
                         files = None
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            _KEPT.pop(pid, None)
             continue
         except psutil.AccessDenied:
             out.append(ClientProc(pid, None, "?", None, None, None, None, None, None, None))
