@@ -110,3 +110,20 @@ def test_tracker_counts_follow_every_change() -> None:
     assert list(tr.in_flight) == [items[0].key]
     assert tr.running() == [items[0]]
     assert tr.left_pending == [items[0].key, items[1].key, items[2].key]
+
+
+def test_a_work_list_changed_at_the_same_length_makes_the_batches_again() -> None:
+    """A COPY job's stand-in items give way to its plan's: one item gone and
+    another come between two samples leaves the count the same."""
+    from pgparmon.analyze.items import Item
+
+    tr = _restore(2000, 1000)
+    eta.estimate(tr)
+    tail = tr.eta_tail
+    gone = next(k for k, it in tr.items.items() if it.kind == "data" and it.size < 1e5)
+    tr.remove(gone)
+    tr.add(Item(key="new", kind="data", relation="public.new", name="public.new", size=9e3,
+                work=9e3))
+    assert eta.estimate(tr).seconds is not None
+    assert tr.eta_tail is not tail and "new" in tr.eta_tail.batch_of
+    assert gone not in tr.eta_tail.batch_of

@@ -129,7 +129,7 @@ class _Tail:
 
     def __init__(self, tr: Tracker) -> None:
         items = tr.items
-        self.n_items = len(items)
+        self.version = tr.version
         self.order = sorted(items.values(), key=lambda it: -it.size)
         keep = MAX_SIMULATED // 2
         self.singles = self.order[:keep]
@@ -182,7 +182,7 @@ class _Tail:
         if len(tr.items) <= MAX_SIMULATED:
             return None
         tail = tr.eta_tail
-        if not isinstance(tail, _Tail) or tail.n_items != len(tr.items):
+        if not isinstance(tail, _Tail) or tail.version != tr.version:
             tail = tr.eta_tail = _Tail(tr)
         else:
             tail.samples += 1

@@ -72,6 +72,7 @@ class Tracker:
         self.in_flight: dict[str, None] = {}
         self.n_finished = 0
         self.counts: dict[str, int] = {}  # items by state (set_state)
+        self.version = 0  # moves when an item is added or removed
         self._ticks = 0
         self._sums: tuple[tuple[Any, ...], float, float] | None = None  # work done, total
         self._ratio: tuple[int, float] | None = None  # restore_ratio at n_finished
@@ -85,6 +86,7 @@ class Tracker:
             self.in_flight.pop(old.key, None)
         self.items[item.key] = item
         self.counts[item.state] = self.counts.get(item.state, 0) + 1
+        self.version += 1
         if item.state in ("running", "finishing"):
             self.in_flight[item.key] = None
         if item.kind == "data" and item.relation:
@@ -95,6 +97,7 @@ class Tracker:
     def remove(self, key: str) -> None:
         """Drop an item (a COPY's stand-in once the plan names its table)."""
         it = self.items.pop(key)
+        self.version += 1
         self.counts[it.state] -= 1
         self.in_flight.pop(key, None)
         if self.by_relation.get(it.relation or "") == key:
@@ -335,7 +338,7 @@ class Tracker:
     def _work_sums(self) -> tuple[float, float]:
         # one pass for both; a long work list's once a sample (its items
         # change only in update() and when they finish)
-        key = (self._ticks, self.n_finished, len(self.items))
+        key = (self._ticks, self.n_finished, self.version)
         if self._sums is None or self._sums[0] != key or len(self.items) < 2000:
             done = total = 0.0
             for it in self.items.values():
