@@ -270,3 +270,66 @@ def test_timeline_series_thins_out_past_its_cap() -> None:
     assert ts[0] == 0.0 and ts[-1] == 3 * SERIES_CAP - 1  # the whole run, thinned
     assert ts[-SERIES_CAP // 4:] == [float(i) for i in range(3 * SERIES_CAP - SERIES_CAP // 4,
                                                               3 * SERIES_CAP)]
+
+
+def _timeline(seed: int, samples: int) -> object:
+    import random
+
+    from pgparmon.analyze.timeline import TimelineBuilder
+
+    rnd = random.Random(seed)
+    tl = TimelineBuilder()
+    t = 0.0
+    items = [None, None, "x"]
+    for s in range(samples):
+        t += rnd.choice([0.5, 1.0, 2.5])
+        workers = []
+        for pid in (11, 12, 13):
+            if rnd.random() < 0.1:
+                continue  # out of this sample
+            item = rnd.choice(items + [f"public.t{s}_{pid}"] * 3)
+            workers.append({"pid": pid, "item": item,
+                            "phase": rnd.choice(["copy", "copy", "index", "idle"])})
+        tl.add({"elapsed_s": t, "job": {"state": "running"}, "workers": workers})
+    return tl
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_timeline_idle_kept_as_spans_close_equals_the_sum_over_spans(seed: int) -> None:
+    """The TUI reads each worker's idle share every sample from sums the
+    timeline keeps, not from a pass over every span of the run."""
+    from pgparmon.analyze.timeline import TimelineBuilder, idle_share
+
+    tl = _timeline(seed, 5 + 40 * seed)
+    assert isinstance(tl, TimelineBuilder)
+    spans = tl.spans()
+    want = idle_share(spans, 0.0, tl.t_end)
+    got = tl.idle()
+    assert got.keys() == want.keys()
+    for pid in want:
+        assert got[pid] == pytest.approx(want[pid], abs=1e-9)
+    assert tl.phases == {sp.phase for row in spans.values() for sp in row}
+
+
+def test_gantt_rows_of_thousands_of_items_drawn_by_column_are_the_same() -> None:
+    """A worker's row past twice the columns' count of items is drawn column
+    by column (a lookup a column): the same cells as painting every item."""
+    import random
+
+    from pgparmon.analyze.timeline import Span
+    from pgparmon.tui import draw
+
+    rnd = random.Random(7)
+    for _ in range(400):
+        t, row = 0.0, []
+        for k in range(rnd.choice([1, 5, 40, 400, 3000])):
+            t += rnd.choice([0.0, 0.001, 0.5, rnd.random() * 3])
+            d = rnd.choice([0.0, 0.01, 1.0, rnd.random() * 20])
+            row.append(Span(f"public.t{k}", rnd.choice(["copy", "index"]), t, t + d, False))
+            t += d
+        t_end, cols = t + rnd.choice([0.0, 1.0, 10.0]), rnd.choice([4, 13, 57, 142])
+        assert draw._row_by_column(row, t_end, cols) == draw._row_by_span(row, t_end, cols)
+    # and gantt() takes that path for such a row
+    many = {1: [Span(f"t{k}", "copy", float(k), k + 0.9, False) for k in range(5000)]}
+    text = draw.gantt(many, 5000.0, 120, {1: 0.1}, phases={"copy"})
+    assert "█" in text.plain and "idle  10%" in text.plain

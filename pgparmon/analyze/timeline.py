@@ -76,6 +76,8 @@ class TimelineBuilder:
         self.series: list[SeriesPoint] = []
         self.events: list[Event] = []
         self.t_end = 0.0
+        self.phases: set[str] = set()  # the phases of every span so far
+        self._busy: dict[int, float] = {}  # pid -> seconds of its closed spans
 
     def add(self, doc: Mapping[str, Any]) -> None:
         t = float(doc.get("elapsed_s") or 0.0)
@@ -98,6 +100,7 @@ class TimelineBuilder:
                 cur = None
             if busy and cur is None:
                 self._open[pid] = (str(item), phase, t)
+                self.phases.add(phase)
                 self.events.append(Event(t, pid, "start", str(item), phase, None))
         for pid in list(self._open):
             if pid not in seen:  # the worker left the sample (a dump leader, an exit)
@@ -116,6 +119,7 @@ class TimelineBuilder:
     def _close(self, pid: int, t: float) -> None:
         item, phase, start = self._open.pop(pid)
         self._closed[pid].append(Span(item, phase, start, t, False))
+        self._busy[pid] = self._busy.get(pid, 0.0) + max(0.0, t - max(start, 0.0))
         self.events.append(Event(t, pid, "end", item, phase, t - start))
 
     def spans(self) -> dict[int, list[Span]]:
@@ -131,6 +135,24 @@ class TimelineBuilder:
                 lst.append(Span(item, phase, start, self.t_end, True))
             if lst or pid in self._present:
                 out[pid] = lst
+        return out
+
+
+    def idle(self) -> dict[int, float]:
+        """idle_share(self.spans(), 0, self.t_end) from sums kept as spans
+        close: a sample's cost does not grow with the items of the run."""
+        total = self.t_end
+        out = {}
+        for pid in self.order:
+            if not (self._closed.get(pid) or pid in self._open or pid in self._present):
+                continue  # as spans() leaves it out
+            if total <= 0:
+                out[pid] = 0.0
+                continue
+            busy = self._busy.get(pid, 0.0)
+            if pid in self._open:
+                busy += max(0.0, total - max(self._open[pid][2], 0.0))
+            out[pid] = max(0.0, 1.0 - busy / total)
         return out
 
 

@@ -25,7 +25,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer
 
 from ..analyze.advice_live import AdviceTracker
-from ..analyze.timeline import SeriesPoint, TimelineBuilder, idle_share
+from ..analyze.timeline import SeriesPoint, TimelineBuilder
 from ..feed import Feed
 from ..views import fmt
 from ..views.summary import EndSummary, end_summary
@@ -321,7 +321,8 @@ class PgParMonApp(App[int]):
         spans = self.timeline.spans()
         gantt = self.query_one("#gantt", GanttChart)
         gantt.t_end = self.timeline.t_end
-        gantt.idle = idle_share(spans, 0.0, self.timeline.t_end)
+        gantt.idle = self.timeline.idle()
+        gantt.phases = self.timeline.phases
         gantt.spans = spans
         self.query_one("#advice", AdviceLine).advice = self.advisor.advice()
         self._show_status()

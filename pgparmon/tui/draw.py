@@ -9,7 +9,8 @@ shapes readable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import bisect
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -179,10 +180,13 @@ def time_axis(t_end: float, cols: int, gutter: int) -> Text:
 
 
 def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
-          idle: Mapping[int, float] | None = None, max_rows: int | None = None) -> Text:
+          idle: Mapping[int, float] | None = None, max_rows: int | None = None,
+          phases: Collection[str] | None = None) -> Text:
     """One row per worker: its items as coloured blocks on the time axis,
     named where the block is wide enough; dots are idle gaps. The idle share
-    at the end of each row makes the long tail a number too."""
+    at the end of each row makes the long tail a number too. phases: the
+    phases the spans hold, when the caller keeps them (else read from the
+    spans)."""
     gutter = 8
     suffix = 10 if idle is not None and width >= 60 else 0
     cols = max(4, width - gutter - suffix)
@@ -190,20 +194,9 @@ def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
     pids = list(spans)
     shown = pids if max_rows is None else pids[:max_rows]
     for pid in shown:
-        cells: list[tuple[str, str]] = [("·", "dim")] * cols
-        for n, sp in enumerate(spans[pid]):
-            a, b = _col(sp.start, t_end, cols), _col(sp.end, t_end, cols)
-            b = max(b, a + 1)  # an item shorter than a column still shows
-            label = _short(sp.item)
-            if b - a >= 4:  # room for (the start of) its name on a coloured block
-                style = PHASE_STYLES.get(sp.phase, ("reverse", "reverse"))[n % 2]
-                for i in range(a, min(b, cols)):
-                    k = i - a
-                    cells[i] = (label[k] if k < len(label) else " ", style)
-            else:
-                style = PHASE_SHORT.get(sp.phase, ("bold", "bold"))[n % 2]
-                for i in range(a, min(b, cols)):
-                    cells[i] = ("█", style)
+        row = spans[pid]
+        cells = (_row_by_column(row, t_end, cols) if len(row) > 2 * cols
+                 else _row_by_span(row, t_end, cols))
         out.append(f"{str(pid)[:gutter - 1]:>{gutter - 1}}│", style="bold")
         append_runs(out, cells)
         if suffix and idle is not None:
@@ -214,7 +207,8 @@ def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
     out.append_text(time_axis(t_end, cols, gutter))
     if width >= 100:
         out.append("\n" + " " * gutter)
-        seen = {sp.phase for row in spans.values() for sp in row}
+        seen = (set(phases) if phases is not None
+                else {sp.phase for row in spans.values() for sp in row})
         backup = bool(seen & set(BACKUP_PHASES))
         for phase, (style, _) in PHASE_STYLES.items():
             if backup and phase not in seen:
@@ -238,6 +232,54 @@ def _col(t: float, t_end: float, cols: int) -> int:
 def _short(item: str) -> str:
     # the schema is noise in a block a few cells wide
     return item.split(".", 1)[1] if item.startswith("public.") else item
+
+def _cell(sp: Span, n: int, a: int, b: int, i: int) -> tuple[str, str]:
+    """Column i of span number n, which covers columns a..b-1 (b > a)."""
+    if b - a >= 4:  # room for (the start of) its name on a coloured block
+        label = _short(sp.item)
+        k = i - a
+        return (label[k] if k < len(label) else " ",
+                PHASE_STYLES.get(sp.phase, ("reverse", "reverse"))[n % 2])
+    return ("█", PHASE_SHORT.get(sp.phase, ("bold", "bold"))[n % 2])
+
+
+def _row_by_span(row: Sequence[Span], t_end: float, cols: int) -> list[tuple[str, str]]:
+    """A worker's row, its spans painted in time order (a later one over an
+    earlier one in a column they share)."""
+    cells: list[tuple[str, str]] = [("·", "dim")] * cols
+    for n, sp in enumerate(row):
+        a, b = _col(sp.start, t_end, cols), _col(sp.end, t_end, cols)
+        b = max(b, a + 1)  # an item shorter than a column still shows
+        for i in range(a, min(b, cols)):
+            cells[i] = _cell(sp, n, a, b, i)
+    return cells
+
+
+def _row_by_column(row: Sequence[Span], t_end: float, cols: int) -> list[tuple[str, str]]:
+    """The same row as _row_by_span, column by column: the span a column
+    shows is the last one starting in or before it (a worker's spans are in
+    time order and never overlap), found by bisection, so a row of thousands
+    of items costs a screen's width of lookups, not one per item."""
+    cells: list[tuple[str, str]] = [("·", "dim")] * cols
+    n_spans = len(row)
+    k = -1
+    for i in range(cols):
+        # the last span whose start column is <= i
+        k = max(k, bisect.bisect_left(row, (i + 1) * t_end / cols,
+                                      key=lambda sp: sp.start) - 1)
+        while k + 1 < n_spans and _col(row[k + 1].start, t_end, cols) <= i:
+            k += 1
+        while k >= 0 and _col(row[k].start, t_end, cols) > i:
+            k -= 1
+        if k < 0:
+            continue
+        sp = row[k]
+        a, b = _col(sp.start, t_end, cols), _col(sp.end, t_end, cols)
+        b = max(b, a + 1)
+        if i < b:
+            cells[i] = _cell(sp, k, a, b, i)
+    return cells
+
 
 
 def cpu_cores(per_cpu: Sequence[Any], width: int) -> Text:

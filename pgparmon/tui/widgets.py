@@ -3,7 +3,7 @@ attributes and renders from it; none computes rates or talks to the feed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -277,6 +277,7 @@ class GanttChart(TextLines):
     spans: reactive[Mapping[int, Sequence[Span]]] = reactive(dict, always_update=True)
     t_end: reactive[float] = reactive(0.0)
     idle: reactive[Mapping[int, float]] = reactive(dict, always_update=True)
+    phases: Collection[str] | None = None  # the phases of the spans (the timeline keeps them)
     max_rows: reactive[int] = reactive(8, layout=True)  # the app raises it on a tall screen
     _rows = -1  # rows drawn last time: the (auto) height changes only with them
 
@@ -292,7 +293,7 @@ class GanttChart(TextLines):
         if not self.spans:
             return Text("timeline: no worker seen yet", style="dim")
         return draw.gantt(self.spans, self.t_end, self.content_size.width, self.idle,
-                          max_rows=self.max_rows)
+                          max_rows=self.max_rows, phases=self.phases)
 
 
 SORTS = ("pid", "bytes/s", "progress", "phase")
