@@ -449,7 +449,7 @@ class Monitor:
                 self._note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
         if job.kind == "pg_restore":
-            early = early_foreign_keys(tr.items)
+            early = early_foreign_keys(tr.items, tr.keys_of("fk"))
             if early and not self.early_fk_noted:
                 self.early_fk_noted = True
                 self._note(early[0].message)  # once: the warning lasts while loads wait

@@ -73,6 +73,7 @@ class Tracker:
         self.n_finished = 0
         self.counts: dict[str, int] = {}  # items by state (set_state)
         self.version = 0  # moves when an item is added or removed
+        self._of_kind: dict[str, tuple[int, list[str]]] = {}
         self._ticks = 0
         self._sums: tuple[tuple[Any, ...], float, float] | None = None  # work done, total
         self._ratio: tuple[int, float] | None = None  # restore_ratio at n_finished
@@ -331,6 +332,14 @@ class Tracker:
     def count(self, state: str) -> int:
         """How many items are in this state."""
         return self.counts.get(state, 0)
+
+    def keys_of(self, kind: str) -> list[str]:
+        """The keys of the items of one kind (kept while the list is the same)."""
+        got = self._of_kind.get(kind)
+        if got is None or got[0] != self.version:
+            got = self._of_kind[kind] = (self.version, [k for k, it in self.items.items()
+                                                         if it.kind == kind])
+        return got[1]
 
     def running(self) -> list[Item]:
         return [it for it in map(self.items.__getitem__, self.in_flight) if it.state == "running"]

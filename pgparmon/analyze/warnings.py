@@ -60,7 +60,8 @@ def exclusive_waiters(backends: Iterable[Backend], members: set[int],
     return out
 
 
-def early_foreign_keys(items: Mapping[str, Any]) -> list[JobWarning]:
+def early_foreign_keys(items: Mapping[str, Any],
+                       fk_keys: Iterable[str] | None = None) -> list[JobWarning]:
     """A restore's foreign key that runs (or ran) while data it checks has
     not started loading: pg_restore -j adds a partitioned table's key as
     soon as the referenced key is built (the archive names only the parent
@@ -68,9 +69,10 @@ def early_foreign_keys(items: Mapping[str, Any]) -> list[JobWarning]:
     time. The plan makes such a key wait for its partitions' data, so a key
     running with one of those loads still pending is this race (a load
     that is running may be one the tracker has not yet seen end). items:
-    the tracker's, by key."""
+    the tracker's, by key; fk_keys: the keys of its foreign keys, when the
+    tracker keeps them (else every item is looked at)."""
     out = []
-    for it in items.values():
+    for it in (items.values() if fk_keys is None else (items[k] for k in fk_keys)):
         if it.kind != "fk" or it.state == "pending" or not it.deps:
             continue
         waiting = [items[k] for k in it.deps
