@@ -28,7 +28,7 @@ from typing import Any
 
 import psutil
 from common import machine, write_json
-from soak import T0
+from soak import T0, SynthSource
 
 from pgparmon.follow import Follower
 from pgparmon.jobs.base import Job, PlanInputs
@@ -37,12 +37,9 @@ from pgparmon.readers.db import ServerFacts
 from pgparmon.snapshot import Backend, CopyProgress, DbSample, Snapshot
 
 
-class SynthRestore:
-    """pg_restore -j W of an archive of `entries` TOC entries, simulated."""
-
-    local = False
-    target_dir = None
-    devices: set[str] = set()
+class SynthRestore(SynthSource):
+    """pg_restore -j W of an archive of `entries` TOC entries, simulated
+    (the source's other answers are soak.SynthSource's)."""
 
     def __init__(self, entries: int, workers: int, skip: int) -> None:
         self.n_data = entries * 6 // 10
@@ -86,10 +83,6 @@ class SynthRestore:
                                leader_pid=None, query=q))
         return out
 
-    def discover(self) -> Job:
-        assert self.job is not None
-        return self.job
-
     def snapshot(self) -> Snapshot:
         self.t += 1.0
         backends = tuple(self._backends())
@@ -123,20 +116,8 @@ class SynthRestore:
         return {"loaded": [f"public.t{i}" for i in range(self.n_data)],
                 "relations": [f"public.t{j}_note_idx" for j in range(self.n_index)]}
 
-    def final_files(self) -> None:
-        return None
-
     def may_ask_again(self, kind: str) -> bool:
         return False
-
-    def pause(self, seconds: float) -> None:
-        pass
-
-    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 def rss_mb() -> float:

@@ -70,13 +70,12 @@ class Tracker:
         self.eta_tail: Any = None  # the ETA's batches of a large work list (eta._Tail)
         # items running or finishing, in the order they started (set_state)
         self.in_flight: dict[str, None] = {}
-        self.n_finished = 0
         self.counts: dict[str, int] = {}  # items by state (set_state)
         self.version = 0  # moves when an item is added or removed
         self._of_kind: dict[str, tuple[int, list[str]]] = {}
         self._ticks = 0
         self._sums: tuple[tuple[Any, ...], float, float] | None = None  # work done, total
-        self._ratio: tuple[int, float] | None = None  # restore_ratio at n_finished
+        self._ratio: tuple[tuple[int, int], float] | None = None  # restore_ratio, its key
 
     # ---- planning -------------------------------------------------------
 
@@ -237,14 +236,15 @@ class Tracker:
     def restore_ratio(self) -> float:
         """Uncompressed COPY bytes per work unit, from finished data items
         (counted again only when an item finished)."""
-        if self._ratio is not None and self._ratio[0] == self.n_finished:
+        key = (self.count("done"), self.version)
+        if self._ratio is not None and self._ratio[0] == key:
             return self._ratio[1]
         num = sum(i.bytes_done for i in self.items.values()
                   if i.kind == "data" and i.state == "done" and i.bytes_done > 0)
         den = sum(i.work for i in self.items.values()
                   if i.kind == "data" and i.state == "done" and i.bytes_done > 0)
         ratio = num / den if den > 0 and num > 0 else 1.0
-        self._ratio = (self.n_finished, ratio)
+        self._ratio = (key, ratio)
         return ratio
 
     def file_position(self, it: Item, snap: Snapshot) -> float | None:
@@ -289,8 +289,6 @@ class Tracker:
         waiting work from them instead of a pass over every item a sample)."""
         if it.state == "pending" and state != "pending":
             self.left_pending.append(it.key)
-        if state == "done" and it.state != "done":
-            self.n_finished += 1
         self.counts[it.state] = self.counts.get(it.state, 0) - 1
         self.counts[state] = self.counts.get(state, 0) + 1
         it.state = state
@@ -347,7 +345,7 @@ class Tracker:
     def _work_sums(self) -> tuple[float, float]:
         # one pass for both; a long work list's once a sample (its items
         # change only in update() and when they finish)
-        key = (self._ticks, self.n_finished, self.version)
+        key = (self._ticks, self.count("done"), self.version)
         if self._sums is None or self._sums[0] != key or len(self.items) < 2000:
             done = total = 0.0
             for it in self.items.values():
