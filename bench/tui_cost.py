@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -72,12 +73,14 @@ def tmux(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def replay_cpu(rec: Path, width: int, height: int, warmup_s: float,
-               profile: Path | None = None) -> dict[str, Any]:
+               profile: Path | None = None, tree: Path | None = None) -> dict[str, Any]:
     """Replay in a detached tmux window; CPU ms per wall second of the replay
-    process, each second after warmup_s, until it ends."""
+    process, each second after warmup_s, until it ends. tree: run the
+    pgparmon package of that checkout instead of this one."""
     pidfile = Path(tempfile.mkstemp(prefix="pgparmon-tui-pid-")[1])
     prof = f"-m cProfile -o {profile} " if profile else ""
-    cmd = (f"echo $$ > {pidfile}; exec env TERM=xterm-256color COLORTERM=truecolor "
+    cd = f"cd {shlex.quote(str(tree.resolve()))} && " if tree else ""
+    cmd = (f"echo $$ > {pidfile}; {cd}exec env TERM=xterm-256color COLORTERM=truecolor "
            f"{PY} {prof}-m pgparmon replay {rec} --speed 1")
     tmux("kill-session", "-t", SESSION)
     r = tmux("new-session", "-d", "-s", SESSION, "-x", str(width), "-y", str(height), cmd)
@@ -152,6 +155,10 @@ def main() -> None:
                     help="keep the profile (pstats file) here")
     ap.add_argument("--keep-recording", type=Path, default=None,
                     help="copy the recording made here, for --recording next time")
+    ap.add_argument("--compare", type=Path, default=None, metavar="TREE",
+                    help="A/B: alternate each replay with one of the pgparmon package of "
+                    "another checkout (e.g. a `git worktree` of the commit before a change), "
+                    "order swapped every pair; prints both medians and the pairs' ratios")
     ap.add_argument("--out", type=Path, default=REPO / "docs/bench/tui_cost.json")
     a = ap.parse_args()
     if shutil.which("tmux") is None:
@@ -169,6 +176,9 @@ def main() -> None:
             print(f"recorded a {doc['dump_wall_s']} s dump", file=sys.stderr)
             if a.keep_recording:
                 shutil.copy(rec, a.keep_recording)
+        if a.compare is not None:
+            compare(doc, rec, width, height, a)
+            return
         runs = []
         for i in range(a.repeats):
             r = replay_cpu(rec, width, height, a.warmup)
@@ -199,6 +209,35 @@ def main() -> None:
               f"clock ticks); raw: {a.out}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(doc: dict[str, Any], rec: Path, width: int, height: int, a: Any) -> None:
+    """Pairs of replays, this tree (A) and a.compare (B), the order swapped
+    each pair: on a shared, noisy VM only figures taken side by side compare."""
+    pairs = []
+    for i in range(a.repeats):
+        order = ("A", "B") if i % 2 == 0 else ("B", "A")
+        got = {}
+        for side in order:
+            got[side] = replay_cpu(rec, width, height, a.warmup,
+                                   tree=None if side == "A" else a.compare)
+        ma, mb = got["A"]["steady_ms_per_s_mean"], got["B"]["steady_ms_per_s_mean"]
+        pairs.append({"A": got["A"], "B": got["B"],
+                      "ratio": round(ma / mb, 3) if ma and mb else None})
+        print(f"pair {i + 1} ({'-'.join(order)}): A {ma} ms/s, B {mb} ms/s, A/B "
+              f"{pairs[-1]['ratio']}", file=sys.stderr)
+    doc["compare"] = {"A": str(REPO), "B": str(a.compare.resolve()), "pairs": pairs}
+    for side in ("A", "B"):
+        means = [p[side]["steady_ms_per_s_mean"] for p in pairs
+                 if p[side]["steady_ms_per_s_mean"] is not None]
+        doc["compare"][f"{side}_steady_ms_per_s_mean"] = statistics.median(means) if means else None
+    ratios = [p["ratio"] for p in pairs if p["ratio"] is not None]
+    doc["compare"]["ratio_median"] = statistics.median(ratios) if ratios else None
+    write_json(a.out, doc)
+    c = doc["compare"]
+    print(f"steady TUI CPU, medians of {len(pairs)} pairs' means: A (this tree) "
+          f"{c['A_steady_ms_per_s_mean']} ms/s, B ({c['B']}) {c['B_steady_ms_per_s_mean']} "
+          f"ms/s; median ratio A/B {c['ratio_median']}; raw: {a.out}")
 
 
 if __name__ == "__main__":

@@ -230,6 +230,85 @@ async def test_a_sample_redraws_only_what_changed(dump: JobRun,
 
 @pytest.mark.integration
 @sync
+async def test_a_text_panel_repaints_only_its_changed_lines(dump: JobRun) -> None:
+    """Cost of watching: a sample whose host figures differ in one line
+    marks that line of the host panel dirty, not the panel; an identical
+    sample marks none; and what the panel then draws is what a fresh render
+    of the whole panel draws."""
+    from textual.geometry import Region
+
+    from pgparmon.tui.widgets import HostPanel
+
+    base = next(d for d in running(dump) if (d.get("host") or {}).get("cpu_percent") is not None)
+    app = PgParMonApp(ListFeed([base], hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.ingest(base)
+        await pilot.pause()
+        await pilot.pause()
+        host = app.query_one("#host", HostPanel)
+        whole = Region(0, 0, host.size.width, host.size.height)
+        host.render_lines(whole)  # drawn once: the diff starts from these lines
+        n0 = host.lines_repainted
+        app.ingest(copy.deepcopy(base))
+        await pilot.pause()
+        assert host.lines_repainted == n0  # the same figures: nothing to repaint
+        changed = copy.deepcopy(base)
+        changed["host"]["cpu_percent"] = (base["host"]["cpu_percent"] + 37) % 100
+        app.ingest(changed)
+        await pilot.pause()
+        assert host.lines_repainted == n0 + 1  # the CPU line alone
+        drawn = [s.text for s in host.render_lines(whole)]
+        assert any(f"CPU {changed['host']['cpu_percent']:.0f}%" in ln for ln in drawn), drawn
+        host._stale = True  # a full render from scratch draws the same lines
+        assert [s.text for s in host.render_lines(whole)] == drawn
+
+
+@sync
+async def test_text_lines_draw_like_rich_line_by_line() -> None:
+    """The text panels render their Text once and split the segments at
+    newlines: the same cells and styles as rendering each line by itself
+    (cropped, or cut with an ellipsis where the text asks for one; wide
+    characters included)."""
+    from rich.segment import Segment
+
+    from pgparmon.tui.widgets import StatusLine
+
+    def by_line(w: StatusLine, text: Text) -> list[list[tuple[str, Any]]]:
+        width, height = w.size
+        base = w.visual_style.rich_style
+        out = []
+        for line in text.split("\n", allow_blank=True)[:height]:
+            if line.cell_len > width:
+                line.truncate(width, overflow=line.overflow or text.overflow or "crop")
+            segs = Segment.apply_style(line.render(w.app.console), base)
+            out.append(Strip(segs).adjust_cell_length(width, base))
+        return [[(s.text, s.style) for s in Strip.join([st]).simplify()] for st in out
+                if st.text.strip()]
+
+    def ours(w: StatusLine, text: Text) -> list[list[tuple[str, Any]]]:
+        return [[(s.text, s.style) for s in st.simplify()] for st in w._text_strips(text)
+                if st.text.strip()]
+
+    from textual.strip import Strip
+
+    app = PgParMonApp(ListFeed([{"job": {"state": "running"}}], hold=True), 1.0, "t",
+                      autostart=False)
+    async with app.run_test(size=(40, 20)) as pilot:
+        await pilot.pause()
+        w = app.query_one("#status", StatusLine)
+        long = "x" * 30 + "表名テーブル" * 3
+        for overflow in ("ellipsis", "crop", None):
+            t = Text(no_wrap=True, overflow=overflow)
+            t.append("short ", style="bold")
+            t.append(long, style="cyan")
+            t.append("\n")
+            t.append("second line", style="dim")
+            t.append(" " + long[::-1], style="red")
+            assert ours(w, t) == by_line(w, t), overflow
+
+
+@pytest.mark.integration
+@sync
 async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
     # samples with two workers copying: the last running sample of a dump may
     # have none (its leader writing the TOC), and the keys below need rows
