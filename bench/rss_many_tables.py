@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -55,25 +56,30 @@ class Peak(threading.Thread):
         self.peak = 0
         self.at_mark: int | None = None
         self.mark = threading.Event()
+        self.series: list[tuple[float, float]] = []  # (s since start, MB) once a second
 
     def run(self) -> None:
+        t0 = time.monotonic()
         while True:
             try:
                 rss = self.proc.memory_info().rss
             except psutil.Error:
                 return
             self.peak = max(self.peak, rss)
+            t = time.monotonic() - t0
+            if not self.series or t - self.series[-1][0] >= 1.0:
+                self.series.append((round(t, 1), round(rss / 2**20, 1)))
             if self.mark.is_set() and self.at_mark is None:
                 self.at_mark = rss
             time.sleep(0.2)
 
 
-def follow_json(cl: Any, out: Path) -> dict[str, Any]:
+def follow_json(cl: Any, out: Path, extra: dict[str, str]) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     dump = subprocess.Popen([cl.client("pg_dump"), "-Fd", "-j", "2", "-f", str(out), "many"],
                             env=cl.env())
     time.sleep(0.3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | extra
     mon = subprocess.Popen([PY, "-m", "pgparmon", "attach", "-h", str(cl.sockdir), "-p",
                             str(cl.port), "-U", "postgres", "-d", "many", "--json",
                             "--pid", str(dump.pid)], stdout=subprocess.PIPE,
@@ -90,20 +96,21 @@ def follow_json(cl: Any, out: Path) -> dict[str, Any]:
     dump.wait()
     peak.join(1.0)
     return {"samples": samples, "peak_rss_mb": round(peak.peak / 2**20, 1),
-            "first_sample_rss_mb": round((peak.at_mark or 0) / 2**20, 1)}
+            "first_sample_rss_mb": round((peak.at_mark or 0) / 2**20, 1), "series": peak.series}
 
 
 def tmux(*args: str) -> None:
     subprocess.run(["tmux", *args], capture_output=True, check=False)
 
 
-def follow_tui(cl: Any, out: Path) -> dict[str, Any]:
+def follow_tui(cl: Any, out: Path, extra: dict[str, str]) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     dump = subprocess.Popen([cl.client("pg_dump"), "-Fd", "-j", "2", "-f", str(out), "many"],
                             env=cl.env())
     time.sleep(0.3)
     pidfile = Path(tempfile.mkstemp(prefix="pgparmon-rss-pid-")[1])
-    cmd = (f"echo $$ > {pidfile}; exec env TERM=xterm-256color COLORTERM=truecolor "
+    sets = "".join(f"{k}={shlex.quote(v)} " for k, v in extra.items())
+    cmd = (f"echo $$ > {pidfile}; exec env {sets}TERM=xterm-256color COLORTERM=truecolor "
            f"{PY} -m pgparmon attach -h {cl.sockdir} -p {cl.port} -U postgres -d many "
            f"--pid {dump.pid}")
     tmux("kill-session", "-t", SESSION)
@@ -127,7 +134,7 @@ def follow_tui(cl: Any, out: Path) -> dict[str, Any]:
     tmux("kill-session", "-t", SESSION)
     pidfile.unlink(missing_ok=True)
     return {"peak_rss_mb": round(peak.peak / 2**20, 1),
-            "peak_while_running_mb": round(before_end / 2**20, 1)}
+            "peak_while_running_mb": round(before_end / 2**20, 1), "series": peak.series}
 
 
 def main() -> None:
@@ -135,8 +142,11 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=10000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-tui", action="store_true")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set in the monitor's environment (e.g. MALLOC_ARENA_MAX=2)")
     ap.add_argument("--out", default=str(REPO / "docs" / "bench" / "rss_many_tables.json"))
     a = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in a.env)
     # pg_dump locks every table in one transaction: the lock table must hold them
     locks = max(64, 2 * a.tables // 100 + 64)
     cl = start_cluster(prefix="pgparmon-bench-rss-",
@@ -150,18 +160,18 @@ def main() -> None:
         print(f"{a.tables} tables in {time.perf_counter() - t0:.0f} s", flush=True)
         runs: dict[str, list[dict[str, Any]]] = {"json": [], "tui": []}
         for i in range(a.repeats):
-            r = follow_json(cl, work / "d")
+            r = follow_json(cl, work / "d", extra)
             runs["json"].append(r)
             print(f"attach --json run {i + 1}: peak {r['peak_rss_mb']} MB "
                   f"(after the first sample {r['first_sample_rss_mb']} MB), "
                   f"{r['samples']} samples", flush=True)
             if not a.no_tui and shutil.which("tmux"):
-                r = follow_tui(cl, work / "d")
+                r = follow_tui(cl, work / "d", extra)
                 runs["tui"].append(r)
                 print(f"attach (TUI) run {i + 1}: peak {r['peak_rss_mb']} MB (while the dump "
                       f"ran {r['peak_while_running_mb']} MB)", flush=True)
         doc: dict[str, Any] = {"benchmark": "rss_many_tables", "machine": machine(),
-                               "tables": a.tables, "runs": runs, "target_mb": 60}
+                               "tables": a.tables, "env": extra, "runs": runs, "target_mb": 60}
         for k, rs in runs.items():
             if rs:
                 doc[f"{k}_peak_rss_mb_median"] = statistics.median(r["peak_rss_mb"] for r in rs)

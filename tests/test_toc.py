@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from pgparmon.toc import (
     list_archive,
     parse_archive_listing,
     parse_listing,
+    run_pg_restore,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "toc"
@@ -455,6 +457,31 @@ def test_real_listings(archives: dict[str, str], pg_restore: str) -> None:
     assert sum(it.is_data for it in d) == 7
     if hd.dumped_by and hd.dumped_by.startswith("15."):
         assert shape(d) == shape(parse_listing(golden("captured_pg15_directory.list")))
+
+
+@pytest.mark.integration
+def test_real_listing_of_some_kinds_reads_only_their_lines(archives: dict[str, str],
+                                                          pg_restore: str) -> None:
+    """list_archive(descs=...) keeps only the lines that can matter while it
+    reads pg_restore's output: the same header and items as parsing the
+    whole listing, for every format."""
+    for key in ("directory", "custom", "tar"):
+        whole = run_pg_restore(["-l"], archives[key], pg_restore, 60)
+        for descs in (("TABLE DATA",), ("TABLE DATA", "FK CONSTRAINT"), ("SCHEMA",)):
+            assert list_archive(archives[key], pg_restore, descs=descs) == \
+                parse_archive_listing(whole, descs=descs), (key, descs)
+    assert len(list_archive(archives["custom"], pg_restore, descs=("TABLE DATA",))[1]) == 6
+
+
+def test_filtered_listing_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    """A pg_restore that hangs is killed at the timeout: a one-line TocError."""
+    slow = tmp_path / "pg_restore"
+    slow.write_text("#!/bin/sh\necho ';'\nexec sleep 30\n")
+    slow.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(TocError, match="longer than 0.5 s"):
+        list_archive(tmp_path, str(slow), timeout=0.5, descs=("TABLE DATA",))
+    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.integration
