@@ -225,6 +225,7 @@ def attach_command(target: Any, pid: int | None, wait: float | None, interval: f
             if exc.code == ExitCode.SEVERAL_JOBS and chosen is None:
                 return several_jobs(exc)
             raise Fatal(str(exc), exc.code) from None
+        mon.settle_heap = True  # this process follows this one job
         return follow(mon, interval, as_json, duration, recorder, plain,
                       title=f"pgparmon attach: {mon.discover_label()}")
 

@@ -88,6 +88,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
                 live = LiveSource(target, job=job, process=proc, log=log,
                                   copy_source=copy_source)
             mon = Monitor(RecordingSource(live, recorder) if recorder else live)
+            mon.settle_heap = True  # this process follows this one job
             mon.discover()
         except (ConnectError, DiscoveryError) as exc:
             code = proc.wait()

@@ -37,6 +37,7 @@ class ReplayFeed(FeedBase):
     def _restart(self) -> None:
         self.source = ReplaySource(self.recording.header, self.recording.events)
         self.mon = Monitor(self.source)
+        self.mon.settle_heap = True  # a replay follows one recorded job
         self.mon.discover()
         self.position = 0
         self._last_wall: float | None = None

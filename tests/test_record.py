@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,44 @@ def test_any_bytes_give_a_recording_or_a_clear_error(tmp_path: Path, data: bytes
         assert "\n" not in str(exc)
         return
     assert r.header["schema"] == "pgparmon.recording/1"
+
+
+SETTLE_SCRIPT = r'''
+import gc, json, sys
+from pgparmon import monitor
+from pgparmon.playback import ReplayFeed
+from pgparmon.record import read_recording
+feed = ReplayFeed(read_recording(sys.argv[1]), speed=1000.0)
+feed.mon.settle_heap = sys.argv[2] == "1"
+frozen, planned = [], []
+while not feed.ended and feed.outcome is None:
+    feed.tick()
+    frozen.append(gc.get_freeze_count())
+    planned.append(bool(feed.mon.tracker and feed.mon.tracker.planned))
+print(json.dumps({"frozen": frozen, "planned": planned, "times": monitor._HEAP_SETTLED}))
+'''
+
+
+@pytest.mark.integration
+def test_a_monitor_that_follows_one_job_freezes_the_heap_it_started_with(
+        dump_recording: tuple[Path, list[dict[str, object]]]) -> None:
+    """Cost of watching: after the second sample, and again once the plan is
+    made, what lives is collected and frozen (out of later full garbage
+    collections), at most twice a process, and only where asked."""
+    rec, _ = dump_recording
+    runs = {}
+    for flag in ("1", "0"):
+        res = subprocess.run([sys.executable, "-c", SETTLE_SCRIPT, str(rec), flag],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        runs[flag] = json.loads(res.stdout)
+    on, off = runs["1"], runs["0"]
+    assert len(on["frozen"]) >= 3
+    assert on["frozen"][0] == 0 and on["frozen"][1] > 0  # from the second sample on
+    assert 1 <= on["times"] <= 2
+    if on["times"] == 2:  # planned after the second sample: frozen again then
+        later = on["planned"].index(True)
+        assert later >= 2 and on["frozen"][later] > on["frozen"][later - 1]
+    else:
+        assert on["planned"][1]  # planned by the second sample: one freeze did both
+    assert off["times"] == 0 and set(off["frozen"]) == {0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Self
 
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.segment import Segment
 from rich.text import Text
@@ -14,6 +15,7 @@ from textual.reactive import Reactive, reactive
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, RichLog
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from ..analyze.advice_live import LiveAdvice
 from ..analyze.timeline import SeriesPoint, Span
@@ -111,7 +113,7 @@ class TextLines(Widget):
         width, height = self.size
         base = self.visual_style.rich_style
         ellipsis = text.overflow == "ellipsis"
-        out = []
+        out: list[Strip] = []
         for segs in Segment.split_lines(text.render(self.app.console)):
             if len(out) >= height:
                 break
@@ -219,7 +221,12 @@ class AutoHeight(Widget):
             self.refresh(layout=True)
             return
         r = self.render()
-        lines = len(r.wrap(self.app.console, width)) if isinstance(r, Text) else -1
+        lines = -1
+        if isinstance(r, Text):
+            # lines that fit need no wrapping to be counted (most samples)
+            parts = r.plain.split("\n")
+            lines = (len(parts) if all(cell_len(p) <= width for p in parts)
+                     else len(r.wrap(self.app.console, width)))
         if lines != self._lines or lines < 0:
             self._lines = lines
             self.refresh(layout=True)
@@ -451,12 +458,19 @@ class WorkersTable(DataTable[Any]):
         if cols_for == width and keys == list(shown) and \
                 keys == [r.key.value for r in self.ordered_rows]:
             order = [c for c in COLUMN_ORDER if c in widths]
-            for key, cells in rows:
+            for i, (key, cells) in enumerate(rows):
+                changed = False
                 for col, new, old in zip(order, cells, shown[key], strict=True):
                     if new != old:
                         self._cell_version[(key, col)] = \
                             self._cell_version.get((key, col), 0) + 1
-                        self.update_cell(key, col, new)
+                        # DataTable.update_cell repaints the whole table
+                        # (header, borders, blank lines): here the row alone
+                        self._data[RowKey(key)][ColumnKey(col)] = new
+                        self._update_count += 1
+                        changed = True
+                if changed:
+                    self.refresh_row(i)
             self._shown = dict(rows)
             return
         keep = self.highlighted_pid()
