@@ -51,6 +51,8 @@ def test_replay_gives_the_same_derived_values(dump_recording: tuple[Path, list[d
     assert feed.outcome is not None and feed.outcome.state == "finished"
     assert replayed == r.samples
     assert feed.summary() == r.summary
+    # an ended job's summary is built once (the end screen, then the exit)
+    assert feed.summary() is feed.summary()
 
 
 @pytest.mark.integration
