@@ -125,11 +125,13 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2 ** 20
 
 
-async def run(entries: int, workers: int, skip: int, samples: int) -> dict[str, Any]:
+async def run(entries: int, workers: int, skip: int, samples: int,
+              settle: bool = True) -> dict[str, Any]:
     from pgparmon.tui.app import PgParMonApp
 
     src = SynthRestore(entries, workers, skip)
     mon = Monitor(src)
+    mon.settle_heap = settle  # as attach sets it (its heap frozen after the plan)
     mon.discover()
     fol = Follower(mon, interval=1.0, as_json=True, duration=None)
     app = PgParMonApp(fol, 1.0, "toc", autostart=False)
@@ -194,10 +196,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--skip", type=int, default=10, help="tables a worker a sample")
     ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--no-settle", action="store_true",
+                    help="leave the heap unfrozen (attach freezes it once planned)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" /
                                          "bench" / "tui_toc.json"))
     a = ap.parse_args()
-    res = asyncio.run(run(a.entries, a.workers, a.skip, a.samples))
+    res = asyncio.run(run(a.entries, a.workers, a.skip, a.samples, settle=not a.no_settle))
+    res["heap_frozen"] = not a.no_settle
     write_json(Path(a.out), {"benchmark": "tui_toc", "machine": machine(), **res})
 
 
