@@ -265,6 +265,12 @@ def _check_is_text(text: str) -> list[str]:
     return lines
 
 
+def _kind_marks(descs: Collection[str] | None) -> tuple[str, ...] | None:
+    """What a listing line of one of these kinds holds (" TABLE DATA "):
+    the cheap test run before a line is parsed."""
+    return None if descs is None else tuple(f" {d} " for d in descs)
+
+
 def parse_archive_listing(text: str, *, schemas: Iterable[str] = (),
                           owners: Iterable[str] = (), descs: Collection[str] | None = None
                           ) -> tuple[TocHeader, list[TocItem]]:
@@ -279,7 +285,7 @@ def parse_archive_listing(text: str, *, schemas: Iterable[str] = (),
     schema_list = _by_length([*schemas, *_declared_schemas(lines, owner_list)])
     items: list[TocItem] = []
     bad = 0
-    wanted = None if descs is None else tuple(f" {d} " for d in descs)
+    wanted = _kind_marks(descs)
     for line in lines:
         if not line.strip() or line.lstrip().startswith(";"):
             continue
@@ -444,13 +450,15 @@ def list_archive(path: str | Path, pg_restore: str | None = None, timeout: float
     line and only the lines that can matter are kept (the header, schemas,
     the kinds asked for): a catalog of 10,000 tables lists 70,000 entries,
     ~14 MB of text and line strings at once where the plan keeps 10,000."""
-    wanted = None if descs is None else tuple(f" {d} " for d in descs)
+    wanted = _kind_marks(descs)
 
     def keep(line: str) -> bool:
-        return (wanted is None or line.startswith(";") or " SCHEMA - " in line
-                or any(w in line for w in wanted))
+        assert wanted is not None
+        return line.startswith(";") or " SCHEMA - " in line or any(w in line for w in wanted)
 
-    text = run_pg_restore(["-l"], path, pg_restore, timeout, keep=keep)
+    # every kind asked for: the whole listing is kept anyway, read at once
+    text = run_pg_restore(["-l"], path, pg_restore, timeout,
+                          keep=None if wanted is None else keep)
     return parse_archive_listing(text, schemas=schemas, owners=owners, descs=descs)
 
 
