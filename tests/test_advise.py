@@ -808,7 +808,8 @@ def test_probe_finds_the_storage_knee(tmp_path: Path) -> None:
         cold()
         res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.5", "-d", "slowdisk",
                                           "--", cl.client("pg_dump"), "-Fd", "-j", "2", "-Z",
-                                          "0", "-f", str(tmp_path / "live"), "slowdisk"),
+                                          "0", "-t", "t0", "-t", "t1", "-f",
+                                          str(tmp_path / "live"), "slowdisk"),
                              capture_output=True, text=True, env=cl.env(), timeout=180)
         assert res.returncode == 0, res.stderr
         samples = [json.loads(line) for line in res.stdout.splitlines()

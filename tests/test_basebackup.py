@@ -169,7 +169,9 @@ def test_checkpoint_wait_is_explained_and_not_a_stall(cluster: Cluster, sample_d
     # checkpoint_completion_target x checkpoint_timeout (minutes)
     cluster.psql("DROP TABLE IF EXISTS bb_dirty; CREATE TABLE bb_dirty AS "
                  "SELECT g, repeat('d', 200) AS pad FROM generate_series(1, 150000) g")
-    proc = _start_basebackup(cluster, workdir / "bb", "-r", "32M")
+    # throttled to stream the cluster in ~2 s once the checkpoint is done (the
+    # session's cluster grows with the tests run before this one)
+    proc = _start_basebackup(cluster, workdir / "bb", "-r", _rate_for(cluster, 2.0))
     mon = None
     try:
         mon = wait_for_job(_target(cluster), pid=None, wait_s=10, interval=0.3)
