@@ -24,7 +24,7 @@ from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
-from pgparmon.jobs.pgbackrest import _how_far, command_of, option
+from pgparmon.jobs.pgbackrest import _data_path, _how_far, command_of, option
 from pgparmon.monitor import Monitor, wait_for_job
 
 STANZA = "demo"
@@ -158,7 +158,12 @@ def test_attach_follows_a_backup_and_its_local_processes(repo: Repo) -> None:
     # them between two samples while the other reads the big table)
     assert 1 <= len({w["pid"] for w in rows}) <= 2, rows
     assert mon.job is not None and mon.job.client_pid not in {w["pid"] for w in rows}
-    assert all(w["relation"] and "/" in w["relation"] for w in rows)
+    # each file by its path in the data directory (base/16384/16397, or a
+    # file at its top such as PG_VERSION)
+    datadir = Path(repo.cluster.datadir)
+    assert all(w["relation"] and not w["relation"].startswith("/") for w in rows), rows
+    assert all((datadir / w["relation"]).exists() for w in rows
+               if not w["relation"].startswith("pg_stat/")), rows
     assert any((w["bytes_per_s"] or 0) > 0 for w in rows)
     prog = [d["job"]["progress"] for d in docs if d["job"]["progress"] is not None]
     assert prog and all(b >= a for a, b in zip(prog, prog[1:])) and prog[-1] == 1.0, prog
@@ -398,6 +403,19 @@ def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> 
     end = samples[-1]["job"]
     assert end["state"] == "finished" and end["exit_code"] == 0 and end["progress"] == 1.0
     assert end["scope"] == "cluster" and end["jobs"] == 2
+
+
+def test_a_read_file_is_named_by_its_path_in_the_data_directory() -> None:
+    tr: Any = None  # the path alone decides
+    assert _data_path("/var/lib/postgresql/15/main/base/16384/16397", tr) == "base/16384/16397"
+    assert _data_path("/srv/pg/main/pg_xact/0000", tr) == "pg_xact/0000"
+    assert _data_path("/srv/pg/main/pg_multixact/members/0000", tr) == \
+        "pg_multixact/members/0000"
+    assert _data_path("/srv/pg/main/global/pg_control", tr) == "global/pg_control"
+    assert _data_path("/srv/pg/main/PG_VERSION", tr) == "PG_VERSION"
+    # a data directory whose own path holds such a name
+    assert _data_path("/mnt/base/data/base/1/1259", tr) == "base/1/1259"
+    assert _data_path("/mnt/global/data/pg_xact/0000", tr) == "pg_xact/0000"
 
 
 def test_pgbackrest_command_lines() -> None:

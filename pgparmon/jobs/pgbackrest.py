@@ -517,14 +517,21 @@ def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
     return "starting"
 
 
+# The data directory's sub-directories a backup reads files from
+# (pg_wal and the server's runtime directories are not copied)
+_DATA_DIRS = ("base", "global", "pg_tblspc", "pg_xact", "pg_clog", "pg_multixact",
+              "pg_commit_ts", "pg_logical", "pg_twophase", "pg_stat", "pg_replslot")
+
+
 def _data_path(path: str, tr: Tracker) -> str:
     """A data file's path relative to the data directory (as pgBackRest
-    names it: base/16384/16397)."""
-    for marker in ("/base/", "/global/", "/pg_tblspc/"):
-        i = path.find(marker)
-        if i >= 0:
-            return path[i + 1:]
-    return os.path.basename(path)
+    names it: base/16384/16397, pg_xact/0000); a file at the directory's top
+    (PG_VERSION, postgresql.auto.conf) by its name. The last such directory
+    in the path counts: the data directory's own path may hold one."""
+    best = -1
+    for d in _DATA_DIRS:
+        best = max(best, path.rfind(f"/{d}/"))
+    return path[best + 1:] if best >= 0 else os.path.basename(path)
 
 
 def _how_far(st: dict[str, Any], it: Item | None = None) -> str:
