@@ -32,7 +32,14 @@ from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
 from pgparmon.tui.picker import PickerApp, after_pick, run_picker
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
-from pgparmon.tui.widgets import AdviceLine, JobHeader, StatusLine, SummaryTable, WorkersTable
+from pgparmon.tui.widgets import (
+    AdviceLine,
+    JobHeader,
+    StatusLine,
+    SummaryTable,
+    VerdictLine,
+    WorkersTable,
+)
 from pgparmon.views import fmt
 
 Doc = dict[str, Any]
@@ -226,6 +233,50 @@ async def test_a_sample_redraws_only_what_changed(dump: JobRun,
             assert old == fmt.rate(w["bytes_per_s"]) or old not in ln, ln
         assert not {"VerdictLine", "AdviceLine", "GanttChart", "WorkersTable"} & set(layouts), \
             layouts
+
+
+@sync
+async def test_a_verdict_that_wraps_every_other_sample_keeps_its_height() -> None:
+    """Cost of watching: a verdict whose detail takes two lines one sample and
+    one the next asks for one layout pass (when it first grows), not one a
+    sample; its height stays (the body below does not jump) until it has
+    been one line for SHRINK_AFTER_S seconds."""
+    from textual.app import App, ComposeResult
+
+    class One(App[None]):
+        CSS = "#verdict { height: auto; max-height: 2; padding: 0 1; }"
+
+        def compose(self) -> ComposeResult:
+            yield VerdictLine(id="verdict")
+
+    short = ("disk-read", "the storage reads at 40 MB/s")
+    long = ("disk-read", "the storage reads at 40 MB/s, " + "its queue is full " * 6)
+    app = One()
+    async with app.run_test(size=(60, 10)) as pilot:
+        v = app.query_one(VerdictLine)
+        v.verdict = short
+        await pilot.pause()
+        assert v.size.height == 1
+        v.SHRINK_AFTER_S = 0.5
+        before = v.layouts
+        v.verdict = long
+        await pilot.pause()
+        assert v.size.height == 2 and v.layouts == before + 1
+        for i in range(8):
+            v.verdict = short if i % 2 == 0 else long
+            await pilot.pause(0.1)
+            assert v.size.height == 2, i
+        assert v.layouts == before + 1
+        # one line for SHRINK_AFTER_S, the text unchanged: the line is given back
+        v.verdict = short
+        await pilot.pause(0.2)
+        assert v.size.height == 2
+        await pilot.pause(0.6)
+        assert v.layouts == before + 2 and v.size.height == 1
+        # longer than max-height: held at max-height
+        v.verdict = ("disk-read", "x " * 200)
+        await pilot.pause()
+        assert v.size.height == 2
 
 
 @pytest.mark.integration
