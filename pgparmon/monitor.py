@@ -317,8 +317,9 @@ class Monitor:
             # job finished
             if left or not tr.planned:
                 return Outcome("failed", self.died_note + full)
-            self._note(f"({self.died_note.replace(' died', '')} had exited before the others "
-                       "at the job's end: every item is done)")
+            pids = ", ".join(map(str, sorted(self.died)))
+            self._note(f"(worker process {pids} had exited before the others at the job's end: "
+                       "every item is done)")
         if left and tr.planned and readable is False and not full:
             return Outcome("ended", f"the job's processes are gone, but its outcome cannot be "
                                     f"seen: {self.target_dir} is not readable by this user and "

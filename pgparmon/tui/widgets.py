@@ -239,7 +239,7 @@ class AutoHeight(Widget):
 
     def _relayout_if_taller_or_shorter(self) -> None:
         lines = self._text_lines()
-        if lines < self._held and lines >= 0:
+        if 0 <= lines < self._held:
             if self._shrink_timer is None:
                 self._shrink_timer = self.set_timer(self.SHRINK_AFTER_S, self._shrink)
             self.refresh()
