@@ -97,7 +97,7 @@ class Advice:
             "dominant": self.dominant,
             "basis": self.basis,
             "confidence": self.confidence,
-            "fit": self.evidence.fit.to_json(),
+            "fit": fit_json(self.evidence),
             "evidence_note": self.evidence.note,
             "probe": _redacted_probe(self.probe),
             "inventory": self.inventory.to_json() if self.inventory else None,
@@ -109,6 +109,17 @@ class Advice:
             "notes": [redact_text(s) for s in self.notes],
             "command": redact_text(self.command),
         }
+
+
+def fit_json(ev: Evidence) -> dict[str, Any]:
+    """The fit, with the resource bounds it is held under (`ceilings`) and
+    whether it is followed past its range up to them (`past_range`: then
+    `valid_up_to_jobs` is null, the ceilings decide)."""
+    out = {**ev.fit.to_json(), "ceilings": [c.to_json() for c in ev.ceilings],
+           "past_range": ev.extend}
+    if ev.extend:
+        out["valid_up_to_jobs"] = None
+    return out
 
 
 def _redacted_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -205,7 +216,8 @@ def advise(req: Request) -> Advice:
     probe_json: dict[str, Any] | None = None
     static = predict.static_evidence(req.kind, cores, req.compression, local or req.conn is None)
     if req.probe:
-        ev, probe_json = probe_evidence(req, inv, facts, static, max_jobs, notes, warnings)
+        ev, probe_json = probe_evidence(req, inv, facts, static, max_jobs, notes, warnings,
+                                        settings)
     if ev is None and req.history:
         ev = history_evidence(req, notes)
     if ev is None and req.timings:
@@ -226,7 +238,7 @@ def advise(req: Request) -> Advice:
     if req.kind == "restore" and inv is not None and ev.basis == "probe" and spb:
         # the probe timed an index build: express builds in the streams' work
         # units (seconds per byte x bytes per second of one stream)
-        factor = float(spb) * ev.fit.throughput(1)
+        factor = float(spb) * ev.throughput(1)
         on = ((probe_json or {}).get("build") or {}).get("table")
         inv = inv.with_index_factor(factor, on)
         per_row = " at its rows' width (builds follow rows)" if on and inv.rows.get(on) else ""
@@ -244,7 +256,7 @@ def advise(req: Request) -> Advice:
         # measured elsewhere, perhaps on a bigger machine: the sweep's own range
         limit = ev.fit.limit_n
     else:
-        limit = min(max_jobs, ev.fit.limit_n)
+        limit = min(max_jobs, ev.limit_n or max_jobs)
     jobs = list(range(1, max(1, limit) + 1))
     items = inv.items if inv is not None and inv.items else None
     labels = {it.key: it.label or it.key for it in items} if items else {}
@@ -297,7 +309,7 @@ def advise(req: Request) -> Advice:
                     "through a pooler or proxy), or give it no more jobs than "
                     f"{max(1, chk.max_jobs)}"))
 
-    choice = predict.choose(preds, ev.cpu_per_gb, caps)
+    choice = predict.choose(preds, ev.cpu_per_gb, caps, extrapolated_ok=ev.extend)
     rec = choice.recommended
     rec_pred = next(p for p in preds if p.jobs == rec)
     dom = predict.dominant(items or [], ev, rec_pred, labels) if items else None
@@ -348,6 +360,8 @@ def advise(req: Request) -> Advice:
     why = _why(ev, choice, preds, dom)
     lb = rec_pred.lower_bound_s
     confidence = _confidence(ev)
+    if rec_pred.extrapolated and confidence == "high":
+        confidence = "medium"  # the recommendation rests on extrapolation (`why` says so)
     command = _command(req, rec, sections=in_sections)
     return Advice(kind=req.kind, recommended=rec, fastest=choice.fastest, predictions=preds,
                   lower_bound_s=lb, basis=ev.basis, confidence=confidence, warnings=warnings,
@@ -406,6 +420,15 @@ def _why(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
     if choice.efficient is not None and choice.efficient < choice.knee:
         out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
                    f"{100 * (predict.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
+    rec = by[choice.recommended]
+    if rec.extrapolated:
+        top = ev.fit.max_n
+        gain = ev.throughput(top) / ev.throughput(max(1.0, top / 2)) - 1 if top >= 2 else 0.0
+        ceil = ev.binding(choice.recommended) or next(iter(ev.ceilings), None)
+        out.append(f"-j {choice.recommended} rests on extrapolation past the largest count "
+                   f"measured ({top:g}): the curve still gained {100 * gain:.0f}% a doubling "
+                   "there; followed up to "
+                   + (f"{ceil.name} ({ceil.detail})" if ceil else "the host's limits"))
     for why in choice.capped_by:
         out.append(f"capped by {why}")
     if dom:

@@ -24,10 +24,20 @@ from ..views import fmt
 from . import predict, usl
 from .advice import Advice, _confidence, _why, conn_args
 from .checks import Caution, connection_cap, connection_warnings, server_facts
-from .evidence import PROBE_MAX_S, PROBE_MIN_S, PROBE_SHARE, calibrated_static, usable_cores
+from ..analyze.progress import DEFAULT_TEXT_RATIO
+from .evidence import (
+    bounded,
+    calibrated_static,
+    plan_seconds,
+    probe_budget,
+    probe_streams,
+    stream_plan_of,
+    usable_cores,
+)
 from .inventory import read_advise_facts, server_is_local, setting_bytes
 from .predict import Evidence, Prediction
 from .probe import ProbeError, qualified_name
+from .probe.walstep import WAL_PER_HEAP
 from .probe.copyload import (
     CopyFile,
     CopyInputError,
@@ -129,9 +139,9 @@ def copy_limits(res: Any, cores: int, indexes: int) -> tuple[str, str | None]:
 def copy_predictions(ev: Evidence, data_bytes: float, jobs: list[int]) -> list[Prediction]:
     out = []
     for j in jobs:
-        wall = data_bytes / max(ev.fit.throughput(j), 1e-9)
+        wall = data_bytes / max(ev.throughput(j), 1e-9)
         extrap = ev.basis != "static" and j > ev.fit.max_n + 1e-9
-        out.append(Prediction(j, wall, predict._curve_bottleneck(ev, j), wall, 0.0, None, None,
+        out.append(Prediction(j, wall, predict.curve_bottleneck(ev, j), wall, 0.0, None, None,
                               extrap))
     return out
 
@@ -173,19 +183,16 @@ def advise_copy(req: Request) -> Advice:
     ev: Evidence | None = None
     probe_json: dict[str, Any] | None = None
     if req.probe or req.probe_seconds is not None:
-        half = max(1, min(max_jobs, int(cores * COPY_CORE_SHARE)))
-        guess = data / static.fit.throughput(half)
-        budget = (float(req.probe_seconds) if req.probe_seconds is not None
-                  else min(PROBE_MAX_S, PROBE_SHARE * guess))
-        if budget < PROBE_MIN_S and req.probe_seconds is None:
-            warnings.append(Caution("probe_skipped",
-                                    f"the load is predicted at about {fmt.duration(guess)}: a "
-                                    f"probe within 3% of that ({budget:.1f} s) cannot measure "
-                                    "anything; give --probe-seconds N to probe anyway"))
+        streams = probe_streams(max_jobs)
+        guess = data / static.throughput(1)
+        wal_counts = len(stream_plan_of(streams)) if table.logged else 0
+        budget, skip = probe_budget(req, guess, plan_seconds(streams, wal_counts))
+        if skip is not None:
+            warnings.append(Caution("probe_skipped", skip))
         else:
             try:
-                res = run_copy_probe(req.conn, cf, table, budget_s=budget,
-                                     max_streams=max(1, min(max_jobs, 16)))
+                res = run_copy_probe(req.conn, cf, table, budget_s=budget, max_streams=streams,
+                                     max_wal_size=setting_bytes(settings, "max_wal_size"))
             except CopyInputError as exc:
                 raise AdviseError(str(exc)) from None
             except ProbeError as exc:
@@ -204,6 +211,9 @@ def advise_copy(req: Request) -> Advice:
                     ev = predict.points_evidence("probe", pts, limit=neck,
                                                  per_stream_limit=per_stream, cpu_per_gb=cpu,
                                                  detail={"probe": probe_json})
+                    # work units are the file's bytes: WAL a byte of file is the
+                    # WAL a heap byte over the heap bytes a byte of COPY text makes
+                    ev = bounded(ev, res, cores, WAL_PER_HEAP / DEFAULT_TEXT_RATIO)
                     if ev.fit.n_points < 2:
                         ev = calibrated_static(ev, static)
                         notes.append(ev.note)
@@ -213,14 +223,15 @@ def advise_copy(req: Request) -> Advice:
                                          f"from {cores} cores and a typical COPY rate; "
                                          "--probe-seconds N measures this system"))
 
-    limit = max_jobs if ev.basis == "static" else min(max_jobs, ev.fit.limit_n)
+    limit = max_jobs if ev.basis == "static" else min(max_jobs, ev.limit_n or max_jobs)
     jobs = list(range(1, max(1, limit) + 1))
     preds = copy_predictions(ev, data, jobs)
     caps = dict(connection_cap("copy", afacts))
-    choice = predict.choose(preds, ev.cpu_per_gb, caps)
+    choice = predict.choose(preds, ev.cpu_per_gb, caps, extrapolated_ok=ev.extend)
     rec = choice.recommended
     warnings += connection_warnings("copy", afacts, choice)
-    warnings += copy_warnings(table, settings, data, facts.version_num)
+    warnings += copy_warnings(table, settings, data, facts.version_num,
+                              bool(probe_json and probe_json.get("wal")))
 
     why = _why(ev, choice, preds, None)
     why = [re.sub(r"-j (\d+)", r"\1 stream(s)", w) for w in why]
@@ -236,7 +247,9 @@ def advise_copy(req: Request) -> Advice:
         "table_rows": table.rows, "logged": table.logged, "indexes": len(table.indexes),
         "index_maintenance": (("measured" if ev.basis == "probe" else "not measured")
                               if table.indexes else "none"),
-        "wal": "not measured (the probe's table is unlogged)" if table.logged else "none",
+        "wal": (("measured apart (the WAL step)" if probe_json and probe_json.get("wal")
+                 else "not measured (the probe's table is unlogged)")
+                if table.logged else "none"),
     }
     if cf.multiline:
         notes.append("some records hold newlines (quoted): the command's line-based split "
@@ -253,9 +266,15 @@ def advise_copy(req: Request) -> Advice:
 
 
 def copy_warnings(table: TargetTable, settings: dict[str, Any], data: float,
-                  version_num: int | None) -> list[Caution]:
+                  version_num: int | None, wal_measured: bool = False) -> list[Caution]:
     out: list[Caution] = []
-    if table.logged:
+    if table.logged and wal_measured:
+        out.append(Caution("wal", f"{table.name} is a logged table: the load writes WAL for "
+                                  "every row and index entry, which the probe's unlogged "
+                                  "scratch table did not; the WAL's ceiling was measured apart "
+                                  "and bounds the predictions, but each stream's own cost of "
+                                  "writing it is not in them"))
+    elif table.logged:
         out.append(Caution("wal", f"{table.name} is a logged table: the load writes WAL for "
                                   "every row and index entry, which the probe's unlogged "
                                   "scratch table did not; where WAL writes are slow the load "

@@ -4,6 +4,7 @@ static model's shape scaled to a single measured job count."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -12,15 +13,22 @@ from ..readers.db import ServerFacts
 from ..views import fmt
 from . import predict, usl
 from .checks import Caution
-from .inventory import Inventory
-from .predict import Evidence
+from .inventory import Inventory, setting_bytes
+from .predict import Ceiling, Evidence
+from .probe.walstep import WAL_PER_HEAP
 from .request import AdviseError, Request
 
-# docs/advise.md: a probe costs at most 3% of the predicted run, and never more
-# than a minute; under this many seconds it cannot measure a curve.
+# docs/advise.md: a probe costs 3% of the predicted run at -j 1, at least what
+# its plan of steps needs and at most a minute; it is not run when its plan
+# alone takes more than half of that run.
 PROBE_SHARE = 0.03
 PROBE_MAX_S = 60.0
-PROBE_MIN_S = 4.0
+PROBE_RUN_SHARE = 0.5
+MAX_PROBE_STREAMS = 64
+# the last doubling the probe measured gained at least this much (of the
+# ideal 100%): the curve is still close to linear there, and may be followed
+# past the fit's range up to a measured resource bound
+LINEAR_GAIN = 0.7
 
 
 def usable_cores() -> int:
@@ -52,16 +60,45 @@ def history_evidence(req: Request, notes: list[str]) -> Evidence | None:
 # ----------------------------------------------------------- the probe
 
 
-def probe_budget(req: Request, static_pred: float) -> tuple[float, bool]:
-    """(seconds, forced): --probe-seconds, else 3% of the predicted run capped
-    at a minute."""
+def plan_seconds(max_streams: int, wal_counts: int = 0) -> float:
+    """What a probe of up to max_streams streams needs at the least: its
+    warm-up and each planned step (1, 2, 4, ... and a point between two) at
+    its shortest, and the WAL steps (restore and COPY probes)."""
+    from .probe.plan import MIN_STEP_S, RANGES_PER_STEP, stream_plan
+    from .probe.steps import STEP_OVERHEAD_S
+    from .probe.walstep import STEP_OVERHEAD_S as WAL_OVERHEAD_S
+    from .probe.walstep import STEP_S as WAL_STEP_S
+
+    steps = len(stream_plan(max_streams)) + (1 if max_streams >= 3 else 0)
+    step_s = MIN_STEP_S * (1 + 2 / RANGES_PER_STEP) + STEP_OVERHEAD_S
+    return 1.0 + steps * step_s + wal_counts * (WAL_STEP_S + WAL_OVERHEAD_S)
+
+
+def probe_budget(req: Request, guess_j1: float, need_s: float) -> tuple[float, str | None]:
+    """(seconds, why not): --probe-seconds as given; else 3% of the predicted
+    run at -j 1, at least what the probe's plan needs (need_s) and at most a
+    minute.  Not run (why not: a sentence) when the plan alone would take
+    more than half of that run: probing it would cost about what running it
+    does (run it at a few -j and give --from-timings instead)."""
     if req.probe_seconds is not None:
-        return float(req.probe_seconds), True
-    return min(PROBE_MAX_S, PROBE_SHARE * static_pred), False
+        return float(req.probe_seconds), None
+    if need_s > PROBE_RUN_SHARE * guess_j1:
+        return 0.0, (f"the whole {req.kind} at -j 1 is predicted at about "
+                     f"{fmt.duration(guess_j1)}: the probe's steps would take about "
+                     f"{need_s:.0f} s, more than half of that; give --probe-seconds N to probe "
+                     "anyway")
+    return min(PROBE_MAX_S, max(PROBE_SHARE * guess_j1, need_s)), None
+
+
+def probe_streams(max_jobs: int) -> int:
+    """The most streams a probe tries: up to --max-jobs, twice the cores, and
+    MAX_PROBE_STREAMS."""
+    return max(1, min(max_jobs, 2 * usable_cores(), MAX_PROBE_STREAMS))
 
 
 def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | None,
-                   static: Evidence, max_jobs: int, notes: list[str], warnings: list[Caution]
+                   static: Evidence, max_jobs: int, notes: list[str], warnings: list[Caution],
+                   settings: dict[str, Any] | None = None
                    ) -> tuple[Evidence | None, dict[str, Any] | None]:
     if req.conn is None or facts is None or inv is None:
         raise AdviseError("--probe needs the server: give -d DB (and -h/-p/-U as for psql)")
@@ -69,14 +106,12 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
         notes.append("nothing to probe: no table data")
         return None, None
     items = inv.items
-    guess = predict.predict(static, items, [max(1, min(max_jobs, usable_cores()))])[0].wall_s
-    budget, forced = probe_budget(req, guess)
-    if budget < PROBE_MIN_S and not forced:
-        warnings.append(Caution("probe_skipped",
-                                f"the whole {req.kind} is predicted at about "
-                                f"{fmt.duration(guess)}: a probe within 3% of that "
-                                f"({budget:.1f} s) cannot measure anything; give "
-                                "--probe-seconds N to probe anyway"))
+    streams = probe_streams(max_jobs)
+    wal_counts = len(stream_plan_of(streams)) if req.kind == "restore" else 0
+    guess = predict.predict(static, items, [1])[0].wall_s
+    budget, skip = probe_budget(req, guess, plan_seconds(streams, wal_counts))
+    if skip is not None:
+        warnings.append(Caution("probe_skipped", skip))
         return None, None
     biggest = max((t.heap_bytes for t in inv.tables), default=0.0)
     if req.kind == "restore" and biggest < SMALL_FILE_HEAP:
@@ -89,14 +124,13 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
         return None, None
     from . import probe as probe_mod
 
-    streams = max(1, min(max_jobs, 2 * usable_cores(), 16))
     try:
         if req.kind == "dump":
             assert req.target_dir
             tables = [probe_mod.ProbeTable(name=t.name, schema=t.schema, relname=t.relname,
                                            relpages=t.relpages - t.toast_pages,
                                            toast_pages=t.toast_pages)
-                      for t in inv.tables if t.relpages - t.toast_pages > 0][:8]
+                      for t in inv.tables if t.relpages - t.toast_pages > 0]
             if not tables:
                 notes.append("no table with pages to probe (run ANALYZE)")
                 return None, None
@@ -114,7 +148,8 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
                 return None, None
             assert req.archive
             res = runner(req.conn, req.archive, budget_s=budget, max_streams=streams,
-                         server_version_num=facts.version_num)
+                         server_version_num=facts.version_num,
+                         max_wal_size=setting_bytes(settings or {}, "max_wal_size"))
     except probe_mod.ProbeError as exc:
         warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
         return None, None
@@ -137,7 +172,7 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
         pj["storage_detail"] = detail
     ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": pj})
-    return ev, pj
+    return bounded(ev, res, usable_cores(), WAL_PER_HEAP), pj
 
 
 # A restore probe loads whole files up to its range size: with no data file
@@ -206,3 +241,76 @@ def calibrated_static(ev: Evidence, static: Evidence) -> Evidence:
                     per_stream_limit=ev.per_stream_limit or static.per_stream_limit,
                     note=f"only {k0:g} concurrent job(s) seen: the rate is measured, the "
                          "scaling with -j is the static guess", detail=ev.detail)
+
+
+# ------------------------------------------------------ resource bounds
+
+
+def stream_plan_of(max_streams: int) -> list[int]:
+    from .probe.plan import stream_plan
+
+    return stream_plan(max_streams)
+
+
+def cpu_ceiling(res: Any, cores: int) -> tuple[Ceiling | None, bool]:
+    """(the host's CPU as a bound on throughput, whether the server's CPU
+    is in it).  From the step with the fewest streams (one stream alone,
+    nothing contending): its client CPU per work unit (the real tool's when
+    the probe's own client differs: `ProbeResult.client_s_per_byte`) plus
+    its backends' when the server is on this host; the cores divided by
+    that.  At least what a step measured: a measurement beats the bound."""
+    pts = sorted((p for p in res.points if p.heap_bytes > 0), key=lambda p: p.streams)
+    if not pts:
+        return None, False
+    p = pts[0]
+    client = res.client_s_per_byte if res.client_s_per_byte else p.client_cpu_s / p.heap_bytes
+    server = None if p.server_cpu_s is None else p.server_cpu_s / p.heap_bytes
+    per = client + (server or 0.0)
+    if per <= 0:
+        return None, False
+    best = max(q.bytes_per_s for q in res.points)
+    x = max(cores / per, best)
+    if server is None:
+        detail = (f"{cores} cores / {per * GB_S:.1f} s of the client's CPU per GB; "
+                  "the server's CPU not measured")
+        return Ceiling("this host's CPU (the client's)", ((1, x),), detail), False
+    detail = (f"{cores} cores / {per * GB_S:.1f} s of CPU per GB (client "
+              f"{client * GB_S:.1f}, server {server * GB_S:.1f}) = {fmt.rate(x)}")
+    return Ceiling("host CPU", ((1, x),), detail), True
+
+
+GB_S = 1e9  # CPU seconds per byte -> per GB
+
+
+def wal_ceiling(res: Any, wal_per_unit: float) -> Ceiling | None:
+    """The WAL the server wrote and flushed with k sessions (the probe's WAL
+    step), over the WAL a work unit of the job writes."""
+    pts = [(w.streams, w.bytes_per_s / wal_per_unit) for w in res.wal if w.bytes_per_s > 0]
+    if not pts:
+        return None
+    top = max(res.wal, key=lambda w: w.streams)
+    detail = (f"the server wrote {fmt.rate(top.bytes_per_s)} of WAL with {top.streams} "
+              f"session{'s' if top.streams > 1 else ''}; about {wal_per_unit:.2f} B of WAL "
+              "a byte")
+    return Ceiling("WAL writes and flushes", tuple(pts), detail)
+
+
+def bounded(ev: Evidence, res: Any, cores: int, wal_per_unit: float) -> Evidence:
+    """The probe's curve with the resource bounds it measured: the host's
+    CPU and the WAL.  The curve is followed past its fitted range (twice the
+    largest count measured) when it was still nearly linear where the steps
+    end (LINEAR_GAIN) and the whole host's CPU bounds it (the server's
+    included: it runs here); else it is held flat there, as before."""
+    ceilings: list[Ceiling] = []
+    cpu, whole = cpu_ceiling(res, cores)
+    if cpu is not None:
+        ceilings.append(cpu)
+    wal = wal_ceiling(res, wal_per_unit)
+    if wal is not None:
+        ceilings.append(wal)
+    f = ev.fit
+    top = f.max_n
+    linear = (top >= 2 and f.n_points >= 2
+              and doubling_gain(top / 2, f.unbounded(top / 2), top, f.unbounded(top))
+              >= LINEAR_GAIN)
+    return dataclasses.replace(ev, ceilings=ceilings, extend=bool(whole and linear))

@@ -96,9 +96,41 @@ class Compression:
         return {"gzip": 0.45, "lz4": 0.6, "zstd": 0.4, "none": 0.9}[self.method]
 
 
+@dataclass(frozen=True)
+class Ceiling:
+    """A resource's bound on the total throughput (work units per second),
+    from what the probe measured: the host's CPU (its cores over the CPU a
+    stream spends per byte), the WAL (what the server's WAL took with k
+    writers, over the WAL a byte of the job writes).  points: (k, bound) as
+    measured; linear between them, the nearest end's value outside."""
+
+    name: str  # what a DBA would call it: "host CPU", "WAL writes and flushes"
+    points: tuple[tuple[int, float], ...]
+    detail: str  # how it was found, with its figures
+
+    def at(self, k: float) -> float:
+        pts = sorted(self.points)
+        if k <= pts[0][0]:
+            return pts[0][1]
+        for (a, xa), (b, xb) in itertools.pairwise(pts):
+            if a <= k <= b:
+                return xa + (xb - xa) * (k - a) / (b - a)
+        return pts[-1][1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "detail": self.detail,
+                "points": [{"jobs": k, "bytes_per_s": round(x)} for k, x in sorted(self.points)]}
+
+
 @dataclass
 class Evidence:
-    """A throughput curve and where it came from."""
+    """A throughput curve and where it came from.
+
+    ceilings bound the curve everywhere; extend: the curve was still nearly
+    linear at the largest count measured and a ceiling is known, so beyond
+    the fit's own range (twice that count) the curve is followed up to the
+    ceilings instead of being held flat (predictions there stay marked
+    extrapolated, and a recommendation that rests on one says so)."""
 
     basis: str  # probe | history | timings | static
     fit: usl.Fit
@@ -111,9 +143,33 @@ class Evidence:
     timings: dict[int, float] | None = None  # basis "timings": measured wall times
     note: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    ceilings: list[Ceiling] = field(default_factory=list)
+    extend: bool = False
+
+    def throughput(self, k: float) -> float:
+        """X(k): the fitted curve (followed past its range when `extend`),
+        under every ceiling that applies at k."""
+        if k <= 0:
+            return 0.0
+        x = self.fit.unbounded(k) if self.extend else self.fit.throughput(k)
+        for c in self.ceilings:
+            x = min(x, c.at(k))
+        return x
 
     def rate(self, k: int) -> float:
-        return self.fit.rate(k)
+        return self.throughput(k) / k
+
+    def binding(self, k: int) -> Ceiling | None:
+        """The ceiling that sets X(k), if one does (within 1%)."""
+        raw = self.fit.unbounded(k) if self.extend else self.fit.throughput(k)
+        bound = [(c.at(k), c.name, c) for c in self.ceilings if c.at(k) <= raw * 1.01]
+        return min(bound)[2] if bound else None
+
+    @property
+    def limit_n(self) -> int | None:
+        """The largest j the evidence speaks for: the fit's range, or no limit
+        of its own when it is followed up to the ceilings (None)."""
+        return None if self.extend else self.fit.limit_n
 
 
 @dataclass(frozen=True)
@@ -181,12 +237,12 @@ def points_evidence(basis: str, points: Sequence[tuple[float, float]], *, limit:
                     detail=dict(detail or {}))
 
 
-def _flat_at(fit: usl.Fit, j: int) -> bool:
+def _flat_at(ev: Evidence, j: int) -> bool:
     """Adding the j-th stream gains less than FLAT_GAIN of one stream."""
     if j <= 1:
         return False
-    x1 = fit.throughput(1)
-    return fit.throughput(j) - fit.throughput(j - 1) < FLAT_GAIN * x1
+    x1 = ev.throughput(1)
+    return ev.throughput(j) - ev.throughput(j - 1) < FLAT_GAIN * x1
 
 
 @dataclass(frozen=True)
@@ -256,9 +312,9 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
         serial = cost.serial_at(j) if cost is not None else 0.0
         extrap = ev.basis != "static" and j > ev.fit.max_n + 1e-9
         if ev.basis == "timings" or not items:
-            wall = 1.0 / ev.fit.throughput(j)
+            wall = 1.0 / ev.throughput(j)
             measured = (ev.timings or {}).get(j)
-            neck = _curve_bottleneck(ev, j)
+            neck = curve_bottleneck(ev, j)
             out.append(Prediction(j, wall, neck, None, None, None, measured, extrap))
             continue
         sched = simulate(list(items), j, ev.rate)
@@ -270,7 +326,7 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
         if big is not None and j > 1 and alone >= DOMINANT_SHARE * sched.makespan:
             neck = f"largest table ({labels.get(big.key, big.label or big.key)})"
         else:
-            neck = _curve_bottleneck(ev, j)
+            neck = curve_bottleneck(ev, j)
         if serial > 0.5 * (serial + sched.makespan) and j > 1:
             neck = "the serial per-object phase (more jobs cannot shorten it)"
         out.append(Prediction(j, serial + sched.makespan, neck, lb + serial, sched.tail_s,
@@ -279,12 +335,18 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
     return out
 
 
-def _curve_bottleneck(ev: Evidence, j: int) -> str:
+def curve_bottleneck(ev: Evidence, j: int) -> str:
+    """What limits j streams, from the curve: a ceiling that binds, the
+    contention past a peak, the resource named by the evidence where the
+    curve is flat, else the job count."""
     fit = ev.fit
     peak = fit.peak_n
+    ceil = ev.binding(j)
+    if ceil is not None and _flat_at(ev, j):
+        return f"{ceil.name} ({ceil.detail})"
     if fit.model == "usl" and fit.kappa > 0 and peak is not None and j > peak + 0.5:
         return f"contention past the peak (~{peak:.0f} jobs): {ev.limit}"
-    if _flat_at(fit, j):
+    if _flat_at(ev, j):
         return ev.limit
     if j == 1:
         return f"one job ({ev.per_stream_limit})" if ev.per_stream_limit else "one job"
@@ -315,11 +377,14 @@ def _interp(d: dict[int, float], j: int) -> float | None:
 
 
 def choose(preds: Sequence[Prediction], cpu_per_gb: dict[int, float],
-           caps: dict[str, int]) -> Choice:
+           caps: dict[str, int], extrapolated_ok: bool = False) -> Choice:
     """the rule of docs/advise.md: min(j_knee, j_eff), then the caps (each a reason
-    and the largest j it allows). Extrapolated predictions are shown, never
-    chosen: a j beyond the evidence is a guess about the one thing measured."""
-    preds = [p for p in preds if not p.extrapolated] or list(preds)
+    and the largest j it allows). Extrapolated predictions are shown, not
+    chosen (a j beyond the evidence is a guess about the one thing measured),
+    unless extrapolated_ok: the curve was still linear where the measurements
+    end and a measured resource bounds it (Evidence.extend)."""
+    if not extrapolated_ok:
+        preds = [p for p in preds if not p.extrapolated] or list(preds)
     if not preds:
         raise ValueError("no predictions to choose from")
     best = min(preds, key=lambda p: (p.wall_s, p.jobs))

@@ -54,6 +54,12 @@ class Fit:
     n_points: int = 0  # distinct stream counts measured
     note: str = ""  # why this model was chosen
 
+    def unbounded(self, n: float) -> float:
+        """X(n) from the curve itself, however far n lies beyond the points
+        (`throughput` holds it flat past limit_n; the advice follows it further
+        only up to a measured resource bound, see predict.Evidence)."""
+        return self._raw(n)
+
     def _raw(self, n: float) -> float:
         if self.model == "usl":
             return self.lam * n / (1.0 + self.sigma * (n - 1.0) + self.kappa * n * (n - 1.0))

@@ -29,12 +29,13 @@ from typing import Any
 import psycopg
 
 from ...connect import ConnTarget, connect
-from .plan import check_args, cpu_note, probe_device, run_steps
+from .plan import CLEANUP_RESERVE_S, check_args, cpu_note, probe_device, run_steps
 from .psql import checked_psql, is_local_host, psql_env
 from .restore_ranges import index_on_temp
 from .results import ProbeError, ProbeResult, qualified_name
 from .steps import StepRunner
 from .streams import Range, Stream
+from .walstep import WalPoint, measure_wal, wal_reserve
 
 SCRATCH_PREFIX = "pgparmon_probe_"
 # The head of the file that is checked (and its records counted) up front.
@@ -268,11 +269,14 @@ def scratch_name() -> str:
 
 
 def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
-                   budget_s: float, max_streams: int) -> ProbeResult:
+                   budget_s: float, max_streams: int,
+                   max_wal_size: float | None = None) -> ProbeResult:
     """Measure X(k) (file bytes per second, all streams) of k parallel COPY
     FROM streams of cf into a scratch clone of `table`, within budget_s
     seconds.  The scratch table (and its indexes) is dropped at the end,
-    whatever happened; the target table is only read (LIKE)."""
+    whatever happened; the target table is only read (LIKE).  The scratch
+    table is unlogged: when `table` is logged (and the budget allows), the
+    WAL's own ceiling is measured after the steps (`walstep`)."""
     t_start = time.monotonic()
     check_args(budget_s, max_streams)
     psql = checked_psql()
@@ -288,6 +292,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     conn = connect(target)
     created = False
     done = False
+    wal: list[WalPoint] = []
     scratch_dir: str | None = None
     source: CopySource | None = None
     try:
@@ -312,7 +317,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
         if table.indexes:
             notes.append(f"index maintenance measured: the scratch table has {built} of the "
                          f"table's {len(table.indexes)} index(es) (none unique)")
-        notes.append("the scratch table is unlogged: the load's WAL is not measured")
+        notes.append("the scratch table is unlogged: the load's own WAL is not in the steps")
         try:
             scratch_dir = tempfile.mkdtemp(prefix="pgparmon-copy-probe-")
             link = "input.dat"
@@ -329,7 +334,11 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                             device=device, local=is_local_host(env.get("PGHOST")),
                             connect_timeout_s=float(target.connect_timeout_s),
                             before_step=empty)
-        points = run_steps(runner, scratch_dir, notes, t_start, budget_s, max_streams)
+        wal_s = wal_reserve(budget_s, max_streams) if table.logged else 0.0
+        points = run_steps(runner, scratch_dir, notes, t_start, budget_s - wal_s, max_streams)
+        if wal_s > 0 and points:
+            wal = measure_wal(target, [p.streams for p in points],
+                              t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)
         if source.reused:
             notes.append("the file was loaded more than once (it is small): the page cache "
                          "helped the reads")
@@ -352,7 +361,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
         finally:
             conn.close()
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
-                       compression="none", ratio=None, device=device, notes=notes)
+                       compression="none", ratio=None, device=device, notes=notes, wal=wal)
 
 
 def drop_scratch(conn: psycopg.Connection[Any], scratch_sql: str) -> None:

@@ -51,6 +51,12 @@ class BlockRanges:
     def total_pages(self) -> int:
         return sum(t.relpages for t in self.tables)
 
+    @property
+    def fresh_bytes_per_block(self) -> list[tuple[int, float]]:
+        """(blocks not handed out yet, work units a block) of each table."""
+        return [(t.relpages - pos, t.toast_factor) for t, pos in zip(self.tables, self.pos,
+                                                                         strict=True)]
+
     def take(self, pages: int) -> tuple[ProbeTable, int, int]:
         if self.i >= len(self.tables):
             self.i, self.pos, self.reused = 0, [0] * len(self.tables), True
@@ -82,6 +88,13 @@ class DumpSource:
     @property
     def reused(self) -> bool:
         return self.blocks.reused
+
+    @property
+    def fresh_bytes(self) -> float | None:
+        """Work units not read yet (None once the ranges started over)."""
+        if self.blocks.reused:
+            return None
+        return sum(n * self.block_size * f for n, f in self.blocks.fresh_bytes_per_block)
 
     def take(self, s: Stream, want_bytes: float) -> Range:
         pages = max(MIN_RANGE_PAGES, int(want_bytes / self.block_size))
@@ -138,12 +151,30 @@ def run_probe(target: ConnTarget, tables: list[ProbeTable], target_dir: str, *,
             waits.close()
     heap = sum(p.heap_bytes for p in points)
     ratio = sum(p.out_bytes for p in points) / heap if heap > 0 else None
-    if source.reused:
-        again = [str(p.streams) for p in points if p.reread]
-        notes.append(f"the tables hold only {fmt.size(source.blocks.total_pages * block_size)} of "
-                     "heap: ranges were read more than once, so the cache helped"
-                     + (f" (the steps at {', '.join(again)} streams re-read the probe's own "
-                        "pages: left out of the fit while two others remain)" if again else ""))
     cpu_note(probe, points, notes)
-    return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
-                       compression=comp.label, ratio=ratio, device=device, notes=notes)
+    res = ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
+                      compression=comp.label, ratio=ratio, device=device, notes=notes)
+    if source.reused:
+        notes.append(reread_note(source, block_size, res))
+    return res
+
+
+def reread_note(source: DumpSource, block_size: int, res: ProbeResult) -> str:
+    """What re-reading meant: how much there was to read, which steps read
+    pages again, and whether they count."""
+    tables = source.blocks.tables
+    total = sum(t.relpages * t.toast_factor for t in tables) * block_size
+    read = sum(p.heap_bytes for p in res.points)
+    again = [str(p.streams) for p in res.points if p.reread]
+    what = (f"the {len(tables)} table{'s' if len(tables) > 1 else ''} with pages hold "
+            f"{fmt.size(total)} of heap and the probe read {fmt.size(read)}: ranges were read "
+            "more than once")
+    if not again:
+        return what
+    steps = f"the steps at {', '.join(again)} streams re-read the probe's own pages"
+    if res.rereads_kept():
+        return (f"{what}; {steps}: kept in the fit, the steps that read fresh pages never "
+                "waited on the storage (a real run on this host reads them as fast)")
+    return (f"{what}, so the cache helped; {steps}: left out of the fit while two others "
+            "remain (the steps that read fresh pages waited on the storage, or their waits "
+            "were not sampled)")

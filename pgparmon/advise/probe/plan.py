@@ -121,19 +121,21 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
     repeated_one = False
     extra = 1 if max_streams >= 3 else 0  # room for a point between two doublings
 
-    def step(k: int, steps_left: int) -> ProbePoint | None:
+    def step(k: int, ks_left: list[int]) -> ProbePoint | None:
+        """k streams; ks_left: the stream counts still planned, this one first."""
         nonlocal per_stream
         avail = left()
         # a step lasts its time plus the ranges in flight at its end (a
         # range is about 1/RANGES_PER_STEP of it; allow for two)
         stretch = 1 + 2 / RANGES_PER_STEP
-        t_step = (avail / max(1, steps_left) - STEP_OVERHEAD_S) / stretch
+        t_step = (avail / max(1, len(ks_left)) - STEP_OVERHEAD_S) / stretch
         t_step = min(MAX_STEP_S, t_step)
         if t_step < MIN_STEP_S:
             # fewer steps will fit: each still long enough to be steady
             t_step = min(MIN_STEP_S, (avail - STEP_OVERHEAD_S) / stretch)
         if t_step < MIN_STEP_S / 2:
             return None
+        t_step = _fresh_step(t_step, fresh_bytes(probe), per_stream, ks_left)
         range_s = max(MIN_RANGE_S, t_step / RANGES_PER_STEP)
         try:
             p = probe.run_step(k, t_step, per_stream * range_s, deadline)
@@ -148,7 +150,7 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
     while i < len(plan):
         k = plan[i]
         # steps still planned: this one, the rest of the doublings, a midpoint
-        p = step(k, len(plan) - i + extra)
+        p = step(k, plan[i:] + midpoint(plan, i, extra))
         if p is None:
             if not doubling or k > doubling[-1]:
                 notes.append(f"the budget of {budget_s:g} s allowed up to "
@@ -161,7 +163,7 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
                     and p.bytes_per_s > SUPERLINEAR * prev.bytes_per_s):
                 # superlinear: k=1 was cold; measure it again, then go on
                 repeated_one = True
-                again = step(1, len(plan) - i + extra)
+                again = step(1, [1, *plan[i:], *midpoint(plan, i, extra)])
                 if again is not None:
                     notes.append(f"1 stream measured again: {fmt.rate(prev.bytes_per_s)} the "
                                  f"first time, then {fmt.rate(again.bytes_per_s)} (cold start)")
@@ -183,11 +185,38 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
         a, b = doubling[-2], doubling[-1]
         mid = (a + b) // 2
         if a < mid < b and mid not in points and (stopped or len(points) < 4):
-            p = step(mid, 1)
+            p = step(mid, [mid])
             if p is not None:
                 points[mid] = p
             elif not any("ran into the budget" in n for n in notes):
                 notes.append(f"no time left in the budget for the point at {mid} streams")
+
+
+def midpoint(plan: list[int], i: int, extra: int) -> list[int]:
+    """The point between the last two doublings the plan may still add (its
+    stream count as planned from step i on), or nothing."""
+    if not extra or len(plan) < 2:
+        return []
+    return [(plan[-2] + plan[-1]) // 2]
+
+
+def fresh_bytes(probe: StepRunner) -> float | None:
+    """Work units the probe's source has not read yet (None: not known, or
+    it ran out already)."""
+    v = getattr(getattr(probe, "source", None), "fresh_bytes", None)
+    return None if v is None else float(v)
+
+
+def _fresh_step(t_step: float, fresh: float | None, per_stream: float,
+                ks_left: list[int]) -> float:
+    """The step's time, shortened (to MIN_STEP_S at the least) so that the
+    steps still planned read pages no step has read yet: the steps with the
+    most streams read the most, and a step that re-reads the probe's own
+    pages measures the cache.  Unchanged when the data cannot last anyway."""
+    if fresh is None or per_stream <= 0 or not ks_left:
+        return t_step
+    t_fit = fresh / (per_stream * sum(ks_left) * (1 + 2 / RANGES_PER_STEP))
+    return min(t_step, max(MIN_STEP_S, t_fit))
 
 
 def _knee_again(points: dict[int, ProbePoint], doubling: list[int], notes: list[str],
@@ -209,7 +238,7 @@ def _knee_again(points: dict[int, ProbePoint], doubling: list[int], notes: list[
         return False
     if not STORAGE_GAIN <= _gain(plo, pa) < 2 * STORAGE_GAIN or plo.reread:
         return False
-    again = step(lo, 1)
+    again = step(lo, [lo])
     if again is None:
         return True  # no time left: nor for a midpoint
     what = f"{lo} stream{'s' if lo > 1 else ''}"

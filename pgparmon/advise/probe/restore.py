@@ -35,6 +35,7 @@ from .restore_ranges import DataFile, RestoreSource
 from .results import GB, ProbeError, ProbeResult
 from .steps import StepRunner
 from .streams import Stream
+from .walstep import measure_wal, wal_reserve
 
 # Decompressor per data file suffix (pg_dump -Fd: NNNN.dat[.gz|.lz4|.zst]).
 _DECOMPRESSORS = {".gz": "gzip", ".lz4": "lz4", ".zst": "zstd"}
@@ -133,7 +134,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
                       create_sql: dict[str, str] | None = None, *,
                       budget_s: float, max_streams: int, server_version_num: int,
                       text_ratio: float = DEFAULT_TEXT_RATIO,
-                      index_sql: Mapping[str, Sequence[str]] | None = None) -> ProbeResult:
+                      index_sql: Mapping[str, Sequence[str]] | None = None,
+                      max_wal_size: float | None = None) -> ProbeResult:
     """Measure X(k) of a restore's data phase within budget_s seconds: k
     sessions COPY FROM the archive's data files (through their decompressor)
     into temporary clones of the tables; and, after the warm-up, the time of
@@ -158,10 +160,13 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     outside the timed steps, under a statement_timeout of INDEX_SHARE of the
     budget, and only when INDEX_MIN_LEFT_S are left after the warm-up.
 
-    What it does not measure: WAL and the table's own writes (temporary
-    tables have neither; a real index build writes WAL); it measures parsing
-    and inserting, and decompression on the client.  The session is read-write
-    (temporary tables need that); nothing outside the session is touched."""
+    The temporary tables write no WAL: after the steps, when the budget
+    is WAL_MIN_BUDGET_S or more, the WAL's own ceiling is measured at the
+    stream counts the steps reached (`walstep.measure_wal`, ProbeResult.wal;
+    max_wal_size bounds its volume).  Not measured: the table's own writes
+    (a temporary table's pages stay local).  The sessions are read-write
+    (temporary tables need that); nothing outside them is touched but the
+    WAL the WAL step writes."""
     t_start = time.monotonic()
     del server_version_num  # COPY FROM works on any version; kept for symmetry
     if not isinstance(archive_dir, (str, os.PathLike)):
@@ -235,7 +240,11 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     # what pg_restore's own client would spend per byte (timed before the
     # steps, within the budget), to read the steps as pg_restore would
     client_real = pg_restore_client_cost(files, text_ratio)
-    points = run_steps(probe, scratch, notes, t_start, budget_s, max_streams, finale)
+    wal_s = wal_reserve(budget_s, max_streams)
+    points = run_steps(probe, scratch, notes, t_start, budget_s - wal_s, max_streams, finale)
+    wal = (measure_wal(target, [p.streams for p in points],
+                       t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)
+           if wal_s > 0 and points else [])
     if client_real is not None:
         raw = points
         points, factor = as_pg_restore(points, client_real)
@@ -266,7 +275,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
         notes.append("the archive's data files were read more than once (the archive is "
                      "small): the cache helped and the throughput may be optimistic")
     notes.append("restore probe: COPY into temporary tables (no WAL): parsing, inserting "
-                 "and decompression only")
+                 "and decompression" + ("; the WAL measured apart" if wal else
+                                        " only (the WAL not measured)"))
     if build_s_per_byte is not None and build is not None:
         notes.append(f"index build: {build['index']} on {fmt.size(build['heap_bytes'])} of "
                      f"{build['table']} in {build['seconds']:.3f} s "
@@ -275,4 +285,5 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     label = kinds.pop() if len(kinds) == 1 else "mixed"
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression=label, ratio=None, device=device, notes=notes,
-                       build_s_per_byte=build_s_per_byte, build=build)
+                       build_s_per_byte=build_s_per_byte, build=build,
+                       client_s_per_byte=client_real, wal=wal)

@@ -4,10 +4,13 @@ notes), the tables it may read (`ProbeTable`), and its error (`ProbeError`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 GB = 1e9
+# A step whose sessions waited on I/O in at most this share of the samples
+# did not wait on the storage: its pages came as fast as the streams took them
+CACHED_IO_SHARE = 0.1
 
 
 class ProbeError(Exception):
@@ -73,6 +76,8 @@ class ProbePoint:
     # the probe measured itself, before; None when the step was not changed
     probe_bytes_per_s: float | None = None
     probe_client_cpu_s: float | None = None
+    # of wall_s: the end of the step, every stream's output fsynced (at once)
+    sync_s: float | None = None
 
 
 @dataclass
@@ -88,16 +93,35 @@ class ProbeResult:
     # (one session, nothing else running); None when not measured
     build_s_per_byte: float | None = None
     build: dict[str, Any] | None = None  # what was built: table, index, heap_bytes, seconds
+    # the real tool's client CPU per work unit, where it differs from the
+    # probe's own client (the restore probe's: pg_restore's, timed on a sample)
+    client_s_per_byte: float | None = None
+    wal: list[Any] = field(default_factory=list)  # walstep.WalPoint: W(k)
 
     def fit_points(self) -> list[tuple[float, float]]:
-        """(streams, total heap bytes/s), fewest streams first: usl.fit's input.
-        Steps that re-read the probe's own pages are left out while two
-        others remain (a real run reads each page once)."""
+        """(streams, total heap bytes/s), fewest streams first: usl.fit's input
+        (`first_reads`)."""
         pts = self.first_reads()
         return [(float(p.streams), p.bytes_per_s) for p in pts]
 
+    def rereads_kept(self) -> bool:
+        """Whether the steps that re-read the probe's own pages count: the
+        steps that read fresh pages never waited on the storage (their pages
+        came from the cache or as fast as the streams took them, and a real
+        run on this host reads them so too).  A re-read is left out when a
+        fresh step waited on I/O, or when the waits were not sampled."""
+        fresh = [p for p in self.points if not p.reread]
+        return bool(fresh) and all(p.io_wait_share is not None
+                                   and p.io_wait_share <= CACHED_IO_SHARE for p in fresh)
+
     def first_reads(self) -> list[ProbePoint]:
+        """The steps to fit: every step when re-reads count (`rereads_kept`),
+        else those that read fresh pages while two remain (a real run reads
+        each page once: a re-read of pages the probe itself just cached
+        measures the cache, not the storage the run will read)."""
         pts = sorted(self.points, key=lambda p: p.streams)
+        if self.rereads_kept():
+            return pts
         fresh = [p for p in pts if not p.reread]
         return fresh if len(fresh) >= 2 else pts
 
@@ -116,6 +140,25 @@ class ProbeResult:
         cpu = p.client_cpu_s + (p.server_cpu_s or 0.0)
         return cpu / (p.heap_bytes / GB)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProbeResult:
+        """A pgparmon.probe/1 document read back (an advice's `probe`): the
+        fields it has, the rest at their defaults (an older document has no
+        `sync_s`, `client_s_per_byte` or `wal`)."""
+        from .walstep import WalPoint
+
+        names = {f.name for f in fields(ProbePoint)}
+        pts = [ProbePoint(**{k: v for k, v in p.items() if k in names})
+               for p in d.get("points") or []]
+        wal = [WalPoint(int(w["streams"]), float(w["wal_bytes"]), float(w["seconds"]))
+               for w in d.get("wal") or []]
+        return cls(points=pts, seconds=float(d.get("seconds") or 0.0),
+                   budget_s=float(d.get("budget_s") or 0.0),
+                   compression=str(d.get("compression") or ""), ratio=d.get("ratio"),
+                   device=d.get("device"), notes=list(d.get("notes") or []),
+                   build_s_per_byte=d.get("build_s_per_byte"), build=d.get("build"),
+                   client_s_per_byte=d.get("client_s_per_byte"), wal=wal)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "pgparmon.probe/1",
@@ -127,6 +170,8 @@ class ProbeResult:
             "notes": list(self.notes),
             "build_s_per_byte": self.build_s_per_byte,
             "build": None if self.build is None else dict(self.build),
+            "client_s_per_byte": self.client_s_per_byte,
+            "wal": [w.to_json() for w in self.wal],
             "points": [{k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in asdict(p).items()}
                        for p in sorted(self.points, key=lambda p: p.streams)],

@@ -11,6 +11,7 @@ import os
 import selectors
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,21 @@ from .streams import (
 # Fixed costs of one step besides its timed part: connecting k sessions,
 # closing them, fsync.
 STEP_OVERHEAD_S = 0.25
+
+
+def sync_all(paths: list[str], directory: str) -> None:
+    """fsync the step's files at once, then their directory.  One after the
+    other, k files cost k times the device's flush latency, a cost that grows
+    with the stream count and that a real run (its files written back while
+    it works, synced once at its end) does not pay per step: 8 files at the
+    46 ms await a 16-core host's disk showed in such a step are up to 0.4 s
+    of a 2.2 s step, which read 25% under the real pg_dump -j 8."""
+    if len(paths) > 1:
+        with ThreadPoolExecutor(max_workers=min(len(paths), 64)) as pool:
+            list(pool.map(fsync_path, paths))
+    elif paths:
+        fsync_path(paths[0])
+    fsync_path(directory, directory=True)
 
 
 class Aborted(Exception):
@@ -156,10 +172,8 @@ class StepRunner:
                         raise self._fail(sel, s)
                 if s.out is not None:
                     s.out.close()
-            for s in streams:
-                if s.path is not None:
-                    fsync_path(s.path)
-            fsync_path(self.scratch, directory=True)
+            t_sync = time.monotonic()
+            sync_all([s.path for s in streams if s.path is not None], self.scratch)
             t_final = time.monotonic()
             h1 = read_host([self.device] if self.device else [])
             cpu_after = children_cpu()
@@ -173,7 +187,8 @@ class StepRunner:
 
         p = self._point(k, streams, t0, t_final, h0, h1, cpu_after - cpu_before)
         return dataclasses.replace(p, reread=bool(getattr(self.source, "reused", False)),
-                                   io_wait_share=io_share)
+                                   io_wait_share=io_share,
+                                   sync_s=t_final - t_sync if self.comp is not None else None)
 
     def _point(self, k: int, streams: list[Stream], t0: float, t_final: float,
                h0: HostSample, h1: HostSample, client_cpu: float) -> ProbePoint:

@@ -1,0 +1,201 @@
+"""The WAL's own ceiling: how much WAL the server writes and flushes a second
+with k writers (`measure_wal`).
+
+A restore or a COPY load writes about as much WAL as it writes heap (a
+restore of tables with a primary key measured 1.01 bytes of WAL a heap byte
+on the project's VM, 0.98 on a 16-core host), and a COPY into a logged table
+flushes it often: its bulk-write ring of 16 MB hands back dirty buffers, and a
+buffer leaves the ring only once the WAL up to its change is flushed.  At a
+high job count the WAL, not the streams, can be the limit (a 16-core host
+restored 16 tables as fast at -j 16 as at -j 8).  The restore and COPY
+probes load temporary or unlogged tables, which write no WAL, so this step
+measures the WAL path on its own.
+
+Each of k sessions writes, in a loop, transactions of RING_BYTES of WAL in
+records of RECORD_BYTES (about one heap page each, as COPY's multi-insert
+records are) through ``pg_logical_emit_message(true, 'pgparmon-probe',
+...)``, and commits with ``synchronous_commit = local``: one flush per 16 MB
+a session, as the ring asks for it (no wait for a standby).  The messages
+touch no table and leave nothing behind but the WAL itself, which the
+archiver and any standby receive like any other (logical decoding plugins
+skip messages unless asked for them).  The rate is the WAL insert position's
+progress over the step, read by a monitor connection.  The sessions are
+the monitor's usual read-only ones (the function writes WAL, not data).
+
+A step stops at its time or once it wrote its share of the volume cap
+(a quarter of max_wal_size, at least WAL_MIN_CAP, over all steps): the
+probe should not force a checkpoint of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...connect import ConnectError, ConnTarget, connect
+from ...views import fmt
+
+RECORD_BYTES = 8000
+RING_BYTES = 16 << 20
+PREFIX = "pgparmon-probe"
+# how long one step lasts, and the part of it measured (after every session
+# has started writing)
+STEP_S = 0.6
+SETTLE_S = 0.15
+POLL_S = 0.05
+WAL_MIN_CAP = 256 << 20
+# WAL bytes a restore writes per heap byte it loads (its tables with their
+# primary keys; docs/advise.md "The WAL's ceiling")
+WAL_PER_HEAP = 1.0
+
+# the WAL steps run only within a budget of this much or more (a shorter
+# probe keeps its time for the load steps)
+WAL_MIN_BUDGET_S = 8.0
+# a WAL step's set-up besides its measured time: k sessions connected, stopped
+STEP_OVERHEAD_S = 0.4
+
+_LSN = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+_WRITE = ("SELECT count(pg_logical_emit_message(true, %s, repeat('x', %s))) "
+          "FROM generate_series(1, %s)")
+
+
+@dataclass(frozen=True)
+class WalPoint:
+    """k sessions writing WAL: wal_bytes inserted in seconds."""
+
+    streams: int
+    wal_bytes: float
+    seconds: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.wal_bytes / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"streams": self.streams, "wal_bytes": round(self.wal_bytes),
+                "seconds": round(self.seconds, 4), "bytes_per_s": round(self.bytes_per_s)}
+
+
+def wal_reserve(budget_s: float, max_streams: int) -> float:
+    """Seconds of a probe's budget kept for its WAL steps (one a stream
+    count of the plan), or 0 when the budget is too short for them."""
+    from .plan import stream_plan
+
+    if budget_s < WAL_MIN_BUDGET_S:
+        return 0.0
+    return len(stream_plan(max_streams)) * (STEP_S + STEP_OVERHEAD_S)
+
+
+class _Writer:
+    """One session writing WAL until told to stop."""
+
+    def __init__(self, target: ConnTarget) -> None:
+        self.conn: Any = connect(target)
+        self.conn.execute("SET synchronous_commit = local")
+        self.error: str | None = None
+        self.started = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = max(1, RING_BYTES // RECORD_BYTES)
+        try:
+            while not self.stop.is_set():
+                with self.conn.transaction():
+                    self.started.set()
+                    self.conn.execute(_WRITE, (PREFIX, RECORD_BYTES, n))
+        except Exception as exc:  # noqa: BLE001 - cancelled at the stop, or refused
+            if not self.stop.is_set():
+                self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
+        finally:
+            self.started.set()
+
+    def cancel(self) -> None:
+        self.stop.set()
+        try:
+            self.conn.cancel()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+    def close(self) -> None:
+        self.thread.join(5.0)
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def measure_wal(target: ConnTarget, counts: list[int], deadline: float,
+                max_wal_size: float | None, notes: list[str]) -> list[WalPoint]:
+    """W(k) for each k of counts (fewest first), within the deadline (a
+    time.monotonic() value); [] with a note when the step cannot run."""
+    ks = sorted({k for k in counts if k >= 1})
+    if not ks:
+        return []
+    # one transaction of RING_BYTES may take a while when many share the WAL
+    target = replace(target, statement_timeout_ms=max(target.statement_timeout_ms, 30000))
+    cap = max(WAL_MIN_CAP, (max_wal_size or 0) / 4) / len(ks)
+    try:
+        mon = connect(target)
+    except ConnectError as exc:
+        notes.append(f"the WAL was not measured: {exc}")
+        return []
+    out: list[WalPoint] = []
+    try:
+        for k in ks:
+            if time.monotonic() + STEP_S + 0.5 > deadline:
+                notes.append(f"no time left in the budget to measure the WAL with {k} "
+                             "sessions")
+                break
+            p = _step(target, mon, k, cap, notes)
+            if p is None:
+                break
+            out.append(p)
+    finally:
+        mon.close()
+    if out:
+        total = sum(p.wal_bytes for p in out)
+        rates = ", ".join(f"{fmt.rate(p.bytes_per_s)} with {p.streams}" for p in out)
+        notes.append(f"WAL: {fmt.size(total)} written through pg_logical_emit_message "
+                     f"('{PREFIX}' messages of {RECORD_BYTES} B, a flush every "
+                     f"{fmt.size(RING_BYTES)} a session as COPY's ring asks): {rates} "
+                     "session(s)")
+    return out
+
+
+def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
+          ) -> WalPoint | None:
+    writers: list[_Writer] = []
+    try:
+        try:
+            writers = [_Writer(target) for _ in range(k)]
+        except ConnectError as exc:
+            notes.append(f"the WAL was not measured: {exc}")
+            return None
+        for w in writers:
+            w.thread.start()
+        for w in writers:
+            w.started.wait(5.0)
+        time.sleep(SETTLE_S)
+        failed = next((w.error for w in writers if w.error), None)
+        if failed:
+            notes.append(f"the WAL was not measured: {failed}")
+            return None
+        t0, l0 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
+        t_end = t0 + STEP_S - SETTLE_S
+        t1, l1 = t0, l0
+        while t1 < t_end and l1 - l0 < cap:
+            time.sleep(POLL_S)
+            t1, l1 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
+        failed = next((w.error for w in writers if w.error), None)
+        if failed:
+            notes.append(f"the WAL was not measured: {failed}")
+            return None
+        return WalPoint(k, l1 - l0, t1 - t0)
+    finally:
+        for w in writers:
+            w.cancel()
+        for w in writers:
+            w.close()

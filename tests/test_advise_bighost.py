@@ -1,0 +1,149 @@
+"""The advice on a 16-core host, from what its probes measured there
+(tests/data/16-cores: the probe points of `advise --probe` and the real
+sweeps of pg_dump -Fd -j and pg_restore -j on the same database).  No
+server: the recorded points go through the fit, the resource bounds, the
+schedule and the choice, as `advise` does with a probe's result.
+
+The target (docs/advise.md, "How accurate"): the recommended -j within 10%
+of the best measured time, every measured -j predicted within 15%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgparmon.advise import evidence, predict
+from pgparmon.advise.probe.results import ProbeResult
+from pgparmon.advise.probe.walstep import WAL_PER_HEAP
+from pgparmon.analyze.schedule import WorkItem
+
+DATA = Path(__file__).parent / "data" / "16-cores"
+CORES = 16
+SWEEPS = json.loads((DATA / "sweeps.json").read_text())
+MEASURED = {"dump": {int(j): s for j, s in SWEEPS["pg_dump_Fd"].items()},
+            "restore": {int(j): s for j, s in SWEEPS["pg_restore"].items()}}
+
+
+def _load(name: str) -> tuple[dict[str, Any], ProbeResult]:
+    doc = json.loads((DATA / name).read_text())
+    return doc, ProbeResult.from_json(doc["probe"])
+
+
+def _items(doc: dict[str, Any], res: ProbeResult, ev: predict.Evidence) -> list[WorkItem]:
+    """The run's items as the inventory plans them: 16 equal tables; for a
+    restore each with its primary key built after its data, costed from the
+    probe's timed build (the same table shape: one row width)."""
+    inv = doc["inventory"]
+    n = int(inv["tables"])
+    size = float(inv["data_bytes"]) / n
+    data = [WorkItem(f"t{i}", size, size, table=f"t{i}") for i in range(n)]
+    if doc["kind"] == "dump":
+        return data
+    factor = float(res.build_s_per_byte or 0.0) * ev.throughput(1)
+    keys = [WorkItem(f"t{i}_pkey", size * factor, size, table=f"t{i}", exclusive=True,
+                     deps=frozenset({f"t{i}"})) for i in range(n)]
+    return data + keys
+
+
+def _advise(doc: dict[str, Any], res: ProbeResult, cores: int = CORES
+            ) -> tuple[predict.Evidence, list[predict.Prediction], predict.Choice]:
+    pts = res.fit_points()
+    cpu = {int(p.streams): v for p in res.points
+           if (v := res.cpu_s_per_gb(p.streams)) is not None}
+    ev = predict.points_evidence("probe", pts, limit="a shared resource", cpu_per_gb=cpu)
+    ev = evidence.bounded(ev, res, cores, WAL_PER_HEAP)
+    jobs = list(range(1, cores + 1))
+    if not ev.extend:
+        jobs = [j for j in jobs if j <= ev.fit.limit_n]
+    preds = predict.predict(ev, _items(doc, res, ev), jobs)
+    return ev, preds, predict.choose(preds, ev.cpu_per_gb, {}, extrapolated_ok=ev.extend)
+
+
+def _regret(kind: str, j: int) -> float:
+    measured = MEASURED[kind]
+    assert j in measured, f"-j {j} recommended, not among the measured {sorted(measured)}"
+    return measured[j] / min(measured.values())
+
+
+def _errors(kind: str, preds: list[predict.Prediction]) -> dict[int, float]:
+    by = {p.jobs: p.wall_s for p in preds}
+    return {j: by[j] / s - 1 for j, s in MEASURED[kind].items() if j in by}
+
+
+@pytest.mark.parametrize("name", ["dump_probe10.json", "dump_probe30.json",
+                                  "restore_probe10.json", "restore_probe30.json"])
+def test_the_recommendation_is_within_10_percent_of_the_best(name: str) -> None:
+    doc, res = _load(name)
+    _, preds, choice = _advise(doc, res)
+    assert _regret(doc["kind"], choice.recommended) <= 1.10
+    # the re-read steps count (their fresh steps never waited on storage)
+    if doc["kind"] == "dump":
+        assert res.rereads_kept() and len(res.fit_points()) == len(res.points)
+
+
+def test_the_30s_dump_probe_predicts_every_measured_j_within_15_percent() -> None:
+    doc, res = _load("dump_probe30.json")
+    _, preds, _ = _advise(doc, res)
+    errs = _errors("dump", preds)
+    assert set(errs) == set(MEASURED["dump"])
+    assert all(abs(e) <= 0.15 for e in errs.values()), errs
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the 10 s probe's 8- and 16-stream steps read 20 MB/s a stream where the real "
+    "-j 8 read 27 (its 8 files were fsynced one after another at a 46 ms await); "
+    "the fit's one-stream rate comes out 13% low, -j 1 is predicted 20% long"))
+def test_the_10s_dump_probe_predicts_every_measured_j_within_15_percent() -> None:
+    doc, res = _load("dump_probe10.json")
+    _, preds, _ = _advise(doc, res)
+    errs = _errors("dump", preds)
+    assert all(abs(e) <= 0.15 for e in errs.values()), errs
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "these restore probes measured no WAL: the real restore flattened from -j 8 to -j 16 "
+    "(5.8 and 5.4 s) writing about 1.85 GB of WAL, and with the COPY steps alone the "
+    "model keeps scaling"))
+@pytest.mark.parametrize("name", ["restore_probe10.json", "restore_probe30.json"])
+def test_the_restore_probes_predict_every_measured_j_within_15_percent(name: str) -> None:
+    doc, res = _load(name)
+    _, preds, _ = _advise(doc, res)
+    errs = _errors("restore", preds)
+    assert all(abs(e) <= 0.15 for e in errs.values()), errs
+
+
+def test_a_probe_cut_short_is_followed_to_the_cpu_bound() -> None:
+    """The 30 s probe's steps at 1, 2 and 4 streams alone (as a probe whose
+    budget ended there): the curve is still linear at 4 and the host's CPU
+    (its 16 cores over the CPU a stream spent per byte) bounds it, so the
+    advice goes past twice the largest count measured, says so, and still
+    lands within the targets."""
+    doc, res = _load("dump_probe30.json")
+    short = dataclasses.replace(res, points=[p for p in res.points if p.streams <= 4])
+    ev, preds, choice = _advise(doc, short)
+    assert ev.extend and ev.fit.max_n == 4
+    assert [c.name for c in ev.ceilings] == ["host CPU"]
+    rec = next(p for p in preds if p.jobs == choice.recommended)
+    assert rec.extrapolated and choice.recommended > 8
+    assert _regret("dump", choice.recommended) <= 1.10
+    errs = _errors("dump", preds)
+    assert all(abs(e) <= 0.15 for e in errs.values()), errs
+    # past the CPU bound no job count gains: the bound names the limit
+    assert "host CPU" in next(p for p in preds if p.jobs == CORES).bottleneck
+
+
+def test_without_the_servers_cpu_the_curve_stops_at_twice_the_last_count() -> None:
+    """A server on another host: the probe reads no backend's CPU, the
+    host's CPU bounds only the client, and nothing is followed past the
+    fit's range (held flat there, never recommended)."""
+    doc, res = _load("dump_probe30.json")
+    remote = dataclasses.replace(res, points=[dataclasses.replace(p, server_cpu_s=None)
+                                              for p in res.points if p.streams <= 4])
+    ev, preds, choice = _advise(doc, remote)
+    assert not ev.extend and ev.limit_n == 8
+    assert max(p.jobs for p in preds) == 8 and choice.recommended <= 4
