@@ -5,6 +5,7 @@ end-to-end one here)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from pgparmon.advise import predict as model
 from pgparmon.advise.advice import parse_timings
 from pgparmon.advise.inventory import Inventory, TableSize, setting_bytes
 from pgparmon.advise.predict import Compression, Prediction
+from pgparmon.advise.probe.results import ProbePoint, ProbeResult
 from pgparmon.advise.request import AdviseError, Request
 from pgparmon.analyze.schedule import WorkItem
 from pgparmon.cluster import Cluster
@@ -1078,3 +1080,108 @@ def test_restore_probe_is_not_run_on_an_archive_of_tiny_files(cluster: Cluster,
     (w,) = [w for w in doc["warnings"] if w["code"] == "probe_small_files"]
     assert "start-up per file" in w["message"]
     cluster.psql("DROP DATABASE tinyfiles")
+
+
+# ---------------------------------------------------- resource bounds, big hosts
+
+
+def test_ceilings_bound_the_curve_and_name_the_limit() -> None:
+    from pgparmon.advise.predict import Ceiling, Evidence
+
+    fit = usl.Fit("plateau", 10.0, max_n=4.0, n_points=3)  # linear, no ceiling seen
+    wal = Ceiling("WAL writes and flushes", ((1, 50.0), (4, 80.0)), "measured")
+    assert wal.at(0.5) == 50.0 and wal.at(2) == pytest.approx(60.0) and wal.at(9) == 80.0
+    cpu = Ceiling("host CPU", ((1, 120.0),), "16 cores / ...")
+    ev = Evidence("probe", fit, [(1, 10.0), (2, 20.0), (4, 40.0)], ceilings=[wal, cpu])
+    # held flat past twice the largest count measured, and under the bounds
+    assert ev.limit_n == 8 and ev.throughput(4) == 40.0 and ev.throughput(20) == 80.0
+    assert ev.binding(4) is None and ev.binding(8) is wal
+    followed = dataclasses.replace(ev, extend=True)
+    assert followed.limit_n is None and followed.throughput(7) == 70.0
+    assert followed.throughput(30) == 80.0 and followed.binding(30) is wal
+    assert "WAL writes and flushes (measured)" in model.curve_bottleneck(followed, 30)
+
+
+def test_bounded_follows_a_linear_curve_only_with_the_servers_cpu() -> None:
+    from pgparmon.advise.evidence import bounded
+
+    def pt(k: int, rate: float, server: float | None) -> ProbePoint:
+        heap = rate * 2.0
+        return ProbePoint(streams=k, heap_bytes=heap, out_bytes=0, elapsed_s=2.0,
+                          bytes_per_s=rate, client_cpu_s=heap * 3e-8,
+                          server_cpu_s=None if server is None else heap * server,
+                          disk_util=None, disk_await_ms=None, disk_queue=None)
+
+    def ev_of(points: list[ProbePoint]) -> model.Evidence:
+        res = ProbeResult(points=points, seconds=10, budget_s=10, compression="gzip",
+                          ratio=None, device=None)
+        return bounded(model.points_evidence("probe", res.fit_points(), limit="x"), res,
+                       16, 1.0)
+
+    linear = ev_of([pt(1, 30e6, 1e-8), pt(2, 60e6, 1e-8), pt(4, 120e6, 1e-8)])
+    assert linear.extend and linear.ceilings[0].name == "host CPU"
+    # 16 cores / 40 ns a byte = 400 MB/s
+    assert linear.throughput(16) == pytest.approx(400e6)
+    bent = ev_of([pt(1, 30e6, 1e-8), pt(2, 45e6, 1e-8), pt(4, 60e6, 1e-8)])
+    assert not bent.extend  # flattening already: held flat past 8
+    remote = ev_of([pt(1, 30e6, None), pt(2, 60e6, None), pt(4, 120e6, None)])
+    assert not remote.extend and remote.ceilings[0].name == "this host's CPU (the client's)"
+
+
+def test_choose_takes_an_extrapolated_j_only_when_allowed() -> None:
+    preds = [Prediction(1, 40.0, "x"), Prediction(2, 20.0, "x"),
+             Prediction(3, 10.0, "x", extrapolated=True)]
+    assert model.choose(preds, {}, {}).recommended == 2
+    assert model.choose(preds, {}, {}, extrapolated_ok=True).recommended == 3
+
+
+def test_probe_budget_runs_what_the_plan_needs() -> None:
+    from pgparmon.advise.evidence import PROBE_MAX_S, plan_seconds, probe_budget
+    from pgparmon.advise.request import Request
+
+    req = Request(kind="dump", conn=None, probe=True)
+    need = plan_seconds(16)
+    assert 10 < need < 20 and plan_seconds(16, 5) > need
+    # a one-minute dump on a big host: the probe runs, at what its plan needs
+    assert probe_budget(req, 60.0, need) == (need, None)
+    # an hour: 3% of it, at most a minute
+    assert probe_budget(req, 3600.0, need) == (PROBE_MAX_S, None)
+    assert probe_budget(req, 1000.0, need)[0] == pytest.approx(30.0)
+    # a run shorter than the probe itself: not run, and the warning says why
+    budget, why = probe_budget(req, need / 2, need)
+    assert budget == 0 and why is not None and "--from-timings" in why
+    forced = dataclasses.replace(req, probe_seconds=5.0)
+    assert probe_budget(forced, 1.0, need) == (5.0, None)
+
+
+def test_rereads_count_when_the_fresh_steps_never_waited() -> None:
+    def pt(k: int, reread: bool, wait: float | None) -> ProbePoint:
+        return ProbePoint(streams=k, heap_bytes=1e8, out_bytes=0, elapsed_s=1.0,
+                          bytes_per_s=1e8 * k, client_cpu_s=1.0, server_cpu_s=0.1,
+                          disk_util=None, disk_await_ms=None, disk_queue=None,
+                          reread=reread, io_wait_share=wait)
+
+    def res(*pts: ProbePoint) -> ProbeResult:
+        return ProbeResult(points=list(pts), seconds=5, budget_s=5, compression="gzip",
+                           ratio=None, device=None)
+
+    cached = res(pt(1, False, 0.0), pt(2, False, 0.05), pt(4, True, 0.0))
+    assert cached.rereads_kept() and [p.streams for p in cached.first_reads()] == [1, 2, 4]
+    waited = res(pt(1, False, 0.0), pt(2, False, 0.6), pt(4, True, 0.0))
+    assert not waited.rereads_kept() and [p.streams for p in waited.first_reads()] == [1, 2]
+    unknown = res(pt(1, False, None), pt(2, False, None), pt(4, True, None))
+    assert [p.streams for p in unknown.first_reads()] == [1, 2]
+    # fewer than two fresh steps: all of them, as before
+    assert len(res(pt(1, False, 0.9), pt(2, True, 0.0)).first_reads()) == 2
+
+
+def test_steps_are_sized_to_the_fresh_data() -> None:
+    from pgparmon.advise.probe.plan import MIN_STEP_S, _fresh_step
+
+    # 4 GB fresh, 25 MB/s a stream, steps at 8, 16 and 12 still planned
+    t = _fresh_step(6.0, 4e9, 25e6, [8, 16, 12])
+    assert MIN_STEP_S < t < 6.0
+    assert 25e6 * 36 * t * (1 + 2 / 6) == pytest.approx(4e9)
+    assert _fresh_step(6.0, 1e8, 25e6, [8, 16]) == MIN_STEP_S  # cannot last: the shortest
+    assert _fresh_step(3.0, 1e12, 25e6, [8]) == 3.0  # plenty: the budget decides
+    assert _fresh_step(3.0, None, 25e6, [8]) == 3.0

@@ -707,3 +707,83 @@ def test_pg_restore_client_cost_and_steps_read_as_pg_restore(tmp_path: Path) -> 
     assert out[2] is idle and out[3] is remote
     assert most == pytest.approx((15.2 + 10.3) / (15.2 + 5))
     assert as_pg_restore([two], 20e-9) == ([two], None)  # its client was cheaper
+
+
+# ------------------------------------------------------------ the WAL's ceiling
+
+
+def _wal_lsn(cluster: Cluster) -> int:
+    return int(cluster.psql("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").strip())
+
+
+@pytest.mark.integration
+def test_wal_step_measures_the_wal_and_leaves_only_wal(cluster: Cluster) -> None:
+    """k sessions of a plain role (no privilege granted: the function is
+    everyone's) write WAL for a step each; the rate comes back, the volume
+    stays within the cap (plus what was in flight when a step stopped), no
+    session or relation is left, and a role denied the function gets a note
+    instead of an error."""
+    from pgparmon.advise.probe.walstep import RING_BYTES, WAL_MIN_CAP, measure_wal
+
+    cluster.psql("DROP ROLE IF EXISTS walprobe; CREATE ROLE walprobe LOGIN")
+    target = ConnTarget(dbname="postgres", host=str(cluster.sockdir), port=cluster.port,
+                        user="walprobe")
+    rels = cluster.psql("SELECT count(*) FROM pg_class").strip()
+    notes: list[str] = []
+    before = _wal_lsn(cluster)
+    pts = measure_wal(target, [1, 2], time.monotonic() + 20, None, notes)
+    written = _wal_lsn(cluster) - before
+    assert [p.streams for p in pts] == [1, 2], notes
+    for p in pts:
+        assert p.wal_bytes > 0 and 0 < p.seconds <= 1.0 and p.bytes_per_s > 1e6
+        assert p.to_json()["bytes_per_s"] == round(p.bytes_per_s)
+    # within the cap over both steps, and what the sessions had in flight
+    assert sum(p.wal_bytes for p in pts) <= WAL_MIN_CAP + 3 * RING_BYTES
+    assert written <= WAL_MIN_CAP + 3 * RING_BYTES
+    assert any(n.startswith("WAL: ") and "pg_logical_emit_message" in n for n in notes)
+    assert cluster.psql("SELECT count(*) FROM pg_class").strip() == rels
+    assert cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'walprobe'"
+                        ).strip() == "0"
+    # no time left: nothing measured, said so
+    notes = []
+    assert measure_wal(target, [1], time.monotonic(), None, notes) == []
+    assert any("no time left" in n for n in notes)
+    # the function revoked: a note, no error
+    cluster.psql("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
+                 "FROM PUBLIC")
+    try:
+        notes = []
+        assert measure_wal(target, [1], time.monotonic() + 20, None, notes) == []
+        assert any("WAL was not measured" in n and "permission denied" in n for n in notes), notes
+    finally:
+        cluster.psql("GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
+                     "TO PUBLIC")
+
+
+@pytest.mark.integration
+def test_restore_probe_measures_the_wal_after_its_steps(cluster: Cluster, probe_archive: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With budget for it, the restore probe measures the WAL at the stream
+    counts its steps reached, and the advice's evidence is held under it."""
+    from pgparmon.advise import evidence, predict
+    from pgparmon.advise.probe import walstep
+
+    monkeypatch.setattr(walstep, "WAL_MIN_BUDGET_S", 0.0)  # a short probe for the suite
+    res = run_restore_probe(_target(cluster, db="postgres"), str(probe_archive), budget_s=6.0,
+                            max_streams=1, server_version_num=150000)
+    assert [p.streams for p in res.points] == [1]
+    assert [w.streams for w in res.wal] == [1] and res.wal[0].bytes_per_s > 0, res.notes
+    assert res.client_s_per_byte is not None and res.client_s_per_byte > 0
+    assert any("the WAL measured apart" in n for n in res.notes)
+    doc = res.to_json()
+    assert doc["wal"][0]["streams"] == 1 and json.loads(json.dumps(doc)) == doc
+    back = ProbeResult.from_json(doc)
+    assert [(w.streams, w.wal_bytes) for w in back.wal] == [
+        (w.streams, round(w.wal_bytes)) for w in res.wal]
+    assert back.wal[0].seconds == pytest.approx(res.wal[0].seconds, abs=1e-4)
+    assert back.client_s_per_byte == res.client_s_per_byte
+    ev = predict.points_evidence("probe", res.fit_points(), limit="x")
+    ev = evidence.bounded(ev, res, 2, walstep.WAL_PER_HEAP)
+    wal = next(c for c in ev.ceilings if c.name == "WAL writes and flushes")
+    assert wal.at(1) == pytest.approx(res.wal[0].bytes_per_s / walstep.WAL_PER_HEAP)
+    assert ev.throughput(1) <= wal.at(1)

@@ -20,10 +20,10 @@ from .request import AdviseError, Request
 
 # docs/advise.md: a probe costs 3% of the predicted run at -j 1, at least what
 # its plan of steps needs and at most a minute; it is not run when its plan
-# alone takes more than half of that run.
+# alone takes longer than that run.
 PROBE_SHARE = 0.03
 PROBE_MAX_S = 60.0
-PROBE_RUN_SHARE = 0.5
+PROBE_RUN_SHARE = 1.0
 MAX_PROBE_STREAMS = 64
 # the last doubling the probe measured gained at least this much (of the
 # ideal 100%): the curve is still close to linear there, and may be followed
@@ -78,15 +78,15 @@ def probe_budget(req: Request, guess_j1: float, need_s: float) -> tuple[float, s
     """(seconds, why not): --probe-seconds as given; else 3% of the predicted
     run at -j 1, at least what the probe's plan needs (need_s) and at most a
     minute.  Not run (why not: a sentence) when the plan alone would take
-    more than half of that run: probing it would cost about what running it
-    does (run it at a few -j and give --from-timings instead)."""
+    longer than that run: probing would cost more than running it (run it
+    at a few -j and give --from-timings instead)."""
     if req.probe_seconds is not None:
         return float(req.probe_seconds), None
     if need_s > PROBE_RUN_SHARE * guess_j1:
         return 0.0, (f"the whole {req.kind} at -j 1 is predicted at about "
                      f"{fmt.duration(guess_j1)}: the probe's steps would take about "
-                     f"{need_s:.0f} s, more than half of that; give --probe-seconds N to probe "
-                     "anyway")
+                     f"{need_s:.0f} s, longer than that; give --probe-seconds N to probe "
+                     "anyway, or time a few real runs and give --from-timings")
     return min(PROBE_MAX_S, max(PROBE_SHARE * guess_j1, need_s)), None
 
 

@@ -23,8 +23,9 @@ progress over the step, read by a monitor connection.  The sessions are
 the monitor's usual read-only ones (the function writes WAL, not data).
 
 A step stops at its time or once it wrote its share of the volume cap
-(a quarter of max_wal_size, at least WAL_MIN_CAP, over all steps): the
-probe should not force a checkpoint of its own.
+(a quarter of max_wal_size, at least WAL_MIN_CAP, over all steps; what the
+sessions have in flight when they are stopped comes on top): the probe
+should not force a checkpoint of its own.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ PREFIX = "pgparmon-probe"
 # how long one step lasts, and the part of it measured (after every session
 # has started writing)
 STEP_S = 0.6
-SETTLE_S = 0.15
+SETTLE_S = 0.05
 POLL_S = 0.05
+MIN_WINDOW_S = 0.2
 WAL_MIN_CAP = 256 << 20
 # WAL bytes a restore writes per heap byte it loads (its tables with their
 # primary keys; docs/advise.md "The WAL's ceiling")
@@ -167,6 +169,9 @@ def measure_wal(target: ConnTarget, counts: list[int], deadline: float,
 
 def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
           ) -> WalPoint | None:
+    """k writers until STEP_S has passed or they wrote `cap` bytes since
+    they started (counted from before the first one did); the rate is taken
+    from the first reading after every writer began to the last."""
     writers: list[_Writer] = []
     try:
         try:
@@ -174,25 +179,26 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
         except ConnectError as exc:
             notes.append(f"the WAL was not measured: {exc}")
             return None
+        start = float(mon.execute(_LSN).fetchone()[0])
+        t_start = time.monotonic()
         for w in writers:
             w.thread.start()
         for w in writers:
             w.started.wait(5.0)
         time.sleep(SETTLE_S)
-        failed = next((w.error for w in writers if w.error), None)
-        if failed:
-            notes.append(f"the WAL was not measured: {failed}")
-            return None
         t0, l0 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
-        t_end = t0 + STEP_S - SETTLE_S
         t1, l1 = t0, l0
-        while t1 < t_end and l1 - l0 < cap:
+        while t1 < t_start + STEP_S and l1 - start < cap:
             time.sleep(POLL_S)
             t1, l1 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
         failed = next((w.error for w in writers if w.error), None)
         if failed:
             notes.append(f"the WAL was not measured: {failed}")
             return None
+        if t1 - t0 < MIN_WINDOW_S:
+            notes.append(f"the WAL step with {k} session{'s' if k > 1 else ''} was cut short "
+                         f"by its volume cap ({fmt.size(cap)}, from max_wal_size): a larger "
+                         "max_wal_size lets it measure longer")
         return WalPoint(k, l1 - l0, t1 - t0)
     finally:
         for w in writers:
