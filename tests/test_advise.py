@@ -458,9 +458,10 @@ def test_one_measured_job_count_calibrates_the_static_shape() -> None:
 
 
 def _pt(k: int, x: float, client: float, server: float | None, util: float | None = None,
-        await_ms: float | None = None) -> Any:
+        await_ms: float | None = None, host: float | None = None) -> Any:
     return SimpleNamespace(streams=k, bytes_per_s=x, elapsed_s=2.0, client_cpu_s=client,
-                           server_cpu_s=server, disk_util=util, disk_await_ms=await_ms)
+                           server_cpu_s=server, disk_util=util, disk_await_ms=await_ms,
+                           host_cpu_percent=host)
 
 
 def test_probe_names_the_limit() -> None:
@@ -482,6 +483,11 @@ def test_probe_names_the_limit() -> None:
     limit, per_stream = evidence.probe_limits(srv, cores=16)
     assert per_stream == "the server's COPY (CPU)"
     assert limit.startswith("the server or the disk")
+    # the host full of other work: the probe used a third of it
+    busy = SimpleNamespace(compression="gzip:6", points=[
+        _pt(1, 12e6, 1.0, 0.1, host=100.0), _pt(2, 12.6e6, 1.2, 0.2, host=100.0)])
+    limit, _ = evidence.probe_limits(busy, cores=2)
+    assert limit == "host CPU (2 cores 100% busy, 35% of it the probe's: other work on this host)"
 
 
 @pytest.mark.integration

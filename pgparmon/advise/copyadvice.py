@@ -27,6 +27,7 @@ from .checks import Caution, connection_cap, connection_warnings, server_facts
 from ..analyze.progress import DEFAULT_TEXT_RATIO
 from .evidence import (
     bounded,
+    busy_host,
     calibrated_static,
     plan_seconds,
     probe_budget,
@@ -130,6 +131,9 @@ def copy_limits(res: Any, cores: int, indexes: int) -> tuple[str, str | None]:
         return "disk (the file's device)", per_stream
     if cpu_last >= 0.85 * cores:
         return f"CPU: the server's backends busy ({cores} cores{ix})", per_stream
+    busy = busy_host(last, cpu_last, cores)
+    if busy:
+        return busy, per_stream
     if indexes:
         return ("contention in the server: index maintenance (shared index pages) or "
                 "relation extension"), per_stream

@@ -221,7 +221,21 @@ def probe_limits(res: Any, cores: int) -> tuple[str, str | None]:
         client_share = last.client_cpu_s / max(last.client_cpu_s + (last.server_cpu_s or 0), 1e-9)
         what = "compression" if client_share >= 0.5 and res.compression != "none" else "server"
         return f"host CPU ({cores} cores, mostly {what})", per_stream
+    busy = busy_host(last, cpu_last, cores)
+    if busy:
+        return busy, per_stream
     return "the server or the disk (no CPU limit seen)", per_stream
+
+
+def busy_host(last: Any, cpu_last: float, cores: int) -> str | None:
+    """The host's CPUs were full in the last step, but not of the probe's
+    own work (cpu_last cores of it): other processes held them."""
+    host = getattr(last, "host_cpu_percent", None)
+    if host is None or host < 85.0:
+        return None
+    own = 100.0 * cpu_last / cores
+    return (f"host CPU ({cores} cores {host:.0f}% busy, {own:.0f}% of it the probe's: "
+            "other work on this host)")
 
 
 # ----------------------------------------------------------- one point
