@@ -531,6 +531,7 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
         promtool: str) -> None:
     rec = workdir / "rec"
     rec.mkdir()
+    rec.chmod(0o755)  # an existing directory every user can list: kept, and said
     now = time.time()
     old = []
     for i in range(3):  # earlier runs' recordings, 40 kB each, oldest first
@@ -591,8 +592,10 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
         code, err = exp.stop()
     assert code == 0, err
     assert "Traceback" not in err
+    assert f"the recordings directory {rec} can be listed by every user (mode 0755)" in err
+    assert _mode(rec) == 0o755
     mine = [p for p in rec.iterdir() if p.name.endswith(retention.SUFFIX) and p not in old]
-    assert len(mine) == 1
+    assert len(mine) == 1 and _mode(mine[0]) == 0o600
     total = sum(p.stat().st_size for p in rec.iterdir() if p.name.endswith(retention.SUFFIX))
     assert total <= 100 * 1024 or not any(p.exists() for p in old)
     recording = read_recording(str(mine[0]))
