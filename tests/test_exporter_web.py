@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import PASSWORD
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
-from support import Pki, pgparmon_cmd
+from support import Pki
 
 from pgparmon.exporter import web as webmod
 from pgparmon.exporter.web import Web, WebConfigError, parse

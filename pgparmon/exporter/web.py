@@ -14,7 +14,7 @@ config (`scheme: https`, `tls_config`, `basic_auth`) serve the whole fleet.
       cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # TLS 1.2 and older
       prefer_server_cipher_suites: true
     http_server_config:
-      http2: true                    # accepted; pgparmon serves HTTP/1.1
+      http2: true                    # accepted, no effect: pgparmon answers HTTP/1.0
       headers: {X-Frame-Options: deny}
     basic_auth_users:
       prometheus: $2y$10$...         # bcrypt: htpasswd -nBC 10 "" | tr -d ':\\n'
