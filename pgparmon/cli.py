@@ -200,6 +200,10 @@ def exporter(host: str | None = HostOpt, port: str | None = PortOpt,
                                                    "host:port/database)"),
              listen: str = typer.Option("127.0.0.1:9752", "--listen", help="serve /metrics "
                                         "on HOST:PORT"),
+             web_config: str | None = typer.Option(None, "--web-config", help="TLS and basic "
+                                                   "auth for /metrics: a web configuration "
+                                                   "file of Prometheus' exporter toolkit "
+                                                   "(docs/metrics.md)"),
              interval: float = IntervalOpt,
              record_dir: str | None = typer.Option(None, "--record-dir", help="record every "
                                                    "job followed into this directory"),
@@ -221,7 +225,8 @@ def exporter(host: str | None = HostOpt, port: str | None = PortOpt,
     except ValueError as exc:
         fail(f"--retain-age / --retain-size: {exc}", ExitCode.USAGE)
     opts = Options(targets=targets(host, port, username, dbname, list(server or [])),
-                   names=tuple(name or ()), listen=listen, interval=interval,
+                   names=tuple(name or ()), listen=listen, web_config=web_config,
+                   interval=interval,
                    record_dir=record_dir, retain_age_s=age or None, retain_bytes=size or None,
                    keep_ended_s=keep_ended)
     raise typer.Exit(exporter_command(opts))

@@ -19,6 +19,7 @@ from rich.console import Console
 from .exitcodes import ExitCode
 from .feed import FeedBase
 from .monitor import Monitor
+from .private import open_private
 from .record import Recording, RecordingError, read_recording
 from .source import EndOfRecording, ReplaySource
 
@@ -185,7 +186,7 @@ def report_command(path: str, html: str | None) -> int:
         sys.stdout.write(page)
         return ExitCode.OK
     try:
-        with open(html, "w", encoding="utf-8") as f:
+        with open_private(html, text=True) as f:  # the recording's facts: 0600, as it is
             f.write(page)
     except OSError as exc:
         return _err(f"cannot write {html}: {exc.strerror or exc}")

@@ -11,6 +11,9 @@ A recording is gzip-compressed JSON Lines, one event per line:
 Every event is followed by a gzip sync flush, so the file on disk is always a
 readable prefix: a crash or a killed terminal loses at most the event being
 written, and the file can be read while it is still being written.
+
+A recording is created 0600 whatever the umask (private.py): it holds the
+job's statements, table names and the host's facts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .private import open_private
+
 SCHEMA = "pgparmon.recording/1"
 
 
@@ -36,7 +41,8 @@ class Recorder:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            self._raw: IO[bytes] = open(path, "wb")  # noqa: SIM115 - kept open for the run
+            # the job's statements and the host's facts: its owner's alone (0600)
+            self._raw: IO[bytes] = open_private(path)
         except OSError as exc:
             raise RecordingError(f"cannot write the recording {path}: {exc.strerror}") from None
         self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)

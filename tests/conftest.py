@@ -149,3 +149,24 @@ def pgcopydb() -> str:
 @pytest.fixture(scope="session")
 def pgbackrest() -> str:
     return _debian_tool("pgbackrest", "pgbackrest")
+
+
+# ---- TLS and basic auth (the exporter's --web-config) ---------------------------------
+
+PASSWORD = "correct horse battery staple"  # the basic-auth password of the TLS tests
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Certificates made by the openssl command (support.Pki)."""
+    from support import Pki
+
+    return Pki(_debian_tool("openssl", "openssl"), str(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture(scope="session")
+def pw_hash() -> str:
+    """PASSWORD's bcrypt hash, as htpasswd -nBC 10 writes it."""
+    import bcrypt
+
+    return bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()

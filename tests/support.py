@@ -119,3 +119,52 @@ def ensure_debian_package(binary: str, package: str) -> str | None:
 
 def install_failure(binary: str) -> str | None:
     return _installed.get(binary)
+
+
+# ---- certificates for the TLS tests ---------------------------------------------------
+
+class Pki:
+    """Certificates made with the openssl command in `root`: a CA that signs
+    the server's certificate (SAN 127.0.0.1 and localhost), another CA
+    that signs clients' certificates, and a third CA that signed none of
+    those (the wrong one). EC P-256 keys, unencrypted, valid two days."""
+
+    def __init__(self, openssl: str, root: str) -> None:
+        import os
+
+        self.openssl = openssl
+        self.root = root
+        os.makedirs(root, exist_ok=True)
+        self.ca = self.make_ca("server-ca")
+        self.client_ca = self.make_ca("client-ca")
+        self.wrong_ca = self.make_ca("wrong-ca")
+        self.server = self.leaf("server", self.ca, "IP:127.0.0.1,DNS:localhost", "serverAuth")
+        self.client = self.leaf("client", self.client_ca, "DNS:prometheus", "clientAuth")
+        self.stranger = self.leaf("stranger", self.wrong_ca, "DNS:prometheus", "clientAuth")
+
+    def path(self, name: str) -> str:
+        import os
+
+        return os.path.join(self.root, name)
+
+    def _run(self, *args: str) -> None:
+        res = subprocess.run([self.openssl, *args], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+
+    def make_ca(self, name: str) -> tuple[str, str]:
+        crt, key = self.path(f"{name}.crt"), self.path(f"{name}.key")
+        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                  "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", f"/CN={name}")
+        return crt, key
+
+    def leaf(self, name: str, ca: tuple[str, str], san: str, eku: str) -> tuple[str, str]:
+        crt, key, csr = (self.path(f"{name}.{x}") for x in ("crt", "key", "csr"))
+        ext = self.path(f"{name}.ext")
+        with open(ext, "w", encoding="ascii") as f:
+            f.write(f"subjectAltName={san}\nextendedKeyUsage={eku}\n"
+                    "basicConstraints=CA:FALSE\n")
+        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+        self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+                  "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext)
+        return crt, key

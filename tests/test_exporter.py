@@ -4,12 +4,15 @@ pg_dump jobs scraped by a real Prometheus."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import re
 import signal
 import socket
+import ssl
+import stat
 import subprocess
 import time
 import urllib.parse
@@ -319,20 +322,33 @@ def _mount_tmpfs(path: Path, opts: str) -> bool:
 # ---- the exporter against real jobs ----------------------------------------------------
 
 class Running:
-    def __init__(self, cluster: Cluster, *extra: str, interval: str = "0.5") -> None:
+    """The exporter in a process of its own; `tls` (a client SSLContext) and
+    `auth` (user, password) when it runs with --web-config."""
+
+    def __init__(self, cluster: Cluster, *extra: str, interval: str = "0.5",
+                 tls: ssl.SSLContext | None = None, auth: tuple[str, str] | None = None,
+                 umask: int | None = None) -> None:
         self.port = free_port()
+        self.tls = tls
+        self.auth = auth
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         self.proc = subprocess.Popen(
             pgparmon_cmd("exporter", "-h", str(cluster.sockdir), "-p", str(cluster.port), "-U",
                          "postgres", "-d", "postgres", "--listen", f"127.0.0.1:{self.port}",
                          "--interval", interval, *extra),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=None if umask is None else lambda: os.umask(umask))
         self.server = f"local:{cluster.port}/postgres"
 
     def text(self, timeout: float = 5.0) -> str:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/metrics",
-                                     headers={"Accept": CONTENT_TYPE_LATEST})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        headers = {"Accept": CONTENT_TYPE_LATEST}
+        if self.auth is not None:
+            headers["Authorization"] = "Basic " + base64.b64encode(
+                ":".join(self.auth).encode()).decode()
+        req = urllib.request.Request(
+            f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/metrics",
+            headers=headers)
+        with urllib.request.urlopen(req, timeout=timeout, context=self.tls) as r:
             return str(r.read().decode())
 
     def families(self) -> dict[str, Any]:
@@ -367,8 +383,8 @@ class Running:
 
 
 @contextlib.contextmanager
-def exporter(cluster: Cluster, *extra: str) -> Iterator[Running]:
-    exp = Running(cluster, *extra)
+def exporter(cluster: Cluster, *extra: str, **kw: Any) -> Iterator[Running]:
+    exp = Running(cluster, *extra, **kw)
     try:
         yield exp
     finally:
@@ -412,14 +428,18 @@ def _prom_wait(port: int, q: str, timeout: float = 15.0) -> list[dict[str, Any]]
 
 
 @contextlib.contextmanager
-def prometheus_server(binary: str, target_port: int, work: Path) -> Iterator[int]:
+def prometheus_server(binary: str, target_port: int, work: Path,
+                      scrape_configs: str | None = None) -> Iterator[int]:
+    """A real Prometheus scraping the exporter every second (job `pgparmon`),
+    or with `scrape_configs` (the YAML list under that key) instead."""
     port = free_port()
     cfg = work / "prometheus.yml"
     cfg.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         f"rule_files:\n  - {RULES}\n"
-        "scrape_configs:\n  - job_name: pgparmon\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{target_port}']\n")
+        "scrape_configs:\n" + (scrape_configs or (
+            "  - job_name: pgparmon\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{target_port}']\n")))
     proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.tsdb.path={work}/tsdb",
                              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -511,6 +531,7 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
         promtool: str) -> None:
     rec = workdir / "rec"
     rec.mkdir()
+    rec.chmod(0o755)  # an existing directory every user can list: kept, and said
     now = time.time()
     old = []
     for i in range(3):  # earlier runs' recordings, 40 kB each, oldest first
@@ -571,8 +592,10 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
         code, err = exp.stop()
     assert code == 0, err
     assert "Traceback" not in err
+    assert f"the recordings directory {rec} can be listed by every user (mode 0755)" in err
+    assert _mode(rec) == 0o755
     mine = [p for p in rec.iterdir() if p.name.endswith(retention.SUFFIX) and p not in old]
-    assert len(mine) == 1
+    assert len(mine) == 1 and _mode(mine[0]) == 0o600
     total = sum(p.stat().st_size for p in rec.iterdir() if p.name.endswith(retention.SUFFIX))
     assert total <= 100 * 1024 or not any(p.exists() for p in old)
     recording = read_recording(str(mine[0]))
@@ -582,6 +605,115 @@ def test_prometheus_scrapes_a_dump_through_a_stall_to_its_end(
                          timeout=60)
     assert rep.returncode == 0, rep.stderr
     assert "pg_dump" in rep.stdout
+
+
+def _yaml_blocks(doc: Path, section: str) -> list[str]:
+    """The ```yaml blocks of a Markdown file's section (a heading holding
+    `section`, up to the next heading of its level or above)."""
+    blocks: list[str] = []
+    level, fence, lang = 0, None, ""
+    for line in doc.read_text().splitlines(keepends=True):
+        if fence is not None:  # in a fenced block ('#' there is YAML's comment)
+            if line.startswith("```"):
+                if level and lang == "yaml":
+                    blocks.append("".join(fence))
+                fence = None
+            else:
+                fence.append(line)
+        elif line.startswith("```"):
+            fence, lang = [], line[3:].strip()
+        elif m := re.match(r"(#+) ", line):
+            if level and len(m.group(1)) <= level:
+                break
+            if not level and section in line:
+                level = len(m.group(1))
+    assert level, f"no section {section!r} in {doc}"
+    return blocks
+
+
+def _prom_targets(port: int) -> dict[str, dict[str, Any]]:
+    """The scrape targets' health and last error, by scrape job."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets", timeout=10) as r:
+        doc = json.loads(r.read())
+    return {t["labels"]["job"]: t for t in doc["data"]["activeTargets"]}
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+@pytest.mark.integration
+def test_prometheus_scrapes_over_tls_with_basic_auth_and_the_recordings_are_private(
+        cluster: Cluster, sample_db: str, workdir: Path, prometheus: str, pki: Any,
+        pw_hash: str) -> None:
+    """The README's fleet setup: a real Prometheus scrapes the exporter with
+    `scheme: https`, the CA that signed its certificate and basic auth, and
+    gets the series; without credentials it gets 401, with a CA that did not
+    sign the certificate the scrape fails. The exporter, started under umask
+    0, creates its recordings directory (and the parent it needs) 0700 and
+    the dump's recording and last-success.json 0600."""
+    from conftest import PASSWORD
+
+    web = workdir / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {pki.server[0]}\n"
+                   f"  key_file: {pki.server[1]}\nbasic_auth_users:\n  prometheus: {pw_hash}\n")
+    web.chmod(0o600)
+    password_file = workdir / "password"
+    password_file.write_text(PASSWORD)
+    rec = workdir / "private" / "rec"
+    client = ssl.create_default_context(cafile=pki.ca[0])
+    with exporter(cluster, "--web-config", str(web), "--record-dir", str(rec), tls=client,
+                  auth=("prometheus", PASSWORD), umask=0) as exp:
+        exp.wait_for("pgparmon_server_up", server=exp.server)  # over TLS, with the password
+
+        # the scrape job docs/metrics.md gives, its paths and targets this test's
+        documented = _yaml_blocks(ROOT / "docs" / "metrics.md", "TLS and basic auth")[1]
+        assert "scheme: https" in documented and "basic_auth:" in documented
+        doc_job = documented.split("scrape_configs:\n", 1)[1]
+        doc_job = re.sub(r"targets: \[[^]]*\]", f"targets: ['127.0.0.1:{exp.port}']", doc_job)
+        doc_job = re.sub(r"password_file: \S+", f"password_file: {password_file}", doc_job)
+
+        def job(name: str, ca: str, auth: bool) -> str:
+            text = re.sub(r"ca_file: \S+", f"ca_file: {ca}", doc_job)
+            text = text.replace("job_name: pgparmon", f"job_name: {name}")
+            if not auth:
+                text = re.sub(r"\n +basic_auth:\n( +\w+: .*\n)+", "\n", text)
+                assert "basic_auth" not in text and "password" not in text, text
+            return text
+
+        scrape = (job("pgparmon", pki.ca[0], True) + job("no-credentials", pki.ca[0], False)
+                  + job("wrong-ca", pki.wrong_ca[0], True))
+        with prometheus_server(prometheus, exp.port, workdir, scrape) as prom:
+            dump = _dump(cluster, sample_db, workdir / "d")
+            assert dump.wait(timeout=120) == 0
+            exp.wait_for("pgparmon_job_state", state="finished", **DUMP)
+            assert _prom_wait(prom, 'pgparmon_job_state{job="pgparmon",state="finished",'
+                              'kind="pg_dump"} == 1')
+            assert _prom_query(prom, 'pgparmon_server_up{job="pgparmon"} == 1')
+            assert _prom_query(prom, 'up{job="pgparmon"} == 1')
+            deadline = time.monotonic() + 20
+            while True:
+                targets = _prom_targets(prom)
+                if all(targets[j]["health"] != "unknown" for j in targets):
+                    break
+                assert time.monotonic() < deadline, targets
+                time.sleep(0.3)
+            assert targets["no-credentials"]["health"] == "down"
+            assert "401" in targets["no-credentials"]["lastError"], targets["no-credentials"]
+            assert targets["wrong-ca"]["health"] == "down"
+            assert "certificate" in targets["wrong-ca"]["lastError"], targets["wrong-ca"]
+            assert not _prom_query(prom, 'pgparmon_server_up{job=~"no-credentials|wrong-ca"}')
+        code, err = exp.stop()
+    assert code == 0, err
+    assert "Traceback" not in err and PASSWORD not in err and pw_hash not in err
+    assert "serving https://" in err and "TLS handshake with 127.0.0.1 failed" in err
+    assert _mode(rec.parent) == 0o700 and _mode(rec) == 0o700
+    recordings = [p for p in rec.iterdir() if p.name.endswith(retention.SUFFIX)]
+    assert len(recordings) == 1 and _mode(recordings[0]) == 0o600
+    assert read_recording(str(recordings[0])).summary is not None
+    assert _mode(rec / "last-success.json") == 0o600
+    assert sorted(p.name for p in rec.iterdir()) == sorted(
+        [recordings[0].name, "last-success.json"])
 
 
 @pytest.mark.integration

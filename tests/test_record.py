@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -28,10 +29,29 @@ def dump_recording(cluster: Cluster, sample_db: str, tmp_path_factory: pytest.Te
     res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--record", str(rec),
                                       "--", cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
                                       str(d / "out"), sample_db),
-                         capture_output=True, text=True, env=cluster.env(), timeout=120)
+                         capture_output=True, text=True, env=cluster.env(), timeout=120,
+                         preexec_fn=lambda: os.umask(0))  # the most open umask: still private
     assert res.returncode == 0, res.stderr
     docs = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     return rec, docs
+
+
+@pytest.mark.integration
+def test_the_recording_and_its_report_are_private(
+        dump_recording: tuple[Path, list[dict[str, object]]]) -> None:
+    """The job's statements, tables and host facts: 0600 whatever the umask
+    (`run --record`, `report --html`)."""
+    rec, _ = dump_recording
+    assert stat.S_IMODE(rec.stat().st_mode) == 0o600
+    html = rec.parent / "report.html"
+    html.write_text("an older report")
+    html.chmod(0o644)
+    res = subprocess.run(pgparmon_cmd("report", str(rec), "--html", str(html)),
+                         capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: os.umask(0))
+    assert res.returncode == 0, res.stderr
+    assert stat.S_IMODE(html.stat().st_mode) == 0o600
+    assert "<!DOCTYPE html>" in html.read_text()
 
 
 @pytest.mark.integration

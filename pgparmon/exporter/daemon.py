@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import ipaddress
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ from ..exitcodes import ExitCode, Fatal
 from ..jobs.base import Job
 from ..jobs.registry import drivers
 from ..monitor import Monitor
+from ..private import make_private_dirs, open_private, open_to_others
 from ..readers.db import DbSampler
 from ..record import Recorder, RecordingError
 from ..redact import redact_text
@@ -410,6 +412,7 @@ class Options:
     targets: tuple[ConnTarget, ...]
     names: tuple[str, ...] = ()
     listen: str = "127.0.0.1:9752"
+    web_config: str | None = None  # the exporter toolkit's web configuration file
     interval: float = 1.0
     record_dir: str | None = None
     retain_age_s: float | None = 14 * 86400.0
@@ -493,7 +496,7 @@ class Exporter:
         doc = {"\t".join(k): v for k, v in self.last_success.items()}
         tmp = os.path.join(d, f".{SUCCESS_FILE}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with open_private(tmp, text=True) as f:
                 json.dump(doc, f)
             os.replace(tmp, os.path.join(d, SUCCESS_FILE))
         except OSError as exc:
@@ -568,21 +571,50 @@ def _listen(addr: str) -> tuple[str, int]:
     return host, p
 
 
-def check_record_dir(d: str) -> None:
-    """The recordings directory exists (or can be made) and we can write,
-    list and delete files in it."""
+def _loopback(host: str) -> bool:
     try:
-        os.makedirs(d, exist_ok=True)
-        if not os.path.isdir(d):
-            raise NotADirectoryError(20, "Not a directory")
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_record_dir(d: str) -> None:
+    """The recordings directory exists (or is made, 0700 with the parents
+    it needs) and we can write, list and delete files in it. An existing
+    one keeps its mode: a warning when every user can list it."""
+    try:
+        made = make_private_dirs(d)
         probe = os.path.join(d, f".pgparmon-probe-{os.getpid()}")
-        with open(probe, "wb") as f:
+        with open_private(probe) as f:
             f.write(b"x")
         os.unlink(probe)
         os.listdir(d)
     except OSError as exc:
         raise Fatal(f"cannot use the recordings directory {d}: {exc.strerror or exc} (give "
                     "--record-dir a directory this user can write)", ExitCode.USAGE) from None
+    mode = None if made else open_to_others(d)
+    if mode is not None:
+        log(f"the recordings directory {d} can be listed by every user (mode {mode:04o}); "
+            f"the recordings are 0600, but their names say which servers and databases "
+            f"ran what: chmod 700 {d}")
+
+
+def load_web_config(path: str | None) -> Any:
+    """The --web-config file, checked whole (its certificates loaded) before
+    anything starts: a bad one is one line and exit 2."""
+    from .web import Web, WebConfigError
+
+    if not path:
+        return None
+    try:
+        web = Web(path, log)
+    except WebConfigError as exc:
+        raise Fatal(f"--web-config {path}: {exc}", ExitCode.USAGE) from None
+    cfg = web.config
+    if cfg.users and cfg.tls is None:
+        log(f"--web-config {path}: basic auth without tls_server_config: the passwords "
+            "cross the network in clear; add tls_server_config")
+    return web
 
 
 def exporter_command(opts: Options) -> int:
@@ -600,14 +632,19 @@ def exporter_command(opts: Options) -> int:
     if dupes:
         raise Fatal(f"two servers named {sorted(dupes)[0]}: give each one a --name",
                     ExitCode.USAGE)
+    host, port = _listen(opts.listen)
+    web = load_web_config(opts.web_config)
+    if web is None and not _loopback(host):
+        log(f"--listen {opts.listen} serves plain HTTP without authentication to the network: "
+            "give --web-config (TLS and basic auth, docs/metrics.md)")
     if opts.record_dir:
         check_record_dir(opts.record_dir)
-    host, port = _listen(opts.listen)
 
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry, make_wsgi_app
     from prometheus_client.process_collector import ProcessCollector
 
     from .collector import ExporterCollector
+    from .web import describe, serve
 
     exp = Exporter(opts)
     exp.servers = [ServerWatch(exp, t, n) for t, n in zip(opts.targets, resolved)]
@@ -619,7 +656,7 @@ def exporter_command(opts: Options) -> int:
     registry.register(ExporterCollector(exp.state))
     ProcessCollector(namespace="pgparmon_exporter", registry=registry)
     try:
-        exp.httpd, _ = start_http_server(port, addr=host, registry=registry)
+        exp.httpd = serve(host, port, make_wsgi_app(registry), web, log)
     except OSError as exc:
         raise Fatal(f"cannot listen on {opts.listen}: {exc.strerror or exc} (another "
                     "process uses that port? give --listen HOST:PORT)", ExitCode.LISTEN) from None
@@ -637,7 +674,9 @@ def exporter_command(opts: Options) -> int:
             except ConnectError as exc:
                 raise Fatal(f"{s.name}: {exc}", ExitCode.CONNECT) from None
             exp.publish()
-        log(f"serving http://{opts.listen}/metrics; watching "
+        scheme = web.config.scheme if web is not None else "http"
+        log(f"serving {scheme}://{opts.listen}/metrics ({describe(web.config if web else None)})"
+            "; watching "
             f"{', '.join(s.name for s in exp.servers)} every {opts.interval:g}s"
             + (f"; recordings in {opts.record_dir}" if opts.record_dir else ""))
         code = exp.run()
