@@ -1,0 +1,57 @@
+"""pgparmon.wrappers: the command a wrapper (su, sudo, runuser, env, nice,
+timeout, a shell's -c) runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgparmon.wrappers import unwrap, wrapped
+
+DUMP = ["pg_dump", "-Fd", "-j", "2", "-f", "/b/x", "db"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["su", "postgres", "-c", "pg_dump -Fd -j 2 -f /b/x db"],
+    ["su", "-", "postgres", "-c", "exec pg_dump -Fd -j 2 -f /b/x db"],
+    ["su", "-c", "pg_dump -Fd -j 2 -f /b/x db", "postgres"],
+    ["su", "-s", "/bin/sh", "postgres", "--command=pg_dump -Fd -j 2 -f /b/x db"],
+    ["/usr/bin/sudo", "-u", "postgres", *DUMP],
+    ["sudo", "-iu", "postgres", *DUMP],
+    ["sudo", "-E", "--user=postgres", "--", *DUMP],
+    ["sudo", "-upostgres", *DUMP],
+    ["runuser", "-u", "postgres", "--", *DUMP],
+    ["runuser", "postgres", "-c", "pg_dump -Fd -j 2 -f /b/x db"],
+    ["env", "PGPASSWORD=x", "-u", "PGSERVICE", *DUMP],
+    ["nice", "-n", "10", "ionice", "-c", "3", *DUMP],
+    ["nice", "-5", *DUMP],
+    ["timeout", "-s", "KILL", "3600", *DUMP],
+    ["timeout", "--preserve-status", "1h", *DUMP],
+    ["nohup", "setsid", *DUMP],
+    ["taskset", "-c", "0-3", *DUMP],
+    ["sh", "-c", "PGAPPNAME=x pg_dump -Fd -j 2 -f /b/x db"],
+    ["bash", "-e", "-c", "exec pg_dump -Fd -j 2 -f /b/x db"],
+    ["sudo", "-u", "postgres", "sh", "-c", "nice pg_dump -Fd -j 2 -f /b/x db"],
+])
+def test_the_command_inside(argv: list[str]) -> None:
+    assert unwrap(argv) == DUMP and wrapped(argv)
+
+
+@pytest.mark.parametrize("argv", [
+    DUMP,
+    ["pgbackrest", "--stanza=main", "backup"],
+    ["sh", "load.sh"],  # a script: its own process tree, not a wrapper
+    ["su", "postgres", "-c", "pg_dump db | gzip > x.gz"],  # a pipeline: not one command
+    ["su", "postgres", "-c", "cd /x && pg_restore -j 2 -d db x"],
+    ["sh", "-c", "for f in *.csv; do psql -c x; done"],
+    ["su", "postgres"],  # an interactive shell
+    ["env", "-S", "pg_dump db"],
+    ["sudo"],
+    [],
+])
+def test_what_is_not_unwrapped(argv: list[str]) -> None:
+    assert unwrap(argv) == argv and not wrapped(argv)
+
+
+def test_a_quoted_password_stays_a_word() -> None:
+    inner = unwrap(["su", "postgres", "-c", "pg_dump 'dbname=x password=a b' -Fd -f d"])
+    assert inner == ["pg_dump", "dbname=x password=a b", "-Fd", "-f", "d"]
