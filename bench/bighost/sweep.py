@@ -471,15 +471,16 @@ class Sweep:
     def setup(self) -> None:
         t0 = time.monotonic()
         info: dict[str, Any] = {}
+        for f in ("pg15.tar.gz", "pgparmon.commit", "wheels/pip.txt"):
+            if not (HERE / f).is_file():
+                raise Fatal(f"{HERE / f} is missing: sweep.py runs from a bundle built by "
+                            "make_bundle.sh")
         pyver = f"cp{sys.version_info[0]}{sys.version_info[1]}"
         wheel_list = HERE / "wheels" / f"{pyver}.txt"
         if not wheel_list.is_file():
             have = " ".join(sorted(p.stem for p in (HERE / "wheels").glob("cp*.txt")))
             raise Fatal(f"this bundle has wheels for {have or 'no Python'}, not for "
                         f"Python {platform.python_version()}: run sweep.py with one of those")
-        for f in ("pg15.tar.gz", "pgparmon.commit"):
-            if not (HERE / f).is_file():
-                raise Fatal(f"{HERE / f} is missing: rebuild the bundle with make_bundle.sh")
         self.stop_leftover()
         self.k.work.mkdir(parents=True, exist_ok=True)
         os.chmod(self.k.work, 0o755)
@@ -1064,9 +1065,6 @@ VACUUM ANALYZE t{i};
         return "\n".join(lines[-n:])
 
     def finish(self) -> None:
-        self.log(f"server log ({self.slog}), last 300 lines: in log.txt")
-        self.logf.write("----- server log tail\n" + self.server_log_tail(300) + "\n-----\n")
-        self.logf.flush()
         if self.server_up and not self.k.keep:
             res = self.as_user([self.pg("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
                                 "-t", "60", "stop"], timeout=90)
@@ -1075,6 +1073,9 @@ VACUUM ANALYZE t{i};
                               "stop"], timeout=60)
             self.server_up = False
             self.log("server stopped")
+        self.log(f"server log ({self.slog}), last 300 lines: in log.txt")
+        self.logf.write("----- server log tail\n" + self.server_log_tail(300) + "\n-----\n")
+        self.logf.flush()
         if self.k.keep:
             self.log(f"KEEP=1: the server ({self.sock}, port {self.k.port}), {self.k.work} and "
                      f"the OS user {self.k.osuser} are left as they are")
