@@ -717,13 +717,18 @@ def _wal_lsn(cluster: Cluster) -> int:
 
 
 @pytest.mark.integration
-def test_wal_step_measures_the_wal_and_leaves_only_wal(cluster: Cluster) -> None:
+def test_wal_step_measures_the_wal_and_leaves_only_wal(cluster: Cluster,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """k sessions of a plain role (no privilege granted: the function is
     everyone's) write WAL for a step each; the rate comes back, the volume
     stays within the cap (plus what was in flight when a step stopped), no
     session or relation is left, and a role denied the function gets a note
     instead of an error."""
-    from pgparmon.advise.probe.walstep import RING_BYTES, WAL_MIN_CAP, measure_wal
+    from pgparmon.advise.probe import walstep
+    from pgparmon.advise.probe.walstep import CHUNK_BYTES, measure_wal
+
+    monkeypatch.setattr(walstep, "WAL_MIN_CAP", 96 << 20)  # a small cap: a short test
+    cap = 96 << 20
 
     cluster.psql("DROP ROLE IF EXISTS walprobe; CREATE ROLE walprobe LOGIN")
     target = ConnTarget(dbname="postgres", host=str(cluster.sockdir), port=cluster.port,
@@ -737,9 +742,9 @@ def test_wal_step_measures_the_wal_and_leaves_only_wal(cluster: Cluster) -> None
     for p in pts:
         assert p.wal_bytes > 0 and 0 < p.seconds <= 1.0 and p.bytes_per_s > 1e6
         assert p.to_json()["bytes_per_s"] == round(p.bytes_per_s)
-    # within the cap over both steps, and what the sessions had in flight
-    assert sum(p.wal_bytes for p in pts) <= WAL_MIN_CAP + 3 * RING_BYTES
-    assert written <= WAL_MIN_CAP + 3 * RING_BYTES
+    # within the cap over both steps, and the statement each session had in flight
+    assert sum(p.wal_bytes for p in pts) <= cap + 3 * CHUNK_BYTES
+    assert written <= cap + 3 * CHUNK_BYTES + (8 << 20)  # and the server's own bit of WAL
     assert any(n.startswith("WAL: ") and "pg_logical_emit_message" in n for n in notes)
     assert cluster.psql("SELECT count(*) FROM pg_class").strip() == rels
     assert cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'walprobe'"

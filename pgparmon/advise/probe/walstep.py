@@ -23,7 +23,7 @@ progress over the step, read by a monitor connection.  The sessions are
 the monitor's usual read-only ones (the function writes WAL, not data).
 
 A step stops at its time or once it wrote its share of the volume cap
-(a quarter of max_wal_size, at least WAL_MIN_CAP, over all steps; what the
+(half of max_wal_size, at least WAL_MIN_CAP, over all steps; what the
 sessions have in flight when they are stopped comes on top): the probe
 should not force a checkpoint of its own.
 """
@@ -40,6 +40,8 @@ from ...views import fmt
 
 RECORD_BYTES = 8000
 RING_BYTES = 16 << 20
+CHUNK_BYTES = 1 << 20  # one statement's WAL: a stop waits for at most this
+STOP_WAIT_S = 3.0
 PREFIX = "pgparmon-probe"
 # how long one step lasts, and the part of it measured (after every session
 # has started writing)
@@ -47,7 +49,8 @@ STEP_S = 0.6
 SETTLE_S = 0.05
 POLL_S = 0.05
 MIN_WINDOW_S = 0.2
-WAL_MIN_CAP = 256 << 20
+WAL_MIN_CAP = 512 << 20
+WAL_CAP_SHARE = 0.5  # of max_wal_size
 # WAL bytes a restore writes per heap byte it loads (its tables with their
 # primary keys; docs/advise.md "The WAL's ceiling")
 WAL_PER_HEAP = 1.0
@@ -102,27 +105,37 @@ class _Writer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        n = max(1, RING_BYTES // RECORD_BYTES)
+        # a transaction of RING_BYTES in statements of CHUNK_BYTES: a stop
+        # is seen between two statements and rolls the transaction back
+        # (no cancel: the server would log each as an error)
+        n = max(1, CHUNK_BYTES // RECORD_BYTES)
+        chunks = max(1, RING_BYTES // CHUNK_BYTES)
         try:
             while not self.stop.is_set():
-                with self.conn.transaction():
-                    self.started.set()
+                self.conn.execute("BEGIN")
+                self.started.set()
+                for _ in range(chunks):
+                    if self.stop.is_set():
+                        break
                     self.conn.execute(_WRITE, (PREFIX, RECORD_BYTES, n))
-        except Exception as exc:  # noqa: BLE001 - cancelled at the stop, or refused
+                self.conn.execute("ROLLBACK" if self.stop.is_set() else "COMMIT")
+        except Exception as exc:  # noqa: BLE001 - refused, or cancelled after a stalled stop
             if not self.stop.is_set():
                 self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
         finally:
             self.started.set()
 
-    def cancel(self) -> None:
+    def halt(self) -> None:
         self.stop.set()
-        try:
-            self.conn.cancel()
-        except Exception:  # noqa: BLE001 - best effort
-            pass
 
     def close(self) -> None:
-        self.thread.join(5.0)
+        self.thread.join(STOP_WAIT_S)
+        if self.thread.is_alive():  # a statement that does not end: cancel it
+            try:
+                self.conn.cancel()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+            self.thread.join(5.0)
         try:
             self.conn.close()
         except Exception:  # noqa: BLE001
@@ -138,7 +151,7 @@ def measure_wal(target: ConnTarget, counts: list[int], deadline: float,
         return []
     # one transaction of RING_BYTES may take a while when many share the WAL
     target = replace(target, statement_timeout_ms=max(target.statement_timeout_ms, 30000))
-    cap = max(WAL_MIN_CAP, (max_wal_size or 0) / 4) / len(ks)
+    cap = max(WAL_MIN_CAP, (max_wal_size or 0) * WAL_CAP_SHARE) / len(ks)
     try:
         mon = connect(target)
     except ConnectError as exc:
@@ -188,13 +201,19 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
         time.sleep(SETTLE_S)
         t0, l0 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
         t1, l1 = t0, l0
-        while t1 < t_start + STEP_S and l1 - start < cap:
+        pace = (l0 - start) / max(t0 - t_start, 1e-3)  # bytes a second, so far
+        # stop before the next look would pass the cap
+        while t1 < t_start + STEP_S and l1 - start + pace * POLL_S < cap:
             time.sleep(POLL_S)
-            t1, l1 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
+            t, lsn = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
+            pace = (lsn - l1) / max(t - t1, 1e-3)
+            t1, l1 = t, lsn
         failed = next((w.error for w in writers if w.error), None)
         if failed:
             notes.append(f"the WAL was not measured: {failed}")
             return None
+        if t1 <= t0:  # the cap was reached while the sessions started: from the start
+            t0, l0 = t_start, start
         if t1 - t0 < MIN_WINDOW_S:
             notes.append(f"the WAL step with {k} session{'s' if k > 1 else ''} was cut short "
                          f"by its volume cap ({fmt.size(cap)}, from max_wal_size): a larger "
@@ -202,6 +221,6 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
         return WalPoint(k, l1 - l0, t1 - t0)
     finally:
         for w in writers:
-            w.cancel()
+            w.halt()
         for w in writers:
             w.close()
