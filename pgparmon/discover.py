@@ -190,16 +190,17 @@ def _copy_tree_jobs(facts: ServerFacts, db: DbSample, claimed: set[int],
     that tree, on any database, is one job. `steps`: roots of programs
     running a pg_dump / pg_restore step (step_of) are jobs too."""
     roots: dict[int, set[int]] = {root: set() for root in steps or ()}
+    mine = procs.own_ancestors()  # never a job's root: see procs.job_root
     for b in db.backends:
         if b.pid in claimed or b.pid not in links or not copy_candidate(b, db.server_ts):
             continue
-        roots.setdefault(procs.job_root(links[b.pid]), set()).add(b.pid)
+        roots.setdefault(procs.job_root(links[b.pid], mine), set()).add(b.pid)
     if forced is not None and forced not in claimed and forced not in roots:
         client = links.get(forced, forced)  # a backend's client, or a client process
-        root = procs.job_root(client)
+        root = procs.job_root(client, mine)
         # a job only when some session's client has that same root (not init's
         # tree, not a process with no session of its own)
-        if any(procs.job_root(c) == root for c in set(links.values())):
+        if any(procs.job_root(c, mine) == root for c in set(links.values())):
             roots.setdefault(root, set())
     jobs: list[Job] = []
     for root in sorted(roots):

@@ -274,6 +274,10 @@ class CopyLoad(Driver):
                 if f.path not in sizes or not is_input_file(f):
                     continue
                 key = f"{c.pid}:{f.path}"
+                # where this reader was first seen in the file: a loader that
+                # cuts a file into ranges starts its readers mid-file
+                tr.kind_state.setdefault("input_start", {}).setdefault(
+                    key, float(f.position))
                 ent = tr.inputs.setdefault(key, [float(sizes[f.path]), 0.0])
                 ent[0] = max(ent[0], float(sizes[f.path]))
                 pos = max(ent[1], min(float(f.position), ent[0]))
@@ -301,14 +305,21 @@ class CopyLoad(Driver):
         between the last sample that saw it open and now (a loader reading
         to the end and exiting normally is always within that reach)."""
         alive = {c.pid for c in snap.clients if c.status != "zombie"}
+
+        def reached_end(key: str) -> bool:
+            ts, pos, rate, _ = tr.input_seen[key]
+            size = tr.inputs[key][0]
+            reach = 2.0 * rate * max(snap.ts - ts, 0.0) + READ_SLACK
+            return pos >= size or (int(key.split(":", 1)[0]) not in alive
+                                   and size - pos <= reach)
+
+        # a file whose readers cut it into ranges: one of them read to its end
+        ended = {key.split(":", 1)[1] for key in tr.input_seen if reached_end(key)}
         cuts = []
-        for key, (ts, pos, rate, table) in sorted(tr.input_seen.items()):
+        for key, (_ts, pos, _rate, table) in sorted(tr.input_seen.items()):
             pid, path = key.split(":", 1)
             size = tr.inputs[key][0]
-            if int(pid) in alive or pos >= size:
-                continue
-            reach = 2.0 * rate * max(snap.ts - ts, 0.0) + READ_SLACK
-            if size - pos <= reach:
+            if int(pid) in alive or path in ended:
                 continue
             into = f" into {table}" if table else ""
             cuts.append(f"{path}{into} read to {pos / size:.0%} ({int(pos)} of {int(size)} "
@@ -344,8 +355,8 @@ class CopyLoad(Driver):
         if tr.planned:
             return super().fraction(tr)
         if tr.inputs:
-            total = sum(e[0] for e in tr.inputs.values())
-            return min(1.0, sum(e[1] for e in tr.inputs.values()) / total) if total else None
+            total, done = input_files(tr)
+            return min(1.0, done / total) if total else None
         items = [i for i in tr.items.values() if i.kind == "copy"]
         if items and all(i.server_total for i in items):
             total = sum(i.work for i in items)
@@ -360,7 +371,8 @@ class CopyLoad(Driver):
             return None  # the schedule simulation over the source's tables
         builds = _running_builds(tr)
         if tr.inputs:
-            left = sum(e[0] - e[1] for e in tr.inputs.values())
+            total, done = input_files(tr)
+            left = total - done
             rate = tr.input_rate.rate(15.0)
             files: float | None = 0.0
             if left > 0:
@@ -422,6 +434,35 @@ class CopyLoad(Driver):
         return {"phase": phase, "progress_basis": basis, "source": tr.job.source,
                 "copies_done": sum(1 for i in tr.items.values()
                                    if i.kind in ("copy", "data") and i.state == "done")}
+
+
+def input_files(tr: Tracker) -> tuple[float, float]:
+    """(bytes of the input files, bytes read).  A file with one reader: its
+    read position.  A file several readers share (a loader that cuts it into
+    ranges, one per process): each reader covers the part from where it was
+    first seen to where it is now, the one first seen lowest from the file's
+    start, and the file counts once."""
+    starts: dict[str, float] = tr.kind_state.get("input_start", {})
+    by_path: dict[str, list[tuple[float, float, float]]] = {}
+    for key, (size, pos) in tr.inputs.items():
+        by_path.setdefault(key.split(":", 1)[1], []).append(
+            (starts.get(key, 0.0), pos, size))
+    total = done = 0.0
+    for readers in by_path.values():
+        size = max(r[2] for r in readers)
+        if len(readers) == 1:
+            total, done = total + size, done + min(readers[0][1], size)
+            continue
+        spans = sorted((lo, max(lo, pos)) for lo, pos, _ in readers)
+        spans[0] = (0.0, spans[0][1])
+        covered, end = 0.0, 0.0
+        for lo, hi in spans:
+            lo, hi = max(lo, end), min(hi, size)
+            if hi > lo:
+                covered += hi - lo
+                end = hi
+        total, done = total + size, done + covered
+    return total, done
 
 
 def _running_builds(tr: Tracker) -> float | None:

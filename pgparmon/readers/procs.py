@@ -397,19 +397,37 @@ def _launches_jobs(p: ProcInfo) -> bool:
     return False
 
 
-def job_root(pid: int) -> int:
+def own_ancestors() -> frozenset[int]:
+    """This process (the monitor) and every process above it."""
+    out: set[int] = set()
+    pid = os.getpid()
+    while pid > 1 and pid not in out and len(out) < 64:
+        out.add(pid)
+        try:
+            pid = psutil.Process(pid).ppid()
+        except psutil.Error:
+            break
+    return frozenset(out)
+
+
+def job_root(pid: int, stop_at: frozenset[int] | None = None) -> int:
     """The root of the job a client process belongs to: up through workers
     of the same program, then up through the scripts and launchers that
     started it, stopping below an interactive shell, the session leader,
-    sshd, init or systemd (anything else that is not a launcher)."""
+    sshd, init or systemd (anything else that is not a launcher), and below
+    the monitor's own ancestors (`stop_at`, default `own_ancestors()`): a
+    script that starts a loader in the background and then `pgparmon attach`
+    lives as long as the monitor does, so it cannot be the job's root (the
+    job would end only with the monitor)."""
     cur = _info(pid)
     if cur is None:
         return pid
+    mine = own_ancestors() if stop_at is None else stop_at
     seen = 0
     while seen < 32:
         seen += 1
         parent = _info(cur.ppid) if cur.ppid > 1 else None
-        if parent is None:
+        if parent is None or parent.pid in mine:
             break
         if _same_program(cur, parent) and (parent.name not in SHELLS
                                            or _launches_jobs(parent)):
