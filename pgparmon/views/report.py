@@ -165,16 +165,18 @@ def _path(ln: Line, x: Callable[[float], float], y: Callable[[float], float], ba
     return "".join(parts)
 
 
-def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 960) -> str:
+def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 960,
+              t_first: float = 0.0) -> str:
     """Items per worker over the run: each item a bar (hover for its name,
     phase and duration), grey where the worker was idle, the idle share at
-    the end of the row."""
+    the end of the row; nothing before the first sample (t_first: the job
+    ran before the monitor saw it)."""
     row_h, ml, mr, mt, mb = 24, 78, 70, 30, 30
     pids = list(spans)
     height = mt + mb + row_h * max(1, len(pids))
     pw = width - ml - mr
     t_end = max(t_end, 1e-6)
-    idle = idle_share(spans, 0.0, t_end)
+    idle = idle_share(spans, t_first, t_end)
 
     def x(t: float) -> float:
         return ml + pw * max(0.0, min(1.0, t / t_end))
@@ -191,8 +193,9 @@ def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 96
                    f'text-anchor="middle">{esc(fmt.duration(t))}</text>')
     for r, pid in enumerate(pids):
         top = mt + r * row_h
-        out.append(f'<rect x="{ml}" y="{top + 3}" width="{pw}" height="{row_h - 6}" '
-                   'class="idle"/>')
+        x_seen = x(t_first)
+        out.append(f'<rect x="{x_seen:.1f}" y="{top + 3}" width="{ml + pw - x_seen:.1f}" '
+                   f'height="{row_h - 6}" class="idle"/>')
         out.append(f'<text x="{ml - 6}" y="{top + row_h / 2 + 4}" class="axis" '
                    f'text-anchor="end">{esc(pid)}</text>')
         for n, sp in enumerate(spans[pid]):
@@ -278,9 +281,11 @@ def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
         "<h2>The job</h2>", _facts_html(facts, header),
         "<h2>Timeline: items per worker</h2>",
         ('<p class="muted">Each bar is one item (table data, index or constraint) on the '
-         "worker that ran it; grey is idle time. A long bar alone at the end is the long "
-         "tail: more workers cannot shorten it.</p>"),
-        svg_gantt(spans, t_end) if spans else '<p class="muted">no worker seen</p>',
+         "worker that ran it; grey is idle time, blank the time before the monitor's first "
+         "sample. A long bar alone at the end is the long tail: more workers cannot "
+         "shorten it.</p>"),
+        (svg_gantt(spans, t_end, t_first=tl.t_first or 0.0) if spans
+         else '<p class="muted">no worker seen</p>'),
         "<h2>Throughput and active workers</h2>", _throughput_svg(tl, facts),
         "<h2>Host CPU</h2>", _cpu_svg(samples, tl),
         "<h2>Disks</h2>", _disk_svg(tl),
@@ -474,7 +479,7 @@ def render_summary_text(samples: list[dict[str, Any]],
     shares = verdict_shares(samples)
     total = sum(s for _, s, _ in shares) or 1.0
     lim = Text("limits: " + ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:5]))
-    idle = idle_share(tl.spans(), 0.0, tl.t_end)
+    idle = idle_share(tl.spans(), tl.t_first or 0.0, tl.t_end)
     idle_t = Text("idle share per worker: " + ", ".join(f"{pid} {100 * v:.0f}%"
                                                          for pid, v in idle.items()))
     notes = [Text(f"! {n}", style="magenta") for n in run_notes(samples, summary)]
