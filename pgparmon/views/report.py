@@ -25,7 +25,7 @@ from rich.text import Text
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
 from . import fmt
-from .summary import ItemRow, RunFacts, end_summary, verdict_shares
+from .summary import ItemRow, RunFacts, end_summary, limits, verdict_shares
 from .text import ItemsTable, summary_head
 
 Doc = Mapping[str, Any]
@@ -476,9 +476,7 @@ def render_summary_text(samples: list[dict[str, Any]],
     adv.append("advice: ", style="bold")
     adv.append(advice.headline, style="bold magenta" if advice.next_jobs else "")
     adv.append(f"\n  {advice.detail}", style="dim")
-    shares = verdict_shares(samples)
-    total = sum(s for _, s, _ in shares) or 1.0
-    lim = Text("limits: " + ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:5]))
+    lim = Text("limits: " + limits(samples))
     idle = idle_share(tl.spans(), tl.t_first or 0.0, tl.t_end)
     idle_t = Text("idle share per worker: " + ", ".join(f"{pid} {100 * v:.0f}%"
                                                          for pid, v in idle.items()))

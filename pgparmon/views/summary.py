@@ -267,6 +267,14 @@ def verdict_shares(samples: Sequence[Doc]) -> list[tuple[str, float, str]]:
     return [(k, s, detail[k]) for k, s in sorted(secs.items(), key=lambda kv: -kv[1])]
 
 
+def limits(samples: Sequence[Doc], most: int = 5) -> str:
+    """What limited the run, its share of the time each: "host-cpu 62%,
+    one-table 30%"."""
+    shares = verdict_shares(samples)
+    total = sum(s for _, s, _ in shares) or 1.0
+    return ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:most])
+
+
 def item_rows(samples: Sequence[Doc], summary: Doc | None) -> list[ItemRow]:
     """Per item, longest first: from the summary when there is one (it has
     the exact start and end), else from what the samples showed. Start times
