@@ -614,6 +614,7 @@ class SummaryTable(DataTable[Any]):
             self.add_column(Text(k, justify="right") if k not in self.LEFT else k,
                             width=widths[k], key=k)
         measure = Console(width=item_w - 1)
+        lines_shown = 0
         for r, label, c in zip(es.rows, labels, cells, strict=True):
             row: dict[str, Any] = {
                 k: Text(c[k], justify="left" if k in self.LEFT else "right") for k in keys}
@@ -624,3 +625,8 @@ class SummaryTable(DataTable[Any]):
                          overflow="fold").wrap(measure, item_w - 1)
             self.add_row(Text("\n").join(lines), *(row[k] for k in keys),
                          height=max(1, len(lines)))
+            lines_shown += max(1, len(lines))
+        # its height, set (the tcss caps it): an auto height follows the rows
+        # only once the table measured them on an idle pass, and the layout
+        # that pass asks for did not always come (a table 0 rows high)
+        self.styles.height = 2 + lines_shown  # its top border, the header
