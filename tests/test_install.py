@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -43,7 +44,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bin directory of a new virtual environment holding pgparmon,
     installed from a wheel of this checkout."""
     work = tmp_path_factory.mktemp("install")
-    res = _pip("wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(ROOT))
+    # built from a copy: setuptools writes build/ into the tree it builds
+    src = work / "src"
+    shutil.copytree(ROOT / "pgparmon", src / "pgparmon",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    res = _pip("wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(src))
     _unreachable(res)  # the wheel's build requirement (setuptools) comes from the index
     assert res.returncode == 0, res.stderr[-3000:]
     wheels = list((work / "dist").glob("pgparmon-*.whl"))

@@ -25,7 +25,15 @@ from rich.text import Text
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
 from . import fmt
-from .summary import ItemRow, RunFacts, end_summary, limits, verdict_shares
+from .summary import (
+    ItemRow,
+    RunFacts,
+    end_summary,
+    limits,
+    row_cells,
+    unmeasured,
+    verdict_shares,
+)
 from .text import ItemsTable, summary_head
 
 Doc = Mapping[str, Any]
@@ -290,7 +298,7 @@ def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
         "<h2>Host CPU</h2>", _cpu_svg(samples, tl),
         "<h2>Disks</h2>", _disk_svg(tl),
         "<h2>What limited the run</h2>", _verdicts_html(samples),
-        "<h2>Items</h2>", _items_html(es.items),
+        "<h2>Items</h2>", _items_html(es.items, es.interval),
         _notes_html(samples, summary),
         (f"<footer>pgparmon report · {esc(facts.kind)} · generated from "
          f"{len(samples)} samples of pgparmon.sample/1</footer>"),
@@ -419,15 +427,18 @@ def _verdicts_html(samples: Sequence[Doc]) -> str:
             f'<th class="num">share</th><th>last said</th></tr>{rows}</table>')
 
 
-def _items_html(rows: Sequence[ItemRow]) -> str:
-    """Every item, ungrouped: a file has room for all of them."""
+def _items_html(rows: Sequence[ItemRow], interval: float | None) -> str:
+    """Every item, ungrouped: a file has room for all of them. An item done
+    within a sample interval has no measured duration or rate, as on a
+    terminal ("< 1.0 s")."""
     body = []
     for r in rows:
-        rps = (r.rows / r.duration_s) if r.rows and r.duration_s else None
-        cells = (fmt.duration(r.start_s), fmt.duration(r.duration_s), fmt.size(r.bytes),
-                 fmt.count_exact(r.rows), fmt.rate(r.bytes_per_s), fmt.count(rps))
+        c = row_cells(r, interval, exact_rows=True)
+        rps = (r.rows / r.duration_s if r.rows and r.duration_s
+               and not unmeasured(r, interval) else None)
+        cells = (c["start"], c["duration"], c["bytes"], c["rows"], c["bytes/s"], fmt.count(rps))
         body.append(
-            f"<tr><td>{esc(r.name)}</td><td>{esc(r.kind)}</td><td>{esc(r.worker or '-')}</td>"
+            f"<tr><td>{esc(r.label())}</td><td>{esc(r.kind)}</td><td>{esc(r.worker or '-')}</td>"
             f"<td>{esc(r.state)}</td>"
             + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")
     return ('<table id="items"><tr><th>item</th><th>kind</th><th>worker</th><th>state</th>'

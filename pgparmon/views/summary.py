@@ -164,13 +164,18 @@ def row_cells(r: Row, interval: float | None, exact_rows: bool = False) -> dict[
         return {"kind": r.kind, "worker": f"{r.workers} workers" if r.workers > 1 else "-",
                 "state": r.state, "start": "-", "duration": f"< {fmt.about(interval)}",
                 "bytes": fmt.size(r.bytes), "rows": rows, "bytes/s": "-"}
-    short = (r.state == "done" and interval is not None and r.duration_s is not None
-             and r.duration_s < interval)
+    short = unmeasured(r, interval)
     return {"kind": r.kind, "worker": str(r.worker or "-"), "state": r.state,
             "start": fmt.duration(r.start_s),
             "duration": f"< {fmt.about(interval)}" if short else fmt.duration(r.duration_s),
             "bytes": fmt.size(r.bytes), "rows": rows,
             "bytes/s": "-" if short else fmt.rate(r.bytes_per_s)}
+
+
+def unmeasured(r: ItemRow, interval: float | None) -> bool:
+    """Done in less than the sample interval: its duration is not measured."""
+    return (r.state == "done" and interval is not None and r.duration_s is not None
+            and r.duration_s < interval)
 
 
 def fit_columns(widths: Mapping[str, int], room: int, label_w: int,
