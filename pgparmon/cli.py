@@ -4,6 +4,7 @@ options and calls the module that does the work; exit codes are
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -24,6 +25,26 @@ DbOpt = typer.Option(None, "-d", "--dbname",
 IntervalOpt = typer.Option(1.0, "--interval", min=0.1, help="seconds between samples")
 JsonOpt = typer.Option(False, "--json", help="write JSON Lines (pgparmon.sample/1) to stdout")
 DurationOpt = typer.Option(None, "--duration", help="stop following after this many seconds")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("pgparmon")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            v = "unknown (not installed)"
+        sys.stdout.write(f"pgparmon {v}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def options(show_version: bool = typer.Option(False, "--version", is_eager=True,
+                                              callback=_version,
+                                              help="print pgparmon's version and exit")
+            ) -> None:
+    """Watch parallel pg_dump, pg_restore and COPY loads; advise the job count."""
 
 
 def fail(msg: str, code: int) -> None:
@@ -110,9 +131,11 @@ def demo(jobs: int = typer.Option(4, "-j", "--jobs", help="parallel jobs for the
          keep: bool = typer.Option(False, "--keep", help="keep the cluster's files"),
          record: str | None = typer.Option(None, "--record", help="record the dump to "
                                            "FILE and the restore to FILE's '.restore' "
-                                           "sibling"),
+                                           "sibling (default: both in a new directory "
+                                           "$TMPDIR/pgparmon-demo-rec-*, kept)"),
          plain: bool = PlainOpt) -> None:
-    """Start a throwaway cluster, dump and restore a skewed sample database, attached."""
+    """Start a throwaway cluster, dump and restore a skewed sample database, attached and
+    recorded."""
     from .demo import run_demo
 
     raise typer.Exit(run_demo(jobs=jobs, scale=scale, interval=interval, as_json=as_json,
@@ -230,6 +253,20 @@ def exporter(host: str | None = HostOpt, port: str | None = PortOpt,
                    record_dir=record_dir, retain_age_s=age or None, retain_bytes=size or None,
                    keep_ended_s=keep_ended)
     raise typer.Exit(exporter_command(opts))
+
+
+def _one_line_help() -> None:
+    """`pgparmon --help` lists each command with its docstring's first
+    paragraph, keeping the docstring's line breaks: a sentence broken in
+    the source would break mid-sentence on the screen. Each gets the
+    paragraph joined into one line (the terminal wraps it)."""
+    for info in app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+_one_line_help()
 
 
 def main() -> None:

@@ -441,9 +441,11 @@ class Monitor:
         doc: dict[str, Any] = {
             "schema": SCHEMA,
             "ts": _iso(snap.wall),
-            "elapsed_s": round(snap.wall - (tr.first_wall or snap.wall), 3),
+            "elapsed_s": round(snap.wall - (tr.started or snap.wall), 3),
             "job": {
                 "kind": job.kind, "state": state, "client_pid": job.client_pid,
+                "started": _iso(tr.started) if tr.started else None,
+                "started_from": tr.started_from,
                 "jobs": job.jobs, "format": job.format, "target": self.target_dir,
                 "database": job.database, "command": list(job.command),
                 "progress": round(progress, 4) if progress is not None else None,
@@ -567,10 +569,13 @@ class Monitor:
                 "bytes": it.bytes_done or None, "tuples": it.tuples_done or None,
                 "work": it.work,
             })
-        wall = (tr.last_wall or 0) - (tr.first_wall or 0)
+        wall = (tr.last_wall or 0) - (tr.started or 0)
         return {"schema": "pgparmon.summary/1", "kind": job.kind, "database": job.database,
                 "jobs": job.jobs, "grouping": job.grouping,
                 "databases": self._databases(),
+                "started": _iso(tr.started) if tr.started else None,
+                "started_from": tr.started_from,
+                "first_sample": _iso(tr.first_wall) if tr.first_wall else None,
                 "state": self.outcome.state if self.outcome else "running",
                 "reason": self.outcome.reason if self.outcome else None,
                 "exit_code": self.outcome.exit_code if self.outcome else None,

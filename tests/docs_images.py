@@ -1,8 +1,9 @@
 """Make docs/img/tui-copy-120x36.svg and .png from a real recording of a COPY load
-(and tui-backup-120x36 from one of a pg_basebackup).
+(and tui-backup-120x36 from one of a pg_basebackup, tui-end-120x36 from the demo).
 
     PYTHONPATH=. python tests/docs_images.py copy        # from the repository root
     PYTHONPATH=. python tests/docs_images.py backup
+    PYTHONPATH=. python tests/docs_images.py end
 
 On a throwaway cluster (pgparmon/cluster.py) a shell script runs two
 `psql \\copy` of CSV files of different sizes into two tables at once, then a
@@ -18,6 +19,13 @@ SVG into the PNG (`./run test` installs chromium when missing).
 that streaming lasts about 8 s; the samples up to a mid-run one (streaming,
 with an ETA) are kept as tests/golden/tui/backup_mid.json
 (test_snapshot_backup).
+
+`end`: `pgparmon demo --plain --record FILE` (its own throwaway cluster,
+pg_dump -Fd -j 4 and pg_restore -j 4 of the sample database, a sample a
+second); every sample of each job and its summary (the last doc) are kept as
+tests/golden/tui/dump_end.json and restore_end.json, the end screens the
+snapshot tests test_snapshot_end render at 80x24 and 120x36; the image is
+the restore's end screen.
 
 The dump and restore images (tui-dump-80x24, tui-restore-160x50) are the
 snapshots of tests/golden/tui/dump_mid.json and restore_index.json, cut from
@@ -120,6 +128,23 @@ def record_basebackup(work: Path) -> list[dict[str, Any]]:
         return read_recording(str(rec)).samples
 
 
+def record_demo(work: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`pgparmon demo --plain --record`: the dump's and the restore's samples,
+    each followed by its summary."""
+    rec = work / "demo.pgparmon.gz"
+    res = subprocess.run(pgparmon_cmd("demo", "--plain", "--record", str(rec)),
+                         capture_output=True, text=True, timeout=900, check=False, cwd=work)
+    if res.returncode != 0:
+        sys.exit(f"pgparmon demo failed ({res.returncode}): {res.stderr[-2000:]}")
+    out = []
+    for path in (rec, work / "demo.pgparmon.restore.gz"):
+        r = read_recording(str(path))
+        if r.truncated or r.summary is None or r.summary.get("state") != "finished":
+            sys.exit(f"{path}: not a finished job's recording")
+        out.append([*r.samples, r.summary])
+    return out[0], out[1]
+
+
 def mid_backup(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The samples up to the middle one of those streaming with an ETA."""
     streaming = [i for i, s in enumerate(samples) if s["job"]["state"] == "running"
@@ -142,10 +167,10 @@ def mid_run(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def _svg(docs: list[dict[str, Any]], name: str, title: str) -> str:
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_tui import _snapshot_app  # the snapshot tests' app: same screen
+    from test_tui import _end_app, _snapshot_app  # the snapshot tests' apps: same screens
 
     GOLDEN.joinpath(f"{name}.json").write_text(json.dumps(docs, indent=1) + "\n")
-    app, feed_all = _snapshot_app(name)
+    app, feed_all = (_end_app if name.endswith("_end") else _snapshot_app)(name)
     async with app.run_test(size=SIZE) as pilot:
         await feed_all(pilot)
         await pilot.pause(0.2)
@@ -175,21 +200,26 @@ def png(svg: Path, out: Path, cols: int, rows: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("which", choices=["copy", "backup"])
+    ap.add_argument("which", choices=["copy", "backup", "end"])
     ap.add_argument("--from-golden", action="store_true",
                     help="redraw from the golden samples (tests/golden/tui/), no new recording")
     args = ap.parse_args()
-    name = {"copy": "copy_mid", "backup": "backup_mid"}[args.which]
+    name = {"copy": "copy_mid", "backup": "backup_mid", "end": "restore_end"}[args.which]
     if args.from_golden:
         docs = json.loads(GOLDEN.joinpath(f"{name}.json").read_text())
     else:
         with tempfile.TemporaryDirectory(prefix="pgparmon-docimg-") as d:
             work = Path(d)
             work.chmod(0o777)
-            docs = (mid_run(record_copy_load(work)) if args.which == "copy"
-                    else mid_backup(record_basebackup(work)))
+            if args.which == "end":
+                dump, docs = record_demo(work)
+                GOLDEN.joinpath("dump_end.json").write_text(json.dumps(dump, indent=1) + "\n")
+            else:
+                docs = (mid_run(record_copy_load(work)) if args.which == "copy"
+                        else mid_backup(record_basebackup(work)))
     title = {"copy": "pgparmon run -- sh load.sh",
-             "backup": "pgparmon run -- pg_basebackup -D base -c fast -r RATE"}[args.which]
+             "backup": "pgparmon run -- pg_basebackup -D base -c fast -r RATE",
+             "end": "pgparmon demo: the restore's end"}[args.which]
     svg = IMG / f"tui-{args.which}-{SIZE[0]}x{SIZE[1]}.svg"
     svg.write_text(asyncio.run(_svg(docs, name, title)))
     png(svg, svg.with_suffix(".png"), *SIZE)

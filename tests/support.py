@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 
@@ -168,3 +171,68 @@ class Pki:
         self._run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
                   "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext)
         return crt, key
+
+
+@dataclass
+class HeldDump:
+    """A pg_dump held at its start (see dump_held_at_start)."""
+
+    proc: subprocess.Popen[bytes]
+    before: float  # wall clock just before it was started
+    after: float  # ... and just after: its process began in between
+    release: Callable[[], None]
+
+
+@contextlib.contextmanager
+def dump_held_at_start(cluster: Cluster, dbname: str, out: Path,
+                       table: str = "orders") -> Iterator[HeldDump]:
+    """A real `pg_dump -Fd -j 2` that waits at its start for as long as the
+    test wants: a psql session holds ACCESS EXCLUSIVE on `table`, so the
+    dump's leader waits on its lock; `release()` ends that session and lets
+    the dump run. Nothing is timed: the caller attaches while it waits,
+    then releases it. The lock is held by a sibling process, not by the
+    dump's parent: a parent holding a session in a transaction makes the
+    dump a step of the parent's job (discover.step_of)."""
+    app = f"pgparmon-test-lock-{time.time_ns()}"
+    holder = subprocess.Popen(
+        [cluster.client("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbname, "-c",
+         f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600)"],
+        env={**cluster.env(), "PGAPPNAME": app}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    watch = psycopg.connect(cluster.conninfo(), autocommit=True)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def release() -> None:
+        watch.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE application_name = %s", (app,))
+
+    def wait_for(sql: str, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not watch.execute(sql, (dbname,)).fetchone()[0]:  # type: ignore[index]
+            assert proc is None or proc.poll() is None, \
+                f"pg_dump exited early with {proc.returncode}"
+            assert holder.poll() is None, "the session holding the lock exited"
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    try:
+        wait_for(f"SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                 f"WHERE a.datname = %s AND a.application_name = '{app}' AND l.granted "
+                 "AND l.mode = 'AccessExclusiveLock'", "the lock was never taken")
+        before = time.time()
+        proc = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f", str(out),
+                                 dbname], env=cluster.env())
+        after = time.time()
+        wait_for("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
+                 "application_name = 'pg_dump' AND wait_event_type = 'Lock'",
+                 "pg_dump never waited on the lock")
+        yield HeldDump(proc, before, after, release)
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            release()
+        watch.close()
+        holder.wait(timeout=30)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

@@ -11,14 +11,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from support import in_terminal, pgparmon_cmd, read_jsonl, wait_for_backends
+from support import dump_held_at_start, in_terminal, pgparmon_cmd, read_jsonl, wait_for_backends
 
+from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
+from pgparmon.record import read_recording
+from pgparmon.views import fmt
+from pgparmon.views.summary import end_summary
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +88,60 @@ def test_attach_follows_parallel_dump(cluster: Cluster, sample_db: str, workdir:
     assert "public.orders" in done and "public.lookup_01" in done
     assert all(i["state"] == "done" for i in summary["items"])
     assert any(s["job"]["eta_s"] is not None for s in samples)
+
+
+def test_attach_late_counts_from_the_jobs_start(cluster: Cluster, sample_db: str,
+                                              workdir: Path) -> None:
+    """A dump that began before the monitor attached: its elapsed time, the
+    summary's wall time, the item start times, the timeline and the report
+    count from the dump's own start (its process), not from the monitor's
+    first sample."""
+    rec = workdir / "late.pgparmon.gz"
+    with dump_held_at_start(cluster, sample_db, workdir / "d") as dump:
+        time.sleep(2)  # the dump has been running a while when we attach
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        att = subprocess.Popen(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
+                                            str(cluster.port), "-U", "postgres", "-d", sample_db,
+                                            "--json", "--interval", "0.3", "--record", str(rec)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert att.stdout is not None
+        first_line = att.stdout.readline()  # the first sample: now let the dump run
+        dump.release()
+        rest, err = att.communicate(timeout=120)
+        assert dump.proc.wait() == 0
+    assert att.returncode == 0, err
+    samples, summary = _samples(first_line + rest)
+    first = samples[0]
+    job_start = datetime.fromisoformat(first["job"]["started"]).timestamp()
+    assert first["job"]["started_from"] == "client process"
+    # the dump's process began between these two readings of the clock (the
+    # kernel's start time has clock-tick granularity: 10 ms)
+    assert dump.before - 0.02 <= job_start <= dump.after + 0.02
+    seen = datetime.fromisoformat(first["ts"]).timestamp()
+    assert seen - dump.after >= 2.0  # attached that much later ...
+    assert first["elapsed_s"] >= seen - dump.after - 0.02  # ... and its elapsed says so
+    assert summary["started"] == first["job"]["started"]
+    assert summary["first_sample"] == first["ts"]
+    last = datetime.fromisoformat(samples[-1]["ts"]).timestamp()
+    assert summary["wall_s"] == pytest.approx(last - job_start, abs=0.002)
+    assert samples[-1]["elapsed_s"] == pytest.approx(summary["wall_s"], abs=0.002)
+    # no item ran longer than the job
+    assert max(i["duration_s"] or 0 for i in summary["items"]) <= summary["wall_s"]
+
+    # the views: the end summary, the timeline and the report of the recording
+    r = read_recording(str(rec))
+    es = end_summary(r.summary, r.samples)
+    assert es.facts.started == first["job"]["started"]
+    assert es.facts.wall_s == summary["wall_s"]
+    assert all(row.start_s is not None and row.start_s >= first["elapsed_s"] - 0.35
+               for row in es.items)
+    tl = build(r.samples)
+    assert tl.t_first == first["elapsed_s"] and tl.t_end == summary["wall_s"]
+    rep = subprocess.run(pgparmon_cmd("report", str(rec)), capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "COLUMNS": "120"})
+    assert rep.returncode == 0, rep.stderr
+    head = rep.stdout.splitlines()[0]
+    assert "finished" in head and f" in {fmt.duration(summary['wall_s'])};" in head, head
 
 
 def test_attach_follows_parallel_restore(cluster: Cluster, dump_archive: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from pgparmon.jobs import registry
 from pgparmon.jobs.base import Driver, Job, PlanInputs
 from pgparmon.monitor import Monitor
 from pgparmon.readers.db import ServerFacts
-from pgparmon.snapshot import Backend, CopyProgress, DbSample, FileSize, Snapshot
+from pgparmon.snapshot import Backend, ClientProc, CopyProgress, DbSample, FileSize, Snapshot
 from pgparmon.views.text import plain_line
 
 FACTS = ServerFacts(version_num=150000, version="15.0", database="shop", user="postgres",
@@ -160,3 +161,55 @@ def test_sessions_go_to_the_first_driver_that_claims_them(toyload: None) -> None
     # one client (same application_name, address, user) loading two tables is
     # one job, grouped by the client, not one job per target table
     assert kinds == ["copy"]
+
+
+
+@pytest.mark.parametrize("client", [False, True], ids=["sessions", "client process"])
+def test_a_job_counts_from_its_own_start_not_the_first_sample(toyload: None,
+                                                              client: bool) -> None:
+    """Attached late: the job's sessions opened 30 and 25 s before the first
+    sample, on a server whose clock runs 100 s behind ours; with its client
+    process on this host (started 40 s before), that counts instead."""
+    src = ScriptSource()
+    job = src.discover()
+    if client:
+        job = replace(job, client_pid=77)
+    tr = Tracker(job)
+    proc = ClientProc(pid=77, ppid=1, name="toyload", create_time=960.0, status="running",
+                      cpu_user=0.0, cpu_system=0.0, read_chars=0, write_chars=0, open_files=())
+    for t in range(3):
+        db = src._db(t)
+        db = replace(db, server_ts=900.0 + t,  # ours is 1000 + t
+                     backends=tuple(replace(b, backend_start=870.0 + 5 * i)
+                                    for i, b in enumerate(db.backends)))
+        tr.update(Snapshot(ts=float(t), wall=1000.0 + t, db=db, host=None,
+                           clients=(proc,) if client else ()))
+    assert tr.first_wall == 1000.0
+    if client:
+        assert (tr.started, tr.started_from) == (960.0, "client process")
+    else:
+        assert (tr.started, tr.started_from) == (970.0, "sessions")
+    # never after the first sample, whatever the clocks say
+    late = Tracker(job)
+    db = replace(src._db(0), server_ts=900.0, backends=tuple(
+        replace(b, backend_start=905.0) for b in src._db(0).backends))
+    late.update(Snapshot(ts=0.0, wall=1000.0, db=db, host=None))
+    assert late.started == 1000.0 and late.started_from == "sessions"
+
+
+def test_published_times_count_from_the_jobs_start(toyload: None) -> None:
+    """elapsed_s, job.started and the summary's wall_s and started."""
+    src = ScriptSource()
+    real = src._db
+    src._db = lambda t: replace(  # type: ignore[method-assign]
+        real(t), server_ts=1000.0 + t,  # the server's clock is ours
+        backends=tuple(replace(b, backend_start=990.0 + t) for b in real(t).backends))
+    mon = Monitor(src)
+    mon.discover()
+    docs = [mon.tick() for _ in range(3)]
+    assert [d["elapsed_s"] for d in docs] == [10.0, 11.0, 12.0]
+    assert docs[0]["job"]["started"] == "1970-01-01T00:16:30.000+00:00"
+    assert docs[0]["job"]["started_from"] == "sessions"
+    s = mon.summary()
+    assert s["wall_s"] == 12.0 and s["started"] == docs[0]["job"]["started"]
+    assert s["first_sample"] == "1970-01-01T00:16:40.000+00:00"

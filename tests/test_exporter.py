@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from support import pgparmon_cmd
+from support import dump_held_at_start, pgparmon_cmd
 
 from pgparmon.cluster import Cluster, free_port
 from pgparmon.connect import ConnTarget
@@ -717,6 +717,34 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_the_recordings_are_priv
 
 
 @pytest.mark.integration
+def test_a_job_found_running_counts_from_its_own_start(cluster: Cluster, sample_db: str,
+                                                       workdir: Path) -> None:
+    """A dump that began before the exporter saw it: its start time and its
+    counters' _created are the dump's process start, as the samples' elapsed
+    time counts it, not when the exporter found it."""
+    with dump_held_at_start(cluster, sample_db, workdir / "d") as dump:
+        time.sleep(1)  # it has run a while when the exporter starts
+        with exporter(cluster) as exp:
+            exp.wait_for("pgparmon_job_state", state="running", **DUMP)
+            deadline = time.monotonic() + 20
+            # its first sample (the first with a verdict) settles the start
+            while True:
+                fams = exp.families()
+                if any(s.value == 1.0 for s in fams["pgparmon_job_bottleneck"].samples):
+                    break
+                assert time.monotonic() < deadline, exp.text()
+                time.sleep(0.2)
+            start = [s.value for s in fams["pgparmon_job_start_time_seconds"].samples]
+            created = [s.value for s in fams["pgparmon_job_bytes"].samples
+                       if s.name.endswith("_created")]
+            # the process began between these two clock readings (10 ms ticks)
+            assert dump.before - 0.02 <= start[0] <= dump.after + 0.02, (start, dump)
+            assert created == start
+            dump.release()
+            assert dump.proc.wait(timeout=120) == 0
+            exp.wait_for("pgparmon_job_state", state="finished", **DUMP)
+
+
 def test_server_restart_mid_job_and_a_full_recordings_disk(
         cluster: Cluster, sample_db: str, workdir: Path) -> None:
     small = workdir / "small"

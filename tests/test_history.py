@@ -182,6 +182,14 @@ def test_attached_mid_run_has_no_wall_time(tmp_path: Path) -> None:
     run = load_history([write(tmp_path / "m.gz", "pg_dump", samples,
                               summary=dump_summary(4e9))])[0]
     assert run.wall_s is None
+    # ... unless its samples count from the job's own start (its process
+    # began 30 s before the first sample): then the wall time is known
+    known = [{**s, "elapsed_s": s["elapsed_s"] + 30.0,
+              "job": {**s["job"], "started_from": "client process"}} for s in samples]
+    run2 = load_history([write(tmp_path / "k.gz", "pg_dump", known,
+                               summary=dump_summary(4e9))])[0]
+    assert run2.wall_s == pytest.approx(known[-1]["elapsed_s"])
+    assert run2.points == run.points
     # the first stretch began before the recording: its first interval is
     # warm-up all the same (8 intervals at k=4, 7 steady)
     assert run.points == [(1, pytest.approx(60e6, rel=2e-3), pytest.approx(4.0)),

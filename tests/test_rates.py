@@ -303,7 +303,7 @@ def test_timeline_idle_kept_as_spans_close_equals_the_sum_over_spans(seed: int) 
     tl = _timeline(seed, 5 + 40 * seed)
     assert isinstance(tl, TimelineBuilder)
     spans = tl.spans()
-    want = idle_share(spans, 0.0, tl.t_end)
+    want = idle_share(spans, tl.t_first or 0.0, tl.t_end)  # seen from the first sample
     got = tl.idle()
     assert got.keys() == want.keys()
     for pid in want:

@@ -224,8 +224,9 @@ def _many_small_tables() -> tuple[list[Doc], Doc]:
     """The samples of a real restore (0.3 s apart, tests/golden/tui) and a
     summary doc shaped as monitor.summary() writes it: three big tables with
     long names, 200 small tables seen done at one sample (0.0 s measured, as
-    a table shorter than the interval is), and 3 more small ones at a later
-    sample: too few to group."""
+    a table shorter than the interval is), 3 more small ones at a later
+    sample (a group of their own) and one alone at a third: a row of its
+    own, with no measured duration."""
     samples = golden("restore_index")
     ts = [d["ts"] for d in samples]
 
@@ -238,6 +239,7 @@ def _many_small_tables() -> tuple[list[Doc], Doc]:
              for i, n in enumerate(LONG_NAMES)]
     items += [item(f"public.lookup_{i:03d}", 10, 0.0, 70_000, 13063 + i % 2) for i in range(200)]
     items += [item(f"public.late_{i}", 12, 0.0, 8_000, 13064) for i in range(3)]
+    items += [item("public.last_one", 14, 0.0, 5_000, 13063)]
     summary = {"schema": "pgparmon.summary/1", "kind": "pg_restore", "database": "restored",
                "jobs": 2, "state": "finished", "reason": "exit code 0", "exit_code": 0,
                "wall_s": samples[-1]["elapsed_s"], "items": items, "notes": []}
@@ -249,28 +251,37 @@ def test_short_items_finished_in_one_interval_are_one_row() -> None:
     es = end_summary(summary, samples)
     assert es.interval is not None and 0.28 < es.interval < 0.32
     groups = [r for r in es.rows if isinstance(r, ItemGroup)]
-    assert len(groups) == 1 and groups[0].count == 200 and groups[0].bytes == 14_000_000
+    assert [g.count for g in groups] == [200, 3] and groups[0].bytes == 14_000_000
     # the samples before and after the one that saw them done
     assert (groups[0].after_s, groups[0].by_s) == (samples[9]["elapsed_s"],
                                                    samples[10]["elapsed_s"])
-    assert groups[0].workers == 2
-    # 3 long tables, then the 3 late small ones on rows of their own
-    assert 3 < GROUP_MIN and len(es.rows) == 3 + 3 + 1
+    assert (groups[1].after_s, groups[1].by_s) == (samples[11]["elapsed_s"],
+                                                   samples[12]["elapsed_s"])
+    assert groups[0].workers == 2 and groups[1].workers == 1
+    # 3 long tables, the lone short one on a row of its own, then the groups
+    assert GROUP_MIN == 2 and len(es.rows) == 3 + 1 + 2
     assert [r.name for r in es.rows[:3]] == list(LONG_NAMES)  # longest first
-    assert len(es.items) == 206  # every item is still there, for the HTML
-    assert o_rows(build_html(samples, summary, None)) == 1 + 206
+    assert len(es.items) == 207  # every item is still there, for the HTML
+    assert o_rows(build_html(samples, summary, None)) == 1 + 207
+    about = fmt.about(es.interval)
     for view in (render_summary_text(samples, summary), summary_table(es)):
         console = Console(record=True, width=200, color_system=None)
         console.print(view)
         text = console.export_text()
-        assert "200 small tables, done between 2.7 s and 3.0 s" in text
-        assert f"< {fmt.about(es.interval)} each" in text and "14.0 MB" in text
-        assert "public.lookup_" not in text and text.count("public.late_") == 3
+        window = fmt.period(samples[9]["elapsed_s"], samples[10]["elapsed_s"])
+        assert f"200 small tables, done {window}" in text
+        assert "3 small tables, done" in text and "14.0 MB" in text
+        assert "public.lookup_" not in text and "public.late_" not in text
+        # an item done between two samples has no measured duration or rate
+        lone = next(ln for ln in text.splitlines() if ln.startswith("public.last_one"))
+        assert f"< {about}" in lone and "B/s" not in lone
+        assert " 0 ms" not in lone.replace(f"< {about}", "")
         assert all(n in text for n in LONG_NAMES) and "…" not in text
 
 
 def test_report_never_cuts_an_item_name() -> None:
-    """On a narrow terminal a long name folds onto the next line."""
+    """On a narrow terminal a long name folds onto the next line (every
+    column that can give way has)."""
     samples, summary = _many_small_tables()
     console = Console(record=True, width=90, color_system=None)
     console.print(render_summary_text(samples, summary))
@@ -279,6 +290,7 @@ def test_report_never_cuts_an_item_name() -> None:
     # the item column's pieces, line after line, make the whole name again
     lines = text.splitlines()
     for name in LONG_NAMES:
+        name = name.removeprefix("public.")  # below 100 columns, as the TUI
         i = next(k for k, ln in enumerate(lines) if ln.startswith(name[:12]))
         width = len(lines[i].split(" ")[0])
         whole = "".join(ln[:width].strip() for ln in lines[i:i + 8])

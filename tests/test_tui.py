@@ -41,6 +41,7 @@ from pgparmon.tui.widgets import (
     WorkersTable,
 )
 from pgparmon.views import fmt
+from pgparmon.views.summary import ItemGroup
 
 Doc = dict[str, Any]
 
@@ -763,6 +764,32 @@ def _snapshot_app(name: str) -> tuple[PgParMonApp, Callable[[Pilot[Any]], Any]]:
     return app, feed_all
 
 
+def _end_app(name: str) -> tuple[PgParMonApp, Callable[[Pilot[Any]], Any]]:
+    """The end screen of a finished job: its samples (tests/golden/tui/NAME:
+    the samples, then the summary), then the summary the feed gives once it
+    has ended."""
+    docs = golden(name)
+    samples, summary = docs[:-1], docs[-1]
+    assert summary["schema"] == "pgparmon.summary/1"
+    feed = ListFeed(samples, summary)
+    app = PgParMonApp(feed, 1.0, f"pgparmon {name}", autostart=False, clock=lambda: 0.0)
+
+    async def feed_all(pilot: Pilot[Any]) -> None:
+        for d in samples:
+            app.ingest(d)
+        j = samples[-1]["job"]
+        feed.outcome = SimpleNamespace(state=j["state"], reason=j.get("outcome"),
+                                       exit_code=j.get("exit_code"))
+        app._check_end()
+        await wait_for(pilot, lambda: app.end is not None)
+        # the table's rows reach the screen at the next layout pass
+        table = app.query_one("#summary", SummaryTable)
+        await wait_for(pilot, lambda: table.size.height > 2)
+        await pilot.pause()
+
+    return app, feed_all
+
+
 needs_snapshot_textual = pytest.mark.skipif(
     not textual.__version__.startswith(SNAPSHOT_TEXTUAL + "."),
     reason=f"snapshots were taken with Textual {SNAPSHOT_TEXTUAL}.x, this is "
@@ -791,6 +818,54 @@ def test_snapshot_copy(snap_compare: Any) -> None:
     as docs/img/tui-copy-120x36.svg (tests/docs_images.py makes both)."""
     app, run_before = _snapshot_app("copy_mid")
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
+
+
+@needs_snapshot_textual
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+@pytest.mark.parametrize("name", ["dump_end", "restore_end"])
+def test_snapshot_end(snap_compare: Any, name: str, size: tuple[int, int]) -> None:
+    """The end screens of the demo's real dump and restore (pg_dump -Fd -j 4,
+    pg_restore -j 4, a sample a second: tests/docs_images.py end)."""
+    app, run_before = _end_app(name)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", ["dump_end", "restore_end"])
+@sync
+async def test_the_end_table_keeps_names_whole_and_says_what_it_measured(
+        name: str, width: int) -> None:
+    """The demo's end screens: every name on one line, no "0 ms" for an
+    item seen at one sample or none (its duration is "< 1.0 s"), short
+    items of a kind seen done at the same sample grouped (never one of
+    them alone beside the group), an index or constraint with its table."""
+    app, feed_all = _end_app(name)
+    async with app.run_test(size=(width, 36)) as pilot:
+        await feed_all(pilot)
+        end = app.end
+        assert end is not None and end.interval is not None
+        rows = table_rows(app.query_one("#summary", SummaryTable))
+        assert len(rows) == len(end.rows)
+        short = f"< {fmt.about(end.interval)}"
+        for cells, r in zip(rows, end.rows, strict=True):
+            assert "\n" not in cells[0], cells  # not folded
+            assert cells[0] == r.label(width < 100)
+            assert "0 ms" not in cells
+            if r.state == "done" and (isinstance(r, ItemGroup) or r.duration_s < end.interval):
+                assert short in cells, cells
+            if r.kind in ("index", "constraint", "fk") and not isinstance(r, ItemGroup):
+                table = r.table.removeprefix("public.") if width < 100 else r.table
+                assert cells[0].endswith(f" on {table}"), cells
+        # grouped consistently: no two short items of a kind seen done at the
+        # same sample apart
+        windows = [(r.kind, r.by_s) for r in end.rows if isinstance(r, ItemGroup)]
+        assert len(windows) == len(set(windows))
+        lone = [r for r in end.rows if not isinstance(r, ItemGroup) and r.state == "done"
+                and r.start_s is not None and (r.duration_s or 0) < end.interval]
+        ends = [(r.kind, round(r.start_s + (r.duration_s or 0), 1)) for r in lone]
+        assert len(ends) == len(set(ends)), ends
+        assert not set(ends) & {(k, round(t, 1)) for k, t in windows}, ends
+        assert any(isinstance(r, ItemGroup) for r in end.rows)
 
 
 @pytest.mark.integration

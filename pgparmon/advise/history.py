@@ -293,16 +293,23 @@ def _restore_scale(rec: Recording) -> tuple[float | None, str]:
 
 
 def _wall(rec: Recording, samples: list[dict[str, Any]]) -> float | None:
-    """The run's wall time, when it finished and the recording saw it start:
-    its first sample at under START_PROGRESS of the work (`attach` as the job
-    began), or, with no work list yet, before any worker was busy
-    (`pgparmon run` samples before the client connects)."""
+    """The run's wall time, when it finished: its last sample's elapsed_s
+    where the samples count from the job's own start (`job.started_from`: its
+    client process or its sessions), even when the monitor attached late.
+    Older recordings count from their first sample: there only when the
+    recording saw the job start: its first sample at under START_PROGRESS of
+    the work (`attach` as the job began), or, with no work list yet, before
+    any worker was busy (`pgparmon run` samples before the client
+    connects)."""
     lastj = samples[-1]["job"]
     summ = rec.summary
     finished = lastj.get("state") == "finished" or (summ or {}).get("state") == "finished"
     if not finished:
         return None
     first = samples[0]["job"]
+    if first.get("started_from") in ("client process", "sessions"):
+        wall = float(samples[-1]["elapsed_s"])
+        return wall if wall > 0 and math.isfinite(wall) else None
     p0 = first.get("progress")
     saw_start = (float(p0) <= START_PROGRESS if p0 is not None
                  else int(first.get("active_workers") or 0) == 0)

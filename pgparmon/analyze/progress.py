@@ -42,6 +42,10 @@ class Tracker:
         self.planned = False
         self.first_wall: float | None = None
         self.last_wall: float | None = None
+        # when the job began (wall clock), and from what: its client process,
+        # else its sessions; the first sample until either is seen
+        self.started: float | None = None
+        self.started_from = "first sample"
         self.max_fraction = 0.0
         self.work_done_rate = WindowRate()
         self.history: list[tuple[float, int, float]] = []  # (t, active streams, work done)
@@ -129,6 +133,8 @@ class Tracker:
         if self.first_wall is None:
             self.first_wall = snap.wall
         self.last_wall = snap.wall
+        if self.started_from == "first sample":
+            self._job_start(snap, None)
         if self.driver.host_only:  # no server at all: the host's evidence only
             self.driver.file_evidence(self, snap, {})
             self._record(snap)
@@ -142,6 +148,8 @@ class Tracker:
         indexes = {i.pid: i for i in snap.db.indexes or () if i.blocks_done is not None}
         maints = {m.pid: m for m in snap.db.maint or ()}
         members = self.members(snap)
+        if self.started_from == "first sample":
+            self._job_start(snap, members)
         running_now: dict[str, int] = {}
         seen: set[int] = set()
         if self.driver.has_leader and self.leader_pid is None and members:
@@ -163,6 +171,30 @@ class Tracker:
         self._settle(running_now, snap, seen)
         self.driver.file_evidence(self, snap, running_now)
         self._record(snap)
+
+    def _job_start(self, snap: Snapshot, members: list[Backend] | None) -> None:
+        """When the job began, settled at the first sample that shows it:
+        its client process's start where this host shows the process, else
+        the earliest start of its sessions (the server's clock, moved onto
+        ours by the sample's server time). A monitor attached late counts
+        the job's time from there, not from its own first sample; never
+        later than that sample."""
+        assert self.first_wall is not None
+        start, source = None, "first sample"
+        root = self.job.client_pid
+        proc = next((c for c in snap.clients if root and c.pid == root), None)
+        if proc is not None and proc.create_time:
+            start, source = proc.create_time, "client process"
+        elif members:
+            starts = [b.backend_start for b in members if b.backend_start]
+            if starts:
+                shift = (snap.wall - snap.db.server_ts
+                         if snap.db is not None and snap.db.server_ts is not None else 0.0)
+                start, source = min(starts) + shift, "sessions"
+        if start is None:
+            self.started = self.first_wall
+            return
+        self.started, self.started_from = min(start, self.first_wall), source
 
     def _observe(self, w: WorkerState, b: Backend, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot,

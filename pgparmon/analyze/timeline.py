@@ -7,7 +7,10 @@ thing. Pure: no I/O, no clock; samples carry their own `elapsed_s`.
 
 A span runs from the first sample that shows the worker on an item to the
 first sample that no longer does (or the last sample seen): samples are all
-we know, so a span is accurate to one sampling interval.
+we know, so a span is accurate to one sampling interval. Time counts from
+the job's start; a monitor attached late saw nothing before its first
+sample (`t_first`): the charts leave that stretch blank and the idle shares
+count from there.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class TimelineBuilder:
         self.series: list[SeriesPoint] = []
         self.events: list[Event] = []
         self.t_end = 0.0
+        self.t_first: float | None = None  # the first sample's time: seen from there on
         self.phases: set[str] = set()  # the phases of every span so far
         self._busy: dict[int, float] = {}  # pid -> seconds of its closed spans
 
@@ -84,6 +88,8 @@ class TimelineBuilder:
         if self.series and t < self.series[-1].t:
             return  # out of order (a replay seeking back restarts the builder instead)
         self.t_end = t
+        if self.t_first is None:
+            self.t_first = t
         seen: set[int] = set()
         for w in doc.get("workers") or ():
             pid = int(w["pid"])
@@ -119,7 +125,7 @@ class TimelineBuilder:
     def _close(self, pid: int, t: float) -> None:
         item, phase, start = self._open.pop(pid)
         self._closed[pid].append(Span(item, phase, start, t, False))
-        self._busy[pid] = self._busy.get(pid, 0.0) + max(0.0, t - max(start, 0.0))
+        self._busy[pid] = self._busy.get(pid, 0.0) + max(0.0, t - max(start, self.t_first or 0.0))
         self.events.append(Event(t, pid, "end", item, phase, t - start))
 
     def spans(self) -> dict[int, list[Span]]:
@@ -139,9 +145,10 @@ class TimelineBuilder:
 
 
     def idle(self) -> dict[int, float]:
-        """idle_share(self.spans(), 0, self.t_end) from sums kept as spans
-        close: a sample's cost does not grow with the items of the run."""
-        total = self.t_end
+        """idle_share(self.spans(), self.t_first, self.t_end) from sums kept
+        as spans close: a sample's cost does not grow with the items of the
+        run."""
+        total = self.t_end - (self.t_first or 0.0)
         out = {}
         for pid in self.order:
             if not (self._closed.get(pid) or pid in self._open or pid in self._present):
@@ -151,7 +158,7 @@ class TimelineBuilder:
                 continue
             busy = self._busy.get(pid, 0.0)
             if pid in self._open:
-                busy += max(0.0, total - max(self._open[pid][2], 0.0))
+                busy += max(0.0, self.t_end - max(self._open[pid][2], self.t_first or 0.0))
             out[pid] = max(0.0, 1.0 - busy / total)
         return out
 
@@ -186,7 +193,8 @@ def build(samples: Iterable[Mapping[str, Any]]) -> TimelineBuilder:
 
 def idle_share(spans: Mapping[int, Sequence[Span]], t0: float, t1: float) -> dict[int, float]:
     """Per worker, the share of [t0, t1] it spent on no item: the idle gaps
-    a Gantt chart shows, as a number."""
+    a Gantt chart shows, as a number (t0: the first sample, where what the
+    workers did is known from)."""
     total = t1 - t0
     if total <= 0:
         return {pid: 0.0 for pid in spans}

@@ -185,6 +185,8 @@ class Followed:
             self.server.errors += 1
         tr = self.mon.tracker
         now = time.time()
+        if tr is not None and tr.started is not None and tr.started_from != "first sample":
+            self.started = tr.started  # the job's start as its samples count it
         if tr is not None:
             b = float(sum(i.bytes_done for i in tr.items.values()))
             r = float(sum(i.tuples_done for i in tr.items.values()))

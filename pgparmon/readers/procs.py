@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,23 @@ def _start_ticks(pid: int) -> bytes | None:
     return fields[19] if len(fields) > 19 else None  # field 22: starttime
 
 
+_BOOTED: list[float] = []  # the boot time (unix), to the microsecond: read once
+
+
+def started_at(p: psutil.Process) -> float:
+    """When the process began (unix time), to the kernel's clock tick: its
+    start in ticks since boot, after the boot time that the wall and boot
+    clocks give now. psutil's create_time adds it to the boot time in whole
+    seconds (/proc/stat `btime`), up to a second early: too coarse for a
+    job's elapsed time."""
+    ticks = _start_ticks(p.pid)
+    if ticks is None or not hasattr(time, "CLOCK_BOOTTIME"):
+        return float(p.create_time())
+    if not _BOOTED:
+        _BOOTED.append(time.time() - time.clock_gettime(time.CLOCK_BOOTTIME))
+    return _BOOTED[0] + int(ticks) / os.sysconf("SC_CLK_TCK")
+
+
 def _process(pid: int) -> psutil.Process:
     """A psutil.Process for pid, the one made at an earlier sample while pid
     still names the same process (raises as psutil.Process does)."""
@@ -153,7 +171,7 @@ def read_procs(pids: Iterable[int], files_under: str | None = None) -> tuple[Cli
             with p.oneshot():
                 name = p.name()
                 ppid = p.ppid()
-                ctime = p.create_time()
+                ctime = started_at(p)
                 status = p.status()
                 try:
                     ct = p.cpu_times()

@@ -320,6 +320,7 @@ class PgParMonApp(App[int]):
         self.query_one("#host", HostPanel).host = doc.get("host")
         spans = self.timeline.spans()
         gantt = self.query_one("#gantt", GanttChart)
+        gantt.t_first = self.timeline.t_first or 0.0
         gantt.t_end = self.timeline.t_end
         gantt.idle = self.timeline.idle()
         gantt.phases = self.timeline.phases

@@ -181,22 +181,28 @@ def time_axis(t_end: float, cols: int, gutter: int) -> Text:
 
 def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
           idle: Mapping[int, float] | None = None, max_rows: int | None = None,
-          phases: Collection[str] | None = None) -> Text:
+          phases: Collection[str] | None = None, t_first: float = 0.0) -> Text:
     """One row per worker: its items as coloured blocks on the time axis,
-    named where the block is wide enough; dots are idle gaps. The idle share
-    at the end of each row makes the long tail a number too. phases: the
-    phases the spans hold, when the caller keeps them (else read from the
-    spans)."""
+    named where the block is wide enough; dots are idle gaps; blank before
+    the first sample (t_first: the job ran before the monitor saw it). The
+    idle share at the end of each row makes the long tail a number too.
+    phases: the phases the spans hold, when the caller keeps them (else read
+    from the spans)."""
     gutter = 8
     suffix = 10 if idle is not None and width >= 60 else 0
     cols = max(4, width - gutter - suffix)
     out = Text(no_wrap=True, overflow="crop")
     pids = list(spans)
     shown = pids if max_rows is None else pids[:max_rows]
+    # the columns that end before the first sample: not idle, unseen
+    unseen = 0 if t_end <= 0 else min(cols, int(t_first / t_end * cols))
     for pid in shown:
         row = spans[pid]
         cells = (_row_by_column(row, t_end, cols) if len(row) > 2 * cols
                  else _row_by_span(row, t_end, cols))
+        for i in range(unseen):
+            if cells[i][0] == "·":
+                cells[i] = (" ", "")
         out.append(f"{str(pid)[:gutter - 1]:>{gutter - 1}}│", style="bold")
         append_runs(out, cells)
         if suffix and idle is not None:

@@ -21,7 +21,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 from ..analyze.advice_live import LiveAdvice
 from ..analyze.timeline import SeriesPoint, Span
 from ..views import fmt
-from ..views.summary import EndSummary, ItemGroup
+from ..views.summary import EndSummary, ItemGroup, fit_columns, row_cells
 from . import draw
 
 Doc = dict[str, Any]
@@ -376,6 +376,7 @@ class GanttChart(TextLines):
 
     spans: reactive[Mapping[int, Sequence[Span]]] = reactive(dict, always_update=True)
     t_end: reactive[float] = reactive(0.0)
+    t_first = 0.0  # the first sample: blank before it
     idle: reactive[Mapping[int, float]] = reactive(dict, always_update=True)
     phases: Collection[str] | None = None  # the phases of the spans (the timeline keeps them)
     max_rows: reactive[int] = reactive(8, layout=True)  # the app raises it on a tall screen
@@ -393,7 +394,7 @@ class GanttChart(TextLines):
         if not self.spans:
             return Text("timeline: no worker seen yet", style="dim")
         return draw.gantt(self.spans, self.t_end, self.content_size.width, self.idle,
-                          max_rows=self.max_rows, phases=self.phases)
+                          max_rows=self.max_rows, phases=self.phases, t_first=self.t_first)
 
 
 SORTS = ("pid", "bytes/s", "progress", "phase")
@@ -579,7 +580,15 @@ def _clip(s: str, n: int) -> str:
 class SummaryTable(DataTable[Any]):
     """At the end: every item with its duration and rates, longest first,
     then the short items grouped per sample interval (views/summary.py).
-    Whole names: a long one takes two lines, it is never cut."""
+    Columns are as wide as their widest cell; the worker, state, bytes/s
+    and rows columns give way, in that order, until the widest name fits.
+    Whole names: one still too long takes two lines, it is never cut."""
+
+    COLUMNS = (("kind", "kind"), ("worker", "worker"), ("state", "state"),
+               ("duration", "duration"), ("bytes", "bytes"), ("rows", "rows"),
+               ("bytes/s", "bytes/s"))
+    DROP = ("worker", "state", "bytes/s", "rows")
+    LEFT = ("kind", "worker", "state")
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -588,37 +597,36 @@ class SummaryTable(DataTable[Any]):
 
     def show(self, es: EndSummary, width: int) -> None:
         self.clear(columns=True)
-        fixed: tuple[tuple[str, str, int], ...] = (
-            ("kind", "kind", 11), ("worker", "worker", 10), ("state", "state", 9),
-            ("duration", "dur", 12), ("bytes", "bytes", 10), ("rows", "rows", 8),
-            ("bytes/s", "bps", 12))
-        if width < 100:
-            fixed = tuple(c for c in fixed if c[1] not in ("state", "worker"))
-        item_w = max(16, min(60, width - sum(c[2] for c in fixed) - SCROLLBARS))
+        short = width < 100  # as the workers table: no `public.` on a small screen
+        labels = [r.label(short) for r in es.rows]
+        cells = [row_cells(r, es.interval) for r in es.rows]
+        # a left-aligned cell keeps one space after it, a right-aligned one
+        # two before it
+        widths = {k: max([len(h), *(len(c[k]) for c in cells)]) + (1 if k in self.LEFT else 2)
+                  for k, h in self.COLUMNS}
+        room = width - SCROLLBARS
+        label_w = max((cell_len(x) for x in labels), default=0) + 1  # its gap
+        keys = fit_columns(widths, room, label_w, self.DROP)
+        rest = room - sum(widths[k] for k in keys)
+        item_w = max(16, min(rest, max(60, label_w)))
         self.add_column("item", width=item_w, key="item")
-        for label, key, w in fixed:
-            self.add_column(Text(label, justify="right") if key in ("dur", "bytes", "rows",
-                                                                    "bps") else label,
-                            width=w, key=key)
-        keys = [c[1] for c in fixed]
+        for k in keys:
+            self.add_column(Text(k, justify="right") if k not in self.LEFT else k,
+                            width=widths[k], key=k)
         measure = Console(width=item_w - 1)
-        for r in es.rows:
-            if isinstance(r, ItemGroup):
-                worker = f"{r.workers} workers" if r.workers > 1 else "-"
-                dur, bps = f"< {fmt.about(es.interval)}", "-"
-            else:
-                worker, dur = str(r.worker or "-"), fmt.duration(r.duration_s)
-                bps = fmt.rate(r.bytes_per_s)
-            cells: dict[str, Any] = {
-                "kind": r.kind, "worker": worker,
-                "state": Text(r.state, style="" if r.state == "done" else "bold red"),
-                "dur": Text(dur, justify="right"),
-                "bytes": Text(fmt.size(r.bytes), justify="right"),
-                "rows": Text(fmt.count(r.rows), justify="right"),
-                "bps": Text(bps, justify="right"),
-            }
+        lines_shown = 0
+        for r, label, c in zip(es.rows, labels, cells, strict=True):
+            row: dict[str, Any] = {
+                k: Text(c[k], justify="left" if k in self.LEFT else "right") for k in keys}
+            if "state" in row and r.state != "done":
+                row["state"].stylize("bold red")
             # folded a cell short of the column: the gap before the kind
-            lines = Text(r.name, style="dim" if isinstance(r, ItemGroup) else "",
+            lines = Text(label, style="dim" if isinstance(r, ItemGroup) else "",
                          overflow="fold").wrap(measure, item_w - 1)
-            self.add_row(Text("\n").join(lines), *(cells[k] for k in keys),
+            self.add_row(Text("\n").join(lines), *(row[k] for k in keys),
                          height=max(1, len(lines)))
+            lines_shown += max(1, len(lines))
+        # its height, set (the tcss caps it): an auto height follows the rows
+        # only once the table measured them on an idle pass, and the layout
+        # that pass asks for did not always come (a table 0 rows high)
+        self.styles.height = 2 + lines_shown  # its top border, the header

@@ -53,6 +53,17 @@ def duration(s: float | None) -> str:
     return f"{h} h {m:02d} min"
 
 
+def period(a: float | None, b: float | None) -> str:
+    """A stretch of time, as `duration` at both ends, its unit said once
+    when both ends share it: "13.0–14.0 s", "850 ms–1.8 s"."""
+    x, y = duration(a), duration(b)
+    xn, _, xu = x.partition(" ")
+    yn, _, yu = y.partition(" ")
+    if xu == yu and " " not in xu:
+        return f"{xn}–{y}"
+    return f"{x}–{y}"
+
+
 def about(s: float | None) -> str:
     """A measured period to two significant digits, as `duration`: the
     median gap of samples taken every second (0.997 s) reads "1.0 s"."""

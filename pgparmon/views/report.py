@@ -25,7 +25,15 @@ from rich.text import Text
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
 from . import fmt
-from .summary import ItemRow, RunFacts, end_summary, verdict_shares
+from .summary import (
+    ItemRow,
+    RunFacts,
+    end_summary,
+    limits,
+    row_cells,
+    unmeasured,
+    verdict_shares,
+)
 from .text import ItemsTable, summary_head
 
 Doc = Mapping[str, Any]
@@ -165,16 +173,18 @@ def _path(ln: Line, x: Callable[[float], float], y: Callable[[float], float], ba
     return "".join(parts)
 
 
-def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 960) -> str:
+def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 960,
+              t_first: float = 0.0) -> str:
     """Items per worker over the run: each item a bar (hover for its name,
     phase and duration), grey where the worker was idle, the idle share at
-    the end of the row."""
+    the end of the row; nothing before the first sample (t_first: the job
+    ran before the monitor saw it)."""
     row_h, ml, mr, mt, mb = 24, 78, 70, 30, 30
     pids = list(spans)
     height = mt + mb + row_h * max(1, len(pids))
     pw = width - ml - mr
     t_end = max(t_end, 1e-6)
-    idle = idle_share(spans, 0.0, t_end)
+    idle = idle_share(spans, t_first, t_end)
 
     def x(t: float) -> float:
         return ml + pw * max(0.0, min(1.0, t / t_end))
@@ -191,8 +201,9 @@ def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 96
                    f'text-anchor="middle">{esc(fmt.duration(t))}</text>')
     for r, pid in enumerate(pids):
         top = mt + r * row_h
-        out.append(f'<rect x="{ml}" y="{top + 3}" width="{pw}" height="{row_h - 6}" '
-                   'class="idle"/>')
+        x_seen = x(t_first)
+        out.append(f'<rect x="{x_seen:.1f}" y="{top + 3}" width="{ml + pw - x_seen:.1f}" '
+                   f'height="{row_h - 6}" class="idle"/>')
         out.append(f'<text x="{ml - 6}" y="{top + row_h / 2 + 4}" class="axis" '
                    f'text-anchor="end">{esc(pid)}</text>')
         for n, sp in enumerate(spans[pid]):
@@ -278,14 +289,16 @@ def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
         "<h2>The job</h2>", _facts_html(facts, header),
         "<h2>Timeline: items per worker</h2>",
         ('<p class="muted">Each bar is one item (table data, index or constraint) on the '
-         "worker that ran it; grey is idle time. A long bar alone at the end is the long "
-         "tail: more workers cannot shorten it.</p>"),
-        svg_gantt(spans, t_end) if spans else '<p class="muted">no worker seen</p>',
+         "worker that ran it; grey is idle time, blank the time before the monitor's first "
+         "sample. A long bar alone at the end is the long tail: more workers cannot "
+         "shorten it.</p>"),
+        (svg_gantt(spans, t_end, t_first=tl.t_first or 0.0) if spans
+         else '<p class="muted">no worker seen</p>'),
         "<h2>Throughput and active workers</h2>", _throughput_svg(tl, facts),
         "<h2>Host CPU</h2>", _cpu_svg(samples, tl),
         "<h2>Disks</h2>", _disk_svg(tl),
         "<h2>What limited the run</h2>", _verdicts_html(samples),
-        "<h2>Items</h2>", _items_html(es.items),
+        "<h2>Items</h2>", _items_html(es.items, es.interval),
         _notes_html(samples, summary),
         (f"<footer>pgparmon report · {esc(facts.kind)} · generated from "
          f"{len(samples)} samples of pgparmon.sample/1</footer>"),
@@ -414,15 +427,18 @@ def _verdicts_html(samples: Sequence[Doc]) -> str:
             f'<th class="num">share</th><th>last said</th></tr>{rows}</table>')
 
 
-def _items_html(rows: Sequence[ItemRow]) -> str:
-    """Every item, ungrouped: a file has room for all of them."""
+def _items_html(rows: Sequence[ItemRow], interval: float | None) -> str:
+    """Every item, ungrouped: a file has room for all of them. An item done
+    within a sample interval has no measured duration or rate, as on a
+    terminal ("< 1.0 s")."""
     body = []
     for r in rows:
-        rps = (r.rows / r.duration_s) if r.rows and r.duration_s else None
-        cells = (fmt.duration(r.start_s), fmt.duration(r.duration_s), fmt.size(r.bytes),
-                 fmt.count_exact(r.rows), fmt.rate(r.bytes_per_s), fmt.count(rps))
+        c = row_cells(r, interval, exact_rows=True)
+        rps = (r.rows / r.duration_s if r.rows and r.duration_s
+               and not unmeasured(r, interval) else None)
+        cells = (c["start"], c["duration"], c["bytes"], c["rows"], c["bytes/s"], fmt.count(rps))
         body.append(
-            f"<tr><td>{esc(r.name)}</td><td>{esc(r.kind)}</td><td>{esc(r.worker or '-')}</td>"
+            f"<tr><td>{esc(r.label())}</td><td>{esc(r.kind)}</td><td>{esc(r.worker or '-')}</td>"
             f"<td>{esc(r.state)}</td>"
             + "".join(f'<td class="num">{esc(c)}</td>' for c in cells) + "</tr>")
     return ('<table id="items"><tr><th>item</th><th>kind</th><th>worker</th><th>state</th>'
@@ -471,10 +487,8 @@ def render_summary_text(samples: list[dict[str, Any]],
     adv.append("advice: ", style="bold")
     adv.append(advice.headline, style="bold magenta" if advice.next_jobs else "")
     adv.append(f"\n  {advice.detail}", style="dim")
-    shares = verdict_shares(samples)
-    total = sum(s for _, s, _ in shares) or 1.0
-    lim = Text("limits: " + ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:5]))
-    idle = idle_share(tl.spans(), 0.0, tl.t_end)
+    lim = Text("limits: " + limits(samples))
+    idle = idle_share(tl.spans(), tl.t_first or 0.0, tl.t_end)
     idle_t = Text("idle share per worker: " + ", ".join(f"{pid} {100 * v:.0f}%"
                                                          for pid, v in idle.items()))
     notes = [Text(f"! {n}", style="magenta") for n in run_notes(samples, summary)]

@@ -3,18 +3,22 @@ print (views/text.py), `pgparmon report` (views/report.py, terminal and
 HTML) and the TUI's end screen (tui/widgets.py, SummaryTable).
 
 `end_summary` turns the summary doc (pgparmon.summary/1) and the samples
-into facts about the run and item rows; the views only lay them out.
+into facts about the run and item rows; the views only lay them out. Times
+count from the job's start (`started`: its client process, else its first
+session), not from the monitor's first sample.
 
 Grouping of short items: the samples see an item that ran for less than a
-sample interval at one sample only, so its measured duration means nothing
-("done at 14.0 s, 0.0 s", 200 times over in a restore of many small
-tables). Items that are done, whose measured duration is shorter than the
-sample interval, and that finished between the same two samples are shown
-as one row per kind ("200 small tables, done between 13.0 s and 14.0 s",
-their bytes and rows summed) when there are at least GROUP_MIN of them;
-fewer stay rows of their own. Every other item is a row of its own, longest
-first; the groups follow, in time order. `EndSummary.items` keeps every
-item ungrouped (the HTML report lists them all).
+sample interval at one sample at most, so its measured duration means
+nothing ("0 ms", 200 times over in a restore of many small tables). Items
+that are done, whose measured duration is shorter than the sample interval,
+and that were seen done at the same sample are one row per kind ("200 small
+tables, done 13.0–14.0 s", their bytes and rows summed) when there are at
+least GROUP_MIN of them; one alone stays a row of its own, its duration
+"< 1.0 s" (the interval) rather than a figure. Items seen done at the first
+sample finished between the job's start and that sample. Every other item
+is a row of its own, longest first; the groups follow, in time order.
+`EndSummary.items` keeps every item ungrouped (the HTML report lists them
+all).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from . import fmt
 
 Doc = Mapping[str, Any]
 
-GROUP_MIN = 5  # this many short items finished in one interval make a group
-KIND_NOUNS = {"data": "small tables", "index": "small indexes", "constraint": "constraints"}
+GROUP_MIN = 2  # this many short items of a kind seen done at one sample make a group
+KIND_NOUNS = {"data": "small tables", "index": "small indexes", "constraint": "constraints",
+              "fk": "foreign keys", "copy": "COPY statements"}
 
 
 @dataclass(frozen=True)
@@ -64,14 +69,25 @@ class ItemRow:
     kind: str
     worker: int | None
     state: str
-    start_s: float | None  # since the first sample
+    start_s: float | None  # since the job's start
     duration_s: float | None
     bytes: int | None
     rows: int | None
+    table: str | None = None  # the table an index, constraint or VACUUM is on
 
     @property
     def bytes_per_s(self) -> float | None:
         return self.bytes / self.duration_s if self.bytes and self.duration_s else None
+
+    def label(self, short_schema: bool = False) -> str:
+        """The item's name, with its table where the name does not say it
+        (an index, a constraint: "orders_pkey on public.orders");
+        short_schema: the default schema `public.` left out."""
+        name, table = self.name, self.table
+        says = not table or name == table or name.endswith(" " + table)  # "VACUUM t"
+        if short_schema:
+            name, table = _unqualified(name) or name, _unqualified(table)
+        return name if says else f"{name} on {table}"
 
 
 @dataclass(frozen=True)
@@ -89,12 +105,14 @@ class ItemGroup:
     @property
     def name(self) -> str:
         noun = KIND_NOUNS.get(self.kind, f"{self.kind or 'other'} items")
-        return (f"{self.count} {noun}, done between {fmt.duration(self.after_s)} and "
-                f"{fmt.duration(self.by_s)}")
+        return f"{self.count} {noun}, done {fmt.period(self.after_s, self.by_s)}"
 
     @property
     def state(self) -> str:
         return "done"
+
+    def label(self, short_schema: bool = False) -> str:
+        return self.name
 
 
 Row = ItemRow | ItemGroup
@@ -120,7 +138,59 @@ def end_summary(summary: Doc | None, samples: Sequence[Doc] = (), *,
     edges = list(times if times is not None
                  else (float(d.get("elapsed_s") or 0.0) for d in samples))
     interval = sample_interval(edges)
+    if edges and edges[0] > 0:  # attached after the start: what the first
+        edges.insert(0, 0.0)  # sample saw done ended between the two
     return EndSummary(facts, items, group_rows(items, edges, interval), interval)
+
+
+def job_start(samples: Sequence[Doc], summary: Doc | None) -> float | None:
+    """When the job started (unix time): the first sample's time less its
+    elapsed_s (which counts from the job's start; from the monitor's first
+    sample in recordings made before it did), else the summary's `started`."""
+    if samples:
+        t = _parse_ts(samples[0].get("ts"))
+        if t is not None:
+            return t - float(samples[0].get("elapsed_s") or 0.0)
+    return _parse_ts((summary or {}).get("started"))
+
+
+def row_cells(r: Row, interval: float | None, exact_rows: bool = False) -> dict[str, str]:
+    """The text of a row's columns, as every terminal view writes them. An
+    item done in less than the sample interval (seen at one sample, or
+    settled between two) has no measured duration or rate: "< 1.0 s" (a
+    group: each of its items)."""
+    rows = fmt.count_exact(r.rows) if exact_rows else fmt.count(r.rows)
+    if isinstance(r, ItemGroup):
+        return {"kind": r.kind, "worker": f"{r.workers} workers" if r.workers > 1 else "-",
+                "state": r.state, "start": "-", "duration": f"< {fmt.about(interval)}",
+                "bytes": fmt.size(r.bytes), "rows": rows, "bytes/s": "-"}
+    short = unmeasured(r, interval)
+    return {"kind": r.kind, "worker": str(r.worker or "-"), "state": r.state,
+            "start": fmt.duration(r.start_s),
+            "duration": f"< {fmt.about(interval)}" if short else fmt.duration(r.duration_s),
+            "bytes": fmt.size(r.bytes), "rows": rows,
+            "bytes/s": "-" if short else fmt.rate(r.bytes_per_s)}
+
+
+def unmeasured(r: ItemRow, interval: float | None) -> bool:
+    """Done in less than the sample interval: its duration is not measured."""
+    return (r.state == "done" and interval is not None and r.duration_s is not None
+            and r.duration_s < interval)
+
+
+def fit_columns(widths: Mapping[str, int], room: int, label_w: int,
+                drop: Sequence[str]) -> list[str]:
+    """The columns (keys of `widths`, in its order) that leave the item
+    column `label_w` cells of `room`: the columns of `drop` go, in that
+    order, until the widest name fits, so that names are not folded while
+    some column can give way (narrower still, they fold)."""
+    cols = list(widths)
+    for key in drop:
+        if room - sum(widths[c] for c in cols) >= label_w:
+            break
+        if key in cols:
+            cols.remove(key)
+    return cols
 
 
 def sample_interval(times: Sequence[float]) -> float | None:
@@ -140,7 +210,9 @@ def group_rows(items: Sequence[ItemRow], times: Sequence[float],
         if r.state != "done" or r.start_s is None or (r.duration_s or 0.0) >= interval:
             continue
         end = r.start_s + (r.duration_s or 0.0)
-        i = min(max(1, bisect.bisect_left(times, end - 1e-3)), len(times) - 1)
+        # settled at a sample: it ends at that sample's time, give or take
+        # the rounding of the times to ms
+        i = min(max(1, bisect.bisect_left(times, end - 5e-3)), len(times) - 1)
         buckets.setdefault((i, r.kind), []).append(r)
     grouped = {id(r) for b in buckets.values() if len(b) >= GROUP_MIN for r in b}
     rows: list[Row] = [r for r in items if id(r) not in grouped]
@@ -173,7 +245,8 @@ def run_facts(samples: Sequence[Doc], summary: Doc | None, header: Doc | None) -
         target=j0.get("target") or (header or {}).get("target_dir"),
         command=" ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd),
         server_version=server,
-        started=first.get("ts"), ended=last.get("ts"),
+        started=j0.get("started") or (summary or {}).get("started") or first.get("ts"),
+        ended=last.get("ts"),
         wall_s=float((summary or {}).get("wall_s") or last.get("elapsed_s") or 0.0),
         state=str((summary or {}).get("state") or j1.get("state") or "?"),
         reason=(summary or {}).get("reason") or j1.get("outcome"),
@@ -199,11 +272,19 @@ def verdict_shares(samples: Sequence[Doc]) -> list[tuple[str, float, str]]:
     return [(k, s, detail[k]) for k, s in sorted(secs.items(), key=lambda kv: -kv[1])]
 
 
+def limits(samples: Sequence[Doc], most: int = 5) -> str:
+    """What limited the run, its share of the time each: "host-cpu 62%,
+    one-table 30%"."""
+    shares = verdict_shares(samples)
+    total = sum(s for _, s, _ in shares) or 1.0
+    return ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:most])
+
+
 def item_rows(samples: Sequence[Doc], summary: Doc | None) -> list[ItemRow]:
     """Per item, longest first: from the summary when there is one (it has
     the exact start and end), else from what the samples showed. Start times
-    count from the first sample (from the first item's start without
-    samples)."""
+    count from the job's start (from the first item's start when neither
+    samples nor the summary say it)."""
     items = (summary or {}).get("items") or []
     if not items:
         spans = build(samples).spans()
@@ -212,15 +293,21 @@ def item_rows(samples: Sequence[Doc], summary: Doc | None) -> list[ItemRow]:
                        for pid, lst in spans.items() for sp in lst),
                       key=lambda r: (-(r.duration_s or 0), r.name))
     starts = [_parse_ts(it.get("started")) for it in items]
-    t0 = _parse_ts(samples[0].get("ts")) if samples else None
+    t0 = job_start(samples, summary)
     if t0 is None:
         t0 = min((s for s in starts if s is not None), default=None)
     out = [ItemRow(str(it.get("name") or it.get("key") or "?"), str(it.get("kind") or ""),
                    it.get("worker"), str(it.get("state") or ""),
                    (st - t0) if st is not None and t0 is not None else None,
-                   it.get("duration_s"), it.get("bytes"), it.get("tuples"))
+                   it.get("duration_s"), it.get("bytes"), it.get("tuples"),
+                   it.get("relation") if it.get("kind") != "data" else None)
            for it, st in zip(items, starts, strict=True)]
     return sorted(out, key=lambda r: (-(r.duration_s or 0), r.name))
+
+
+def _unqualified(name: str | None) -> str | None:
+    """A name without the default schema (noise on a narrow screen)."""
+    return name[len("public."):] if name and name.startswith("public.") else name
 
 
 def _parse_ts(ts: Any) -> float | None:

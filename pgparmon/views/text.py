@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from . import fmt
-from .summary import EndSummary, ItemGroup
+from .summary import EndSummary, ItemGroup, fit_columns, row_cells
 
 
 def _bar(frac: float | None, width: int = 20) -> str:
@@ -93,38 +94,37 @@ def summary_head(es: EndSummary) -> Text:
 
 
 class ItemsTable:
-    """The item rows, longest first then the groups of short items, with
-    whole names (folded onto more lines when the column is narrow, never
-    cut); on a narrow terminal the start and bytes/s columns go first, then
-    worker and rows."""
+    """The item rows, longest first then the groups of short items. Whole
+    names: the start, worker, state, bytes/s and rows columns give way, in
+    that order, until the widest name fits (narrower still, names fold onto
+    more lines, never cut)."""
+
+    COLUMNS = ("kind", "worker", "state", "start", "duration", "bytes", "rows", "bytes/s")
+    DROP = ("start", "worker", "state", "bytes/s", "rows")
 
     def __init__(self, es: EndSummary, limit: int = TERMINAL_ROWS) -> None:
         self.es, self.limit = es, limit
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         es, w = self.es, options.max_width
-        drop = {"start", "bytes/s"} if w < 110 else set()
-        drop |= {"worker", "rows"} if w < 80 else set()
-        cols = [c for c in ("kind", "worker", "state", "start", "duration", "bytes", "rows",
-                            "bytes/s") if c not in drop]
+        rows = es.rows[:self.limit]
+        short = w < 100  # as the TUI: no `public.` on a small screen
+        labels = [r.label(short) for r in rows]
+        cells = [row_cells(r, es.interval, exact_rows=True) for r in rows]
+        # each column after the item costs its widest cell and 2 of padding
+        widths = {c: max([len(c), *(len(x[c]) for x in cells)]) + 2 for c in self.COLUMNS}
+        label_w = max([16, *(cell_len(x) for x in labels)])
+        cols = fit_columns(widths, w, label_w + 1, self.DROP)
+        room = w - 1 - sum(widths[c] for c in cols)
         t = Table(box=None, header_style="bold", pad_edge=False)
-        t.add_column("item", overflow="fold", ratio=1, min_width=16)
+        t.add_column("item", overflow="fold", ratio=1, min_width=max(16, min(label_w, room)))
         for col in cols:
             t.add_column(col, justify="left" if col in ("kind", "state") else "right",
                          no_wrap=True)
-        for r in es.rows[:self.limit]:
-            if isinstance(r, ItemGroup):
-                cells = {"worker": f"{r.workers} workers" if r.workers > 1 else "-",
-                         "start": "-", "duration": f"< {fmt.about(es.interval)} each",
-                         "bytes/s": "-"}
-            else:
-                cells = {"worker": str(r.worker or "-"), "start": fmt.duration(r.start_s),
-                         "duration": fmt.duration(r.duration_s), "bytes/s": fmt.rate(r.bytes_per_s)}
-            cells |= {"kind": r.kind, "state": r.state, "bytes": fmt.size(r.bytes),
-                      "rows": fmt.count_exact(r.rows)}
+        for r, label, c in zip(rows, labels, cells, strict=True):
             style = ("dim" if isinstance(r, ItemGroup)
                      else "red" if r.state not in ("done", "running") else None)
-            t.add_row(r.name, *(cells[c] for c in cols), style=style)
+            t.add_row(label, *(c[k] for k in cols), style=style)
         yield t
         rest = es.rows[self.limit:]
         if rest:
