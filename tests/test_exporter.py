@@ -745,6 +745,7 @@ def test_a_job_found_running_counts_from_its_own_start(cluster: Cluster, sample_
             exp.wait_for("pgparmon_job_state", state="finished", **DUMP)
 
 
+@pytest.mark.integration
 def test_server_restart_mid_job_and_a_full_recordings_disk(
         cluster: Cluster, sample_db: str, workdir: Path) -> None:
     small = workdir / "small"
