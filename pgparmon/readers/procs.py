@@ -184,6 +184,35 @@ def read_procs(pids: Iterable[int], files_under: str | None = None) -> tuple[Cli
     return tuple(out)
 
 
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def threads_of(pid: int) -> list[list[Any]] | None:
+    """The threads of one process: [tid, state (R, S, D...), CPU seconds]
+    each, from /proc/PID/task/*/stat (readable for any user's process);
+    None when the process is gone or /proc cannot be read. A tool that
+    works with threads (pg_probackup -j N) shows them here, not as
+    processes."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return None
+    out: list[list[Any]] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # a thread that ended between the listing and the read
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) < 13:
+            continue
+        # fields 3, 14 and 15 of stat: state, utime, stime (clock ticks)
+        out.append([tid, fields[0].decode("ascii", "replace"),
+                    round((int(fields[11]) + int(fields[12])) / _HZ, 2)])
+    return out
+
+
 def children(pid: int) -> list[int]:
     """The direct children of a process, from /proc/PID/task/*/children
     (one small read per thread of it; any thread may have forked them);
