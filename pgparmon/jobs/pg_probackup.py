@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import json
 import os
 import stat
@@ -513,7 +514,7 @@ class PgProbackup(Driver):
         later = _validation_ahead(tr, st)
         now = st.get("now") or 0.0
         if phase == "copy":
-            left, why = _step_eta(st, "copy")
+            left, why = _step_eta(st, "copy", tr.job.jobs or 1)
             if left is not None and stream:
                 left += _stream_wait(st, now + left) + 1.0
         elif phase == "sync":
@@ -523,7 +524,7 @@ class PgProbackup(Driver):
         elif phase == "validate":
             if _control(st).get("status") == "OK":
                 return 0.0, None
-            left, why = _step_eta(st, "validate")
+            left, why = _step_eta(st, "validate", tr.job.jobs or 1)
             ahead = st.get("validation_ahead")
             if left is None and ahead is not None:  # its first second: as foreseen
                 return max(0.0, ahead - (now - st.get("validate_began", now))), None
@@ -884,6 +885,11 @@ def _advance(st: dict[str, Any], step: str, inflight: dict[str, tuple[int, float
     part = sum(frac * sizes[r] for r, (_, frac) in inflight.items() if r not in fin)
     done = min(float(st["total"]), st["prefix"][low] + sum(fin.values()) + part)
     _count(st, p, done, ts)
+    p["left"] = {r: (1.0 - frac) * sizes[r] for r, (_, frac) in inflight.items()}
+    busy = p.setdefault("busy", [])
+    busy.append((ts, len(inflight)))
+    while len(busy) > 2 and ts - busy[0][0] > WINDOW_S:
+        del busy[0]
     if step == "copy":
         st.setdefault("copy_first", (ts, p["done"]))
         st["copy_last"] = (ts, p["done"])
@@ -928,8 +934,10 @@ def _step_total(st: dict[str, Any], step: str | None) -> float:
     return float(st.get("files") or 0) if step == "sync" else float(st.get("total") or 0)
 
 
-def _step_eta(st: dict[str, Any], step: str) -> tuple[float | None, str | None]:
-    """The rest of a step at its rate over its last 30 s."""
+def _step_eta(st: dict[str, Any], step: str,
+              threads: int | None = None) -> tuple[float | None, str | None]:
+    """The rest of a step at its rate over its last 30 s; `threads`: the
+    step's files shared out to that many threads (_schedule)."""
     p = _pass(st, step)
     hist = p["hist"]
     if len(hist) < 2 or hist[-1][0] - hist[0][0] < 1.0:
@@ -937,7 +945,37 @@ def _step_eta(st: dict[str, Any], step: str) -> tuple[float | None, str | None]:
     rate = (hist[-1][1] - hist[0][1]) / (hist[-1][0] - hist[0][0])
     if rate <= 0:
         return None, "measuring"
+    if threads and p.get("busy"):
+        busy = [n for t, n in p["busy"] if t >= hist[0][0]]
+        per_thread = rate / max(1.0, sum(busy) / max(1, len(busy)))
+        return _schedule(st, p, threads) / per_thread, None
     return max(0.0, _step_total(st, step) - p["done"]) / rate, None
+
+
+def _schedule(st: dict[str, Any], p: dict[str, Any], threads: int) -> float:
+    """The bytes the busiest of `threads` threads still has to read, each
+    finishing its file in flight, then taking the next one of the list (the
+    largest last: one thread copies it alone at the end). The small files
+    ahead (those under a 64th of a thread's share) go in lumps of that size:
+    a few hundred units at most, whatever the number of files."""
+    left: dict[str, float] = p.get("left") or {}
+    loads = sorted(left.values(), reverse=True)[:threads]
+    loads += [0.0] * (threads - len(loads))
+    sizes_in_order: list[int] = st["sizes_in_order"]
+    low = p["low"]
+    skip = {st["index"][r] for r in (*left, *p["finished"])}
+    rest = float(st["prefix"][-1] - st["prefix"][low]) - sum(
+        st["sizes"][r] for r in (*left, *p["finished"]) if st["index"][r] >= low)
+    lump = max(1.0, (rest + sum(loads)) / threads / 64.0)
+    big = max(low, bisect.bisect_left(sizes_in_order, lump, lo=low))
+    small = sum(sizes_in_order[i] for i in skip if low <= i < big)
+    units = [lump] * int((st["prefix"][big] - st["prefix"][low] - small) // lump)
+    units += [float(sizes_in_order[i]) for i in range(big, len(sizes_in_order))
+              if i not in skip]
+    heapq.heapify(loads)
+    for u in units:
+        heapq.heappush(loads, heapq.heappop(loads) + u)
+    return max(loads)
 
 
 def _io_ratio(st: dict[str, Any], root: ClientProc) -> None:
