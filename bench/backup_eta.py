@@ -47,9 +47,16 @@ from common import (
 STANZA = "bench"
 
 
+RECORD_DIR: list[str] = []  # --record-dir: where attach records each job
+
+
 def follow(job_argv: list[str], attach_args: list[str], env: dict[str, str],
            interval: float) -> dict[str, Any]:
     """Start the job, attach to it in a second process, and measure both."""
+    recording = None
+    if RECORD_DIR:
+        recording = os.path.join(RECORD_DIR[0], f"job{len(os.listdir(RECORD_DIR[0])):02d}.rec.gz")
+        attach_args = [*attach_args, "--record", recording]
     t0 = time.time()
     job = subprocess.Popen(job_argv, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
@@ -106,6 +113,7 @@ def follow(job_argv: list[str], attach_args: list[str], env: dict[str, str],
         "attach_cpu_ms_per_sample": round(1000.0 * cpu_s / len(samples), 2),
         "attach_max_rss_mb": round(ru.ru_maxrss / 1024.0, 1),
         "found_after_s": round(first - t0, 2),
+        "recording": recording,
     }
 
 
@@ -123,7 +131,11 @@ def main() -> None:
                          "pg_probackup with --pg-probackup)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" /
                                          "bench" / "backup_eta.json"))
+    ap.add_argument("--record-dir", help="keep attach's recording of each job there")
     a = ap.parse_args()
+    if a.record_dir:
+        os.makedirs(a.record_dir, exist_ok=True)
+        RECORD_DIR.append(os.path.abspath(a.record_dir))
     tools = [t for t in a.tools.split(",") if t]
     if set(tools) - set(TOOLS):
         raise SystemExit(f"--tools: one of {', '.join(TOOLS)}")

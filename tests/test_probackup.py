@@ -336,14 +336,26 @@ def test_backup_dir_from_backup_pid(tmp_path: Path) -> None:
     assert h.job.grouping == TREE and h.job.jobs == 2
 
 
-def _earlier(instance: Path, name: str, status: str, comp: str, data: int, took: float) -> None:
+def _earlier(instance: Path, name: str, status: str, comp: str, data: int, took: float,
+             synced: int = 0, sync_s: float = 0.0) -> None:
+    """An earlier backup in the catalog: validated in `took` s after its
+    end-time; its file list (`synced` files with bytes written, and
+    directories and an empty file) written `sync_s` s before its end-time."""
     d = instance / name
     d.mkdir(parents=True)
     ctl = d / "backup.control"
-    ctl.write_text(f"compress-alg = {comp}\nend-time = '2026-11-26 15:00:00+00'\n"
-                   f"data-bytes = {data}\nstatus = {status}\n")
+    ctl.write_text(f"backup-mode = FULL\ncompress-alg = {comp}\n"
+                   f"end-time = '2026-11-26 15:00:00+00'\ndata-bytes = {data}\n"
+                   f"status = {status}\n")
     end = 1795705200.0  # 2026-11-26 15:00:00 UTC
     os.utime(ctl, (end + took, end + took))
+    if synced:
+        rows = ['{"path":"base", "size":"0", "mode":"16832"}',
+                '{"path":"base/5/9", "size":"0", "mode":"33152"}']
+        rows += [f'{{"path":"base/5/{i}", "size":"8200", "mode":"33152"}}' for i in range(synced)]
+        content = d / "backup_content.control"
+        content.write_text("\n".join(rows) + "\n")
+        os.utime(content, (end - sync_s, end - sync_s))
 
 
 def test_validation_timed_from_its_earlier_backups(tmp_path: Path) -> None:
@@ -351,7 +363,8 @@ def test_validation_timed_from_its_earlier_backups(tmp_path: Path) -> None:
     end-time (its start) to the control file's last write (status OK)."""
     h = Host(tmp_path, order=ORDER)
     instance = h.bdir.parent
-    _earlier(instance, "T2Z3AA", "OK", "none", 1 << 30, 4.5)  # the newest with no compression
+    # the newest with no compression: its sync 3 s for 300 files
+    _earlier(instance, "T2Z3AA", "OK", "none", 1 << 30, 4.5, synced=300, sync_s=3.0)
     _earlier(instance, "T2Z3AB", "OK", "zlib", 1 << 30, 30.0)
     _earlier(instance, "T2Z3AC", "ERROR", "none", 1 << 30, 1.0)
     _earlier(instance, "T2Z2ZZ", "OK", "none", 1 << 30, 2 * 86400.0)  # validated again later
@@ -360,6 +373,8 @@ def test_validation_timed_from_its_earlier_backups(tmp_path: Path) -> None:
     assert got is not None
     assert [(e["id"], e["compress"], e["validate_s"]) for e in got["history"]] == [
         ("T2Z3AD", "none", 0.2), ("T2Z3AB", "zlib", 30.0), ("T2Z3AA", "none", 4.5)]
+    assert (got["history"][2]["sync_s"], got["history"][2]["synced_files"]) == (3.0, 300)
+    assert "sync_s" not in got["history"][0]  # no file list
     no_history = Host(tmp_path / "first", order=ORDER)
     for host in (h, no_history):
         for p in (4, 8, 12):
@@ -367,12 +382,14 @@ def test_validation_timed_from_its_earlier_backups(tmp_path: Path) -> None:
         host.last = s  # type: ignore[attr-defined]
     basis = h.last["backup"]["eta_basis"]  # type: ignore[attr-defined]
     assert "as fast per byte written as backup T2Z3AA's" in basis, basis
+    assert "the sync as long per file as the last timed one's" in basis, basis
     first = no_history.last  # type: ignore[attr-defined]
     assert "no earlier backup" in first["backup"]["eta_basis"]
     # the same copy; the validation of what it writes (as much as it reads)
-    # at 1 GiB per 4.0 s (4.5 s less the rounding), or at twice the copy's 4 MiB/s
+    # at 1 GiB per 4.0 s (4.5 s less the rounding), or at twice the copy's 4
+    # MiB/s; with the earlier backup, the sync of its 7 files at 10 ms each
     total = sum(Host.SIZES.values())
-    with_h = h.last["eta"][0] - total * 4.0 / (1 << 30)  # type: ignore[attr-defined]
+    with_h = h.last["eta"][0] - total * 4.0 / (1 << 30) - 7 * 0.01  # type: ignore[attr-defined]
     without = first["eta"][0] - total / (8 << 20)
     assert abs(with_h - without) < 0.01, (with_h, without)
 

@@ -40,6 +40,7 @@ import dataclasses
 import heapq
 import json
 import os
+import re
 import stat
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -90,6 +91,8 @@ _SKIP_FILES = {"postgresql.auto.conf.tmp", "current_logfiles.tmp", "recovery.con
                "postmaster.pid", "postmaster.opts", "probackup_recovery.conf",
                "recovery.signal", "standby.signal", "backup_label", "tablespace_map"}
 WINDOW_S = 30.0  # the rates of a step: its last 30 s
+# a file's bytes written in backup_content.control
+_WRITTEN = re.compile(r'"size":"(-?\d+)"')
 # its WAL stream sends a status message every 10 s (standby_message_timeout):
 # with no WAL arriving, that is when it sees that the stop LSN was set
 STATUS_INTERVAL_S = 10.0
@@ -217,12 +220,14 @@ def listed_files(backup_dir: str) -> list[str] | None:
 
 
 def validations(backup_dir: str, keep: int = 5) -> list[dict[str, Any]]:
-    """How long the instance's earlier backups took to validate, newest
-    first: their backup.control's end-time is written when the validation
-    starts (status DONE), and the file is written again when it ends
-    (status OK), so its modification time ends it. Backups whose control
-    file was written again later (a `validate`, a merge: more than an hour
-    after) are left out."""
+    """How long the instance's earlier backups took to sync and to
+    validate, newest first. Their backup.control's end-time is written when
+    the sync is over and the validation starts (status DONE), and the file
+    is written again when the validation ends (status OK): its modification
+    time ends it. Their backup_content.control is written last just before
+    the sync: its modification time starts it; the sync fsyncs each file it
+    lists with bytes written. Backups whose control file was written again
+    later (a `validate`, a merge: more than an hour after) are left out."""
     root = os.path.dirname(backup_dir.rstrip("/"))
     me = os.path.basename(backup_dir.rstrip("/"))
     try:
@@ -245,10 +250,27 @@ def validations(backup_dir: str, keep: int = 5) -> list[dict[str, Any]]:
             continue
         if 0 <= took <= 3600 and data > 0:
             out.append({"id": name, "compress": ctl.get("compress-alg") or "none",
-                        "data_bytes": data, "validate_s": round(took, 2)})
+                        "data_bytes": data, "validate_s": round(took, 2),
+                        "mode": ctl.get("backup-mode"), **_sync_of(root, name, end)})
         if len(out) >= keep:
             break
     return out
+
+
+def _sync_of(root: str, name: str, end: float) -> dict[str, Any]:
+    """An earlier backup's sync: its seconds (from its file list's last
+    write to its end-time, whole seconds) and how many files it synced."""
+    path = os.path.join(root, name, "backup_content.control")
+    try:
+        began = os.stat(path).st_mtime
+        with open(path, encoding="utf-8", errors="replace") as f:
+            files = sum(1 for v in _WRITTEN.findall(f.read()) if v not in ("0", "-1"))
+    except OSError:
+        return {}
+    took = end - began
+    if not -1.0 <= took <= 3600 or not files:
+        return {}
+    return {"sync_s": round(max(0.0, took), 2), "synced_files": files}
 
 
 class PgProbackup(Driver):
@@ -498,11 +520,11 @@ class PgProbackup(Driver):
         return None
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        """The rest of the step it is in at that step's rate (its last 30 s),
-        plus what is still to come: the stop's wait for its WAL stream
-        (--stream: until the stream's next status message), and the
-        validation (estimated until it starts: the bytes the copy wrote, read
-        back at the rate the copy read). The sync is counted once it runs."""
+        """The rest of the step it is in at that step's rate (its last 30 s;
+        the copy's and the validation's shared out to its threads), plus
+        what is still to come: the stop's wait for its WAL stream (--stream:
+        until the stream's next status message) and the validation
+        (_validation_ahead). The sync is counted once it runs."""
         st = _state(tr)
         phase = st.get("phase")
         stream = _stream(tr, st)
@@ -514,7 +536,7 @@ class PgProbackup(Driver):
         later = _validation_ahead(tr, st)
         now = st.get("now") or 0.0
         if phase == "copy":
-            left, why = _step_eta(st, "copy", tr.job.jobs or 1)
+            left, why = _step_eta(st, "copy", _own_cores(st, tr.job.jobs))
             if left is not None and stream:
                 left += _stream_wait(st, now + left) + 1.0
         elif phase == "sync":
@@ -524,7 +546,7 @@ class PgProbackup(Driver):
         elif phase == "validate":
             if _control(st).get("status") == "OK":
                 return 0.0, None
-            left, why = _step_eta(st, "validate", tr.job.jobs or 1)
+            left, why = _step_eta(st, "validate", _own_cores(st, tr.job.jobs))
             ahead = st.get("validation_ahead")
             if left is None and ahead is not None:  # its first second: as foreseen
                 return max(0.0, ahead - (now - st.get("validate_began", now))), None
@@ -535,6 +557,8 @@ class PgProbackup(Driver):
             left, why = max(0.0, began + 1.0 + wait - now), None
         if left is None:
             return None, why
+        if phase in ("copy", "stopping"):
+            left += _sync_ahead(tr, st) or 0.0
         if later is None:
             return None, ("the validation that follows cannot be estimated: the copy was seen "
                           "too briefly")
@@ -555,9 +579,13 @@ class PgProbackup(Driver):
         names = {"starting": f"starting (pg_backup_start, WAL {wal})", "copy": "copying files",
                  "stopping": f"stopping (pg_backup_stop, WAL {wal})",
                  "sync": f"syncing to disk{pct}", "validate": f"validating{pct}"}
+        order = ("in pg_probackup's order (its backup_content.control: by size): those "
+                 "before the first in flight" if st.get("exact") else
+                 "by size (its own list not readable): those smaller than the smallest in "
+                 "flight")
         basis = ("none: the data directory is not on this host" if not st.get("total") else
-                 "the data directory's files, smallest first (pg_probackup's order): those "
-                 "smaller than the ones in flight, and how far into those"
+                 f"the data directory's files {order}, those seen done, and how far into "
+                 "those in flight"
                  + ("; inferred: PAGE and PTRACK skip unchanged files"
                     if mode in ("PAGE", "PTRACK") else ""))
         threads = st.get("threads") or []
@@ -952,6 +980,18 @@ def _step_eta(st: dict[str, Any], step: str,
     return max(0.0, _step_total(st, step) - p["done"]) / rate, None
 
 
+def _own_cores(st: dict[str, Any], jobs: int | None) -> int | None:
+    """-j when its worker threads each keep a core busy (compression with
+    cores to spare): then each thread goes at its own pace and the last file
+    alone goes at one thread's. Otherwise they share what limits them (the
+    disk, a host whose CPUs are busy with other work: one thread alone then
+    gets what two shared), and the rest goes at the process's rate: None."""
+    cpu = list((st.get("worker_cpu") or {}).values())
+    if not jobs or not cpu or sum(cpu) / len(cpu) < BUSY_CPU:
+        return None
+    return jobs
+
+
 def _schedule(st: dict[str, Any], p: dict[str, Any], threads: int) -> float:
     """The bytes the busiest of `threads` threads still has to read, each
     finishing its file in flight, then taking the next one of the list (the
@@ -1026,11 +1066,13 @@ def _validation_ahead(tr: Tracker, st: dict[str, Any]) -> float | None:
         return 0.0
     first, last = st.get("copy_first"), st.get("copy_last")
     ratio = st.get("write_ratio")
-    if not first or not last or ratio is None or last[0] - first[0] < 1.0:
+    if ratio is None:
         return None
     earlier = _earlier_validation(tr, st)
     if earlier is not None:  # as fast as its last backup's, per byte written
         return float(st["total"]) * ratio * earlier["validate_s"] / earlier["data_bytes"]
+    if not first or not last or last[0] - first[0] < 1.0:
+        return None
     rate = (last[1] - first[1]) / (last[0] - first[0])
     if st.get("phase") == "copy":  # while it copies: its recent pace
         p = _pass(st, "copy")["hist"]
@@ -1039,6 +1081,21 @@ def _validation_ahead(tr: Tracker, st: dict[str, Any]) -> float | None:
     if rate <= 0:
         return None
     return float(st["total"]) * ratio / rate * VALIDATE_PER_COPY
+
+
+def _sync_ahead(tr: Tracker, st: dict[str, Any]) -> float | None:
+    """Seconds the sync will take, before it starts (a FULL backup: it
+    syncs every file it copied): as long per file as the instance's last
+    timed sync (100 files or more). None: no such backup, a DELTA or PAGE
+    (how many files it writes is not known ahead), or --no-sync."""
+    mode = (_control(st).get("backup-mode") or opt(tr.job.command, "-b", "backup-mode")
+            or "").upper()
+    if mode != "FULL" or "--no-sync" in tr.job.command:
+        return None
+    for h in st.get("history") or ():
+        if h.get("synced_files", 0) >= 100 and h.get("sync_s") is not None:
+            return float(st.get("files") or 0) * float(h["sync_s"]) / h["synced_files"]
+    return None
 
 
 def _earlier_validation(tr: Tracker, st: dict[str, Any]) -> dict[str, Any] | None:
@@ -1059,6 +1116,7 @@ def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
         return None
     if phase == "validate":
         return "the validation's rest at its rate over the last 30 s"
+    synced = _sync_ahead(tr, st) is not None
     head = {"copy": "the copy's rest at its rate over the last 30 s"
             + ("; the stop's wait for its WAL stream (its next status message, every 10 s)"
                if _stream(tr, st) else ""),
@@ -1067,15 +1125,16 @@ def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
                          "not counted"),
             "sync": "the sync's files left at its rate over the last 30 s (an fsync each)"
             }.get(str(phase), "")
+    if phase in ("copy", "stopping"):
+        head += ("; the sync as long per file as the last timed one's" if synced else
+                 "; the sync not counted until it runs")
     if not _validates(tr):
         return head + "; no validation (--no-validate)"
     earlier = _earlier_validation(tr, st)
-    tail = (f"; then the validation, as fast per byte written as backup {earlier['id']}'s"
-            if earlier else "; then the validation: the bytes the copy wrote, read back at "
-            "twice the rate the copy read (no earlier backup with this compression to time)")
-    if phase in ("copy", "stopping"):
-        tail += "; the sync not counted until it runs"
-    return head + tail
+    return head + (f"; then the validation, as fast per byte written as backup "
+                   f"{earlier['id']}'s" if earlier else "; then the validation: the bytes the "
+                   "copy wrote, read back at twice the rate the copy read (no earlier backup "
+                   "with this compression to time)")
 
 
 # ---- threads -------------------------------------------------------------------------
