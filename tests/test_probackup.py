@@ -118,7 +118,9 @@ def test_threads_of_a_process() -> None:
     try:
         got = threads_of(os.getpid())
         assert got is not None and len(got) >= 2
-        assert got[0][0] == os.getpid()  # the main thread first
+        # the main thread first, then in the order they were made (not by id:
+        # ids wrap around with the pids)
+        assert got[0][0] == os.getpid() and got[-1][0] == t.native_id
         assert all(isinstance(cpu, float) and state.isalpha() for _, state, cpu in got)
     finally:
         stop.set()

@@ -559,10 +559,9 @@ class PgProbackup(Driver):
             return None, why
         if phase in ("copy", "stopping"):
             left += _sync_ahead(tr, st) or 0.0
-        if later is None:
-            return None, ("the validation that follows cannot be estimated: the copy was seen "
-                          "too briefly")
-        return left + later, None
+        # the validation that cannot be estimated (the copy seen too briefly)
+        # is left out: eta_basis says so
+        return left + (later or 0.0), None
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
@@ -1130,6 +1129,9 @@ def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
                  "; the sync not counted until it runs")
     if not _validates(tr):
         return head + "; no validation (--no-validate)"
+    if _validation_ahead(tr, st) is None:
+        return head + ("; the validation that follows not counted: the copy was seen too "
+                       "briefly to estimate it")
     earlier = _earlier_validation(tr, st)
     return head + (f"; then the validation, as fast per byte written as backup "
                    f"{earlier['id']}'s" if earlier else "; then the validation: the bytes the "
@@ -1143,14 +1145,14 @@ def _thread_cpu(st: dict[str, Any], threads: list[list[Any]] | None, ts: float,
                 streaming: bool) -> None:
     """Each worker thread's CPU since the last sample (those that copy or
     validate: neither the main thread nor the WAL stream's) and how many are
-    alive. Threads are numbered in the order they were made: the main thread
-    (the process's pid), the WAL stream's (--stream: made before the copy,
-    gone once the stop LSN is streamed), then the workers."""
+    alive. The threads come in the order they were made (threads_of): the
+    main thread, the WAL stream's (--stream: made before the copy, gone once
+    the stop LSN is streamed), then the workers."""
     if threads is None:
         return
     prev: dict[int, tuple[float, float]] = st.get("thread_cpu") or {}
     now = {int(t[0]): (ts, float(t[2])) for t in threads}
-    tids = sorted(now)
+    tids = [int(t[0]) for t in threads]
     workers = tids[2:] if streaming else tids[1:]
     cpu: dict[int, float] = {}
     for t in workers:
