@@ -10,8 +10,13 @@ run (its start and end measured outside pgparmon) the ETA given then is
 compared with the real remaining time. Target: within 15% at half the run.
 
     .venv/bin/python bench/backup_eta.py [--gb 3] [--runs 1]
+    .venv/bin/python bench/backup_eta.py --gb 1.3 --pg-probackup PATH --tools pg_probackup \
+        --out docs/bench/backup_eta_probackup.json
 
-pgBackRest comes from the machine's packages (apt-get install pgbackrest).
+pgBackRest comes from the machine's packages (apt-get install pgbackrest);
+pg_probackup is built from its source (bench/probackup_rerecord.sh), given
+with --pg-probackup: a FULL backup with -j 2 and --stream, compressed (zlib
+level 1) and not.
 """
 
 from __future__ import annotations
@@ -28,48 +33,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import machine, median, pgparmon, start_cluster, write_json
+from common import (
+    archive_caught_up,
+    as_server_user,
+    fill_sql,
+    machine,
+    median,
+    pgparmon,
+    start_cluster,
+    write_json,
+)
 
 STANZA = "bench"
 
 
-def fill_sql(gb: float) -> str:
-    """Tables of several sizes, ~`gb` GB of heap in all (rows of ~130 bytes
-    on disk): one large one, a few medium ones, many small ones."""
-    rows = int(gb * 1e9 / 130)
-    parts = [f"CREATE TABLE big AS SELECT g AS id, md5(g::text) AS a, md5((g*7)::text) AS b "
-             f"FROM generate_series(1, {rows // 2}) g;"]
-    for i in range(6):
-        parts.append(f"CREATE TABLE mid_{i} AS SELECT g AS id, md5(g::text) AS a, "
-                     f"md5((g*3)::text) AS b FROM generate_series(1, {rows // 12}) g;")
-    for i in range(50):
-        parts.append(f"CREATE TABLE small_{i} AS SELECT g AS id, md5(g::text) AS a "
-                     f"FROM generate_series(1, 2000) g;")
-    parts.append("CHECKPOINT;")
-    return "\n".join(parts)
-
-
-def archive_caught_up(cl: Any, limit_s: float = 900.0) -> float:
-    """Wait until archive_command has archived the WAL written so far (no
-    segment left `.ready`): a backup started during the load's archiving
-    competes with it for the CPU. Returns the seconds waited."""
-    t0 = time.time()
-    while time.time() - t0 < limit_s:
-        n = cl.psql("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
-                    "WHERE f LIKE '%.ready'").strip()
-        if n == "0":
-            return time.time() - t0
-        time.sleep(1.0)
-    raise SystemExit("archive_command did not catch up")
-
-
-def as_server_user(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+RECORD_DIR: list[str] = []  # --record-dir: where attach records each job
 
 
 def follow(job_argv: list[str], attach_args: list[str], env: dict[str, str],
            interval: float) -> dict[str, Any]:
     """Start the job, attach to it in a second process, and measure both."""
+    recording = None
+    if RECORD_DIR:
+        recording = os.path.join(RECORD_DIR[0], f"job{len(os.listdir(RECORD_DIR[0])):02d}.rec.gz")
+        attach_args = [*attach_args, "--record", recording]
     t0 = time.time()
     job = subprocess.Popen(job_argv, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
@@ -126,7 +113,11 @@ def follow(job_argv: list[str], attach_args: list[str], env: dict[str, str],
         "attach_cpu_ms_per_sample": round(1000.0 * cpu_s / len(samples), 2),
         "attach_max_rss_mb": round(ru.ru_maxrss / 1024.0, 1),
         "found_after_s": round(first - t0, 2),
+        "recording": recording,
     }
+
+
+TOOLS = ("pg_basebackup", "pgbackrest", "pg_probackup")
 
 
 def main() -> None:
@@ -134,19 +125,33 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=3.0)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--pg-probackup", help="a pg_probackup binary: its backups too")
+    ap.add_argument("--tools", default=",".join(TOOLS),
+                    help="which of pg_basebackup,pgbackrest,pg_probackup (default: all; "
+                         "pg_probackup with --pg-probackup)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" /
                                          "bench" / "backup_eta.json"))
+    ap.add_argument("--record-dir", help="keep attach's recording of each job there")
     a = ap.parse_args()
+    if a.record_dir:
+        os.makedirs(a.record_dir, exist_ok=True)
+        RECORD_DIR.append(os.path.abspath(a.record_dir))
+    tools = [t for t in a.tools.split(",") if t]
+    if set(tools) - set(TOOLS):
+        raise SystemExit(f"--tools: one of {', '.join(TOOLS)}")
+    if not a.pg_probackup and "pg_probackup" in tools:
+        tools.remove("pg_probackup")
     pb = shutil.which("pgbackrest")
-    if pb is None:
+    if pb is None and "pgbackrest" in tools:
         raise SystemExit("pgbackrest is not installed (apt-get install pgbackrest)")
     base = Path(tempfile.mkdtemp(prefix="pgparmon-bench-bk-"))
     os.chmod(base, 0o777)
     conf = base / "pgbackrest.conf"
-    cl = start_cluster(prefix="pgparmon-bench-bk-", settings={
-        "archive_mode": "on",
-        "archive_command": f"'{pb} --config={conf} --stanza={STANZA} archive-push %p'",
-        "max_wal_size": "4GB"})
+    settings = {"max_wal_size": "4GB"}
+    if "pgbackrest" in tools:
+        settings.update(archive_mode="on", archive_command=(
+            f"'{pb} --config={conf} --stanza={STANZA} archive-push %p'"))
+    cl = start_cluster(prefix="pgparmon-bench-bk-", settings=settings)
     try:
         for d in ("repo", "log", "lock", "out"):
             (base / d).mkdir()
@@ -163,41 +168,62 @@ def main() -> None:
         cl.psql(fill_sql(a.gb))
         size = int(cl.psql("SELECT sum(pg_database_size(oid)) FROM pg_database").strip())
         print(f"cluster: {size / 1e9:.2f} GB in {time.time() - t:.0f} s", flush=True)
-        pbr = [pb, f"--config={conf}", f"--stanza={STANZA}"]
-        subprocess.run(as_server_user([*pbr, "stanza-create"]), check=True,
-                       capture_output=True)
-        print(f"archived the load's WAL in {archive_caught_up(cl):.0f} s", flush=True)
+        pbr = [pb or "pgbackrest", f"--config={conf}", f"--stanza={STANZA}"]
+        if "pgbackrest" in tools:
+            subprocess.run(as_server_user([*pbr, "stanza-create"]), check=True,
+                           capture_output=True)
+            print(f"archived the load's WAL in {archive_caught_up(cl):.0f} s", flush=True)
+        pbk: list[str] = []
+        if "pg_probackup" in tools:
+            cat = base / "probackup"
+            for args in (["init", "-B", str(cat)], ["add-instance", "-B", str(cat), "-D",
+                                                    str(cl.datadir), "--instance", STANZA]):
+                subprocess.run(as_server_user([a.pg_probackup, *args]), check=True,
+                               capture_output=True)
+            pbk = [a.pg_probackup, "backup", "-B", str(cat), "--instance", STANZA, "-b", "FULL",
+                   "-j", "2", "--stream", "-h", str(cl.sockdir), "-p", str(cl.port), "-U",
+                   "postgres", "-d", "postgres"]
         env = cl.env()
         attach_db = ["-h", str(cl.sockdir), "-p", str(cl.port), "-U", "postgres",
                      "-d", "postgres"]
-        results: dict[str, list[dict[str, Any]]] = {"pg_basebackup": [], "pgbackrest": [],
-                                                    "pgbackrest-restore": []}
+        results: dict[str, list[dict[str, Any]]] = {}
         for i in range(a.runs):
-            archive_caught_up(cl)
-            target = base / "out" / f"base{i}"
-            r = follow(as_server_user([cl.client("pg_basebackup"), "-D", str(target), "-Ft",
-                                       "-Z", "1", "-X", "stream", "-c", "fast"]),
-                       attach_db, env, a.interval)
-            results["pg_basebackup"].append(r)
-            _say("pg_basebackup -Ft -Z 1", r)
-            shutil.rmtree(target, ignore_errors=True)
-            archive_caught_up(cl)
-            r = follow(as_server_user([*pbr, "--process-max=2", "--type=full", "backup"]),
-                       attach_db, env, a.interval)
-            results["pgbackrest"].append(r)
-            _say("pgbackrest backup, process-max 2, gz level 1", r)
-            target = base / "out" / f"restore{i}"
-            r = follow(as_server_user([*pbr, f"--pg1-path={target}", "--process-max=2",
-                                       "restore"]), ["--host-only"], env, a.interval)
-            results["pgbackrest-restore"].append(r)
-            _say("pgbackrest restore (host only), process-max 2", r)
-            subprocess.run(["rm", "-rf", str(target)], check=False)
+            if "pg_basebackup" in tools:
+                archive_caught_up(cl)
+                target = base / "out" / f"base{i}"
+                r = follow(as_server_user([cl.client("pg_basebackup"), "-D", str(target), "-Ft",
+                                           "-Z", "1", "-X", "stream", "-c", "fast"]),
+                           attach_db, env, a.interval)
+                results.setdefault("pg_basebackup", []).append(r)
+                _say("pg_basebackup -Ft -Z 1", r)
+                shutil.rmtree(target, ignore_errors=True)
+            if "pgbackrest" in tools:
+                archive_caught_up(cl)
+                r = follow(as_server_user([*pbr, "--process-max=2", "--type=full", "backup"]),
+                           attach_db, env, a.interval)
+                results.setdefault("pgbackrest", []).append(r)
+                _say("pgbackrest backup, process-max 2, gz level 1", r)
+                target = base / "out" / f"restore{i}"
+                r = follow(as_server_user([*pbr, f"--pg1-path={target}", "--process-max=2",
+                                           "restore"]), ["--host-only"], env, a.interval)
+                results.setdefault("pgbackrest-restore", []).append(r)
+                _say("pgbackrest restore (host only), process-max 2", r)
+                subprocess.run(["rm", "-rf", str(target)], check=False)
+            if pbk:
+                for key, extra in (("pg_probackup", []), ("pg_probackup zlib",
+                                   ["--compress-algorithm=zlib", "--compress-level=1"])):
+                    r = follow(as_server_user([*pbk, *extra]), attach_db, env, a.interval)
+                    results.setdefault(key, []).append(r)
+                    _say(f"pg_probackup FULL -j 2 --stream {' '.join(extra)}".strip(), r)
         med = {k: {f: median([r["points"][f]["error"] for r in v if r["points"].get(f)])
                    for f in ("0.25", "0.5", "0.75")
                    if any(r["points"].get(f) for r in v)} for k, v in results.items()}
         doc = {"benchmark": "backup_eta", "machine": machine(), "cluster_bytes": size,
                "interval_s": a.interval, "runs": results, "median_error": med,
                "target": "<= 0.15 at 0.5"}
+        if pbk:
+            doc["pg_probackup"] = subprocess.run([a.pg_probackup, "--version"],
+                                                 capture_output=True, text=True).stdout.strip()
         write_json(Path(a.out), doc)
         for k, v in med.items():
             print(f"{k}: median ETA error " +

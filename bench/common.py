@@ -53,9 +53,43 @@ def make_csv(path: Path, mb: float, seed: int = 11, header: bool = True) -> int:
     return rows
 
 
+def fill_sql(gb: float) -> str:
+    """Tables of several sizes, ~`gb` GB of heap in all (rows of ~130 bytes
+    on disk): one large one, a few medium ones, many small ones."""
+    rows = int(gb * 1e9 / 130)
+    parts = [f"CREATE TABLE big AS SELECT g AS id, md5(g::text) AS a, md5((g*7)::text) AS b "
+             f"FROM generate_series(1, {rows // 2}) g;"]
+    for i in range(6):
+        parts.append(f"CREATE TABLE mid_{i} AS SELECT g AS id, md5(g::text) AS a, "
+                     f"md5((g*3)::text) AS b FROM generate_series(1, {rows // 12}) g;")
+    for i in range(50):
+        parts.append(f"CREATE TABLE small_{i} AS SELECT g AS id, md5(g::text) AS a "
+                     f"FROM generate_series(1, 2000) g;")
+    parts.append("CHECKPOINT;")
+    return "\n".join(parts)
+
+
+def archive_caught_up(cl: Cluster, limit_s: float = 900.0) -> float:
+    """Wait until archive_command has archived the WAL written so far (no
+    segment left `.ready`): a backup started during the load's archiving
+    competes with it for the CPU. Returns the seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        n = cl.psql("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
+                    "WHERE f LIKE '%.ready'").strip()
+        if n == "0":
+            return time.time() - t0
+        time.sleep(1.0)
+    raise SystemExit("archive_command did not catch up")
+
+
+def as_server_user(argv: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
 def machine() -> str:
     return f"{os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}"
 
 
 __all__ = ["Cluster", "start_cluster", "pgparmon", "timed", "median", "write_json", "make_csv",
-           "machine"]
+           "machine", "fill_sql", "archive_caught_up", "as_server_user"]

@@ -77,6 +77,17 @@ class ReplayFeed(FeedBase):
         self._last_wall = wall
         return doc
 
+    def play_out(self) -> list[dict[str, Any]]:
+        """Every sample left, at once (no waiting): the whole replay through
+        this analysis, for the tools that check recordings."""
+        out = []
+        while not self.ended and self.mon.outcome is None:
+            doc = self._advance()
+            if doc is None:
+                break
+            out.append(doc)
+        return out
+
     seekable = True
 
     @property

@@ -93,6 +93,9 @@ def error_lines(path: str, limit: int = 600) -> str | None:
 
 
 LINK_TRIES = 5  # ticks a session that links to no visible process is looked up again
+# ticks between two looks for the idle sessions of a tool that names none
+# (Driver.idle_sessions) while none of them has been found
+IDLE_LOOKUP_EVERY = 5
 
 def client_tree(job: Job, known: set[int], process: subprocess.Popen[Any] | None,
                 log: str | None, tree: bool
@@ -154,6 +157,7 @@ class LiveSource:
         self._link_tries: dict[tuple[int, float | None], int] = {}
         self._peers_ok = True
         self._tool: dict[str, Any] | None = None  # the tool's own status, last read
+        self._seek_idle = False  # look up the job's idle sessions (Driver.idle_sessions)
 
     # ---- the job ----------------------------------------------------------
 
@@ -199,8 +203,19 @@ class LiveSource:
             self.client_pids = {job.client_pid, *procs.children(job.client_pid)}
             if job.grouping == TREE:
                 self.client_pids |= set(procs.tree_pids(job.client_pid)) | set(job.client_pids)
+        self._seek_idle = (driver.idle_sessions and job.grouping == TREE
+                           and bool(job.client_pid) and self.local)
+        if self._seek_idle:
+            self._idle_sessions()
         self._find_devices()
         return job
+
+    def _idle_sessions(self) -> None:
+        """A tool whose own session sits idle under no application_name of
+        its own (pg_probackup's): its process tree's sessions, found from
+        the client side of their sockets, are sampled even while idle."""
+        self.known_backends |= procs.tree_backends(self.client_pids, self.facts.port,
+                                                   procs.unix_peers())
 
     def header(self) -> dict[str, Any]:
         assert self.job is not None
@@ -260,6 +275,10 @@ class LiveSource:
             self.known_backends |= {b for b, _ in found}
         elif job.kind == "copy" and not db.error:
             self.known_backends |= {b.pid for b in backends if driver.belongs(job, b)}
+        if self._seek_idle and tree and self.snapshots_taken % IDLE_LOOKUP_EVERY == 0 \
+                and not any(b.backend_type == "client backend" and b.pid in self.known_backends
+                            for b in backends):
+            self._idle_sessions()  # not found yet (opened after discovery): look again
         backend_pids = [b.pid for b in backends]
         backends_os = procs.read_procs(backend_pids) if self.local else ()
         files: tuple[FileSize, ...] = ()

@@ -11,9 +11,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import psycopg
 
 from pgparmon.cluster import Cluster
+from pgparmon.monitor import Monitor
+from pgparmon.record import read_recording
+from pgparmon.source import EndOfRecording, ReplaySource
 
 
 def pgparmon_cmd(*args: str) -> list[str]:
@@ -37,6 +45,21 @@ def wait_for_backends(cluster: Cluster, dbname: str, app_prefix: str, n: int = 1
                 raise AssertionError(f"job exited early with {proc.returncode}")
             time.sleep(0.05)
     raise AssertionError(f"no {app_prefix} backends appeared in {dbname}")
+
+
+def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Monitor]:
+    """Every sample a Monitor derives from a recording (no server, no
+    waiting), its summary, and the Monitor (its outcome)."""
+    rec = read_recording(str(path))
+    mon = Monitor(ReplaySource(rec.header, rec.events))
+    mon.discover()
+    samples = []
+    while mon.outcome is None:
+        try:
+            samples.append(mon.tick())
+        except EndOfRecording:
+            break
+    return samples, mon.summary(), mon
 
 
 def read_jsonl(text: str) -> list[dict[str, object]]:

@@ -29,10 +29,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from support import monitor_replay
 
 from pgparmon.monitor import Monitor
 from pgparmon.record import read_recording
-from pgparmon.source import EndOfRecording, ReplaySource
 
 GOLDEN = Path(__file__).parent / "golden" / "monitor"
 RECORDINGS = sorted(p.name[: -len(".rec.gz")] for p in GOLDEN.glob("*.rec.gz"))
@@ -47,17 +47,9 @@ def _no_server(*args: Any, **kwargs: Any) -> Any:
 
 def replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Monitor]:
     """Every sample the Monitor derives from the recording, and its summary."""
-    rec = read_recording(str(path))
-    assert not rec.truncated, f"{path.name} is cut short: regenerate it with make.py"
-    mon = Monitor(ReplaySource(rec.header, rec.events))
-    mon.discover()
-    samples = []
-    while mon.outcome is None:
-        try:
-            samples.append(mon.tick())
-        except EndOfRecording:
-            break
-    return samples, mon.summary(), mon
+    assert not read_recording(str(path)).truncated, \
+        f"{path.name} is cut short: regenerate it with make.py"
+    return monitor_replay(path)
 
 
 def _row(i: int, s: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,25 @@
-"""pg_probackup (not packaged for this machine: its behaviour as its source
-and documentation give it, see docs/backups.md): its command lines, its
-catalog's control file, and the driver fed with what the host shows of a
-backup (its threads' open files, the catalog's backup.control) through the
-same tracker a live run uses."""
+"""pg_probackup's driver on what the host shows of a backup, fed through the
+same tracker a live run uses: the cases its real recordings
+(tests/test_probackup_replay.py) do not hold (a tablespace, no readable
+file list, equal sizes, a status CORRUPT, --no-validate, a process gone
+during its validation), its command lines, its catalog's files and the
+threads of a process."""
 
 from __future__ import annotations
 
+import json
 import os
+import site
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
+from support import pgparmon_cmd, read_jsonl
+
+from pgparmon.cluster import Cluster
 
 from pgparmon.analyze.progress import Tracker
 from pgparmon.jobs.base import TREE, Job, PlanInputs
@@ -16,14 +27,18 @@ from pgparmon.jobs.pg_probackup import (
     PROGRAMS,
     PgProbackup,
     command_of,
+    data_files,
+    listed_files,
     opt,
     read_control,
 )
 from pgparmon.jobs.registry import driver_for_argv
-from pgparmon.snapshot import ClientProc, DbSample, OpenFile, Snapshot
+from pgparmon.readers.procs import threads_of
+from pgparmon.snapshot import ClientProc, DbSample, FileSize, OpenFile, Snapshot
 
 ARGV = ["pg_probackup-15", "backup", "-B", "/b", "--instance", "main", "-b", "DELTA", "-j", "2",
         "--stream", "--compress-algorithm=zlib"]
+PID = 4242
 
 
 def test_command_lines() -> None:
@@ -49,115 +64,266 @@ def test_control_file(tmp_path: Path) -> None:
     ctl = tmp_path / "backup.control"
     ctl.write_text("#Configuration\nbackup-mode = DELTA\nstream = true\n"
                    "compress-alg = zlib\nstart-time = '2026-11-26 01:00:00+00'\n"
-                   "status = RUNNING\nprogram-version = 2.5.15\n")
+                   "stop-lsn = 0/0\nstatus = RUNNING\nprogram-version = 2.5.15\n")
     got = read_control(str(ctl))
-    assert got is not None and got["status"] == "RUNNING"
+    assert got is not None and got["status"] == "RUNNING" and got["stop-lsn"] == "0/0"
     assert got["start-time"] == "2026-11-26 01:00:00+00" and got["backup-mode"] == "DELTA"
     assert read_control(str(tmp_path / "none")) is None
 
 
+def test_its_file_list_in_its_order(tmp_path: Path) -> None:
+    """backup_content.control as pg_probackup 2.5 writes it when its copy
+    starts: a JSON object a line, in its copy order, directories and
+    external directories' files among them, every size still 0."""
+    rows = [{"path": "base/5/3000", "size": "0", "mode": "33152", "external_dir_num": "0"},
+            {"path": "base", "size": "0", "mode": "16832", "external_dir_num": "0"},
+            {"path": "x/notes.txt", "size": "0", "mode": "33152", "external_dir_num": "1"},
+            {"path": "base/5/1259", "size": "0", "mode": "33152", "external_dir_num": "0"}]
+    (tmp_path / "backup_content.control").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows) + '{"path": "cut')
+    assert listed_files(str(tmp_path)) == ["base/5/3000", "base/5/1259"]
+    assert listed_files(str(tmp_path / "none")) is None
+
+
+def test_data_directory_as_it_copies_it(tmp_path: Path) -> None:
+    """Its exclusions (pg_wal, runtime files, temporary relations) and a
+    tablespace, named as pg_tblspc/OID/... and found by its real path."""
+    pgdata, space = tmp_path / "data", tmp_path / "space"
+    for rel, size in {"PG_VERSION": 3, "base/5/1259": 8192, "base/5/t3_16400": 8192,
+                      "base/5/pg_internal.init": 100, "pg_wal/000000010000000000000001": 64,
+                      "postmaster.pid": 10, "base/pgsql_tmp/pgsql_tmp1.0": 5}.items():
+        p = pgdata / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x" * size)
+    (space / "PG_15_1" / "5").mkdir(parents=True)
+    (space / "PG_15_1" / "5" / "16500").write_bytes(b"y" * 16384)
+    (pgdata / "pg_tblspc").mkdir()
+    os.symlink(space, pgdata / "pg_tblspc" / "16499")
+    found = data_files(str(pgdata))
+    assert found is not None
+    sizes, roots = found
+    assert sizes == {"PG_VERSION": 3, "base/5/1259": 8192,
+                     "pg_tblspc/16499/PG_15_1/5/16500": 16384}
+    assert roots["pg_tblspc/16499"] == os.path.realpath(space)
+    listed = data_files(str(pgdata), ["base/5/1259", "pg_tblspc/16499/PG_15_1/5/16500", "gone"])
+    assert listed is not None and listed[0] == {"base/5/1259": 8192, "gone": 0,
+                                                "pg_tblspc/16499/PG_15_1/5/16500": 16384}
+    assert data_files(str(tmp_path / "none")) is None
+
+
+def test_threads_of_a_process() -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        got = threads_of(os.getpid())
+        assert got is not None and len(got) >= 2
+        # the main thread first, then in the order they were made (not by id:
+        # ids wrap around with the pids)
+        assert got[0][0] == os.getpid() and got[-1][0] == t.native_id
+        assert all(isinstance(cpu, float) and state.isalpha() for _, state, cpu in got)
+    finally:
+        stop.set()
+        t.join()
+    assert threads_of(2 ** 22 + 7) is None  # no such process
+
+
 class Host:
     """What the host shows of a pg_probackup backup: a data directory, the
-    catalog's backup directory, and the process's open files."""
+    catalog's backup directory with its control file, and the process's
+    open files and threads."""
 
-    def __init__(self, tmp: Path) -> None:
+    SIZES = {"PG_VERSION": 3, "global/pg_control": 8192, "base/5/1259": 16384,
+             "base/5/2000": 4 << 20, "base/5/3000": 8 << 20, "base/5/4000": 8 << 20,
+             "base/5/5000": 32 << 20}
+
+    def __init__(self, tmp: Path, argv: tuple[str, ...] = (), order: list[str] | None = None,
+                 stream: bool = False) -> None:
         self.pgdata = tmp / "data"
-        self.sizes = {"PG_VERSION": 3, "global/pg_control": 8192, "base/5/1259": 16384,
-                      "base/5/2000": 4 << 20, "base/5/3000": 8 << 20, "base/5/4000": 8 << 20,
-                      "base/5/5000": 32 << 20}
-        for rel, size in self.sizes.items():
-            p = self.pgdata / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            with open(p, "wb") as f:
-                f.truncate(size)
         self.bdir = tmp / "cat" / "backups" / "main" / "T2Z4AB"
         (self.bdir / "database").mkdir(parents=True)
-        (self.bdir / "backup.pid").write_text("4242\n")
-        self.status("RUNNING")
+        (self.bdir / "backup.pid").write_text(f"{PID}\n")
+        self.stream = stream
+        self.control("RUNNING")
         self.driver = PgProbackup()
-        job = Job(kind="pg_probackup", database=None, client_pid=4242,
+        job = Job(kind="pg_probackup", database=None, client_pid=PID,
                   command=("pg_probackup", "backup", "-B", str(tmp / "cat"), "--instance",
-                           "main", "-b", "FULL", "-j", "2"), client_pids=frozenset({4242}))
+                           "main", "-b", "FULL", "-j", "2", *argv),
+                  client_pids=frozenset({PID}))
         self.job = self.driver.refine(job, [])
         self.tr = Tracker(self.job)
-        files = {str(self.pgdata / k): float(v) for k, v in self.sizes.items()}
-        assert self.driver.plan(self.tr, PlanInputs(file_sizes=files))
+        assert self.driver.plan(self.tr, PlanInputs(
+            file_sizes={k: float(v) for k, v in self.SIZES.items()},
+            locations={"": str(self.pgdata)}, file_order=order))
         self.tool: dict[str, Any] | None = None
         self.t = 0.0
         self.cpu = 0.0
 
-    def status(self, s: str) -> None:
-        (self.bdir / "backup.control").write_text(f"backup-mode = FULL\nstatus = {s}\n")
+    def control(self, status: str, stop_lsn: str = "0/0") -> None:
+        (self.bdir / "backup.control").write_text(
+            f"backup-mode = FULL\nstream = {str(self.stream).lower()}\ncompress-alg = none\n"
+            f"stop-lsn = {stop_lsn}\nstatus = {status}\n")
 
-    def tick(self, reading: dict[str, int], cpu_per_s: float = 0.5,
-             alive: bool = True) -> dict[str, Any]:
-        """One sample: the files read now (relative path -> position)."""
+    def tick(self, files: dict[str, int], mode: str = "r", workers: int = 0,
+             worker_cpu_s: float = 0.5, alive: bool = True) -> dict[str, Any]:
+        """One sample: the files open now (relative path -> position), in
+        the data directory (`r`, the copy) or the backup's (`w` the sync,
+        `r` the validation: `mode`), and `workers` threads besides the main
+        one (and the WAL stream's)."""
         self.t += 1.0
-        self.cpu += cpu_per_s
-        files = tuple(OpenFile(str(self.pgdata / r), pos, "r") for r, pos in reading.items())
-        files += tuple(OpenFile(str(self.bdir / "database" / r), 0, "w") for r in reading)
-        clients = (ClientProc(4242, 1, "pg_probackup", 0.0, "running", self.cpu, 0.0,
-                              None, None, files),) if alive else ()
+        self.cpu += worker_cpu_s
+        if mode == "copy":
+            opened = tuple(OpenFile(str(self.pgdata / r), pos, "r") for r, pos in files.items())
+            opened += tuple(OpenFile(str(self.bdir / "database" / r), pos, "w")
+                            for r, pos in files.items())
+        else:
+            opened = tuple(OpenFile(str(self.bdir / "database" / r), pos, mode)
+                           for r, pos in files.items())
+        clients = (ClientProc(PID, 1, "pg_probackup", 0.0, "running", self.cpu, 0.0,
+                              10 * int(self.t) << 20, 10 * int(self.t) << 20, opened),) \
+            if alive else ()
         self.tool = self.driver.read_status(self.job, clients, self.tool) or self.tool
+        tool = dict(self.tool or {})
+        base = [[PID, "S", 0.1]] + ([[PID + 1, "S", 0.1]] if self.stream else [])
+        tool["threads"] = base + [[PID + 10 + i, "R", self.cpu] for i in range(workers)]
+        sizes = tuple(FileSize(str(self.bdir / "database" / r), self.SIZES[r])
+                      for r in files if mode == "r")
         snap = Snapshot(ts=self.t, wall=1e9 + self.t, db=DbSample(), host=None,
-                        clients=clients, root_alive=alive, links=(), tool=self.tool)
+                        clients=clients, files=sizes, root_alive=alive, links=(), tool=tool)
         self.tr.update(snap)
         self.snap = snap
         st = self.tr.kind_state["probackup"]
+        fields = self.driver.job_fields(self.tr, [], "running")
         return {"phase": st["phase"], "fraction": self.driver.fraction(self.tr),
-                "rows": sorted((w.pid, w.relation, w.progress)
+                "rows": sorted((w.pid, w.phase, w.relation, w.progress)
                                for w in self.tr.workers.values()),
-                "eta": self.driver.own_eta(self.tr),
+                "eta": self.driver.own_eta(self.tr), "backup": fields["backup"],
                 "verdict": self.driver.verdict(self.tr, snap, {})}
 
+    def copy(self, files: dict[str, int], workers: int = 2, **kw: Any) -> dict[str, Any]:
+        return self.tick(files, "copy", workers, **kw)
 
-def test_progress_rows_and_end(tmp_path: Path) -> None:
-    h = Host(tmp_path)
-    total = sum(h.sizes.values())
+
+ORDER = ["PG_VERSION", "global/pg_control", "base/5/1259", "base/5/2000", "base/5/4000",
+         "base/5/3000", "base/5/5000"]
+
+
+def test_its_order_its_steps_and_its_end(tmp_path: Path) -> None:
+    """Its own file list gives the order (the two 8 MB files in its order,
+    4000 before 3000); the steps follow its control file; the sync counts
+    files, the validation bytes."""
+    h = Host(tmp_path, order=ORDER)
+    total = sum(h.SIZES.values())
     first = h.tick({})
     assert first["phase"] == "starting" and first["fraction"] == 0.0
     assert first["eta"][0] is None and "starting" in first["eta"][1]
-    # smallest first: the two smallest files are in flight
-    s = h.tick({"PG_VERSION": 0, "global/pg_control": 4096})
-    assert s["phase"] == "copy" and [r[0] for r in s["rows"]] == [1, 2]
-    assert {r[1] for r in s["rows"]} == {"PG_VERSION", "global/pg_control"}
-    # the 4 MB file half read: everything smaller is done
-    s = h.tick({"base/5/2000": 2 << 20}, cpu_per_s=1.9)
+    s = h.copy({"PG_VERSION": 0, "global/pg_control": 4096})
+    assert s["phase"] == "copy" and [r[:2] for r in s["rows"]] == [(1, "backup"), (2, "backup")]
+    s = h.copy({"base/5/2000": 2 << 20}, worker_cpu_s=1.9)
     done = 3 + 8192 + 16384 + (2 << 20)
     assert abs(s["fraction"] - done / total) < 1e-6, s
-    (row,) = s["rows"]
-    assert row[0] == 1 and row[1] == "base/5/2000" and row[2] == 0.5
-    assert s["verdict"] is not None and s["verdict"].kind == "client-cpu"  # 190% of 2 threads
-    # two 8 MB files, equal size: each counted once it is seen done
-    s = h.tick({"base/5/3000": 8 << 20, "base/5/4000": 1 << 20})
-    s = h.tick({"base/5/4000": 6 << 20, "base/5/5000": 0})
+    assert s["rows"] == [(1, "backup", "base/5/2000", 0.5)]
+    assert s["verdict"] is not None and s["verdict"].kind == "client-cpu"  # 190% each
+    # 4000 comes first in its list: 3000 in flight counts 4000 whole once seen gone
+    s = h.copy({"base/5/4000": 1 << 20, "base/5/3000": 0})
+    s = h.copy({"base/5/3000": 6 << 20, "base/5/5000": 0})
     done = 3 + 8192 + 16384 + (4 << 20) + (8 << 20) + (6 << 20)
     assert abs(s["fraction"] - done / total) < 1e-6, s
-    s = h.tick({"base/5/5000": 16 << 20})
+    s = h.copy({"base/5/5000": 16 << 20}, workers=1)
     assert s["eta"][0] is not None and s["eta"][0] > 0
-    prog = [h.tick({"base/5/5000": p << 20})["fraction"] for p in (20, 24, 28)]
-    assert prog == sorted(prog)
-    s = h.tick({})  # the copy is over: pg_backup_stop, the WAL
+    assert "validation" in s["backup"]["eta_basis"]
+    prog = [h.copy({"base/5/5000": p << 20}, workers=1)["fraction"] for p in (20, 24, 28)]
+    assert prog == sorted(prog) and prog[0] < prog[-1]
+    s = h.tick({})  # the copy threads are gone: pg_backup_stop, the WAL
     assert s["phase"] == "stopping" and s["rows"] == []
-    h.status("DONE")
-    assert h.tick({})["phase"] == "validating"
-    h.status("OK")
+    assert s["eta"][0] is not None  # the validation to come
+    h.control("RUNNING", stop_lsn="0/5000060")
+    syncs = [h.tick({r: 0}, "w") for r in ("base/5/1259", "base/5/2000", "base/5/4000")]
+    assert [s["phase"] for s in syncs] == ["sync"] * 3
+    assert [s["backup"]["step_progress"] for s in syncs] == [round(n / 7, 4) for n in (2, 3, 4)]
+    assert syncs[-1]["rows"] == [(1, "sync", "base/5/4000", None)]
+    assert syncs[-1]["verdict"].kind == "disk-write"
+    h.control("DONE", stop_lsn="0/5000060")
+    s = h.tick({"base/5/2000": 1 << 20}, "r", workers=2)
+    assert s["phase"] == "validate" and s["rows"] == [(1, "validate", "base/5/2000", 0.25)]
+    h.tick({"base/5/3000": 4 << 20}, "r", workers=2)
+    s = h.tick({"base/5/5000": 8 << 20}, "r", workers=1)
+    assert s["eta"][0] is not None and 0 < s["backup"]["step_progress"] < 1
+    h.control("OK", stop_lsn="0/5000060")
     h.tick({}, alive=False)
     h.driver.settle_at_end(h.tr, None, h.snap)  # type: ignore[arg-type]
     assert h.tr.items["pg_probackup"].state == "done"
     assert h.driver.fraction(h.tr) == 1.0
 
 
-def test_killed_backup_says_how_far(tmp_path: Path) -> None:
+def test_without_its_list_equal_sizes_wait_until_passed(tmp_path: Path) -> None:
+    """No readable backup_content.control: by size, and the files of the
+    size in flight are counted only once seen done (where its quicksort put
+    equal sizes cannot be known)."""
     h = Host(tmp_path)
-    h.tick({"base/5/3000": 4 << 20})
-    h.tick({"base/5/3000": 6 << 20}, alive=False)  # SIGKILL: backup.control says RUNNING
+    total = sum(h.SIZES.values())
+    h.copy({"base/5/3000": 1 << 20})
+    s = h.copy({"base/5/3000": 2 << 20})
+    below = 3 + 8192 + 16384 + (4 << 20)
+    assert abs(s["fraction"] - (below + (2 << 20)) / total) < 1e-6
+    s = h.copy({"base/5/4000": 1 << 20, "base/5/5000": 0})  # 3000 seen gone
+    assert abs(s["fraction"] - (below + (8 << 20) + (1 << 20)) / total) < 1e-6
+
+
+def test_killed_backup_says_how_far(tmp_path: Path) -> None:
+    h = Host(tmp_path, order=ORDER)
+    h.copy({"base/5/3000": 4 << 20})
+    h.copy({"base/5/3000": 6 << 20}, alive=False)  # SIGKILL: backup.control says RUNNING
     h.driver.settle_at_end(h.tr, None, h.snap)  # type: ignore[arg-type]
     why = h.driver.cut_short(h.tr, h.snap)
     assert why is not None and "still says RUNNING" in why and "phase copy" in why, why
-    h.status("ERROR")
+    h.control("ERROR")
     h.driver.settle_at_end(h.tr, None, h.snap)  # type: ignore[arg-type]
     assert "status to ERROR" in (h.driver.cut_short(h.tr, h.snap) or "")
+
+
+def test_corrupt_and_a_validation_cut_short(tmp_path: Path) -> None:
+    h = Host(tmp_path, order=ORDER)
+    h.copy({"base/5/5000": 16 << 20})
+    h.control("DONE", stop_lsn="0/5000060")
+    h.tick({"base/5/5000": 1 << 20}, "r", workers=1)
+    h.tick({}, alive=False)  # gone while it validated: the backup is DONE, not validated
+    h.driver.settle_at_end(h.tr, None, h.snap)  # type: ignore[arg-type]
+    assert h.tr.items["pg_probackup"].state != "done"
+    assert h.driver.cut_short(h.tr, h.snap) is None
+    state, why = h.driver.leftover_verdict(h.tr, [])
+    assert state == "ended" and "not validated" in why and "validate -i T2Z4AB" in why
+    h.control("CORRUPT", stop_lsn="0/5000060")
+    h.driver.settle_at_end(h.tr, None, h.snap)  # type: ignore[arg-type]
+    why2 = h.driver.cut_short(h.tr, h.snap) or ""
+    assert "damaged file" in why2 and "phase validate" in why2, why2
+
+
+def test_no_validate_finishes_at_done_and_adds_no_validation(tmp_path: Path) -> None:
+    h = Host(tmp_path, argv=("--no-validate",), order=ORDER)
+    for p in (4, 8, 12):
+        s = h.copy({"base/5/5000": p << 20}, workers=1)
+    assert s["eta"][0] is not None and "no validation" in s["backup"]["eta_basis"]
+    with_validation = Host(tmp_path / "v", order=ORDER)
+    for p in (4, 8, 12):
+        v = with_validation.copy({"base/5/5000": p << 20}, workers=1)
+    assert v["eta"][0] > s["eta"][0]  # the same copy, plus the validation to come
+    h.control("DONE", stop_lsn="0/5000060")
+    h.tick({}, alive=False)
+    h.driver.settle_at_end(h.tr, None, h.snap)  # type: ignore[arg-type]
+    assert h.tr.items["pg_probackup"].state == "done"
+
+
+def test_worker_threads_leave_out_the_wal_streams(tmp_path: Path) -> None:
+    h = Host(tmp_path, order=ORDER, stream=True)
+    s = h.tick({})
+    assert s["phase"] == "starting" and s["backup"]["threads_alive"] == 2
+    s = h.copy({"base/5/5000": 1 << 20}, workers=2)
+    s = h.copy({"base/5/5000": 2 << 20}, workers=2, worker_cpu_s=1.0)
+    assert s["backup"]["threads_alive"] == 4
+    assert s["backup"]["worker_threads_cpu_percent"] == [100.0, 100.0]
+    s = h.tick({}, workers=0)
+    assert s["phase"] == "stopping" and s["verdict"].kind == "wal"
 
 
 def test_backup_dir_from_backup_pid(tmp_path: Path) -> None:
@@ -170,3 +336,96 @@ def test_backup_dir_from_backup_pid(tmp_path: Path) -> None:
     assert tool["control"]["status"] == "RUNNING"
     assert os.path.basename(tool["backup_dir"]) == "T2Z4AB"
     assert h.job.grouping == TREE and h.job.jobs == 2
+
+
+def _earlier(instance: Path, name: str, status: str, comp: str, data: int, took: float,
+             synced: int = 0, sync_s: float = 0.0) -> None:
+    """An earlier backup in the catalog: validated in `took` s after its
+    end-time; its file list (`synced` files with bytes written, and
+    directories and an empty file) written `sync_s` s before its end-time."""
+    d = instance / name
+    d.mkdir(parents=True)
+    ctl = d / "backup.control"
+    ctl.write_text(f"backup-mode = FULL\ncompress-alg = {comp}\n"
+                   f"end-time = '2026-11-26 15:00:00+00'\ndata-bytes = {data}\n"
+                   f"status = {status}\n")
+    end = 1795705200.0  # 2026-11-26 15:00:00 UTC
+    os.utime(ctl, (end + took, end + took))
+    if synced:
+        rows = ['{"path":"base", "size":"0", "mode":"16832"}',
+                '{"path":"base/5/9", "size":"0", "mode":"33152"}']
+        rows += [f'{{"path":"base/5/{i}", "size":"8200", "mode":"33152"}}' for i in range(synced)]
+        content = d / "backup_content.control"
+        content.write_text("\n".join(rows) + "\n")
+        os.utime(content, (end - sync_s, end - sync_s))
+
+
+def test_validation_timed_from_its_earlier_backups(tmp_path: Path) -> None:
+    """The catalog's earlier backups say how fast this instance validates:
+    end-time (its start) to the control file's last write (status OK)."""
+    h = Host(tmp_path, order=ORDER)
+    instance = h.bdir.parent
+    # the newest with no compression: its sync 3 s for 300 files
+    _earlier(instance, "T2Z3AA", "OK", "none", 1 << 30, 4.5, synced=300, sync_s=3.0)
+    _earlier(instance, "T2Z3AB", "OK", "zlib", 1 << 30, 30.0)
+    _earlier(instance, "T2Z3AC", "ERROR", "none", 1 << 30, 1.0)
+    _earlier(instance, "T2Z2ZZ", "OK", "none", 1 << 30, 2 * 86400.0)  # validated again later
+    _earlier(instance, "T2Z3AD", "OK", "none", 1 << 20, 0.2)  # too small to time
+    got = PgProbackup().read_status(h.job, (), None)
+    assert got is not None
+    assert [(e["id"], e["compress"], e["validate_s"]) for e in got["history"]] == [
+        ("T2Z3AD", "none", 0.2), ("T2Z3AB", "zlib", 30.0), ("T2Z3AA", "none", 4.5)]
+    assert (got["history"][2]["sync_s"], got["history"][2]["synced_files"]) == (3.0, 300)
+    assert "sync_s" not in got["history"][0]  # no file list
+    no_history = Host(tmp_path / "first", order=ORDER)
+    for host in (h, no_history):
+        for p in (4, 8, 12):
+            s = host.copy({"base/5/5000": p << 20}, workers=1)
+        host.last = s  # type: ignore[attr-defined]
+    basis = h.last["backup"]["eta_basis"]  # type: ignore[attr-defined]
+    assert "as fast per byte written as backup T2Z3AA's" in basis, basis
+    assert "the sync as long per file as the last timed one's" in basis, basis
+    first = no_history.last  # type: ignore[attr-defined]
+    assert "no earlier backup" in first["backup"]["eta_basis"]
+    # the same copy; the validation of what it writes (as much as it reads)
+    # at 1 GiB per 4.0 s (4.5 s less the rounding), or at twice the copy's 4
+    # MiB/s; with the earlier backup, the sync of its 7 files at 10 ms each
+    total = sum(Host.SIZES.values())
+    with_h = h.last["eta"][0] - total * 4.0 / (1 << 30) - 7 * 0.01  # type: ignore[attr-defined]
+    without = first["eta"][0] - total / (8 << 20)
+    assert abs(with_h - without) < 0.01, (with_h, without)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tcp", [False, True], ids=["unix socket", "tcp"])
+def test_attach_sees_its_idle_session(cluster: Cluster, tmp_path: Path, tcp: bool) -> None:
+    """Its session has no application_name and sits idle from its backup's
+    start to its stop, so the sample would drop it: attach finds it through
+    the process's sockets. A stand-in with pg_probackup's name and command
+    word opens such a session and leaves it idle."""
+    (tmp_path / "bin").mkdir()
+    os.symlink(sys.executable, tmp_path / "bin" / "pg_probackup")
+    (tmp_path / "backup").write_text(
+        "import sys, time\nimport psycopg\n"
+        "c = psycopg.connect(sys.argv[1], autocommit=True)\nc.execute('SELECT 1')\n"
+        "print('idle', flush=True)\ntime.sleep(120)\n")
+    env = cluster.env(tcp=tcp)
+    env["PYTHONPATH"] = os.pathsep.join(site.getsitepackages())
+    job = subprocess.Popen([str(tmp_path / "bin" / "pg_probackup"), "backup",
+                            cluster.conninfo(tcp=tcp)], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "idle"
+        res = subprocess.run(pgparmon_cmd("attach", "--json", "--interval", "0.3",
+                                          "--duration", "1.5", "-d", "postgres"),
+                             capture_output=True, text=True, env=cluster.env(), timeout=60)
+        assert res.returncode == 0, res.stderr
+        samples: list[Any] = [d for d in read_jsonl(res.stdout)
+                              if d.get("schema") == "pgparmon.sample/1"]
+        assert samples and {s["job"]["kind"] for s in samples} == {"pg_probackup"}
+        assert samples[-1]["job"]["client_pid"] == job.pid
+        idle = {w["pid"] for w in samples[-1]["workers"] if w["phase"] == "idle"}
+        assert len(idle) == 1, samples[-1]["workers"]
+    finally:
+        job.kill()
+        job.wait()

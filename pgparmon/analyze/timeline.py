@@ -28,7 +28,9 @@ BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait",
                # a base backup's item, from its checkpoint to its last WAL file
                "starting", "checkpoint", "estimating", "backup", "archive-wait", "wal-files",
                # a pgBackRest restore's copy and its end (pg_control, sync)
-               "restore", "finishing")
+               "restore", "finishing",
+               # pg_probackup's threads after its copy: its sync, its validation
+               "sync", "validate")
 
 
 @dataclass(frozen=True, slots=True)

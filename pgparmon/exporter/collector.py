@@ -30,7 +30,7 @@ SUCCESS_LABELS = ("server", "database", "kind")
 STATES = ("running", "finished", "failed", "ended")
 WORKER_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "idle", "lock-wait",
                  "other", "starting", "checkpoint", "estimating", "backup", "archive-wait",
-                 "wal-files", "wal")
+                 "wal-files", "wal", "sync", "validate")
 BOTTLENECKS = ("client-cpu", "client-feed", "server-cpu", "host-cpu", "disk-read",
                "disk-write", "wal", "locks", "one-table", "stalled", "starting", "nothing",
                "checkpoint", "archiving", "throttled")

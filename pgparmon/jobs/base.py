@@ -136,10 +136,16 @@ class PlanInputs:
     postdata: dict[str, Any] | None = None
     error: str | None = None  # why there is no plan (said once to the user)
     partitions: dict[str, str] | None = None  # a restore's partitions: child -> parent
+    # where the trees of file_sizes' relative paths really are (pg_probackup:
+    # the data directory "" and each tablespace "pg_tblspc/OID")
+    locations: dict[str, str] | None = None
+    # file_sizes' paths in the order the tool works through them, as the tool
+    # wrote it (pg_probackup's backup_content.control)
+    file_order: list[str] | None = None
 
     _KEYS: ClassVar[tuple[str, ...]] = ("toc", "tables", "file_sizes", "targets",
                                         "archive_files", "source", "postdata", "error",
-                                        "partitions")
+                                        "partitions", "locations", "file_order")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None} \
@@ -260,6 +266,11 @@ class Driver:
     # from the host alone, never found through the server's sessions
     host_only: ClassVar[bool] = False
     waiting_phases: ClassVar[tuple[str, ...]] = ()
+    # the tool's own session sits idle most of the run under no
+    # application_name of its own (pg_probackup's between its backup start
+    # and stop): the sessions of its process tree are looked up from the
+    # client's side of their sockets, so that the sample keeps them while idle
+    idle_sessions: ClassVar[bool] = False
 
     # ---- recognise ---------------------------------------------------------
 

@@ -202,6 +202,38 @@ def read_procs(pids: Iterable[int], files_under: str | None = None) -> tuple[Cli
     return tuple(out)
 
 
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def threads_of(pid: int) -> list[list[Any]] | None:
+    """The threads of one process in the order they were made, the main
+    thread first: [tid, state (R, S, D...), CPU seconds] each, from
+    /proc/PID/task/*/stat (readable for any user's process); None when the
+    process is gone or /proc cannot be read. A tool that works with threads
+    (pg_probackup -j N) shows them here, not as processes. Thread ids do not
+    say the order: they wrap around with the pids."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return None
+    found: list[tuple[tuple[bool, int, int], list[Any]]] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # a thread that ended between the listing and the read
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) < 20:
+            continue
+        # fields 3, 14, 15 and 22 of stat: state, utime, stime (clock
+        # ticks), its start (clock ticks after boot)
+        found.append(((tid != pid, int(fields[19]), tid),
+                      [tid, fields[0].decode("ascii", "replace"),
+                       round((int(fields[11]) + int(fields[12])) / _HZ, 2)]))
+    return [t for _, t in sorted(found)]
+
+
 def children(pid: int) -> list[int]:
     """The direct children of a process, from /proc/PID/task/*/children
     (one small read per thread of it; any thread may have forked them);

@@ -35,9 +35,11 @@ PHASE_STYLES: dict[str, tuple[str, str]] = {
     "checkpoint": ("black on yellow", "black on bright_yellow"),
     "archive-wait": ("black on yellow", "black on bright_yellow"),
     "wal-files": ("black on dark_cyan", "black on cyan"),
+    "sync": ("black on grey70", "black on white"),
+    "validate": ("black on dark_sea_green", "black on pale_green3"),
 }
 BACKUP_PHASES = ("starting", "estimating", "backup", "checkpoint", "archive-wait", "wal-files",
-                 "restore", "finishing")
+                 "restore", "finishing", "sync", "validate")
 # an item too short for its name: a solid block in the phase's colour (still
 # a block, not a gap, when NO_COLOR strips the colour)
 PHASE_SHORT = {"copy": ("dark_cyan", "cyan"), "index": ("blue", "bright_blue"),
@@ -46,7 +48,8 @@ PHASE_SHORT = {"copy": ("dark_cyan", "cyan"), "index": ("blue", "bright_blue"),
                "backup": ("green", "bright_green"), "restore": ("green", "bright_green"),
                "finishing": ("grey70", "white"), "checkpoint": ("yellow", "bright_yellow"),
                "starting": ("grey70", "white"), "estimating": ("grey70", "white"),
-               "archive-wait": ("yellow", "bright_yellow"), "wal-files": ("dark_cyan", "cyan")}
+               "archive-wait": ("yellow", "bright_yellow"), "wal-files": ("dark_cyan", "cyan"),
+               "sync": ("grey70", "white"), "validate": ("dark_sea_green", "pale_green3")}
 
 
 def bar(frac: float | None, width: int, style: str = "green") -> Text:

@@ -567,8 +567,8 @@ def _sort_key(sort: str) -> Any:
     if sort == "progress":
         return lambda w: (-(w.get("progress") or -1), w["pid"])
     if sort == "phase":
-        order = {"lock-wait": 0, "copy": 1, "backup": 1, "index": 2, "constraint": 3,
-                 "vacuum": 4, "analyze": 4, "wal": 4, "other": 5, "idle": 6}
+        order = {"lock-wait": 0, "copy": 1, "backup": 1, "sync": 1, "validate": 1, "index": 2,
+                 "constraint": 3, "vacuum": 4, "analyze": 4, "wal": 4, "other": 5, "idle": 6}
         return lambda w: (order.get(str(w.get("phase")), 9), w["pid"])
     return lambda w: w["pid"]
 

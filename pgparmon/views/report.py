@@ -42,7 +42,8 @@ PHASE_FILL = {"copy": "#2a9d8f", "index": "#3a6ea5", "constraint": "#e9c46a",
               "lock-wait": "#d62828", "vacuum": "#9b5de5", "analyze": "#9b5de5",
               "backup": "#52b788", "checkpoint": "#e9c46a", "archive-wait": "#e9c46a",
               "starting": "#adb5bd", "estimating": "#adb5bd",
-              "wal-files": "#2a9d8f", "restore": "#52b788", "finishing": "#adb5bd"}
+              "wal-files": "#2a9d8f", "restore": "#52b788", "finishing": "#adb5bd",
+              "sync": "#adb5bd", "validate": "#95d5b2"}
 PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
 
 

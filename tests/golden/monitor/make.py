@@ -62,9 +62,7 @@ def check(path: Path) -> None:
     if rec.truncated:
         raise SystemExit(f"{path}: recording is cut short")
     feed = ReplayFeed(rec, speed=1e9)
-    replayed = []
-    while not feed.ended and feed.outcome is None:
-        replayed.append(feed.tick())
+    replayed = feed.play_out()
     if feed.outcome is None or feed.outcome.state != "finished":
         raise SystemExit(f"{path}: the job did not finish: {feed.outcome}")
     if replayed != rec.samples or feed.summary() != rec.summary:
