@@ -390,6 +390,35 @@ def test_the_exporter_follows_a_restore_of_its_stopped_server(repo: Repo, restor
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="su / runuser to the cluster's user need root")
+def test_run_through_su_or_runuser_is_the_backup_not_a_copy(repo: Repo) -> None:
+    """`pgparmon run -- su postgres -c 'pgbackrest ... backup'` once showed a
+    COPY job ("client input files" 84%: the data files pgBackRest read),
+    then "finished" with no items: the kind comes from the tool inside."""
+    import shlex
+
+    inner = repo.argv("--process-max=2", "--type=full", "backup")
+    for how, wrapped in (("su", ["su", "postgres", "-c", shlex.join(inner)]),
+                         ("runuser", ["runuser", "-u", "postgres", "--", *inner])):
+        _archive_caught_up(repo.cluster)
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                          *wrapped),
+                             capture_output=True, text=True, timeout=300,
+                             env=repo.cluster.env())
+        assert res.returncode == 0, (how, res.stderr)
+        samples = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
+        assert {s["job"]["kind"] for s in samples} == {"pgbackrest"}, how
+        assert not any(s["job"].get("progress_basis") == "client input files"
+                       for s in samples), how
+        prog = [s["job"]["progress"] for s in samples if s["job"]["progress"] is not None]
+        assert all(b >= a for a, b in zip(prog, prog[1:], strict=False)), (how, prog)
+        end = samples[-1]["job"]
+        assert end["state"] == "finished" and end["exit_code"] == 0, how
+        assert end["progress"] == 1.0 and end["jobs"] == 2, how
+        assert samples[0]["job"]["command"][0] == how
+
+
+@pytest.mark.integration
 def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> None:
     # last in this module: as root this backup writes the repository as root
     _archive_caught_up(repo.cluster)
