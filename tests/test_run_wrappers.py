@@ -100,10 +100,17 @@ def test_pg_dump_and_pg_restore_through_su_sudo_and_runuser(
 def test_a_loader_through_su_is_a_copy_job_with_its_file_progress(
         cluster: Cluster, sample_db: str, workdir: Path, sudo: str) -> None:
     os.chmod(workdir, 0o755)
+    # every 1000th row naps: the load lasts ~8 s however fast the machine
+    # (a load shorter than run's start-up would end before its first sample)
     cluster.psql("DROP TABLE IF EXISTS wrapped_load; "
-                 "CREATE TABLE wrapped_load (id bigint, v text)", dbname=sample_db)
+                 "CREATE TABLE wrapped_load (id bigint, v text); "
+                 "CREATE OR REPLACE FUNCTION wrapped_nap() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$$ BEGIN IF NEW.id % 1000 = 0 THEN PERFORM pg_sleep(0.05); END IF; "
+                 "RETURN NEW; END $$; "
+                 "CREATE TRIGGER nap BEFORE INSERT ON wrapped_load FOR EACH ROW "
+                 "EXECUTE FUNCTION wrapped_nap()", dbname=sample_db)
     csv = workdir / "in.csv"
-    csv.write_text("".join(f"{i},{'x' * 40}\n" for i in range(400_000)))
+    csv.write_text("".join(f"{i},{'x' * 40}\n" for i in range(160_000)))
     os.chmod(csv, 0o644)
     psql = [cluster.client("psql"), "-X", "-q", *_conn(cluster, sample_db), "-c",
             f"\\copy wrapped_load FROM '{csv}' CSV"]
