@@ -22,7 +22,7 @@ from support import dump_held_at_start, in_terminal, pgparmon_cmd, read_jsonl, w
 from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.record import read_recording
-from pgparmon.views import fmt
+from pgparmon import units as fmt
 from pgparmon.views.summary import end_summary
 
 pytestmark = pytest.mark.integration

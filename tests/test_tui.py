@@ -40,7 +40,7 @@ from pgparmon.tui.widgets import (
     VerdictLine,
     WorkersTable,
 )
-from pgparmon.views import fmt
+from pgparmon import units as fmt
 from pgparmon.views.summary import ItemGroup
 
 Doc = dict[str, Any]

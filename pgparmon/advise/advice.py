@@ -22,7 +22,7 @@ from ..connect import ConnectError, connect
 from ..exitcodes import ExitCode
 from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
-from ..views import fmt
+from .. import units as fmt
 from . import predict
 from .checks import (
     Caution,

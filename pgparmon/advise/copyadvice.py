@@ -20,7 +20,7 @@ from ..connect import connect
 from ..exitcodes import ExitCode
 from ..readers.db import read_facts
 from ..redact import redact_text
-from ..views import fmt
+from .. import units as fmt
 from . import predict, usl
 from .advice import Advice, _confidence, _why, conn_args
 from .checks import Caution, connection_cap, connection_warnings, server_facts

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..redact import redact_text
-from ..views import fmt
+from .. import units as fmt
 from .advice import Advice
 
 _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier runs",

@@ -50,7 +50,7 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..readers.procs import threads_of
 from ..snapshot import Backend, ClientProc, Snapshot
-from ..views import fmt
+from .. import units as fmt
 from .base import (
     TREE,
     Driver,

@@ -34,7 +34,7 @@ from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
-from ..views import fmt
+from .. import units as fmt
 from .base import (
     TREE,
     Driver,

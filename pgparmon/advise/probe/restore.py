@@ -27,7 +27,7 @@ from ...analyze.progress import DEFAULT_TEXT_RATIO
 from ...connect import ConnTarget
 from ...ddl import archive_sql, create_table_statements, index_statements
 from ...toc import TocError, archive_format, data_file, list_archive
-from ...views import fmt
+from ... import units as fmt
 from .client_cost import as_pg_restore, pg_restore_client_cost
 from .plan import CLEANUP_RESERVE_S, check_args, cpu_note, probe_device, run_steps
 from .psql import checked_psql, error_line, is_local_host, psql_env

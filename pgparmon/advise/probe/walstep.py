@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...connect import ConnectError, ConnTarget, connect
-from ...views import fmt
+from ... import units as fmt
 
 RECORD_BYTES = 8000
 RING_BYTES = 16 << 20
