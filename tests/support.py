@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..redact import redact_text
 from .. import units as fmt
-from .advice import Advice
+from .document import Advice
 
 _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier runs",
           "timings": "the timings given", "static": "static facts only: a guess"}

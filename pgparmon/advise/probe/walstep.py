@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ...connect import ConnectError, ConnTarget, connect
+from .results import WalPoint
 from ... import units as fmt
 
 RECORD_BYTES = 8000
@@ -66,31 +67,12 @@ _WRITE = ("SELECT count(pg_logical_emit_message(true, %s, repeat('x', %s))) "
           "FROM generate_series(1, %s)")
 
 
-@dataclass(frozen=True)
-class WalPoint:
-    """k sessions writing WAL: wal_bytes inserted in seconds."""
-
-    streams: int
-    wal_bytes: float
-    seconds: float
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.wal_bytes / self.seconds if self.seconds > 0 else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"streams": self.streams, "wal_bytes": round(self.wal_bytes),
-                "seconds": round(self.seconds, 4), "bytes_per_s": round(self.bytes_per_s)}
-
-
-def wal_reserve(budget_s: float, max_streams: int) -> float:
-    """Seconds of a probe's budget kept for its WAL steps (one a stream
-    count of the plan), or 0 when the budget is too short for them."""
-    from .plan import stream_plan
-
+def wal_reserve(budget_s: float, counts: int) -> float:
+    """Seconds of a probe's budget kept for its WAL steps (one for each of
+    the plan's `counts` stream counts), or 0 when the budget is too short."""
     if budget_s < WAL_MIN_BUDGET_S:
         return 0.0
-    return len(stream_plan(max_streams)) * (STEP_S + STEP_OVERHEAD_S)
+    return counts * (STEP_S + STEP_OVERHEAD_S)
 
 
 class _Writer:
