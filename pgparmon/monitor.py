@@ -618,18 +618,38 @@ def _host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# `attach --pid PID` without --wait: a process of this host that has not
+# opened its session yet (a tool just started, a loader reading its input
+# first) is looked for again until it has run this long
+PID_GRACE_S = 10.0
+PID_POLL_S = 0.25
+
+
 def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | None,
                  interval: float = 1.0, recorder: Any = None,
                  copy_source: ConnTarget | None = None, host_only: bool = False,
                  why: str | None = None) -> Monitor:
     """Connect and find the job, waiting up to wait_s for one to appear;
-    host_only: no connection, a job of this host's processes alone."""
+    host_only: no connection, a job of this host's processes alone.
+
+    pid: the job that process belongs to. Without wait_s, a live process of
+    this host younger than PID_GRACE_S is given until that age to show a
+    session (a tool attached to right after it started); a process that ends
+    meanwhile ends the wait at once."""
+    from .readers import procs
+
     live: LiveSource | HostSource
     if host_only or target is None:
         live = HostSource(pid=pid, why=why)
     else:
         live = LiveSource(target, pid=pid, copy_source=copy_source)
     source: Any = RecordingSource(live, recorder) if recorder is not None else live
+    proc = procs.proc_info(pid) if pid is not None and pid > 0 else None
+    grace = False
+    if wait_s is None and proc is not None:
+        left = PID_GRACE_S - (time.time() - proc.create_time)
+        if left > 0:
+            wait_s, interval, grace = left, min(interval, PID_POLL_S), True
     deadline = time.monotonic() + (wait_s or 0)
     while True:
         try:
@@ -637,11 +657,32 @@ def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | Non
             mon.discover()
             return mon
         except DiscoveryError as exc:
-            if exc.code != ExitCode.NO_JOB or wait_s is None or time.monotonic() >= deadline:
+            if exc.code != ExitCode.NO_JOB:
                 live.close()
                 raise
+            gone = proc is not None and not procs.alive(proc.pid)
+            if gone or wait_s is None or time.monotonic() >= deadline:
+                live.close()
+                if proc is None or not (gone or wait_s):
+                    raise
+                raise DiscoveryError(_pid_unseen(proc, gone, grace, wait_s or 0.0),
+                                     ExitCode.NO_JOB) from None
             live.job = None
             time.sleep(interval)
+
+
+def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float) -> str:
+    """Why `attach --pid` found no job of a live process it waited for."""
+    what = f"process {proc.pid} ({proc.name})"
+    check = "check that -h/-p/-d point at the job's server"
+    if gone:
+        return f"{what} ended before a job of it was seen on this server ({check})"
+    why = ("it opened no session, or none that dumps, restores, backs up or loads with "
+           "COPY")
+    if grace:
+        return (f"no job of {what} on this server {PID_GRACE_S:g} s after it started ({why}): "
+                f"{check}, or give --wait S to wait longer")
+    return f"no job of {what} on this server after waiting {waited:g} s ({why}): {check}"
 
 
 def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:

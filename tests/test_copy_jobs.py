@@ -259,6 +259,96 @@ def test_pid_picks_the_tree_by_root_or_backend(cluster: Cluster, copydb: str,
         _kill_tree(loader)
 
 
+def _gated_loader(cluster: Cluster, workdir: Path, name: str) -> tuple[subprocess.Popen[Any],
+                                                                        Path]:
+    """A load script that reads its orders from a FIFO before it connects
+    (a loader reading its input first): "load" makes it `psql \\copy` a CSV
+    into b, anything else makes it exit without a session."""
+    gate = workdir / f"{name}.gate"
+    os.mkfifo(gate)
+    csv = _csv(workdir / f"{name}.csv", rows=20_000)
+    script = workdir / f"{name}.sh"
+    script.write_text(f"#!/bin/sh\nread order < {gate}\n[ \"$order\" = load ] || exit 0\n"
+                      f"{cluster.client('psql')} -X -q {' '.join(_conn_args(cluster))} "
+                      f"-v ON_ERROR_STOP=1 -c \"\\copy b FROM '{csv}' CSV\"\n")
+    return subprocess.Popen(["sh", str(script)], env=_env()), gate
+
+
+def _attach_looking(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
+    """`attach --json ARGS`, returned once it has connected and sampled the
+    server once (its session idle after the sample statement): it looked,
+    and found no job of that pid yet."""
+    attach = subprocess.Popen(pgparmon_cmd("attach", *_conn_args(cluster), "--json",
+                                           "--interval", "0.3", *args),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env())
+    _wait_sql(cluster, "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgparmon' "
+              "AND state = 'idle' AND query LIKE '%One sample, one round trip%'", 1,
+              proc=attach)
+    return attach
+
+
+def _say(gate: Path, order: str) -> None:
+    with open(gate, "w") as f:
+        f.write(order + "\n")
+
+
+@integration
+def test_pid_of_a_loader_that_has_not_connected_yet_is_waited_for(
+        cluster: Cluster, copydb: str, workdir: Path) -> None:
+    """`attach --pid` (no --wait) on a load script that has opened no
+    session yet: a process this young is given until 10 s after its start
+    to show one (PID_GRACE_S), and the job is followed once it does."""
+    loader, gate = _gated_loader(cluster, workdir, "late")
+    try:
+        attach = _attach_looking(cluster, "--pid", str(loader.pid))
+        assert attach.poll() is None, attach.communicate()
+        _say(gate, "load")
+        out, err = attach.communicate(timeout=120)
+    finally:
+        if loader.poll() is None:
+            _kill_tree(loader)
+    assert attach.returncode == 0, err
+    samples, summary = _docs(out)
+    assert samples[0]["job"]["kind"] == "copy"
+    assert samples[0]["job"]["client_pid"] == loader.pid
+    assert any(w["relation"] == "public.b" for s in samples for w in s["workers"])
+    assert summary is not None and summary["state"] == "finished"
+
+
+@integration
+def test_pid_that_never_shows_a_session_is_one_line_exit_4(cluster: Cluster, copydb: str,
+                                                           workdir: Path) -> None:
+    """The process waited for ends without a session: exit 4 at once, saying
+    so; one that stays without a session past --wait: exit 4 saying how
+    long it waited. One line each, no traceback."""
+    loader, gate = _gated_loader(cluster, workdir, "never")
+    try:
+        attach = _attach_looking(cluster, "--pid", str(loader.pid))
+        _say(gate, "stop")
+        assert loader.wait(timeout=30) == 0
+        _, err = attach.communicate(timeout=60)
+    finally:
+        if loader.poll() is None:
+            _kill_tree(loader)
+    assert attach.returncode == 4, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"process {loader.pid} (sh) ended before a job of it was seen" in err, err
+
+    loader, gate = _gated_loader(cluster, workdir, "silent")
+    try:
+        res = _attach(cluster, "--pid", str(loader.pid), "--wait", "1")
+        _say(gate, "stop")
+        assert loader.wait(timeout=30) == 0
+    finally:
+        if loader.poll() is None:
+            _kill_tree(loader)
+    assert res.returncode == 4, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert f"no job of process {loader.pid} (sh) on this server after waiting 1 s" \
+        in res.stderr, res.stderr
+
+
 IDLE_IN_TX = r"""
 import sys, time
 import psycopg
