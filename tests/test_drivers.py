@@ -5,6 +5,7 @@ no change to the Monitor or the views (no server needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -160,3 +161,48 @@ def test_sessions_go_to_the_first_driver_that_claims_them(toyload: None) -> None
     # one client (same application_name, address, user) loading two tables is
     # one job, grouped by the client, not one job per target table
     assert kinds == ["copy"]
+
+
+def test_another_users_dump_is_told_from_one_on_another_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pg_dump of databases named alike, 0.3 s apart, their sockets and
+    environment unreadable (another OS user's): only the server's clock
+    links them. Our server's dump opened its leader session 50 ms after the
+    second one started; the first one (its session on another server of
+    this host) is no job of ours, though it started within seconds of it.
+    Alone, the first would be ours (nothing started in between)."""
+    from pgparmon.readers import procs
+
+    def proc(pid: int, start: float) -> procs.ProcInfo:
+        return procs.ProcInfo(pid, 1, "pg_dump", ("pg_dump", "-Fd", "-j", "2", "-f",
+                                                  f"/tmp/d{pid}", "sample"), start, "root")
+
+    def dump_session(pid: int, start: float) -> Backend:
+        return Backend(pid=pid, datname="sample", usename="postgres",
+                       application_name="pg_dump", client_addr=None, client_port=-1,
+                       backend_start=start, xact_start=start, query_start=start,
+                       state="active", wait_event_type=None, wait_event=None,
+                       backend_type="client backend", backend_xmin=900, leader_pid=None,
+                       query="COPY public.t TO stdout;")
+
+    other, ours = proc(4101, 1000.0), proc(4105, 1000.3)
+    found: list[procs.ProcInfo] = [other, ours]
+    monkeypatch.setattr(procs, "scan_job_processes", lambda programs: list(found))
+    monkeypatch.setattr(procs, "unix_peers", lambda: None)
+    monkeypatch.setattr(procs, "backend_clients", lambda port, backends, peers: {})
+    monkeypatch.setattr(procs, "tcp_ports", lambda pid, port: (set(), False))
+    monkeypatch.setattr(procs, "environ_port", lambda pid: (None, False))
+    monkeypatch.setattr(procs, "environ_appname", lambda pid: None)
+    # the leader, then its two workers (same snapshot) once the catalog is read
+    db = DbSample(server_ts=1004.0, backends=(dump_session(7001, 1000.35),
+                                               dump_session(7002, 1002.0),
+                                               dump_session(7003, 1002.0)))
+    facts = dataclasses.replace(FACTS, database="sample")
+    jobs = find_jobs(facts, db)
+    assert [(j.kind, j.client_pid) for j in jobs] == [("pg_dump", ours.pid)]
+    found.remove(ours)  # alone: the sessions started 0.35 s after it
+    assert [j.client_pid for j in find_jobs(facts, db)] == [other.pid]
+    late = DbSample(server_ts=1010.0, backends=tuple(dataclasses.replace(b, backend_start=1006.0)
+                                                     for b in db.backends))
+    # 6 s after it: not its sessions, a dump found from its sessions alone
+    assert [(j.kind, j.client_pid) for j in find_jobs(facts, late)] == [("pg_dump", None)]
