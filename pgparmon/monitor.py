@@ -665,24 +665,29 @@ def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | Non
                 live.close()
                 if proc is None or not (gone or wait_s):
                     raise
-                raise DiscoveryError(_pid_unseen(proc, gone, grace, wait_s or 0.0),
+                raise DiscoveryError(_pid_unseen(proc, gone, grace, wait_s or 0.0,
+                                                 isinstance(live, HostSource)),
                                      ExitCode.NO_JOB) from None
             live.job = None
             time.sleep(interval)
 
 
-def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float) -> str:
+def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bool) -> str:
     """Why `attach --pid` found no job of a live process it waited for."""
     what = f"process {proc.pid} ({proc.name})"
-    check = "check that -h/-p/-d point at the job's server"
+    if host_only:
+        where, check = "on this host", "--host-only follows tools that run with the server down"
+        why = "it is no pgBackRest restore"
+    else:
+        where, check = "on this server", "check that -h/-p/-d point at the job's server"
+        why = ("it opened no session, or none that dumps, restores, backs up or loads with "
+               "COPY")
     if gone:
-        return f"{what} ended before a job of it was seen on this server ({check})"
-    why = ("it opened no session, or none that dumps, restores, backs up or loads with "
-           "COPY")
+        return f"{what} ended before a job of it was seen {where} ({check})"
     if grace:
-        return (f"no job of {what} on this server {PID_GRACE_S:g} s after it started ({why}): "
-                f"{check}, or give --wait S to wait longer")
-    return f"no job of {what} on this server after waiting {waited:g} s ({why}): {check}"
+        return (f"no job of {what} {where} {PID_GRACE_S:g} s after it started ({why}): "
+                f"{check}; give --wait S to wait longer")
+    return f"no job of {what} {where} after waiting {waited:g} s ({why}): {check}"
 
 
 def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import pgparmon_cmd, read_jsonl, wait_for_monitor
 
 from pgparmon.cluster import Cluster
 from pgparmon.discover import find_jobs
@@ -282,9 +282,7 @@ def _attach_looking(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
                                            "--interval", "0.3", *args),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=_env())
-    _wait_sql(cluster, "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgparmon' "
-              "AND state = 'idle' AND query LIKE '%One sample, one round trip%'", 1,
-              proc=attach)
+    wait_for_monitor(cluster, attach, DB)
     return attach
 
 
