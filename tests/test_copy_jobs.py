@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from support import pgparmon_cmd, read_jsonl, wait_for_monitor
+from support import Lines, pgparmon_cmd, read_jsonl, wait_for_monitor
 
 from pgparmon.cluster import Cluster
 from pgparmon.discover import find_jobs
@@ -298,19 +298,28 @@ def test_pid_of_a_loader_that_has_not_connected_yet_is_waited_for(
     session yet: a process this young is given until 10 s after its start
     to show one (PID_GRACE_S), and the job is followed once it does."""
     loader, gate = _gated_loader(cluster, workdir, "late")
+    # its COPY waits for this lock until attach has seen it: a load of a
+    # second could start and end between two of attach's looks on a busy
+    # machine (it then exits 4, "ended before a job of it was seen")
+    holder = psycopg.connect(cluster.conninfo(DB))
     try:
-        attach = _attach_looking(cluster, "--pid", str(loader.pid))
-        assert attach.poll() is None, attach.communicate()
+        holder.execute("LOCK TABLE b IN ACCESS EXCLUSIVE MODE")
+        attach = Lines(_attach_looking(cluster, "--pid", str(loader.pid)))
         _say(gate, "load")
-        out, err = attach.communicate(timeout=120)
+        attach.wait_for(lambda s: s["job"]["client_pid"] == loader.pid, "the load followed")
+        holder.rollback()
+        samples, summary, err = attach.finish(timeout=120)
     finally:
+        holder.close()
         if loader.poll() is None:
             _kill_tree(loader)
-    assert attach.returncode == 0, err
-    samples, summary = _docs(out)
+    assert attach.proc.returncode == 0, err
     assert samples[0]["job"]["kind"] == "copy"
     assert samples[0]["job"]["client_pid"] == loader.pid
-    assert any(w["relation"] == "public.b" for s in samples for w in s["workers"])
+    # the table as the statement names it: its COPY was first seen waiting for
+    # the lock, before the server's progress view named it public.b
+    assert any(w["phase"] == "copy" and w["relation"] in ("b", "public.b")
+               for s in samples for w in s["workers"])
     assert summary is not None and summary["state"] == "finished"
 
 
