@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psutil
@@ -151,6 +152,30 @@ def stop(pids: Iterable[int], timeout: float = 30.0) -> list[int]:
             assert time.monotonic() < deadline, f"process {pid} never stopped"
             time.sleep(0.01)
     return stopped
+
+
+@contextlib.contextmanager
+def held(pid: int) -> Iterator[list[int]]:
+    """The process tree of pid stopped (SIGSTOP, seen stopped) while the
+    block runs, then resumed: a monitor started in the block finds the job
+    still running (on a busy machine attach's start-up can outlast a short
+    job); it sees it stalled until then."""
+    pids = stop(tree(pid))
+    try:
+        yield pids
+    finally:
+        resume(pids)
+
+
+def attach_while_held(pid: int, argv: list[str], env: dict[str, str] | None = None) -> Lines:
+    """`pgparmon attach --json ...` (argv) started while the job of pid is
+    held, the job resumed once attach has sampled it: attach is sure to
+    find it mid-run. Returns attach's lines (finish() waits for its end)."""
+    with held(pid):
+        att = Lines(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env))
+        att.wait_for(lambda s: True, "attach's first sample")
+    return att
 
 
 def resume(pids: Iterable[int]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from support import Lines, pgparmon_cmd, read_jsonl, wait_for_monitor
+from support import Lines, attach_while_held, pgparmon_cmd, read_jsonl, wait_for_monitor
 
 from pgparmon.cluster import Cluster
 from pgparmon.discover import find_jobs
@@ -133,18 +133,27 @@ def _wait_sql(cluster: Cluster, sql: str, n: int, timeout: float = 30.0,
     raise AssertionError(f"timed out waiting for: {sql}")
 
 
-def _follow_to_end(cluster: Cluster, proc: subprocess.Popen[Any],
-                   *extra: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def _follow_to_end(cluster: Cluster, proc: subprocess.Popen[Any], *extra: str,
+                   hold: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """attach (no --pid) until the job ends: it is the process tree of `proc`,
-    and attach returns only once that tree has exited."""
+    and attach returns only once that tree has exited. hold: the job runs
+    already, and is held while attach starts (found mid-run however long
+    attach takes to start on a busy machine)."""
     try:
-        res = _attach(cluster, *extra)
+        if hold:
+            att = attach_while_held(proc.pid, pgparmon_cmd(
+                "attach", *_conn_args(cluster), "--json", "--interval", "0.3", *extra), _env())
+            samples, summary, err = att.finish(timeout=90)
+            code = att.proc.returncode
+        else:
+            res = _attach(cluster, *extra)
+            code, err = res.returncode, res.stderr
+            samples, summary = _docs(res.stdout)
         assert proc.poll() is not None, "attach returned while the job still ran"
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == 0
-    assert res.returncode == 0, res.stderr
-    samples, summary = _docs(res.stdout)
+    assert code == 0, err
     first = samples[0]["job"]
     assert first["kind"] == "copy" and first["grouping"] == "process tree"
     assert first["client_pid"] == proc.pid
@@ -161,7 +170,8 @@ def test_psql_script_is_one_job_with_file_progress(cluster: Cluster, copydb: str
     script = _psql_script(cluster, workdir, indexes=True)
     job = subprocess.Popen(["sh", str(script)], env=_env())
     _wait_sql(cluster, COPYING, 2, proc=job)
-    samples, summary = _follow_to_end(cluster, job)  # no --pid: both psql streams, one job
+    # no --pid: both psql streams, one job
+    samples, summary = _follow_to_end(cluster, job, hold=True)
     streams = {w["pid"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
     assert len(streams) == 2
     clients = {w["client_pid"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
