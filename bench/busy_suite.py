@@ -27,7 +27,8 @@ runs the suite the way CI does, under that load, N times in a row:
 
 Each run's summary line, failures, wall time and the load average seen are
 printed and appended to `--out` (JSON Lines, default
-docs/bench/busy_suite.jsonl); the full logs stay under `--workdir`.
+docs/bench/busy_suite.jsonl); the full logs stay under `--workdir`
+(runK.log).
 
     .venv/bin/python bench/busy_suite.py                       # 3 busy runs, ~20 min each
     .venv/bin/python bench/busy_suite.py --runs 1 --io-mbps 20 # one with a slow disk too
@@ -245,7 +246,7 @@ def one_run(k: int, a: argparse.Namespace, work: Path, throttle: IoThrottle | No
         "run": k, "started": started, "commit": commit, "command": " ".join(cmd),
         "burners": a.burners, "rc": rc, "timed_out": timed_out,
         "passed": rc == 0 and not timed_out, "wall_s": round(wall, 1),
-        **res, "loadavg_1m": load, "log": str(log),
+        **res, "loadavg_1m": load, "machine": f"{os.cpu_count()} cores",
     }
     if throttle is not None:
         doc["io_throttle"] = {"mb_s": a.io_mbps, "iops": a.io_iops,
