@@ -651,15 +651,37 @@ def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | Non
         if left > 0:
             wait_s, interval, grace = left, min(interval, PID_POLL_S), True
     deadline = time.monotonic() + (wait_s or 0)
+    # A job that appears while we wait is just starting, when its processes
+    # and sessions change fastest: a migration tool's pg_dump seen before the
+    # transaction it is a step of, a worker's session before its process. It
+    # is followed once two looks a moment apart find the same job (or the
+    # same several): what one look alone found may be a passing fragment.
+    waited = False
+    seen: object = None  # what the last look found while waiting
     while True:
         try:
+            if waited:
+                live.job = None
+                _look_at_all_sessions(live)
+                found = _signature(live.discover())
+                if found != seen and time.monotonic() < deadline:
+                    seen = found
+                    time.sleep(min(interval, PID_POLL_S))
+                    continue
             mon = Monitor(source)
-            mon.discover()
+            mon.discover()  # after a look that found it: that job, recorded
             return mon
         except DiscoveryError as exc:
+            if exc.code == ExitCode.SEVERAL_JOBS and waited and time.monotonic() < deadline:
+                found = tuple(sorted(map(_signature, exc.jobs), key=repr))
+                if found != seen:
+                    seen = found
+                    time.sleep(min(interval, PID_POLL_S))
+                    continue
             if exc.code != ExitCode.NO_JOB:
                 live.close()
                 raise
+            seen = None
             gone = proc is not None and not procs.alive(proc.pid)
             if gone or wait_s is None or time.monotonic() >= deadline:
                 live.close()
@@ -669,7 +691,25 @@ def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | Non
                                                  isinstance(live, HostSource)),
                                      ExitCode.NO_JOB) from None
             live.job = None
+            waited = True
             time.sleep(interval)
+
+
+def _signature(job: Job) -> tuple[object, ...]:
+    """What tells one look's job from another's: its client process, or
+    for a job of sessions alone, its sessions."""
+    if job.client_pid:
+        return (job.kind, job.client_pid)
+    return (job.kind, job.database, job.grouping, tuple(sorted(job.pid_hint)))
+
+
+def _look_at_all_sessions(live: LiveSource | HostSource) -> None:
+    """Undo what a look that found a job set for following it (the sampler
+    filtered to the job's database, without the bands only a backup needs)."""
+    sampler = getattr(live, "sampler", None)
+    if sampler is not None:
+        sampler.database_filter = None
+        sampler.backup_bands = True
 
 
 def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bool) -> str:

@@ -78,7 +78,9 @@ def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
                             env=_env(), stdout=log, stderr=subprocess.STDOUT)
     try:
         out, err = attach.communicate(timeout=120)
-        assert tool.poll() is not None, "attach returned while pgcopydb still ran"
+        assert tool.poll() is not None, ("attach returned while pgcopydb still ran",
+                                         [d.get("job", d.get("state")) for d in
+                                          read_jsonl(out)][:2], err[-1000:])
     finally:
         for p in (attach, tool):
             if p.poll() is None:

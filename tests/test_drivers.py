@@ -8,12 +8,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
+from pgparmon.connect import ConnTarget
 from pgparmon.discover import find_jobs
 from pgparmon.jobs import registry
 from pgparmon.jobs.base import Driver, Job, PlanInputs
@@ -206,3 +208,58 @@ def test_another_users_dump_is_told_from_one_on_another_server(
                                                      for b in db.backends))
     # 6 s after it: not its sessions, a dump found from its sessions alone
     assert [(j.kind, j.client_pid) for j in find_jobs(facts, late)] == [("pg_dump", None)]
+
+
+def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """attach --wait: the job found when one first appears is followed only
+    once the next look, a moment later, finds the same one. A migration
+    tool's first look may show a fragment (its pg_dump step before the
+    transaction it belongs to, a session of a worker not linked yet): seen
+    once in a pgcopydb clone's first second, attach followed that and
+    returned while the tool still ran."""
+    from pgparmon import monitor
+    from pgparmon.discover import DiscoveryError
+    from pgparmon.exitcodes import ExitCode
+
+    tool = Job(kind="copy", database="shop", client_pid=500)
+    fragment = Job(kind="pg_dump", database="shop", client_pid=501)
+    other = Job(kind="copy", database="shop", pid_hint=frozenset({77}))
+
+    class Looks:
+        """A source whose each look (discover with no job yet) finds the next
+        of `script`: None, a job, or several."""
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            self.facts = FACTS
+            self.job: Job | None = None
+            self.sampler = SimpleNamespace(database_filter=None, backup_bands=True)
+
+        def discover(self) -> Job:
+            if self.job is None:
+                found = script.pop(0)
+                if found is None:
+                    raise DiscoveryError("no job", ExitCode.NO_JOB)
+                if isinstance(found, list):
+                    raise DiscoveryError("several", ExitCode.SEVERAL_JOBS, found)
+                self.job = found
+                self.sampler.database_filter = found.database  # what following sets
+            return self.job
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(monitor, "LiveSource", Looks)
+    monkeypatch.setattr(monitor, "PID_POLL_S", 0.0)
+    target = ConnTarget(host="/nowhere", port="5432")
+    script: list[Any] = [None, fragment, tool, [tool, other], tool, tool]
+    mon = monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+    assert mon.job == tool and not script  # the first twice in a row: the last two looks
+    # found at attach's first look: followed at once (no wait, nothing changing)
+    script = [fragment]
+    assert monitor.wait_for_job(target, None, wait_s=60, interval=0.0).job == fragment
+    # several, twice in a row: exit 5 as before
+    script = [None, [tool, other], [other, tool]]
+    with pytest.raises(DiscoveryError) as err:
+        monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+    assert err.value.code == ExitCode.SEVERAL_JOBS and not script
