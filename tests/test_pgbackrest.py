@@ -8,6 +8,7 @@ from the host alone. Command lines without a server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import pgparmon_cmd, read_jsonl, tick_until
 
 from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
@@ -109,17 +110,6 @@ def _start(repo: Repo) -> subprocess.Popen[bytes]:
                             start_new_session=True)
 
 
-def _follow(mon: Monitor, until: Any, ticks: int = 400,
-            pause: float = 0.25) -> list[dict[str, Any]]:
-    docs = []
-    for _ in range(ticks):
-        docs.append(mon.tick())
-        if until(docs[-1]):
-            return docs
-        time.sleep(pause)
-    raise AssertionError(f"gave up after {ticks} samples: {docs[-1]['job']}")
-
-
 def _local_pids(root: int) -> list[int]:
     """pgBackRest's local processes (children of the main one)."""
     main = [p for p in psutil.Process(root).children(recursive=True)
@@ -145,7 +135,7 @@ def test_attach_follows_a_backup_and_its_local_processes(repo: Repo) -> None:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
         assert mon.job is not None and mon.job.kind == "pgbackrest"
         assert mon.job.jobs == 2 and mon.job.grouping == TREE
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running")
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0
@@ -186,12 +176,12 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
         # killed mid-copy: once the copy has moved (CI once killed it at the
         # first copying sample, before any byte was counted)
-        _follow(mon, lambda d: d["job"]["phase"] == "copying files"
+        tick_until(mon, lambda d: d["job"]["phase"] == "copying files"
                 and (d["job"]["progress"] or 0) > 0)
         locals_ = _local_pids(proc.pid)
         assert locals_, "no local process to kill"
         os.kill(locals_[0], signal.SIGKILL)
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=200)
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running", ticks=200)
     finally:
         _stop(proc, mon)
     assert proc.returncode != 0
@@ -233,16 +223,32 @@ def restorable(repo: Repo) -> str:
     return os.path.basename(os.path.realpath(latest))
 
 
-def _restore(repo: Repo, label: str, name: str, *extra: str,
-             as_user: bool = True) -> tuple[subprocess.Popen[bytes], Path]:
-    """A restore into a new data directory (no server runs on it)."""
+def _restore(repo: Repo, label: str, name: str) -> tuple[subprocess.Popen[bytes], Path, int]:
+    """A restore into a new data directory (no server runs on it), once its
+    pgbackrest process runs (runuser forks it after Popen returns): the
+    Popen, the target and that process's pid, which the tests follow by
+    --pid (another suite on this host may be restoring too, and attach
+    then rightly finds several jobs)."""
     target = repo.base / name
-    argv = repo.argv(f"--pg1-path={target}", "--process-max=2", f"--set={label}", *extra,
-                     "restore")
-    proc = subprocess.Popen(repo.as_server_user(argv) if as_user else argv,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    return proc, target
+    argv = repo.argv(f"--pg1-path={target}", "--process-max=2", f"--set={label}", "restore")
+    proc = subprocess.Popen(repo.as_server_user(argv), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def main_pid() -> int | None:
+        with contextlib.suppress(psutil.Error):
+            top = psutil.Process(proc.pid)
+            for p in (top, *top.children(recursive=True)):
+                with contextlib.suppress(psutil.Error):
+                    if p.name() == "pgbackrest" and "restore" in p.cmdline():
+                        return p.pid
+        return None
+
+    deadline = time.monotonic() + 60
+    while (pid := main_pid()) is None:
+        assert proc.poll() is None, f"the restore exited with {proc.returncode}"
+        assert time.monotonic() < deadline, "the restore's pgbackrest never started"
+        time.sleep(0.05)
+    return proc, target, pid
 
 
 def _restore_locals(root: int) -> list[int]:
@@ -252,13 +258,13 @@ def _restore_locals(root: int) -> list[int]:
 
 @pytest.mark.integration
 def test_attach_host_only_follows_a_restore(repo: Repo, restorable: str) -> None:
-    proc, target = _restore(repo, restorable, "r1")
+    proc, target, pid = _restore(repo, restorable, "r1")
     mon = None
     try:
-        mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
+        mon = wait_for_job(None, pid=pid, wait_s=20, interval=0.1, host_only=True)
         assert mon.job is not None and mon.job.kind == "pgbackrest-restore"
         assert mon.job.jobs == 2 and mon.job.target == str(target)
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0
@@ -287,21 +293,21 @@ def test_attach_host_only_follows_a_restore(repo: Repo, restorable: str) -> None
 
 @pytest.mark.integration
 def test_a_stopped_then_killed_restore(repo: Repo, restorable: str) -> None:
-    proc, target = _restore(repo, restorable, "r2")
+    proc, target, pid = _restore(repo, restorable, "r2")
     mon = None
     try:
-        mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
-        _follow(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
+        mon = wait_for_job(None, pid=pid, wait_s=20, interval=0.1, host_only=True)
+        tick_until(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
         locals_ = _restore_locals(proc.pid)
         assert locals_, "no local process"
-        for pid in locals_:
-            os.kill(pid, signal.SIGSTOP)
-        stalled = _follow(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
+        for lp in locals_:
+            os.kill(lp, signal.SIGSTOP)
+        stalled = tick_until(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
         assert stalled[-1]["job"]["state"] == "running"
         os.kill(locals_[0], signal.SIGKILL)
-        for pid in locals_[1:]:
-            os.kill(pid, signal.SIGCONT)
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=300)
+        for lp in locals_[1:]:
+            os.kill(lp, signal.SIGCONT)
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running", ticks=300)
     finally:
         _stop(proc, mon)
     assert proc.returncode != 0
@@ -316,10 +322,11 @@ def test_attach_with_no_server_follows_the_restore(repo: Repo, restorable: str,
                                                    tmp_path: Path) -> None:
     nothing = tmp_path / "no-server"  # a socket directory where no server listens
     nothing.mkdir()
-    proc, _ = _restore(repo, restorable, "r3")
+    proc, _, pid = _restore(repo, restorable, "r3")
     try:
         res = subprocess.run(pgparmon_cmd("attach", "-h", str(nothing), "-p", "5999",
-                                          "-d", "postgres", "--json", "--interval", "0.1"),
+                                          "-d", "postgres", "--json", "--interval", "0.1",
+                                          "--pid", str(pid)),
                              capture_output=True, text=True, timeout=120)
     finally:
         _stop(proc, None)
@@ -496,8 +503,9 @@ def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:
 
 
 def test_host_only_with_nothing_to_follow_is_one_line() -> None:
-    res = subprocess.run(pgparmon_cmd("attach", "--host-only", "--json"), capture_output=True,
-                         text=True, timeout=60)
+    # --pid 1: another suite on this host may be restoring right now
+    res = subprocess.run(pgparmon_cmd("attach", "--host-only", "--json", "--pid", "1"),
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 4, res.stderr  # no job (docs/exit-codes.md)
     line = res.stderr.strip()
     assert "\n" not in line and "no pgBackRest restore running on this host" in line, line
