@@ -60,8 +60,12 @@ def _check_dump_like(samples: list[dict[str, Any]], summary: dict[str, Any], kin
     assert {s["job"]["kind"] for s in samples} == {kind}, how
     assert samples[0]["job"]["command"][0] in ("su", "runuser") or "sudo" in \
         samples[0]["job"]["command"][0], how
+    # -j 2: the tool's worker sessions are the job's workers, however tagged
+    # (sudo's env_reset drops our application_name), and no session beyond
+    # them; a worker whose copies all fell between two samples (a busy
+    # machine, a small table) is not seen copying, so one or both
     workers = {w["pid"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
-    assert len(workers) == 2, (how, workers)  # -j 2: both workers' sessions, however tagged
+    assert 1 <= len(workers) <= 2, (how, workers)
     prog = [s["job"]["progress"] for s in samples if s["job"]["progress"] is not None]
     assert prog and all(b >= a for a, b in zip(prog, prog[1:], strict=False)), (how, prog)
     assert samples[-1]["job"]["state"] == "finished" and samples[-1]["job"]["progress"] == 1.0
