@@ -191,7 +191,7 @@ class PgProbackup(Driver):
             st["total"] = sum(files.values())
             # its own order when its list was read (exact: the threads take
             # the files in it); else by size, equal sizes by path (where its
-            # quicksort leaves them cannot be known: see _frontier)
+            # quicksort leaves them cannot be known: see pg_probackup_steps.py)
             st["exact"] = bool(inputs.file_order)
             order = [r for r in inputs.file_order or () if r in files] or \
                 sorted(files, key=lambda r: (files[r], r))
