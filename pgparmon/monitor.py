@@ -72,6 +72,17 @@ def _iso(wall: float) -> str:
     return datetime.fromtimestamp(wall, tz=UTC).isoformat(timespec="milliseconds")
 
 
+@dataclass(frozen=True)
+class Standing:
+    """A job's standing beyond its sample (Monitor.standing)."""
+
+    started: float | None  # its start as its samples count it; None: the first sample
+    bytes_done: float  # over every item, done or running
+    rows_done: float
+    sessions: frozenset[int]  # the server sessions it owns: every worker seen, and
+    # its members at the last sample that reached the server
+
+
 _HEAP_SETTLED = 0  # times a Monitor froze the heap in this process (_settle_heap)
 
 class Monitor:
@@ -589,6 +600,22 @@ class Monitor:
         out: dict[str, Any] = self.source.details(pid, w.client_pid if w else None)
         out["query"] = w.query if w else None
         return out
+
+    def standing(self) -> Standing | None:
+        """What one who follows many jobs at once (the exporter) needs
+        beyond the sample; None before the job is discovered."""
+        tr = self.tracker
+        if tr is None:
+            return None
+        snap = self.snaps[-1] if self.snaps else None
+        sessions = set(tr.workers)
+        if snap is not None and snap.db is not None and not snap.db.error:
+            sessions |= {m.pid for m in tr.members(snap)}
+        return Standing(
+            started=tr.started if tr.started_from != "first sample" else None,
+            bytes_done=float(sum(i.bytes_done for i in tr.items.values())),
+            rows_done=float(sum(i.tuples_done for i in tr.items.values())),
+            sessions=frozenset(sessions))
 
     def close(self) -> None:
         self.source.close()

@@ -73,12 +73,14 @@ class Recorder:
             if self.closed:
                 return
             self.closed = True
-            self._gz.close()
             try:
-                os.fsync(self._raw.fileno())
-            except OSError:
-                pass
-            self._raw.close()
+                self._gz.close()
+                try:
+                    os.fsync(self._raw.fileno())
+                except OSError:
+                    pass
+            finally:  # a full disk: the file is closed all the same
+                self._raw.close()
 
 
 def _redacted(v: Any, redact: Any) -> Any:

@@ -44,7 +44,7 @@ from pgparmon.exporter.collector import (
     pick_jobs,
 )
 from pgparmon.exporter.daemon import Exporter, Options, SafeRecorder, server_name, targets
-from pgparmon.record import read_recording
+from pgparmon.record import Recorder, read_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "contrib" / "prometheus" / "pgparmon.rules.yml"
@@ -182,6 +182,27 @@ def test_a_recording_on_a_full_disk_stops_itself_and_counts(tmp_path: Path) -> N
     bad = SafeRecorder(str(tmp_path / "missing" / "x.pgparmon.gz"), lambda: errors.append(2))
     bad.event("sample", {})
     assert errors == [1, 2]
+
+
+def test_a_recorder_that_cannot_write_still_closes_its_file() -> None:
+    # a full disk fails the write and the close alike: the file is closed all
+    # the same (an exporter that runs for months leaks no descriptor a job)
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    rec = Recorder("/dev/full")
+    with pytest.raises(OSError):
+        # more than the file's buffer after compression: the gzip trailer
+        # at close needs the disk too
+        rec.event("sample", {"x": base64.b64encode(os.urandom(100_000)).decode()})
+    with pytest.raises(OSError):
+        rec.close()
+    assert open_fds() == before
+    safe = SafeRecorder("/dev/full", lambda: None)
+    safe.event("sample", {"x": 1})
+    safe.close()
+    assert safe.rec is None and open_fds() == before
 
 
 def test_retention_deletes_oldest_finished_never_open_or_newest(tmp_path: Path) -> None:

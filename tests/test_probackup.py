@@ -23,9 +23,8 @@ from pgparmon.cluster import Cluster
 
 from pgparmon.analyze.progress import Tracker
 from pgparmon.jobs.base import TREE, Job, PlanInputs
-from pgparmon.jobs.pg_probackup import (
-    PROGRAMS,
-    PgProbackup,
+from pgparmon.jobs.pg_probackup import PROGRAMS, PgProbackup
+from pgparmon.jobs.pg_probackup_catalog import (
     command_of,
     data_files,
     listed_files,

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from support import monitor_replay
 
-from pgparmon.jobs.pg_probackup import PHASES
+from pgparmon.jobs.pg_probackup_steps import PHASES
 from pgparmon.record import read_recording
 
 GOLDEN = Path(__file__).parent / "golden" / "probackup"

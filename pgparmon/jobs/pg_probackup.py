@@ -31,18 +31,16 @@ smaller than the smallest in flight is done, so are the ones seen in flight
 and gone since, plus how far into those in flight (their read position). The
 copy is the job's progress; the sync and the validation have their own, and
 the ETA adds them (docs/backups.md).
+
+Here the driver; what it reads of the command line and the catalog is
+pg_probackup_catalog.py, the steps and how far each one is
+pg_probackup_steps.py, the ETA pg_probackup_eta.py.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import heapq
-import json
 import os
-import re
-import stat
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
@@ -61,6 +59,36 @@ from .base import (
     cluster_job,
     tree_member_pids,
 )
+from .pg_probackup_catalog import (
+    CONTROL_KEYS,
+    DONE_STATES,
+    backup_dir_of,
+    command_of,
+    data_files,
+    listed_files,
+    opt,
+    read_control,
+    stopped,
+    validations,
+)
+from .pg_probackup_eta import eta_basis, remaining, validation_ahead
+from .pg_probackup_steps import (
+    advance,
+    advance_sync,
+    backup_files,
+    control,
+    data_reads,
+    gone,
+    io_ratio,
+    phase_of,
+    slot,
+    slot_of,
+    step_pass,
+    step_total,
+    streamed,
+    thread_cpu,
+    validates,
+)
 from .pgbackrest import how_far, process_row, prune_rows
 
 if TYPE_CHECKING:
@@ -73,204 +101,8 @@ PROGRAMS = (PROGRAM, *(f"{PROGRAM}-{v}" for v in range(9, 20)))
 KEY = "pg_probackup"
 INFERRED = ("inferred: user and client address of pg_probackup's WAL stream (its process is "
             "not on this host)")
-DONE_STATES = ("DONE", "OK")
-# what backup.control says that pgparmon shows (never primary_conninfo)
-CONTROL_KEYS = ("status", "backup-mode", "stream", "compress-alg", "compress-level",
-                "start-time", "end-time", "program-version", "pgdata-bytes", "data-bytes",
-                "uncompressed-bytes", "wal-bytes", "stop-lsn")
-# its steps in the order they run; the job's phase never goes back
-PHASES = ("starting", "copy", "stopping", "sync", "validate")
 # the worker row's phase in each step that reads or writes files
 ROW_PHASE = {"copy": "backup", "sync": "sync", "validate": "validate"}
-# files of the backup's database/ directory that are no copy of a data file
-_OWN_FILES = ("backup_label", "tablespace_map", "database_map")
-# the data directory's contents pg_probackup leaves out (its dir.c)
-_SKIP_DIRS = {"pg_wal", "pg_xlog", "pg_stat_tmp", "pg_replslot", "pg_dynshmem", "pg_notify",
-              "pg_serial", "pg_snapshots", "pg_subtrans"}
-_SKIP_FILES = {"postgresql.auto.conf.tmp", "current_logfiles.tmp", "recovery.conf",
-               "postmaster.pid", "postmaster.opts", "probackup_recovery.conf",
-               "recovery.signal", "standby.signal", "backup_label", "tablespace_map"}
-WINDOW_S = 30.0  # the rates of a step: its last 30 s
-# a file's bytes written in backup_content.control
-_WRITTEN = re.compile(r'"size":"(-?\d+)"')
-# its WAL stream sends a status message every 10 s (standby_message_timeout):
-# with no WAL arriving, that is when it sees that the stop LSN was set
-STATUS_INTERVAL_S = 10.0
-# with no earlier validation of the instance to time: the validation of a
-# byte written taken as half the copy's time for a byte read. The copy reads
-# each byte and writes it (compressing it: the slow half of zlib), the
-# validation only reads it back (and decompresses: the fast half)
-VALIDATE_PER_COPY = 0.5
-# options that take a value (short and long), for finding the command word
-_VALUED = {"-B", "-b", "-j", "-D", "-d", "-h", "-p", "-U", "-S", "--backup-path",
-           "--instance", "--backup-mode", "--threads", "--pgdata", "--pgdatabase",
-           "--pghost", "--pgport", "--pguser", "--slot", "--compress-algorithm",
-           "--compress-level", "--remote-host", "--remote-user", "--remote-port",
-           "--note", "--ttl", "--expire-time", "--external-dirs", "--log-level-console",
-           "--log-level-file", "--log-directory", "--log-filename", "--retention-redundancy",
-           "--retention-window", "--wal-depth"}
-
-
-def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
-    """pg_probackup's command (`backup`, `restore`, `validate`...): the
-    first argument that is neither an option nor an option's value."""
-    skip = False
-    for a in list(argv)[1:]:
-        if skip:
-            skip = False
-            continue
-        if a.startswith("-"):
-            skip = a in _VALUED
-            continue
-        return a
-    return None
-
-
-def opt(argv: list[str] | tuple[str, ...], short: str | None, long: str) -> str | None:
-    """An option's value: `-j 4`, `-j4`, `--threads=4`, `--threads 4`."""
-    args = list(argv)
-    for i, a in enumerate(args):
-        if a == f"--{long}" or (short and a == short):
-            return args[i + 1] if i + 1 < len(args) else None
-        if a.startswith(f"--{long}="):
-            return a.split("=", 1)[1]
-        if short and a.startswith(short) and len(a) > len(short) and not a.startswith("--"):
-            return a[len(short):]
-    return None
-
-
-def read_control(path: str) -> dict[str, str] | None:
-    """A backup.control file (`key = value` lines, values maybe quoted)."""
-    out: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if "=" in line and not line.lstrip().startswith("#"):
-                    k, _, v = line.partition("=")
-                    out[k.strip()] = v.strip().strip("'\"")
-    except OSError:
-        return None
-    return out
-
-
-def data_files(pgdata: str, listed: list[str] | None = None
-               ) -> tuple[dict[str, int], dict[str, str]] | None:
-    """What pg_probackup copies from a data directory: the files (paths
-    relative to it, tablespaces as `pg_tblspc/OID/...`) and their sizes, and
-    where each of those trees really is (a tablespace's link resolved: the
-    process's open files name the real path). `listed`: the files its own
-    list names (those are stat'ed), else the directory is walked with its
-    exclusions. None: not readable."""
-    if not os.path.isdir(pgdata):
-        return None
-    roots = {"": os.path.realpath(pgdata)}
-    tblspc = os.path.join(pgdata, "pg_tblspc")
-    try:
-        for oid in os.listdir(tblspc):
-            roots[f"pg_tblspc/{oid}"] = os.path.realpath(os.path.join(tblspc, oid))
-    except OSError:
-        pass
-    sizes: dict[str, int] = {}
-    if listed is not None:
-        for rel in listed:
-            try:
-                sizes[rel] = os.stat(os.path.join(pgdata, rel)).st_size
-            except OSError:
-                sizes[rel] = 0  # gone since it was listed: nothing to copy
-        return sizes, roots
-    for rel_root, real in roots.items():
-        for root, dirs, files in os.walk(real):
-            if root == real and not rel_root:
-                dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and d != "pg_tblspc"]
-            dirs[:] = [d for d in dirs if d != "pgsql_tmp"]
-            sub = os.path.relpath(root, real)
-            for name in files:
-                if name in _SKIP_FILES or name == "pg_internal.init" or (
-                        name[:1] == "t" and name[1:2].isdigit()):  # temporary relations
-                    continue
-                rel = os.path.normpath(os.path.join(rel_root, sub, name))
-                try:
-                    sizes[rel] = os.stat(os.path.join(root, name)).st_size
-                except OSError:
-                    continue
-    return sizes, roots
-
-
-def listed_files(backup_dir: str) -> list[str] | None:
-    """The data directory's regular files in the order pg_probackup copies,
-    syncs and validates them: its backup_content.control, written in that
-    order (by size, equal sizes in the order its quicksort leaves them) as
-    the copy starts, and again every minute and at the end. None: not
-    written yet, or not readable."""
-    out: list[str] = []
-    try:
-        with open(os.path.join(backup_dir, "backup_content.control"), encoding="utf-8",
-                  errors="replace") as f:
-            for line in f:
-                try:
-                    d = json.loads(line)
-                    mode, ext = int(d.get("mode", 0)), str(d.get("external_dir_num", "0"))
-                except (ValueError, TypeError, AttributeError):
-                    continue
-                if ext == "0" and stat.S_ISREG(mode) and d.get("path"):
-                    out.append(str(d["path"]))
-    except OSError:
-        return None
-    return out or None
-
-
-def validations(backup_dir: str, keep: int = 5) -> list[dict[str, Any]]:
-    """How long the instance's earlier backups took to sync and to
-    validate, newest first. Their backup.control's end-time is written when
-    the sync is over and the validation starts (status DONE), and the file
-    is written again when the validation ends (status OK): its modification
-    time ends it. Their backup_content.control is written last just before
-    the sync: its modification time starts it; the sync fsyncs each file it
-    lists with bytes written. Backups whose control file was written again
-    later (a `validate`, a merge: more than an hour after) are left out."""
-    root = os.path.dirname(backup_dir.rstrip("/"))
-    me = os.path.basename(backup_dir.rstrip("/"))
-    try:
-        # backup IDs are their start time in base 36: newest last
-        names = sorted((n for n in os.listdir(root) if n != me and len(n) == len(me)),
-                       reverse=True)
-    except OSError:
-        return []
-    out: list[dict[str, Any]] = []
-    for name in names[:20]:
-        path = os.path.join(root, name, "backup.control")
-        ctl = read_control(path)
-        if not ctl or ctl.get("status") != "OK" or not ctl.get("end-time"):
-            continue
-        try:
-            end = datetime.fromisoformat(ctl["end-time"]).timestamp()
-            took = os.stat(path).st_mtime - end
-            data = int(ctl.get("data-bytes") or 0)
-        except (OSError, ValueError):
-            continue
-        if 0 <= took <= 3600 and data > 0:
-            out.append({"id": name, "compress": ctl.get("compress-alg") or "none",
-                        "data_bytes": data, "validate_s": round(took, 2),
-                        "mode": ctl.get("backup-mode"), **_sync_of(root, name, end)})
-        if len(out) >= keep:
-            break
-    return out
-
-
-def _sync_of(root: str, name: str, end: float) -> dict[str, Any]:
-    """An earlier backup's sync: its seconds (from its file list's last
-    write to its end-time, whole seconds) and how many files it synced."""
-    path = os.path.join(root, name, "backup_content.control")
-    try:
-        began = os.stat(path).st_mtime
-        with open(path, encoding="utf-8", errors="replace") as f:
-            files = sum(1 for v in _WRITTEN.findall(f.read()) if v not in ("0", "-1"))
-    except OSError:
-        return {}
-    took = end - began
-    if not -1.0 <= took <= 3600 or not files:
-        return {}
-    return {"sync_s": round(max(0.0, took), 2), "synced_files": files}
 
 
 class PgProbackup(Driver):
@@ -359,7 +191,7 @@ class PgProbackup(Driver):
             st["total"] = sum(files.values())
             # its own order when its list was read (exact: the threads take
             # the files in it); else by size, equal sizes by path (where its
-            # quicksort leaves them cannot be known: see _frontier)
+            # quicksort leaves them cannot be known: see pg_probackup_steps.py)
             st["exact"] = bool(inputs.file_order)
             order = [r for r in inputs.file_order or () if r in files] or \
                 sorted(files, key=lambda r: (files[r], r))
@@ -392,7 +224,7 @@ class PgProbackup(Driver):
                 if i > 0 and "/backups/" in f.path[:i]:
                     out["backup_dir"] = f.path[:i]
         if not out["backup_dir"] and job.client_pid:
-            out["backup_dir"] = _dir_of_pid(job, job.client_pid)
+            out["backup_dir"] = backup_dir_of(job.command, job.client_pid)
         if out["backup_dir"]:
             ctl = read_control(os.path.join(out["backup_dir"], "backup.control"))
             if ctl is not None:
@@ -431,13 +263,13 @@ class PgProbackup(Driver):
             if root.cpu_s is not None:
                 st["cpu"][root.pid] = (snap.ts, root.cpu_s)
             process_row(st, WorkerState(pid=root.pid), root, snap, prev, None)
-            _thread_cpu(st, tool.get("threads"), snap.ts, _stream(tr, st)
-                        and _control(st).get("status") not in DONE_STATES
-                        and not _stopped(_control(st)))
-        reading = _data_reads(st, snap)
-        st["phase"] = phase = _phase(tr, st, snap, bool(reading))
+            thread_cpu(st, tool.get("threads"), snap.ts, streamed(st, tr.job.command)
+                        and control(st).get("status") not in DONE_STATES
+                        and not stopped(control(st)))
+        reading = data_reads(st, snap)
+        st["phase"] = phase = phase_of(st, snap, bool(reading))
         if phase != "validate":
-            st["validation_ahead"] = _validation_ahead(tr, st)
+            st["validation_ahead"] = validation_ahead(st, tr.job.command)
         else:
             st.setdefault("validate_began", snap.ts)
         if phase == "copy":
@@ -445,28 +277,28 @@ class PgProbackup(Driver):
         elif phase == "stopping" and "stop_began" not in st:
             # between the last sample that saw it copy and this one
             st["stop_began"] = (snap.ts + st.get("copy_seen", snap.ts)) / 2
-        if _gone(snap):  # the process is gone: rows and steps stay as they were
+        if gone(snap):  # the process is gone: rows and steps stay as they were
             prune_rows(tr, st, st["rows"], set())
             return
         step = phase if phase in ROW_PHASE else None
         if step == "copy":
             inflight = reading
         elif step is not None:
-            inflight = _backup_files(st, snap, "r" if step == "validate" else "w")
+            inflight = backup_files(st, snap, "r" if step == "validate" else "w")
         else:
             inflight = {}
         if step == "copy" and root is not None:
-            _io_ratio(st, root)
+            io_ratio(st, root)
         self._rows(tr, st, step, inflight, snap)
         if step == "sync" and st.get("total"):
-            _advance_sync(st, inflight, snap.ts)
+            advance_sync(st, inflight, snap.ts)
         elif step is not None and st.get("total"):
-            _advance(st, step, inflight, snap.ts)
+            advance(st, step, inflight, snap.ts)
         if not st.get("total") or it.state == "done":
             return
         if it.work != st["total"]:
             it.work = it.size = float(st["total"])
-        copied = _pass(st, "copy")["done"]
+        copied = step_pass(st, "copy")["done"]
         if phase in ("stopping", "sync", "validate"):
             copied = it.work  # the copy is over (pg_probackup copied pg_control last)
         it.done = max(it.done, min(0.999 * it.work, copied))
@@ -486,8 +318,8 @@ class PgProbackup(Driver):
         for rel in list(st["slots"]):
             if rel not in inflight:
                 del st["slots"][rel]
-        for rel, (pos, frac) in sorted(inflight.items(), key=lambda kv: _slot_of(st, kv[0])):
-            key = _slot(st, rel)
+        for rel, (pos, frac) in sorted(inflight.items(), key=lambda kv: slot_of(st, kv[0])):
+            key = slot(st, rel)
             active.add(key)
             w = procs.setdefault(key, WorkerState(pid=key, client_pid=tr.job.client_pid))
             if w.relation != rel:  # a new file on this row: its counter starts again
@@ -520,60 +352,20 @@ class PgProbackup(Driver):
         return None
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        """The rest of the step it is in at that step's rate (its last 30 s;
-        the copy's and the validation's shared out to its threads), plus
-        what is still to come: the stop's wait for its WAL stream (--stream:
-        until the stream's next status message) and the validation
-        (_validation_ahead). The sync is counted once it runs."""
-        st = _state(tr)
-        phase = st.get("phase")
-        stream = _stream(tr, st)
-        if phase == "starting":
-            return None, (f"starting: pg_backup_start (a checkpoint), then the WAL segment "
-                          f"the backup starts in ({'streamed' if stream else 'archived'})")
-        if not st.get("total"):
-            return None, "no total: the data directory is not on this host"
-        later = _validation_ahead(tr, st)
-        now = st.get("now") or 0.0
-        if phase == "copy":
-            left, why = _step_eta(st, "copy", _own_cores(st, tr.job.jobs))
-            if left is not None and stream:
-                left += _stream_wait(st, now + left) + 1.0
-        elif phase == "sync":
-            left, why = _step_eta(st, "sync")
-            if left is None:  # its first second: the validation to come only
-                left, why = 0.0, None
-        elif phase == "validate":
-            if _control(st).get("status") == "OK":
-                return 0.0, None
-            left, why = _step_eta(st, "validate", _own_cores(st, tr.job.jobs))
-            ahead = st.get("validation_ahead")
-            if left is None and ahead is not None:  # its first second: as foreseen
-                return max(0.0, ahead - (now - st.get("validate_began", now))), None
-            return left, why
-        else:  # stopping: pg_backup_stop, then the WAL up to its stop LSN
-            began = st.get("stop_began", now)
-            wait = _stream_wait(st, began) if stream else 0.0
-            left, why = max(0.0, began + 1.0 + wait - now), None
-        if left is None:
-            return None, why
-        if phase in ("copy", "stopping"):
-            left += _sync_ahead(tr, st) or 0.0
-        # the validation that cannot be estimated (the copy seen too briefly)
-        # is left out: eta_basis says so
-        return left + (later or 0.0), None
+        """Each step's rest and the steps to come (pg_probackup_eta.py)."""
+        return remaining(_state(tr), tr.job.command, tr.job.jobs)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
         st = _state(tr)
-        ctl = _control(st)
+        ctl = control(st)
         argv = tr.job.command
         mode = (ctl.get("backup-mode") or opt(argv, "-b", "backup-mode") or "").upper()
-        stream = _stream(tr, st)
+        stream = streamed(st, tr.job.command)
         wal = "streamed" if stream else "archived"
         phase = st.get("phase")
-        step = _pass(st, phase) if phase in ("sync", "validate") and st.get("total") else None
-        frac = min(1.0, step["done"] / (_step_total(st, phase) or 1.0)) if step else None
+        step = step_pass(st, phase) if phase in ("sync", "validate") and st.get("total") else None
+        frac = min(1.0, step["done"] / (step_total(st, phase) or 1.0)) if step else None
         pct = f" {100.0 * frac:.0f}%" if frac is not None else ""
         names = {"starting": f"starting (pg_backup_start, WAL {wal})", "copy": "copying files",
                  "stopping": f"stopping (pg_backup_stop, WAL {wal})",
@@ -597,7 +389,7 @@ class PgProbackup(Driver):
                 "instance": opt(argv, None, "instance"),
                 "threads": tr.job.jobs, "threads_alive": len(threads) or None,
                 "worker_threads_cpu_percent": [round(v, 1) for _, v in sorted(busy.items())],
-                "files_in_flight": len(_pass(st, phase)["inflight"])
+                "files_in_flight": len(step_pass(st, phase)["inflight"])
                 if phase in ROW_PHASE else 0,
                 "step": phase,
                 "step_progress": round(frac, 4) if frac is not None else None,
@@ -611,16 +403,16 @@ class PgProbackup(Driver):
                 "backup_id": os.path.basename(st["backup_dir"]) if st.get("backup_dir")
                 else None,
                 "program_version": ctl.get("program-version"),
-                "eta_basis": _eta_basis(tr, st),
+                "eta_basis": eta_basis(st, tr.job.command),
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         st = _state(tr)
         phase = st.get("phase")
         it = tr.items.get(KEY)
-        if it is None or it.state == "done" or _gone(snap):
+        if it is None or it.state == "done" or gone(snap):
             return None
-        stream = _stream(tr, st)
+        stream = streamed(st, tr.job.command)
         if phase == "starting":
             # its session works in the start only in pg_backup_start (its
             # other statements there take no time): the checkpoint
@@ -655,7 +447,7 @@ class PgProbackup(Driver):
             cpu = sum(cpus) / threads
         else:  # no thread readings: the process's CPU over the files in flight
             total = (st.get("cpu_pct") or {}).get(tr.job.client_pid or -1)
-            threads = max(1, len(_pass(st, phase)["inflight"]) or (tr.job.jobs or 1))
+            threads = max(1, len(step_pass(st, phase)["inflight"]) or (tr.job.jobs or 1))
             cpu = total / threads if total is not None else None
         if cpu is None or cpu < BUSY_CPU:
             return None
@@ -678,14 +470,14 @@ class PgProbackup(Driver):
     def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
         st = _state(tr)
         it = tr.items.get(KEY)
-        status = _control(st).get("status")
+        status = control(st).get("status")
         if st.get("backup_dir"):  # the last word: its control file now
             ctl = read_control(os.path.join(st["backup_dir"], "backup.control"))
             status = (ctl or {}).get("status", status)
             st.setdefault("control", {})["status"] = status
         if it is None or it.state == "done":
             return None
-        if status == "OK" or (status == "DONE" and not _validates(tr)):
+        if status == "OK" or (status == "DONE" and not validates(tr.job.command)):
             tr.finish(it, snap.wall)
             it.bytes_done = int(it.work) if st.get("total") else it.bytes_done
         return None
@@ -699,7 +491,7 @@ class PgProbackup(Driver):
         it = tr.items.get(KEY)
         if it is None or it.state == "done":
             return None
-        status = _control(st).get("status")
+        status = control(st).get("status")
         if status is None and not st.get("backup_dir"):
             return None  # nothing seen of its catalog: leftover_verdict
         if status == "DONE":
@@ -711,7 +503,7 @@ class PgProbackup(Driver):
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
         st = _state(tr)
-        if _control(st).get("status") == "DONE":
+        if control(st).get("status") == "DONE":
             bid = os.path.basename(st.get("backup_dir") or "") or "ID"
             return "ended", ("pg_probackup ended during the backup's validation: the backup "
                              "is copied and synced (status DONE) but not validated "
@@ -731,32 +523,6 @@ def _state(tr: Tracker) -> dict[str, Any]:
     return st
 
 
-def _control(st: dict[str, Any]) -> dict[str, str]:
-    return st.get("control") or {}
-
-
-def _pass(st: dict[str, Any], name: str | None) -> dict[str, Any]:
-    """One step's reading of the ordered file list: files in flight, those
-    finished since, the frontier (the smallest in flight so far), bytes done
-    and their history."""
-    p: dict[str, Any] = st["passes"].setdefault(name or "", {
-        "inflight": [], "finished": {}, "low": 0, "done": 0.0, "hist": []})
-    return p
-
-
-def _gone(snap: Snapshot) -> bool:
-    """Its process has ended (killed, it is a zombie until its parent
-    reaps it: no files, no threads but one)."""
-    return snap.root_alive is False or not snap.clients or all(
-        c.status == "zombie" for c in snap.clients)
-
-
-def _stopped(ctl: dict[str, str]) -> bool:
-    """Whether the stop is over: backup.control holds the stop LSN (0/0
-    until then)."""
-    return ctl.get("stop-lsn") not in (None, "", "0/0")
-
-
 def _int(v: str | None) -> int | None:
     try:
         return int(v) if v is not None else None
@@ -771,262 +537,14 @@ def _ours(b: Backend) -> bool:
     return (b.application_name or "").startswith(PROGRAM)
 
 
-def _stream(tr: Tracker, st: dict[str, Any]) -> bool:
-    s = _control(st).get("stream")
-    return s == "true" if s is not None else "--stream" in tr.job.command
-
-
-def _validates(tr: Tracker) -> bool:
-    return "--no-validate" not in tr.job.command
-
-
 def _compression(tr: Tracker, st: dict[str, Any]) -> str | None:
     """`zlib level 1`, or None without compression."""
-    ctl = _control(st)
+    ctl = control(st)
     alg = ctl.get("compress-alg") or opt(tr.job.command, None, "compress-algorithm")
     if not alg or alg == "none":
         return None
     level = ctl.get("compress-level") or opt(tr.job.command, None, "compress-level")
     return f"{alg} level {level}" if level else alg
-
-
-def _dir_of_pid(job: Job, pid: int) -> str | None:
-    """The backup (under -B / BACKUP_PATH and --instance) whose backup.pid
-    holds this process's pid."""
-    path = opt(job.command, "-B", "backup-path")
-    instance = opt(job.command, None, "instance")
-    if not path or not instance:
-        return None
-    root = os.path.join(path, "backups", instance)
-    try:
-        names = sorted(os.listdir(root), reverse=True)  # newest id first (base36 time)
-    except OSError:
-        return None
-    for name in names[:20]:
-        try:
-            with open(os.path.join(root, name, "backup.pid"), encoding="utf-8") as f:
-                if f.read().strip().split()[0] == str(pid):
-                    return os.path.join(root, name)
-        except (OSError, IndexError):
-            continue
-    return None
-
-
-# ---- what the process has open -------------------------------------------------
-
-def _rel_of(st: dict[str, Any], path: str) -> str | None:
-    """A data file's path relative to the data directory (a tablespace's as
-    pg_tblspc/OID/...), from the real path the process has open."""
-    for rel_root, real in st.get("roots") or ():
-        if path.startswith(real + "/"):
-            rest = path[len(real) + 1:]
-            return os.path.join(rel_root, rest) if rel_root else rest
-    return None
-
-
-def _data_reads(st: dict[str, Any], snap: Snapshot) -> dict[str, tuple[int, float]]:
-    """The data directory's files the process reads now: relative path ->
-    (read position, how far into the file)."""
-    sizes: dict[str, int] = st.get("sizes") or {}
-    out: dict[str, tuple[int, float]] = {}
-    for c in snap.clients:
-        for f in c.open_files or ():
-            if f.mode != "r":
-                continue
-            rel = _rel_of(st, f.path)
-            if rel is not None and rel in sizes:
-                size = sizes[rel]
-                out[rel] = (f.position, min(1.0, f.position / size) if size else 1.0)
-    return out
-
-
-def _backup_files(st: dict[str, Any], snap: Snapshot, mode: str) -> dict[str, tuple[int, float]]:
-    """The backup's own files the process has open (`w`: the sync, `r`: the
-    validation), by the data file each one copies; how far into it: its
-    position of the backup file's size."""
-    bdir = st.get("backup_dir")
-    sizes: dict[str, int] = st.get("sizes") or {}
-    if not bdir:
-        return {}
-    prefix = os.path.join(bdir, "database") + "/"
-    now = {f.path: f.size for f in snap.files}
-    out: dict[str, tuple[int, float]] = {}
-    for c in snap.clients:
-        for f in c.open_files or ():
-            if not f.path.startswith(prefix) or not f.mode.startswith(mode):
-                continue
-            rel = f.path[len(prefix):]
-            if rel in _OWN_FILES or rel.startswith("pg_wal/") or rel not in sizes:
-                continue
-            size = now.get(f.path) or sizes[rel]
-            out[rel] = (f.position, min(1.0, f.position / size) if size else 1.0)
-    return out
-
-
-# ---- steps ---------------------------------------------------------------------------
-
-def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot, reading: bool) -> str:
-    """The step it is in: from backup.control (pgdata-bytes once the copy
-    starts, stop-lsn once the stop is over, status DONE during the
-    validation), the data files it reads and its threads. Never back to an
-    earlier step."""
-    prev = st.get("phase")
-    if _gone(snap) and prev:
-        return str(prev)  # the process is gone: the step it ended in
-    ctl = _control(st)
-    status = ctl.get("status")
-    if status in DONE_STATES:
-        now = "validate"
-    elif _stopped(ctl) and status == "RUNNING":
-        now = "sync"
-    elif reading or st.get("workers_alive"):
-        now = "copy"
-    elif st.get("copied") or prev in ("copy", "stopping"):
-        now = "stopping"
-    else:
-        now = "starting"
-    if now == "copy":
-        st["copied"] = True
-    if prev in PHASES and PHASES.index(now) < PHASES.index(str(prev)):
-        return str(prev)
-    return now
-
-
-def _advance(st: dict[str, Any], step: str, inflight: dict[str, tuple[int, float]],
-             ts: float) -> None:
-    """Bytes done in one step over the ordered file list: every file before
-    the first one in flight, those seen in flight and gone since, and how
-    far into those in flight."""
-    sizes: dict[str, int] = st["sizes"]
-    index: dict[str, int] = st["index"]
-    p = _pass(st, step)
-    fin: dict[str, int] = p["finished"]
-    for rel in set(p["inflight"]) - set(inflight):
-        fin[rel] = sizes.get(rel, 0)
-    p["inflight"] = sorted(inflight)
-    if inflight:
-        p["low"] = max(p["low"], _frontier(st, inflight))
-    low = p["low"]
-    for rel in [r for r in fin if index[r] < low]:
-        del fin[rel]  # counted with everything before the frontier
-    part = sum(frac * sizes[r] for r, (_, frac) in inflight.items() if r not in fin)
-    done = min(float(st["total"]), st["prefix"][low] + sum(fin.values()) + part)
-    _count(st, p, done, ts)
-    p["left"] = {r: (1.0 - frac) * sizes[r] for r, (_, frac) in inflight.items()}
-    busy = p.setdefault("busy", [])
-    busy.append((ts, len(inflight)))
-    while len(busy) > 2 and ts - busy[0][0] > WINDOW_S:
-        del busy[0]
-    if step == "copy":
-        st.setdefault("copy_first", (ts, p["done"]))
-        st["copy_last"] = (ts, p["done"])
-
-
-def _frontier(st: dict[str, Any], inflight: dict[str, tuple[int, float]]) -> int:
-    """How many files of the ordered list are behind the work now: those
-    before the first file in flight (the threads take the files in their
-    order). Without its own list, the order of equal sizes is its
-    quicksort's: only the files smaller than the smallest in flight."""
-    first = min(st["index"][r] for r in inflight)
-    if st.get("exact"):
-        return first
-    return bisect.bisect_left(st["sizes_in_order"], st["sizes_in_order"][first])
-
-
-def _count(st: dict[str, Any], p: dict[str, Any], done: float, ts: float) -> None:
-    p["done"] = max(p["done"], done)
-    hist = p["hist"]
-    hist.append((ts, p["done"]))
-    while len(hist) > 2 and hist[-1][0] - hist[0][0] > WINDOW_S:
-        del hist[0]
-
-
-def _advance_sync(st: dict[str, Any], inflight: dict[str, tuple[int, float]],
-                  ts: float) -> None:
-    """The sync in files: it fsyncs them one at a time in the copy's order,
-    and each costs the disk's flush whatever its size (what the copy left
-    in the page cache was mostly written out while it copied): every file
-    before the one it syncs now is done."""
-    p = _pass(st, "sync")
-    p["inflight"] = sorted(inflight)
-    done = p["done"]
-    if inflight:
-        # the empty files come first in the order and are never synced
-        done = max(0, _frontier(st, inflight) - st["empty"])
-    _count(st, p, float(done), ts)
-
-
-def _step_total(st: dict[str, Any], step: str | None) -> float:
-    """A step's total: files for the sync, bytes otherwise."""
-    return float(st.get("files") or 0) if step == "sync" else float(st.get("total") or 0)
-
-
-def _step_eta(st: dict[str, Any], step: str,
-              threads: int | None = None) -> tuple[float | None, str | None]:
-    """The rest of a step at its rate over its last 30 s; `threads`: the
-    step's files shared out to that many threads (_schedule)."""
-    p = _pass(st, step)
-    hist = p["hist"]
-    if len(hist) < 2 or hist[-1][0] - hist[0][0] < 1.0:
-        return None, "measuring"
-    rate = (hist[-1][1] - hist[0][1]) / (hist[-1][0] - hist[0][0])
-    if rate <= 0:
-        return None, "measuring"
-    if threads and p.get("busy"):
-        busy = [n for t, n in p["busy"] if t >= hist[0][0]]
-        per_thread = rate / max(1.0, sum(busy) / max(1, len(busy)))
-        return _schedule(st, p, threads) / per_thread, None
-    return max(0.0, _step_total(st, step) - p["done"]) / rate, None
-
-
-def _own_cores(st: dict[str, Any], jobs: int | None) -> int | None:
-    """-j when its worker threads each keep a core busy (compression with
-    cores to spare): then each thread goes at its own pace and the last file
-    alone goes at one thread's. Otherwise they share what limits them (the
-    disk, a host whose CPUs are busy with other work: one thread alone then
-    gets what two shared), and the rest goes at the process's rate: None."""
-    cpu = list((st.get("worker_cpu") or {}).values())
-    if not jobs or not cpu or sum(cpu) / len(cpu) < BUSY_CPU:
-        return None
-    return jobs
-
-
-def _schedule(st: dict[str, Any], p: dict[str, Any], threads: int) -> float:
-    """The bytes the busiest of `threads` threads still has to read, each
-    finishing its file in flight, then taking the next one of the list (the
-    largest last: one thread copies it alone at the end). The small files
-    ahead (those under a 64th of a thread's share) go in lumps of that size:
-    a few hundred units at most, whatever the number of files."""
-    left: dict[str, float] = p.get("left") or {}
-    loads = sorted(left.values(), reverse=True)[:threads]
-    loads += [0.0] * (threads - len(loads))
-    sizes_in_order: list[int] = st["sizes_in_order"]
-    low = p["low"]
-    skip = {st["index"][r] for r in (*left, *p["finished"])}
-    rest = float(st["prefix"][-1] - st["prefix"][low]) - sum(
-        st["sizes"][r] for r in (*left, *p["finished"]) if st["index"][r] >= low)
-    lump = max(1.0, (rest + sum(loads)) / threads / 64.0)
-    big = max(low, bisect.bisect_left(sizes_in_order, lump, lo=low))
-    small = sum(sizes_in_order[i] for i in skip if low <= i < big)
-    units = [lump] * int((st["prefix"][big] - st["prefix"][low] - small) // lump)
-    units += [float(sizes_in_order[i]) for i in range(big, len(sizes_in_order))
-              if i not in skip]
-    heapq.heapify(loads)
-    for u in units:
-        heapq.heappush(loads, heapq.heappop(loads) + u)
-    return max(loads)
-
-
-def _io_ratio(st: dict[str, Any], root: ClientProc) -> None:
-    """The bytes the copy wrote per byte it read (its own files, the WAL it
-    streams): about 1 for a FULL backup, the compression ratio with
-    compression, little for a DELTA of a quiet database."""
-    if root.read_chars is None or root.write_chars is None:
-        return
-    first = st.setdefault("io_first", (root.read_chars, root.write_chars))
-    read, written = root.read_chars - first[0], root.write_chars - first[1]
-    if read > (1 << 20):
-        st["write_ratio"] = max(0.0, min(2.0, written / read))
 
 
 def _stream_clock(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
@@ -1038,144 +556,6 @@ def _stream_clock(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
         if b.backend_type == "walsender" and b.backend_start:
             st["stream_began"] = snap.ts - (snap.db.server_ts - b.backend_start)
             return
-
-
-def _stream_wait(st: dict[str, Any], stop_at: float) -> float:
-    """Seconds its stop waits for its WAL stream, the stop beginning at
-    `stop_at`. The stream stops once it sees the stop LSN set (about a
-    second after pg_backup_stop), which it checks when WAL arrives or when
-    it sends its status message: every 10 s from its start (pg_probackup's
-    standby_message_timeout). WAL may arrive sooner; with none (the stop
-    record is sent before the stop LSN is set) it waits for the message."""
-    began = st.get("stream_began")
-    if began is None:
-        return 0.0
-    since = stop_at + 1.0 - began
-    return STATUS_INTERVAL_S - since % STATUS_INTERVAL_S
-
-
-def _validation_ahead(tr: Tracker, st: dict[str, Any]) -> float | None:
-    """Seconds the validation will take, before it starts: it reads back
-    what the copy wrote (written per byte read, times the total), as fast
-    per byte as the instance's last validation with this compression (its
-    catalog), else at twice the rate the copy read the data directory
-    (VALIDATE_PER_COPY). 0 without validation; None when the copy was not
-    watched."""
-    if not _validates(tr) or st.get("phase") == "validate":
-        return 0.0
-    first, last = st.get("copy_first"), st.get("copy_last")
-    ratio = st.get("write_ratio")
-    if ratio is None:
-        return None
-    earlier = _earlier_validation(tr, st)
-    if earlier is not None:  # as fast as its last backup's, per byte written
-        return float(st["total"]) * ratio * earlier["validate_s"] / earlier["data_bytes"]
-    if not first or not last or last[0] - first[0] < 1.0:
-        return None
-    rate = (last[1] - first[1]) / (last[0] - first[0])
-    if st.get("phase") == "copy":  # while it copies: its recent pace
-        p = _pass(st, "copy")["hist"]
-        if len(p) >= 2 and p[-1][0] - p[0][0] >= 1.0 and p[-1][1] > p[0][1]:
-            rate = (p[-1][1] - p[0][1]) / (p[-1][0] - p[0][0])
-    if rate <= 0:
-        return None
-    return float(st["total"]) * ratio / rate * VALIDATE_PER_COPY
-
-
-def _sync_ahead(tr: Tracker, st: dict[str, Any]) -> float | None:
-    """Seconds the sync will take, before it starts (a FULL backup: it
-    syncs every file it copied): as long per file as the instance's last
-    timed sync (100 files or more). None: no such backup, a DELTA or PAGE
-    (how many files it writes is not known ahead), or --no-sync."""
-    mode = (_control(st).get("backup-mode") or opt(tr.job.command, "-b", "backup-mode")
-            or "").upper()
-    if mode != "FULL" or "--no-sync" in tr.job.command:
-        return None
-    for h in st.get("history") or ():
-        if h.get("synced_files", 0) >= 100 and h.get("sync_s") is not None:
-            return float(st.get("files") or 0) * float(h["sync_s"]) / h["synced_files"]
-    return None
-
-
-def _earlier_validation(tr: Tracker, st: dict[str, Any]) -> dict[str, Any] | None:
-    """The newest earlier backup of this instance with the same compression
-    whose validation can be timed (64 MB or more written: its control file's
-    end-time has whole seconds), its time less the half second that rounding
-    adds on average."""
-    comp = _control(st).get("compress-alg") or "none"
-    for h in st.get("history") or ():
-        if h.get("compress") == comp and h.get("data_bytes", 0) >= 64 << 20:
-            return {**h, "validate_s": max(0.25, float(h["validate_s"]) - 0.5)}
-    return None
-
-
-def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
-    phase = st.get("phase")
-    if not st.get("total") or phase == "starting":
-        return None
-    if phase == "validate":
-        return "the validation's rest at its rate over the last 30 s"
-    synced = _sync_ahead(tr, st) is not None
-    head = {"copy": "the copy's rest at its rate over the last 30 s"
-            + ("; the stop's wait for its WAL stream (its next status message, every 10 s)"
-               if _stream(tr, st) else ""),
-            "stopping": ("the wait for its WAL stream's next status message (every 10 s)"
-                         if _stream(tr, st) else "the wait for the WAL to be archived is "
-                         "not counted"),
-            "sync": "the sync's files left at its rate over the last 30 s (an fsync each)"
-            }.get(str(phase), "")
-    if phase in ("copy", "stopping"):
-        head += ("; the sync as long per file as the last timed one's" if synced else
-                 "; the sync not counted until it runs")
-    if not _validates(tr):
-        return head + "; no validation (--no-validate)"
-    if _validation_ahead(tr, st) is None:
-        return head + ("; the validation that follows not counted: the copy was seen too "
-                       "briefly to estimate it")
-    earlier = _earlier_validation(tr, st)
-    return head + (f"; then the validation, as fast per byte written as backup "
-                   f"{earlier['id']}'s" if earlier else "; then the validation: the bytes the "
-                   "copy wrote, read back at twice the rate the copy read (no earlier backup "
-                   "with this compression to time)")
-
-
-# ---- threads -------------------------------------------------------------------------
-
-def _thread_cpu(st: dict[str, Any], threads: list[list[Any]] | None, ts: float,
-                streaming: bool) -> None:
-    """Each worker thread's CPU since the last sample (those that copy or
-    validate: neither the main thread nor the WAL stream's) and how many are
-    alive. The threads come in the order they were made (threads_of): the
-    main thread, the WAL stream's (--stream: made before the copy, gone once
-    the stop LSN is streamed), then the workers."""
-    if threads is None:
-        return
-    prev: dict[int, tuple[float, float]] = st.get("thread_cpu") or {}
-    now = {int(t[0]): (ts, float(t[2])) for t in threads}
-    tids = [int(t[0]) for t in threads]
-    workers = tids[2:] if streaming else tids[1:]
-    cpu: dict[int, float] = {}
-    for t in workers:
-        if t in prev and ts > prev[t][0]:
-            cpu[t] = 100.0 * (now[t][1] - prev[t][1]) / (ts - prev[t][0])
-    st["thread_cpu"] = now
-    st["threads"] = threads
-    st["worker_cpu"] = cpu
-    st["workers_alive"] = len(workers)
-
-
-def _slot_of(st: dict[str, Any], path: str) -> int:
-    return int(st["slots"].get(path, 1 << 30))
-
-
-def _slot(st: dict[str, Any], path: str) -> int:
-    """The row number of a file in flight: its own while it is read, else
-    the lowest one free."""
-    slots: dict[str, int] = st["slots"]
-    if path not in slots:
-        used = set(slots.values())
-        slots[path] = next(i for i in range(1, len(used) + 2) if i not in used)
-    return slots[path]
 
 
 def _archiving(snap: Snapshot, st: dict[str, Any], waiting: str) -> Verdict:
@@ -1193,7 +573,7 @@ def _archiving(snap: Snapshot, st: dict[str, Any], waiting: str) -> Verdict:
 def _how_far(tr: Tracker, st: dict[str, Any]) -> str:
     phase = st.get("phase")
     if phase in ("sync", "validate") and st.get("total"):
-        done = min(1.0, _pass(st, phase)["done"] / (_step_total(st, phase) or 1.0))
+        done = min(1.0, step_pass(st, phase)["done"] / (step_total(st, phase) or 1.0))
         return (f"after its copy ({fmt.size(st['total'])}), in phase {phase} at "
                 f"{100.0 * done:.0f}%")
     return how_far(tr.items.get(KEY), bool(st.get("total")), phase)

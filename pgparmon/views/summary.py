@@ -1,6 +1,6 @@
 """The end-of-run summary, built once for every view: `pgparmon run`'s final
 print (views/text.py), `pgparmon report` (views/report.py, terminal and
-HTML) and the TUI's end screen (tui/widgets.py, SummaryTable).
+HTML) and the TUI's end screen (tui/widgets/summary_table.py).
 
 `end_summary` turns the summary doc (pgparmon.summary/1) and the samples
 into facts about the run and item rows; the views only lay them out. Times

@@ -1,0 +1,85 @@
+"""The TUI's JobHeader widget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.reactive import reactive
+
+from ... import units as fmt
+from .. import draw
+from .text_lines import TextLines
+
+
+Doc = dict[str, Any]
+
+STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "failed": "bold red",
+               "ended": "bold yellow"}
+
+
+class JobHeader(TextLines):
+    """Two lines: what runs where, then progress / ETA / rates."""
+
+    doc: reactive[Doc | None] = reactive(None, always_update=True)
+    label: reactive[str] = reactive("")  # PAUSED / replay position, beside the state
+
+    def render(self) -> RenderableType:
+        d = self.doc
+        w = max(20, self.content_size.width)
+        if d is None:
+            return Text("waiting for the first sample…", style="dim")
+        j = d.get("job") or {}
+        l1 = Text(no_wrap=True, overflow="ellipsis")
+        l1.append(str(j.get("kind") or "?"), style="bold")
+        if j.get("jobs"):
+            l1.append(f" -j {j['jobs']}", style="bold")
+        dbs = [db for db in j.get("databases") or () if db != j.get("database")]
+        where = "whole cluster" if j.get("scope") == "cluster" else str(j.get("database") or "?")
+        if j.get("host_only"):
+            where += " · host only, no server"
+        l1.append(f"  {', '.join([where, *dbs])}")
+        if j.get("format"):
+            l1.append(f"  {j['format']}", style="dim")
+        right = Text()
+        right.append(f"elapsed {fmt.duration(d.get('elapsed_s'))}  ")
+        state = str(j.get("state") or "?")
+        right.append(f"● {state}", style=STATE_STYLE.get(state, "bold"))
+        if self.label:
+            right.append(f"  {self.label}", style="bold reverse yellow")
+        target = j.get("target")
+        room = w - l1.cell_len - right.cell_len - 2
+        if target and room > 8:
+            tgt = str(target)
+            if len(tgt) > room - 3:
+                tgt = "…" + tgt[-(room - 4):]
+            l1.append(f"  {tgt}", style="dim")
+        # how the job's sessions were found ("inferred: application_name, …"
+        # reads "inferred") and where its progress comes from (a COPY job's
+        # progress_basis), as room allows after the target
+        extras = [str(j["grouping"]).split(":")[0] if j.get("grouping") else "",
+                  # a backup's phase (the server's words) says what it waits for
+                  f"phase: {j['phase']}" if j.get("backup") and j.get("phase") else "",
+                  f"progress: {j['progress_basis']}" if j.get("progress_basis") else ""]
+        for extra in filter(None, extras):
+            if w - l1.cell_len - right.cell_len - 2 >= len(extra) + 2:
+                l1.append(f"  {extra}", style="dim")
+        l1.append(" " * max(1, w - l1.cell_len - right.cell_len))
+        l1.append_text(right)
+
+        prog = j.get("progress")
+        pct = f"{prog:6.1%}" if prog is not None else "   n/a"
+        if j.get("eta_s") is not None:
+            eta = f"ETA {fmt.duration(j['eta_s'])}"
+        else:
+            eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
+        tail = (f" {pct}  {eta}  items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
+                f"  {fmt.rate(j.get('bytes_per_s'))}")
+        if not j.get("backup"):  # a physical backup moves files, not rows
+            tail += f"  {fmt.count(j.get('tuples_per_s'))} rows/s"
+        l2 = Text(no_wrap=True, overflow="ellipsis")
+        bw = max(10, w - len(tail))
+        l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
+        l2.append(tail)
+        return Text("\n").join([l1, l2])
