@@ -1,0 +1,146 @@
+"""Logical replication's initial sync, followed with real servers: a
+publisher (wal_level=logical) and a subscriber, tables of uneven sizes with
+and without indexes, a subscription with copy_data. The sync is slowed by a
+trigger that naps per row on the subscriber's tables (enabled ALWAYS, so it
+fires in the sync workers), and held at its start by a lock the test takes
+on the subscriber's tables and releases once attach has seen the workers
+and the tables that wait for one: no timed sleep decides what is seen.
+What the job shows: docs/json.md, "Logical replication's initial sync"."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from support import Lines, pgparmon_cmd
+
+from pgparmon.cluster import Cluster, start_cluster
+from pgparmon.exitcodes import ExitCode
+
+integration = pytest.mark.integration
+
+# rows per table: uneven sizes, the largest with a primary key (an index to
+# maintain), one small with an index, the others without
+TABLES = {"big": (6000, "id int PRIMARY KEY, v text"), "mid": (2500, "id int, v text"),
+          "small1": (300, "id int, v text"), "small2": (300, "id int UNIQUE, v text")}
+NAP = ("CREATE FUNCTION nap() RETURNS trigger LANGUAGE plpgsql AS "
+       "$$BEGIN PERFORM pg_sleep(0.001); RETURN NEW; END$$;")
+SECRET = "sEcReT-pw-25"
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[Cluster, Cluster]]:
+    pub = start_cluster(settings={"wal_level": "logical"}, prefix="pgparmon-pub-")
+    try:
+        sub = start_cluster(settings={"max_sync_workers_per_subscription": "2"},
+                            prefix="pgparmon-sub-")
+    except BaseException:
+        pub.stop()
+        raise
+    try:
+        yield pub, sub
+    finally:
+        sub.stop()
+        pub.stop()
+
+
+def _schema(with_nap: bool) -> str:
+    out = [f"CREATE TABLE {t} ({cols});" for t, (_n, cols) in TABLES.items()]
+    if with_nap:
+        out.append(NAP)
+        for t in TABLES:
+            out.append(f"CREATE TRIGGER nap BEFORE INSERT ON {t} FOR EACH ROW "
+                       f"EXECUTE FUNCTION nap(); ALTER TABLE {t} ENABLE ALWAYS TRIGGER nap;")
+    return "\n".join(out)
+
+
+def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(pgparmon_cmd("attach", "-h", str(sub.sockdir), "-p", str(sub.port),
+                                         "-U", "postgres", "-d", dbname, "--json",
+                                         "--interval", "0.3", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=sub.env())
+
+
+@integration
+def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Cluster]) -> None:
+    pub, sub = servers
+    pub.psql("CREATE DATABASE src")
+    sub.psql("CREATE DATABASE dst")
+    pub.psql(_schema(False) + "".join(
+        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {n}) g;"
+        for t, (n, _c) in TABLES.items()) + "ANALYZE; CREATE PUBLICATION p FOR ALL TABLES;",
+        dbname="src")
+    sub.psql(_schema(True), dbname="dst")
+    # the lock holds every table's sync at its start: two workers (the
+    # setting) wait on it, the other two tables wait for a worker
+    hold = psycopg.connect(sub.conninfo("dst"))
+    hold.execute("LOCK TABLE " + ", ".join(TABLES) + " IN SHARE MODE")
+    attach: Lines | None = None
+    try:
+        sub.psql(f"CREATE SUBSCRIPTION s CONNECTION '{pub.conninfo('src')} password={SECRET}' "
+                 "PUBLICATION p", dbname="dst")
+        attach = Lines(_attach(sub, "dst"))
+        first = attach.wait_for(lambda d: (d["job"].get("tables") or {}).get("waiting") == 2
+                                and len(d["workers"]) == 2,
+                                "two tables waiting while two sync workers hold a table each")
+        hold.rollback()
+        job = first["job"]
+        assert job["kind"] == "logical_sync" and job["subscription"] == "s"
+        assert job["sync_workers"] == 2 and job["database"] == "dst"
+        assert {t["state"] for t in job["tables_not_ready"]} == {"waiting", "copying"}
+        samples, summary, err = attach.finish(timeout=180)
+    finally:
+        hold.close()
+        if attach is not None and attach.proc.poll() is None:
+            attach.proc.kill()
+    assert attach.proc.returncode == 0, err[-2000:]
+    # the end: every table ready on the subscriber, and the job said finished
+    states = sub.psql("SELECT string_agg(DISTINCT srsubstate::text, '') FROM "
+                      "pg_subscription_rel", dbname="dst").strip()
+    assert states == "r"
+    assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
+    assert {i["name"] for i in summary["items"]} == {f"public.{t}" for t in TABLES}
+    for d in samples:
+        counts = d["job"]["tables"]
+        assert sum(counts.values()) == len(TABLES), counts
+        if d["job"]["state"] == "finished":
+            assert counts["ready"] == len(TABLES)
+        else:  # never finished while a table is not ready
+            assert d["job"]["state"] == "running"
+    assert samples[-1]["job"]["state"] == "finished"
+    # every table's state as it went: waiting, copying (the workers' COPY,
+    # with its bytes and rows), ready
+    seen: dict[str, set[str]] = {}
+    for d in samples:
+        for t in d["job"]["tables_not_ready"]:
+            seen.setdefault(t["table"], set()).add(t["state"])
+    assert {"waiting", "copying"} <= set().union(*seen.values())
+    copying = [w for d in samples for w in d["workers"] if w["phase"] == "copy"]
+    assert {w["relation"] for w in copying} >= {"public.big", "public.mid"}
+    assert any(w["bytes_done"] and w["tuples_done"] for w in copying)
+    # sizes from the publisher's catalog through the subscription's own
+    # connection string, which is shown nowhere (its password least of all)
+    basis = samples[-1]["job"]["progress_basis"]
+    assert basis.startswith("publisher catalog (subscription's connection")
+    assert SECRET not in "".join(str(d) for d in samples) + err
+    # progress only grows, reaches 1; an ETA by half the run
+    prog = [d["job"]["progress"] for d in samples if d["job"]["progress"] is not None]
+    assert prog and prog == sorted(prog) and prog[-1] == 1.0
+    half = [d for d in samples if d["job"]["progress"] is not None
+            and 0.0 < d["job"]["progress"] <= 0.5]
+    assert any(d["job"]["eta_s"] is not None for d in half), \
+        [(d["job"]["progress"], d["job"]["eta_reason"]) for d in half]
+
+
+@integration
+def test_no_subscription_is_no_job(servers: tuple[Cluster, Cluster]) -> None:
+    _pub, sub = servers
+    sub.psql("CREATE DATABASE nosub")
+    p = _attach(sub, "nosub")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == ExitCode.NO_JOB
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "no running" in err and out == ""
