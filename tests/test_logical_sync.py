@@ -144,3 +144,59 @@ def test_no_subscription_is_no_job(servers: tuple[Cluster, Cluster]) -> None:
     assert p.returncode == ExitCode.NO_JOB
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "no running" in err and out == ""
+
+
+@integration
+def test_sync_failing_and_waiting_for_a_worker_slot(servers: tuple[Cluster, Cluster]) -> None:
+    """A subscriber whose max_logical_replication_workers leaves one sync
+    worker beside the apply worker (tables wait for a slot: named, with the
+    setting), and a table whose sync keeps failing (a row of the subscriber's
+    own violates its unique key: shown failing, with the table and the
+    count; the job stays running, never finished)."""
+    pub, _sub = servers
+    sub = start_cluster(settings={"max_logical_replication_workers": "2",
+                                  "max_sync_workers_per_subscription": "2",
+                                  "wal_retrieve_retry_interval": "100ms"},
+                        prefix="pgparmon-sub2-")
+    attach: Lines | None = None
+    try:
+        pub.psql("CREATE DATABASE src2")
+        sub.psql("CREATE DATABASE dst2")
+        schema = ("CREATE TABLE one (id int, v text); CREATE TABLE two (id int, v text); "
+                  "CREATE TABLE dup (id int UNIQUE, v text);")
+        pub.psql(schema + "INSERT INTO one SELECT g, 'x' FROM generate_series(1, 500) g; "
+                 "INSERT INTO two SELECT g, 'x' FROM generate_series(1, 500) g; "
+                 "INSERT INTO dup SELECT g, 'x' FROM generate_series(1, 50) g; ANALYZE; "
+                 "CREATE PUBLICATION p2 FOR ALL TABLES", dbname="src2")
+        sub.psql(schema + "INSERT INTO dup VALUES (7, 'the subscriber''s own')", dbname="dst2")
+        hold = psycopg.connect(sub.conninfo("dst2"))
+        hold.execute("LOCK TABLE one, two, dup IN SHARE MODE")
+        try:
+            sub.psql(f"CREATE SUBSCRIPTION s2 CONNECTION '{pub.conninfo('src2')}' "
+                     "PUBLICATION p2", dbname="dst2")
+            attach = Lines(_attach(sub, "dst2"))
+            slots = attach.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots",
+                                    "tables waiting for a worker slot, named")
+        finally:
+            hold.close()
+        assert "max_logical_replication_workers = 2" in slots["bottleneck"]["detail"]
+        assert slots["job"]["tables"]["waiting"] == 2 and len(slots["workers"]) == 1
+        failing = attach.wait_for(
+            lambda d: any(t["table"] == "public.dup" and t["failures"] >= 2
+                          for t in d["job"]["tables_not_ready"])
+            and d["bottleneck"]["kind"] == "sync-failing", "the failing table, named")
+        assert "public.dup" in failing["bottleneck"]["detail"]
+        assert failing["job"]["sync_errors"] >= 2 and failing["job"]["state"] == "running"
+        # the other tables got through; the failing one keeps the job running
+        done = attach.wait_for(lambda d: d["job"]["tables"]["ready"] == 2,
+                               "the other two tables ready")
+        assert done["job"]["state"] == "running"
+        assert [t["table"] for t in done["job"]["tables_not_ready"]] == ["public.dup"]
+        # the subscriber's row goes: the sync gets through, the job finishes
+        sub.psql("DELETE FROM dup", dbname="dst2")
+        samples, summary, err = attach.finish(timeout=120)
+        assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-1000:]
+    finally:
+        if attach is not None and attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.stop()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item
 from ..analyze.rates import WindowRate
 from ..connect import ConnectError, ConnTarget, describe_target
@@ -237,6 +238,7 @@ class LogicalSync(Driver):
             return
         states: dict[str, str] = {}
         n = len(tables)
+        _failures(tr, sub, tables)
         for rank, (_relid, rel, st, _lsn) in enumerate(tables):
             it = _item(tr, rel)
             # the apply worker starts waiting tables in this order: the
@@ -258,6 +260,44 @@ class LogicalSync(Driver):
             elif it.state != "pending":
                 tr.set_state(it, "pending")
         tr.kind_state["states"] = states
+        copying = {int(w[1]) for w in sub.get("workers") or () if w[1] is not None}
+        tr.kind_state["blocked"] = not copying and any(st != "r" for st in states.values())
+
+    def between_steps(self, tr: Tracker) -> bool:
+        # no sync worker runs while tables are not ready: each waits for a
+        # retry after a failure, or for a free worker slot (the verdict says)
+        return bool(tr.kind_state.get("blocked"))
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        """A table whose sync keeps failing; tables waiting for a worker
+        slot the settings do not leave (named, with the setting)."""
+        states: dict[str, str] = tr.kind_state.get("states") or {}
+        fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
+                 if states.get(k, "r") != "r"}
+        if fails:
+            worst = max(fails, key=lambda k: fails[k])
+            total = tr.kind_state.get("sync_errors")
+            count = f" (sync_error_count {total})" if total is not None else ""
+            return Verdict("sync-failing", f"the sync of {worst} failed {fails[worst]} time(s) "
+                           f"and starts over{count}: the subscriber's server log says why "
+                           "(a duplicate key, a missing column, a permission)")
+        sub = subscription(snap.db, tr.job.subject)
+        waiting = sum(1 for st in states.values() if st == "i")
+        if sub is None or not waiting:
+            return None
+        st = sub.get("settings") or {}
+        running = sum(1 for w in sub.get("workers") or () if w[1] is not None)
+        wanted = int(st.get("max_sync_workers_per_subscription") or DEFAULT_SYNC_WORKERS)
+        if running >= wanted:
+            return None
+        for name in ("max_logical_replication_workers", "max_worker_processes"):
+            limit = st.get(name)
+            if limit is not None and int(limit) - 1 < wanted:
+                return Verdict("worker-slots", f"{waiting} table(s) wait for a sync worker: "
+                               f"{name} = {limit} leaves {max(0, int(limit) - 1)} beside the "
+                               f"apply worker, max_sync_workers_per_subscription = {wanted} "
+                               "(raise it on the subscriber: a restart)")
+        return None
 
     def fraction(self, tr: Tracker) -> float | None:
         return super().fraction(tr) if tr.planned else None
@@ -281,6 +321,7 @@ class LogicalSync(Driver):
             counts[name.replace(" ", "_")] += 1
             if name != "ready":
                 tables.append({"table": it.name, "state": name,
+                               "failures": (tr.kind_state.get("failures") or {}).get(key, 0),
                                "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
                                "size": it.heap_bytes,
                                "progress": round(it.fraction, 4) if tr.planned else None})
@@ -305,6 +346,31 @@ class LogicalSync(Driver):
         names = ", ".join(i.name for i in left[:5])
         return "ended", (f"the subscription was dropped or disabled with {len(left)} table(s) "
                          f"not ready: {names}")
+
+
+def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:
+    """Which tables' syncs fail: a table still copying (d) whose sync worker
+    is gone or replaced since the last sample failed; the subscription's
+    sync_error_count (15+) says how many times (its rise since the last
+    sample, shared by the tables it may be), else each such restart counts
+    once."""
+    workers = {int(w[1]): int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
+    before: dict[str, int] = tr.kind_state.get("table_workers") or {}
+    now = {t[1]: workers[int(t[0])] for t in tables if int(t[0]) in workers}
+    tr.kind_state["table_workers"] = now
+    lost = [t[1] for t in tables if t[2] == "d" and t[1] in before
+            and now.get(t[1]) != before[t[1]]]
+    errors = sub.get("sync_errors")
+    last = tr.kind_state.get("errors_seen")
+    tr.kind_state["errors_seen"] = errors
+    fails: dict[str, int] = tr.kind_state.setdefault("failures", {})
+    if errors is not None and last is not None and errors > last:
+        blame = lost or [t[1] for t in tables if t[2] == "d" and t[1] not in now]
+        for rel in blame:
+            fails[rel] = fails.get(rel, 0) + (errors - last if len(blame) == 1 else 1)
+    elif errors is None:
+        for rel in lost:
+            fails[rel] = fails.get(rel, 0) + 1
 
 
 def _item(tr: Tracker, rel: str) -> Item:
