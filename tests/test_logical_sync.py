@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
-from support import Lines, pgparmon_cmd
+from support import Lines, monitor_replay, pgparmon_cmd
 
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.exitcodes import ExitCode
@@ -65,8 +66,10 @@ def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
 
 
 @integration
-def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Cluster]) -> None:
+def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Cluster],
+                                                   tmp_path: Path) -> None:
     pub, sub = servers
+    rec = tmp_path / "sync.pgparmon.gz"
     pub.psql("CREATE DATABASE src")
     sub.psql("CREATE DATABASE dst")
     pub.psql(_schema(False) + "".join(
@@ -82,7 +85,7 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
     try:
         sub.psql(f"CREATE SUBSCRIPTION s CONNECTION '{pub.conninfo('src')} password={SECRET}' "
                  "PUBLICATION p", dbname="dst")
-        attach = Lines(_attach(sub, "dst"))
+        attach = Lines(_attach(sub, "dst", "--record", str(rec)))
         first = attach.wait_for(lambda d: (d["job"].get("tables") or {}).get("waiting") == 2
                                 and len(d["workers"]) == 2,
                                 "two tables waiting while two sync workers hold a table each")
@@ -133,6 +136,15 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
             and 0.0 < d["job"]["progress"] <= 0.5]
     assert any(d["job"]["eta_s"] is not None for d in half), \
         [(d["job"]["progress"], d["job"]["eta_reason"]) for d in half]
+    # the recording replays to the same samples (the part travels in it)
+    replayed, rsummary, _mon = monitor_replay(rec)
+    assert [d["job"]["tables"] for d in replayed] == [d["job"]["tables"] for d in samples]
+    assert [d["job"]["progress"] for d in replayed] == [d["job"]["progress"] for d in samples]
+    assert rsummary["state"] == "finished"
+    # the report renders it with no special case
+    rep = subprocess.run(pgparmon_cmd("report", str(rec)), capture_output=True, text=True,
+                         timeout=120)
+    assert rep.returncode == 0 and "logical_sync" in rep.stdout, rep.stderr[-1000:]
 
 
 @integration

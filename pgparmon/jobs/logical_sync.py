@@ -100,7 +100,8 @@ class LogicalSync(Driver):
                 continue  # every table ready (replicating), or not running
             pids = frozenset(int(w[0]) for w in sub.get("workers") or () if w[1] is not None)
             out.append(Job(kind=self.kind, database=sub.get("datname") or facts.database,
-                           subject=sub["name"], grouping=GROUPING, pid_hint=pids,
+                           subject=sub["name"], grouping=f"{GROUPING} {sub['name']}",
+                           pid_hint=pids,
                            jobs=sync_workers(sub)))
         return out
 
