@@ -95,6 +95,10 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
 
     jobs: list[Job] = []
     claimed: set[int] = set()
+    for d in drivers():  # jobs the server runs itself (a subscription's sync)
+        for job in d.server_jobs(db, facts):
+            jobs.append(job)
+            claimed |= job.pid_hint
     peers = procs.unix_peers() if scan_processes and os.name == "posix" else None
     if scan_processes:
         trees = procs.process_trees(procs.scan_job_processes(client_programs()))

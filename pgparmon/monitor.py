@@ -290,7 +290,9 @@ class Monitor:
             code = snap.exit_code
         else:
             members = tr.members(snap) if snap.db and not snap.db.error else None
-            if members and tr.driver.still_working(job, members, snap):
+            # a job the server runs may be working with no session (its
+            # workers wait for a free slot): its driver says
+            if members is not None and tr.driver.still_working(job, members, snap):
                 self.no_members = 0
                 return
             if members is None:

@@ -16,7 +16,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job
-from .jobs.registry import driver_for
+from .jobs.registry import driver_for, sample_extras
 from .readers import procs
 from .readers.db import DbSampler, ServerFacts
 from .snapshot import DbSample
@@ -96,7 +96,7 @@ def found_jobs(jobs: list[Job], db: DbSample) -> list[FoundJob]:
 def list_jobs(target: ConnTarget) -> list[FoundJob]:
     """Every job on the server now (one connection, closed again). Raises
     ConnectError, or DiscoveryError when the sample fails."""
-    sampler = DbSampler(target)
+    sampler = DbSampler(target, **sample_extras())
     facts: ServerFacts = sampler.open()
     try:
         db = sampler.sample()

@@ -181,9 +181,13 @@ class DbSample:
     # replication slots: (name, type, active, wal_status, WAL bytes retained);
     # None: not read
     slots: tuple[tuple[str, str, bool, str | None, int | None], ...] | None = None
+    # the drivers' own parts of the sample, by name, as the server returned
+    # them (Driver.sample_parts: a subscription's per-table sync states)
+    parts: dict[str, Any] | None = None
 
     @staticmethod
-    def from_json(doc: dict[str, Any], latency_ms: float) -> DbSample:
+    def from_json(doc: dict[str, Any], latency_ms: float,
+                  parts: dict[str, Any] | None = None) -> DbSample:
         copies = doc.get("copy")
         indexes = doc.get("index")
         ckpt = doc.get("ckpt")
@@ -203,7 +207,7 @@ class DbSample:
             copies=None if copies is None else tuple(CopyProgress(*r) for r in copies),
             indexes=None if indexes is None else tuple(IndexProgress(*r) for r in indexes),
             maint=tuple(MaintProgress(*r) for r in doc.get("maint") or ()),
-            latency_ms=latency_ms,
+            latency_ms=latency_ms, parts=parts,
         )
 
 
@@ -290,7 +294,8 @@ class Snapshot:
                 senders=tuple(_from_dict(WalSender, c) for c in db.get("senders") or ()),
                 archiver=tuple(db["archiver"]) if db.get("archiver") else None,
                 slots=None if db.get("slots") is None else tuple(
-                    (str(r[0]), str(r[1]), bool(r[2]), r[3], r[4]) for r in db["slots"]))
+                    (str(r[0]), str(r[1]), bool(r[2]), r[3], r[4]) for r in db["slots"]),
+                parts=db.get("parts"))
         return Snapshot(
             ts=float(d["ts"]), wall=float(d["wall"]), db=dbs,
             host=HostSample.from_dict(d["host"]) if d.get("host") else None,

@@ -22,7 +22,7 @@ from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
-from .jobs.registry import driver_for
+from .jobs.registry import driver_for, sample_extras
 from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
@@ -140,7 +140,7 @@ class LiveSource:
         self.target = target
         self.copy_source = copy_source  # --source: a COPY job's source server
         self.log = log  # where the job we started writes its output
-        self.sampler = DbSampler(target)
+        self.sampler = DbSampler(target, **sample_extras())
         self.facts: ServerFacts = self.sampler.open()
         self.local = procs.server_is_local(self.facts.backend_pid)
         self.job = job
@@ -184,7 +184,8 @@ class LiveSource:
             job = self.job = dataclasses.replace(job, database=self.facts.database)
         if job.database is not None and job.database != self.facts.database:
             self.sampler.close()
-            self.sampler = DbSampler(self.target.with_dbname(job.database or ""))
+            self.sampler = DbSampler(self.target.with_dbname(job.database or ""),
+                                     **sample_extras())
             try:
                 self.facts = self.sampler.open()
             except Exception as exc:  # noqa: BLE001 - one line to the user

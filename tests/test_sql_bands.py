@@ -41,7 +41,8 @@ from pgparmon.snapshot import DbSample
 
 DB = "bands"
 # what the product sends, and the parameters it binds
-NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata")
+NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
+         "logical_sync", "logical_conninfo")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -82,7 +83,8 @@ def test_band_choice(version: int, expected: int) -> None:
 NEWER = [(r"\bleader_pid\b", 130000), (r"\bpg_stat_progress_copy\b", 140000),
          (r"\bpg_stat_progress_create_index\b", 120000), (r"\bquery_id\b", 140000),
          (r"\bpg_stat_progress_analyze\b", 130000),
-         (r"\bpg_stat_io\b", 160000), (r"\bpg_stat_checkpointer\b", 170000)]
+         (r"\bpg_stat_io\b", 160000), (r"\bpg_stat_checkpointer\b", 170000),
+         (r"\bpg_stat_subscription_stats\b", 150000)]
 
 
 @pytest.mark.parametrize("name, band", BANDS)
@@ -207,7 +209,8 @@ def test_facts(band: int, mon: psycopg.Connection[Any]) -> None:
 def test_sample(band: int, db: str | None, mon: psycopg.Connection[Any],
                 busy: dict[str, int]) -> None:
     (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                         {"db": db, "pids": [], "backup": True}).fetchone()
+                         {"db": db, "pids": [], "backup": True,
+                          "types": []}).fetchone()
     s = DbSample.from_json(doc, 1.0)  # what DbSampler does with the row
     assert s.server_ts is not None
     by_pid = {b.pid: b for b in s.backends}
@@ -241,7 +244,8 @@ def test_sample_filters_other_databases(mon: psycopg.Connection[Any],
                                         busy: dict[str, int]) -> None:
     for band in SAMPLE_BANDS:
         row = mon.execute(_text("sample", band),
-                          {"db": "no such db", "pids": [], "backup": True}).fetchone()
+                          {"db": "no such db", "pids": [], "backup": True,
+                           "types": []}).fetchone()
         assert row is not None and row[0]["activity"] == []
 
 
@@ -258,7 +262,8 @@ def test_sample_keeps_the_followed_jobs_idle_sessions(band: int, cluster: Cluste
 
         def pids_seen(pids: list[int]) -> set[int]:
             (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                                 {"db": None, "pids": pids, "backup": False}).fetchone()
+                                 {"db": None, "pids": pids, "backup": False,
+                                  "types": []}).fetchone()
             return {b.pid for b in DbSample.from_json(doc, 1.0).backends}
 
         assert pid not in pids_seen([])
@@ -280,6 +285,25 @@ def test_sampler_round_trip(target: ConnTarget, busy: dict[str, int]) -> None:
             assert s.error is None, s.error
             assert busy["waiter"] in {b.pid for b in s.backends}
         assert sampler.query_json("locks", {"pid": busy["holder"]})
+    finally:
+        sampler.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("band", [v for n, v in BANDS if n == "logical_sync"])
+def test_logical_sync_part(band: int, target: ConnTarget, mon: psycopg.Connection[Any]) -> None:
+    """A driver's part of the sample (jobs/logical_sync.py): alone, and in
+    the sample's round trip as the sampler sends it (no subscription here:
+    an empty list; tests/test_logical_sync.py has one)."""
+    (doc,) = mon.execute(_text("logical_sync", band)).fetchone()  # type: ignore[misc]
+    assert doc == []
+    assert mon.execute(_text("logical_conninfo", 100000)).fetchone() == (None,)
+    sampler = DbSampler(target, database_filter=DB, parts=("logical_sync", "no_such_part"),
+                        server_types=("logical replication worker",))
+    try:
+        sampler.open()
+        s = sampler.sample()
+        assert s.error is None and s.parts == {"logical_sync": []} and s.backends
     finally:
         sampler.close()
 
@@ -386,7 +410,8 @@ def test_sample_shows_a_vacuum_of_the_followed_job(band: int, cluster: Cluster,
         seen = None
         while time.monotonic() < deadline and not done.is_set():
             (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                                 {"db": None, "pids": [pid], "backup": False}).fetchone()
+                                 {"db": None, "pids": [pid], "backup": False,
+                                  "types": []}).fetchone()
             s = DbSample.from_json(doc, 1.0)
             rows = [m for m in s.maint if m.pid == pid]
             if rows:
@@ -417,9 +442,9 @@ def test_backup_bands_only_when_asked(band: int, cluster: Cluster,
     cluster.psql("SELECT pg_create_physical_replication_slot('pgparmon_idle_slot', true)")
     try:
         (on,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                            {"db": None, "pids": [], "backup": True}).fetchone()
+                            {"db": None, "pids": [], "backup": True, "types": []}).fetchone()
         (off,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                             {"db": None, "pids": [], "backup": False}).fetchone()
+                             {"db": None, "pids": [], "backup": False, "types": []}).fetchone()
     finally:
         cluster.psql("SELECT pg_drop_replication_slot('pgparmon_idle_slot')")
     s_on, s_off = DbSample.from_json(on, 1.0), DbSample.from_json(off, 1.0)

@@ -201,7 +201,10 @@ class Tracker:
                  mp: MaintProgress | None = None) -> str | None:
         w.wait_event, w.blocked_by, w.waiting_for = b.wait, b.blocked_by, b.waiting_for
         w.query, w.state = b.query, b.state
-        active = b.state == "active"
+        # a background worker (no client: a subscription's sync worker)
+        # reports no state; it works while it exists
+        active = b.state == "active" or (b.state is None and b.backend_type not in (
+            None, "client backend", "walsender", "parallel worker"))
         ct = copy_target(b.query) if active else None
         key: str | None = None
         w.progress = None

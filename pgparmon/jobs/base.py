@@ -29,6 +29,7 @@ from ..snapshot import (
     Backend,
     ClientProc,
     CopyProgress,
+    DbSample,
     IndexProgress,
     MaintProgress,
     Snapshot,
@@ -72,9 +73,13 @@ class Job:
     # a COPY job's source server as given with --source (redacted): the copy
     # is planned from its catalog
     source: str | None = None
+    # what the server calls a job it runs itself, with no client of its own
+    # (a subscription's name)
+    subject: str | None = None
 
     def describe(self) -> str:
-        who = f"pid {self.client_pid}" if self.client_pid else "remote client"
+        who = (f"pid {self.client_pid}" if self.client_pid
+               else "run by the server" if self.subject else "remote client")
         if self.grouping:
             who += f"; {self.grouping}"
         j = f" -j {self.jobs}" if self.jobs else ""
@@ -89,7 +94,8 @@ class Job:
         else:
             where = f"database {self.database or '?'}"
         src = f" from {self.source}" if self.source else ""
-        return f"{self.kind}{j}{tgt}{rel}{src} on {where} ({who})"
+        subj = f" of {self.subject}" if self.subject else ""
+        return f"{self.kind}{subj}{j}{tgt}{rel}{src} on {where} ({who})"
 
     def database_list(self) -> list[str]:
         """Every database of the job (one for a dump or a restore)."""
@@ -271,8 +277,20 @@ class Driver:
     # and stop): the sessions of its process tree are looked up from the
     # client's side of their sockets, so that the sample keeps them while idle
     idle_sessions: ClassVar[bool] = False
+    # a job the server runs itself (a subscription's sync): queries of this
+    # kind's own (sql/NAME_*.sql, one JSON value each) read in the same round
+    # trip as every sample, in `DbSample.parts[NAME]`, while jobs are looked
+    # for and while one is followed; and the server process types that work
+    # for its jobs (background workers), sampled with the client sessions
+    sample_parts: ClassVar[tuple[str, ...]] = ()
+    backend_types: ClassVar[tuple[str, ...]] = ()
 
     # ---- recognise ---------------------------------------------------------
+
+    def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
+        """Jobs the server runs itself, found from this kind's sample parts
+        (they have no client, and may have no session yet)"""
+        return []
 
     def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
         """Whether a process tree of one of `programs` is a job to follow."""
@@ -316,7 +334,8 @@ class Driver:
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         """A job with no client process to watch: whether its sessions still
-        make it a running job (True while it has any)."""
+        make it a running job (True while it has any; asked with none too: a
+        job the server runs may be working while no session shows)."""
         return bool(members)
 
     # ---- plan --------------------------------------------------------------

@@ -14,6 +14,7 @@ _DRIVERS: list[Driver] = []
 def _load() -> list[Driver]:
     if not _DRIVERS:
         from .copy import CopyLoad
+        from .logical_sync import LogicalSync
         from .pg_basebackup import PgBasebackup
         from .pg_dump import PgDump
         from .pg_probackup import PgProbackup
@@ -23,7 +24,7 @@ def _load() -> list[Driver]:
 
         # one line per tool kind
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
-                         PgBackRestRestore(), PgProbackup(), CopyLoad()])
+                         PgBackRestRestore(), PgProbackup(), LogicalSync(), CopyLoad()])
     return _DRIVERS
 
 
@@ -62,6 +63,14 @@ def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Driver | None:
     root = ProcInfo(0, 0, prog, tuple(argv), 0.0, None)
     args = parse_client_cmdline(list(argv))
     return next((d for d in mine if d.from_tree(root, args)), mine[0] if mine else None)
+
+
+def sample_extras() -> dict[str, tuple[str, ...]]:
+    """What every sample reads for the drivers (a DbSampler's keywords):
+    their parts and the server process types that work for their jobs."""
+    ds = _load()
+    return {"parts": tuple(dict.fromkeys(p for d in ds for p in d.sample_parts)),
+            "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
 
 
 def client_programs() -> tuple[str, ...]:

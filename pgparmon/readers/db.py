@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -94,9 +95,16 @@ class DbSampler:
     going and the view can tell the user.
     """
 
-    def __init__(self, target: ConnTarget, database_filter: str | None = None) -> None:
+    def __init__(self, target: ConnTarget, database_filter: str | None = None,
+                 parts: tuple[str, ...] = (), server_types: tuple[str, ...] = ()) -> None:
         self.target = target
         self.database_filter = database_filter
+        # queries of the drivers' own (sql/NAME_*.sql, one JSON value each)
+        # read in the same round trip, into DbSample.parts; and the server
+        # process types that work for a kind of job, sampled with the
+        # client sessions (Driver.sample_parts, Driver.backend_types)
+        self.parts = parts
+        self.server_types = server_types
         self.conn: psycopg.Connection[Any] | None = None
         self.facts: ServerFacts | None = None
         self._retry_at = 0.0
@@ -148,12 +156,13 @@ class DbSampler:
                 self._backoff = min(self._backoff * 2, 10.0)
                 return DbSample(error=f"reconnecting: {exc}")
         assert self.conn is not None and self.facts is not None
-        query = sql.load("sample", self.facts.version_num)
+        query = sample_query(self.facts.version_num, self.parts)
         t0 = time.perf_counter()
         try:
             cur = self.conn.execute(query, {"db": self.database_filter,
                                            "pids": sorted(pids or ()),
-                                           "backup": self.backup_bands})
+                                           "backup": self.backup_bands,
+                                           "types": list(self.server_types)})
             row = cur.fetchone()
         except psycopg.errors.LockNotAvailable:
             return DbSample(error="sample skipped: another session holds a lock the monitor "
@@ -174,10 +183,31 @@ class DbSampler:
             return DbSample(error=f"connection lost: {msg}")
         latency = (time.perf_counter() - t0) * 1000
         assert row is not None
-        return DbSample.from_json(row[0], latency)
+        return DbSample.from_json(row[0], latency, row[1] if len(row) > 1 else None)
 
     def query_json(self, name: str, params: dict[str, Any] | None = None) -> Any:
         """A one-off catalog query (not per tick); raises psycopg errors."""
         assert self.conn is not None and self.facts is not None
         row = self.conn.execute(sql.load(name, self.facts.version_num), params).fetchone()
         return row[0] if row else None
+
+
+@functools.cache
+def sample_query(version_num: int, parts: tuple[str, ...] = ()) -> str:
+    """The sample, with the parts the drivers read in the same round trip
+    (each part that has a band for this server) as a second column."""
+    base = sql.load("sample", version_num)
+    have = []
+    for name in parts:
+        try:
+            have.append((name, sql.load(name, version_num)))
+        except sql.NoBandError:
+            continue  # a part this server's version cannot run: absent from parts
+    if not have:
+        return base
+    inner = ", ".join(f"'{name}', ({_statement(q)}\n)" for name, q in have)
+    return f"SELECT ({_statement(base)}\n) AS sample, json_build_object({inner}) AS parts"
+
+
+def _statement(q: str) -> str:
+    return q.strip().rstrip(";")

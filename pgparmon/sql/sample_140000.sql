@@ -33,7 +33,10 @@ SELECT json_build_object(
         -- client sessions, and the replication connections of a base backup
         -- (a physical walsender has no database)
         AND (a.backend_type IN ('client backend', 'parallel worker')
-             OR (a.backend_type = 'walsender' AND a.application_name ~ '^(pg_basebackup|pg_probackup)'))
+             OR (a.backend_type = 'walsender' AND a.application_name ~ '^(pg_basebackup|pg_probackup)')
+             -- server processes that work for a kind of job (Driver.backend_types:
+             -- a subscription's sync workers)
+             OR a.backend_type = ANY(%(types)s::text[]))
         -- idle sessions: a dump's or restore's, those whose last statement was a
         -- COPY (a load between batches), and the followed job's own (pids)
         AND (a.state IS DISTINCT FROM 'idle'

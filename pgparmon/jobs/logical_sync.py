@@ -1,0 +1,409 @@
+"""Logical replication's initial sync: the parallel COPY the subscriber's
+server runs itself after CREATE SUBSCRIPTION (or ALTER SUBSCRIPTION ...
+REFRESH PUBLICATION) with copy_data, one table per tablesync worker, at most
+max_sync_workers_per_subscription at a time.
+
+There is no client process and no client session: the job is one
+subscription of the connected database with a table not ready, found from
+this kind's sample part (sql/logical_sync_*.sql, read in the sample's round
+trip): pg_subscription_rel's per-table states (i waiting, d copying, f / s
+catching up, r ready), pg_stat_subscription's workers (relid set: a table's
+sync worker) and pg_stat_subscription_stats' sync errors (15+). Its workers
+are the sync workers (backend type "logical replication worker", 17+
+"logical replication tablesync worker"); each one's COPY is in
+pg_stat_progress_copy (14+: COPY FROM, type CALLBACK), by table.
+
+Sizes come from the publisher's catalog (pg_class relpages / reltuples, as
+for a dump; never a lock-taking function): from the server given with
+--source, else from the subscription's own connection string where the
+monitor's role may read pg_subscription.subconninfo (never shown: the
+description is redacted). Without them the job says "total unknown" and
+gives rates. Work is counted in the publisher's heap bytes; a table copying
+advances by rows over reltuples (else COPY bytes over its heap size times
+the text ratio); a table past its copy (f, s) has its copy done and waits
+for the apply worker (catch-up, not measured); the job ends when every table
+is ready, and never before. The ETA is the schedule simulation at the sync
+worker count, the tables in the order the apply worker starts them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..analyze.bottleneck import Verdict
+from ..analyze.items import Item
+from ..analyze.rates import WindowRate
+from ..connect import ConnectError, ConnTarget, describe_target
+from ..readers.db import DbSampler
+from ..readers.files import table_file_sizes
+from ..readers.procs import server_is_local
+from ..redact import redact_text
+from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, Snapshot
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .pg_dump import table_progress
+
+if TYPE_CHECKING:
+    from ..analyze.items import WorkerState
+    from ..analyze.progress import Tracker
+    from ..readers.db import ServerFacts
+
+PART = "logical_sync"
+GROUPING = "subscription"
+# pg_subscription_rel.srsubstate, as the job names them
+STATES = {"i": "waiting", "d": "copying", "f": "catching up", "s": "catching up",
+          "r": "ready"}
+# a worker past its table's COPY: the apply worker and it agree on where the
+# table joins replication (not measured); one before its COPY: it opens its
+# slot and snapshot on the publisher
+CATCH_UP = "catch-up"
+STARTING = "sync-start"
+DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
+
+
+def subscription(db: DbSample | None, name: str | None) -> dict[str, Any] | None:
+    """The subscription's row of this sample's part (None: not in it: dropped,
+    or the part was not read)."""
+    if db is None or not db.parts or name is None:
+        return None
+    return next((s for s in db.parts.get(PART) or () if s.get("name") == name), None)
+
+
+def sync_workers(sub: dict[str, Any]) -> int:
+    """How many tables sync at once: max_sync_workers_per_subscription,
+    within max_logical_replication_workers less the apply worker."""
+    st = sub.get("settings") or {}
+    try:
+        n = int(st.get("max_sync_workers_per_subscription", DEFAULT_SYNC_WORKERS))
+        cap = int(st.get("max_logical_replication_workers", n + 1)) - 1
+    except ValueError:
+        return DEFAULT_SYNC_WORKERS
+    return max(1, min(n, cap)) if cap > 0 else max(1, n)
+
+
+class LogicalSync(Driver):
+    kind = "logical_sync"
+    data_flow = "in"
+    needs_plan = False  # sized only where the publisher can be read
+    fixed_workers = False
+    sample_parts = (PART,)
+    backend_types = ("logical replication worker", "logical replication tablesync worker")
+    waiting_phases = (CATCH_UP, STARTING)
+
+    # ---- recognise ---------------------------------------------------------
+
+    def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
+        out = []
+        for sub in (db.parts or {}).get(PART) or ():
+            if not sub.get("not_ready") or not sub.get("enabled"):
+                continue  # every table ready (replicating), or not running
+            pids = frozenset(int(w[0]) for w in sub.get("workers") or () if w[1] is not None)
+            out.append(Job(kind=self.kind, database=sub.get("datname") or facts.database,
+                           subject=sub["name"], grouping=f"{GROUPING} {sub['name']}",
+                           pid_hint=pids,
+                           jobs=sync_workers(sub)))
+        return out
+
+    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+        sub = subscription(snap.db, job.subject)
+        if sub is None:
+            return set()
+        return {int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
+
+    def session_matches(self, job: Job, b: Backend) -> bool:
+        return False  # member_pids decides
+
+    def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
+        # while a table is not ready, whether or not a worker runs now (one
+        # waits for a free slot, or restarts after an error)
+        sub = subscription(snap.db, job.subject)
+        return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
+
+    # ---- plan --------------------------------------------------------------
+
+    def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
+        if not tr.items:
+            return None  # the subscription's tables are not listed yet
+        return {"subscription": tr.job.subject}
+
+    def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
+        given = getattr(src, "copy_source", None)
+        try:
+            if given is not None:
+                tables, _post, ddir = src.source_catalog(None)
+                return _sized(tables, ddir, describe_target(given))
+            return self._from_subconninfo(src, req["subscription"])
+        except (psycopg.Error, ConnectError) as exc:
+            return PlanInputs(error=_unsized(f"cannot read the publisher's table sizes "
+                                             f"({_line(exc)})"))
+
+    @staticmethod
+    def _from_subconninfo(src: PlanReader, name: str) -> PlanInputs:
+        try:
+            conninfos = src.query_json("logical_conninfo") or {}
+        except psycopg.errors.InsufficientPrivilege:
+            return PlanInputs(error=_unsized(
+                "this role may not read the subscription's connection string "
+                "(pg_subscription.subconninfo)"))
+        conninfo = conninfos.get(name)
+        if not conninfo:
+            return PlanInputs(error=_unsized("the subscription has no connection string"))
+        target = ConnTarget(dbname=conninfo)
+        sampler = DbSampler(target)
+        try:
+            facts = sampler.open()
+            tables = sampler.query_json("tables") or []
+        finally:
+            sampler.close()
+        ddir = facts.data_directory if server_is_local(facts.backend_pid) else None
+        return _sized(tables, ddir, "subscription's connection: " + describe_target(target))
+
+    def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
+        if inputs.tables is None:
+            return False
+        sizes = inputs.file_sizes or {}
+        pub: dict[str, tuple[float | None, float | None]] = {}
+        for t in inputs.tables:
+            rel = f"{t[1]}.{t[2]}"
+            pages = (t[4] or 0) + (t[6] or 0)
+            heap = float(pages * tr.block_size) if pages > 0 else sizes.get(rel)
+            pub[rel] = (heap, float(t[5]) if t[5] is not None and t[5] > 0 else None)
+        tr.kind_state["publisher"] = pub
+        tr.planned = True
+        tr.plan_source = inputs.source
+        for it in list(tr.items.values()):
+            _size(tr, it)
+        # work was counted in COPY bytes until now: rates start over in the
+        # plan's unit (the publisher's heap bytes)
+        tr.history.clear()
+        tr.work_done_rate = WindowRate()
+        return True
+
+    def streams(self, tr: Tracker) -> int | None:
+        return tr.kind_state.get("sync_workers") or tr.job.jobs
+
+    # ---- observe -----------------------------------------------------------
+
+    def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None:
+        if not rel:
+            return None
+        return _item(tr, rel).key
+
+    def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
+                   snap: Snapshot) -> tuple[str, str | None] | None:
+        """A sync worker with no COPY running: opening its slot (its table
+        still copying, d) or catching up (f, s, or in the apply worker's
+        hands)."""
+        sub = subscription(snap.db, tr.job.subject)
+        if sub is None:
+            return None
+        relid = next((w_[1] for w_ in sub.get("workers") or () if w_[0] == b.pid), None)
+        row = next((t for t in sub.get("tables") or () if t[0] == relid), None)
+        if row is None:
+            return None
+        it = _item(tr, row[1])
+        w.relation = row[1]
+        return (STARTING if row[2] in ("i", "d") else CATCH_UP), it.key
+
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
+                 ip: IndexProgress | None, snap: Snapshot) -> None:
+        if cp is None:
+            return
+        if tr.planned and it.heap_bytes:
+            table_progress(tr, it, cp)
+        else:  # the publisher's size is not known: what was copied, no total
+            it.done = max(it.done, float(cp.bytes_processed))
+            it.work = max(it.work, it.done)
+
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
+        return False  # ready when pg_subscription_rel says so (file_evidence)
+
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
+        """Each table's state, from pg_subscription_rel: ready (r) is done;
+        past its copy (f, s) its copy is done; copying (d) runs; waiting (i)
+        waits (again, when a failed sync starts over)."""
+        sub = subscription(snap.db, tr.job.subject)
+        if sub is None:
+            return
+        tr.kind_state["sync_workers"] = sync_workers(sub) if sub.get("settings") else \
+            tr.kind_state.get("sync_workers")
+        if sub.get("sync_errors") is not None:
+            tr.kind_state["sync_errors"] = int(sub["sync_errors"])
+        tables = sub.get("tables")
+        if tables is None:
+            if not sub.get("not_ready"):  # every table is ready
+                for it in tr.unfinished():
+                    tr.finish(it, snap.wall)
+                tr.kind_state["states"] = {k: "r" for k in tr.items}
+            return
+        states: dict[str, str] = {}
+        n = len(tables)
+        _failures(tr, sub, tables)
+        for rank, (_relid, rel, st, _lsn) in enumerate(tables):
+            it = _item(tr, rel)
+            # the apply worker starts waiting tables in this order: the
+            # schedule's ordering key
+            it.size = float(n - rank)
+            states[it.key] = st
+            if st == "r":
+                if it.state != "done":
+                    tr.finish(it, snap.wall)
+            elif st in ("f", "s"):
+                if it.state != "finishing":
+                    tr.set_state(it, "finishing")
+                    it.started = it.started or snap.wall
+                it.done = it.work  # its copy is done; catch-up is not measured
+            elif st == "d":
+                if it.state != "running":
+                    tr.set_state(it, "running")
+                    it.started = it.started or snap.wall
+            elif it.state != "pending":
+                tr.set_state(it, "pending")
+        tr.kind_state["states"] = states
+        copying = {int(w[1]) for w in sub.get("workers") or () if w[1] is not None}
+        tr.kind_state["blocked"] = not copying and any(st != "r" for st in states.values())
+
+    def between_steps(self, tr: Tracker) -> bool:
+        # no sync worker runs while tables are not ready: each waits for a
+        # retry after a failure, or for a free worker slot (the verdict says)
+        return bool(tr.kind_state.get("blocked"))
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        """A table whose sync keeps failing; tables waiting for a worker
+        slot the settings do not leave (named, with the setting)."""
+        states: dict[str, str] = tr.kind_state.get("states") or {}
+        fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
+                 if states.get(k, "r") != "r"}
+        if fails:
+            worst = max(fails, key=lambda k: fails[k])
+            total = tr.kind_state.get("sync_errors")
+            count = f" (sync_error_count {total})" if total is not None else ""
+            return Verdict("sync-failing", f"the sync of {worst} failed {fails[worst]} time(s) "
+                           f"and starts over{count}: the subscriber's server log says why "
+                           "(a duplicate key, a missing column, a permission)")
+        sub = subscription(snap.db, tr.job.subject)
+        waiting = sum(1 for st in states.values() if st == "i")
+        if sub is None or not waiting:
+            return None
+        st = sub.get("settings") or {}
+        running = sum(1 for w in sub.get("workers") or () if w[1] is not None)
+        wanted = int(st.get("max_sync_workers_per_subscription") or DEFAULT_SYNC_WORKERS)
+        if running >= wanted:
+            return None
+        for name in ("max_logical_replication_workers", "max_worker_processes"):
+            limit = st.get(name)
+            if limit is not None and int(limit) - 1 < wanted:
+                return Verdict("worker-slots", f"{waiting} table(s) wait for a sync worker: "
+                               f"{name} = {limit} leaves {max(0, int(limit) - 1)} beside the "
+                               f"apply worker, max_sync_workers_per_subscription = {wanted} "
+                               "(raise it on the subscriber: a restart)")
+        return None
+
+    def fraction(self, tr: Tracker) -> float | None:
+        return super().fraction(tr) if tr.planned else None
+
+    def has_total(self, tr: Tracker) -> bool:
+        return tr.planned
+
+    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        if tr.planned:
+            return None  # the schedule simulation at the sync worker count
+        return None, ("total unknown (the publisher's table sizes were not read; "
+                      "--source CONNINFO gives them): rates only")
+
+    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+                   state: str) -> dict[str, Any]:
+        states: dict[str, str] = tr.kind_state.get("states") or {}
+        counts = {"waiting": 0, "copying": 0, "catching_up": 0, "ready": 0}
+        tables = []
+        for key, it in tr.items.items():
+            name = STATES.get(states.get(key, "r" if it.state == "done" else "i"), "waiting")
+            counts[name.replace(" ", "_")] += 1
+            if name != "ready":
+                tables.append({"table": it.name, "state": name,
+                               "failures": (tr.kind_state.get("failures") or {}).get(key, 0),
+                               "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
+                               "size": it.heap_bytes,
+                               "progress": round(it.fraction, 4) if tr.planned else None})
+        phases = {w["phase"] for w in workers}
+        phase = None
+        if state == "running":
+            phase = ("copy" if "copy" in phases else CATCH_UP if counts["catching_up"]
+                     else "waiting for a sync worker" if counts["waiting"] or counts["copying"]
+                     else "all tables ready")
+        return {"phase": phase, "subscription": tr.job.subject,
+                "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
+                                   else "unknown"),
+                "sync_workers": self.streams(tr), "tables": counts,
+                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors")}
+
+    # ---- outcome -----------------------------------------------------------
+
+    def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
+        return tr.unfinished()
+
+    def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
+        names = ", ".join(i.name for i in left[:5])
+        return "ended", (f"the subscription was dropped or disabled with {len(left)} table(s) "
+                         f"not ready: {names}")
+
+
+def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:
+    """Which tables' syncs fail: a table still copying (d) whose sync worker
+    is gone or replaced since the last sample failed; the subscription's
+    sync_error_count (15+) says how many times (its rise since the last
+    sample, shared by the tables it may be), else each such restart counts
+    once."""
+    workers = {int(w[1]): int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
+    before: dict[str, int] = tr.kind_state.get("table_workers") or {}
+    now = {t[1]: workers[int(t[0])] for t in tables if int(t[0]) in workers}
+    tr.kind_state["table_workers"] = now
+    lost = [t[1] for t in tables if t[2] == "d" and t[1] in before
+            and now.get(t[1]) != before[t[1]]]
+    errors = sub.get("sync_errors")
+    last = tr.kind_state.get("errors_seen")
+    tr.kind_state["errors_seen"] = errors
+    fails: dict[str, int] = tr.kind_state.setdefault("failures", {})
+    if errors is not None and last is not None and errors > last:
+        blame = lost or [t[1] for t in tables if t[2] == "d" and t[1] not in now]
+        for rel in blame:
+            fails[rel] = fails.get(rel, 0) + (errors - last if len(blame) == 1 else 1)
+    elif errors is None:
+        for rel in lost:
+            fails[rel] = fails.get(rel, 0) + 1
+
+
+def _item(tr: Tracker, rel: str) -> Item:
+    """The table's item, made when first seen (sized from the publisher
+    once its catalog was read)."""
+    it = tr.items.get(rel)
+    if it is None:
+        it = Item(key=rel, kind="data", relation=rel, name=rel, size=1.0, work=1.0)
+        tr.add(it)
+        if tr.planned:
+            _size(tr, it)
+    return it
+
+
+def _size(tr: Tracker, it: Item) -> None:
+    heap, reltuples = tr.kind_state.get("publisher", {}).get(it.relation or "", (None, None))
+    heap = heap or float(tr.block_size)
+    it.work, it.heap_bytes, it.reltuples = heap, heap, reltuples
+    it.done = it.work if it.state in ("done", "finishing") else 0.0
+
+
+def _sized(tables: Any, ddir: str | None, described: str) -> PlanInputs:
+    rows = [t for t in tables or () if t[3] in ("r", "p")]
+    return PlanInputs(tables=rows, file_sizes=table_file_sizes(ddir, rows),
+                      source=redact_text(described))
+
+
+def _unsized(why: str) -> str:
+    return (f"{why}: total unknown, rates only (give the publisher with --source CONNINFO "
+            "for its table sizes)")
+
+
+def _line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return redact_text(lines[0] if lines else type(exc).__name__)

@@ -1,0 +1,33 @@
+-- Logical replication's initial sync, on a subscriber (jobs/logical_sync.py),
+-- read with every sample: the subscriptions of the connected database
+-- (pg_subscription is shared: subdbid), each with how many of its tables are
+-- ready, and while any is not, every table's state in the order the apply
+-- worker starts their sync workers (pg_subscription_rel's heap order), the
+-- settings that bound those workers; its workers (pg_stat_subscription: relid
+-- set for a table's sync worker) and no sync error count (pg_stat_subscription_stats is 15+). Catalog and
+-- statistics reads only: no lock on a user table; only the pg_subscription
+-- columns every role may read (not subconninfo).
+SELECT coalesce(json_agg(json_build_object(
+    'subid', s.oid::int8, 'name', s.subname, 'enabled', s.subenabled,
+    'datname', current_database(), 'not_ready', n.not_ready, 'ready', n.ready,
+    'tables', CASE WHEN n.not_ready > 0 THEN (
+        SELECT json_agg(json_build_array(r.srrelid::int8, ns.nspname || '.' || c.relname,
+                                         r.srsubstate::text, r.srsublsn::text) ORDER BY r.ctid)
+        FROM pg_subscription_rel r
+        JOIN pg_class c ON c.oid = r.srrelid
+        JOIN pg_namespace ns ON ns.oid = c.relnamespace
+        WHERE r.srsubid = s.oid) END,
+    'workers', (SELECT coalesce(json_agg(json_build_array(w.pid, w.relid::int8)), '[]'::json)
+                FROM pg_stat_subscription w WHERE w.subid = s.oid AND w.pid IS NOT NULL),
+    'sync_errors', NULL,
+    'settings', CASE WHEN n.not_ready > 0 THEN (
+        SELECT json_object_agg(name, setting) FROM pg_settings
+        WHERE name IN ('max_sync_workers_per_subscription', 'max_logical_replication_workers',
+                       'max_worker_processes')) END
+  ) ORDER BY s.subname), '[]'::json)
+FROM pg_subscription s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE r.srsubstate <> 'r') AS not_ready,
+           count(*) FILTER (WHERE r.srsubstate = 'r') AS ready
+    FROM pg_subscription_rel r WHERE r.srsubid = s.oid) n
+WHERE s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())

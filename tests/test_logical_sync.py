@@ -1,0 +1,214 @@
+"""Logical replication's initial sync, followed with real servers: a
+publisher (wal_level=logical) and a subscriber, tables of uneven sizes with
+and without indexes, a subscription with copy_data. The sync is slowed by a
+trigger that naps per row on the subscriber's tables (enabled ALWAYS, so it
+fires in the sync workers), and held at its start by a lock the test takes
+on the subscriber's tables and releases once attach has seen the workers
+and the tables that wait for one: no timed sleep decides what is seen.
+What the job shows: docs/json.md, "Logical replication's initial sync"."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from support import Lines, monitor_replay, pgparmon_cmd
+
+from pgparmon.cluster import Cluster, start_cluster
+from pgparmon.exitcodes import ExitCode
+
+integration = pytest.mark.integration
+
+# rows per table: uneven sizes, the largest with a primary key (an index to
+# maintain), one small with an index, the others without
+TABLES = {"big": (6000, "id int PRIMARY KEY, v text"), "mid": (2500, "id int, v text"),
+          "small1": (300, "id int, v text"), "small2": (300, "id int UNIQUE, v text")}
+NAP = ("CREATE FUNCTION nap() RETURNS trigger LANGUAGE plpgsql AS "
+       "$$BEGIN PERFORM pg_sleep(0.001); RETURN NEW; END$$;")
+SECRET = "sEcReT-pw-25"
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[Cluster, Cluster]]:
+    pub = start_cluster(settings={"wal_level": "logical"}, prefix="pgparmon-pub-")
+    try:
+        sub = start_cluster(settings={"max_sync_workers_per_subscription": "2"},
+                            prefix="pgparmon-sub-")
+    except BaseException:
+        pub.stop()
+        raise
+    try:
+        yield pub, sub
+    finally:
+        sub.stop()
+        pub.stop()
+
+
+def _schema(with_nap: bool) -> str:
+    out = [f"CREATE TABLE {t} ({cols});" for t, (_n, cols) in TABLES.items()]
+    if with_nap:
+        out.append(NAP)
+        for t in TABLES:
+            out.append(f"CREATE TRIGGER nap BEFORE INSERT ON {t} FOR EACH ROW "
+                       f"EXECUTE FUNCTION nap(); ALTER TABLE {t} ENABLE ALWAYS TRIGGER nap;")
+    return "\n".join(out)
+
+
+def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(pgparmon_cmd("attach", "-h", str(sub.sockdir), "-p", str(sub.port),
+                                         "-U", "postgres", "-d", dbname, "--json",
+                                         "--interval", "0.3", *extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=sub.env())
+
+
+@integration
+def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Cluster],
+                                                   tmp_path: Path) -> None:
+    pub, sub = servers
+    rec = tmp_path / "sync.pgparmon.gz"
+    pub.psql("CREATE DATABASE src")
+    sub.psql("CREATE DATABASE dst")
+    pub.psql(_schema(False) + "".join(
+        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {n}) g;"
+        for t, (n, _c) in TABLES.items()) + "ANALYZE; CREATE PUBLICATION p FOR ALL TABLES;",
+        dbname="src")
+    sub.psql(_schema(True), dbname="dst")
+    # the lock holds every table's sync at its start: two workers (the
+    # setting) wait on it, the other two tables wait for a worker
+    hold = psycopg.connect(sub.conninfo("dst"))
+    hold.execute("LOCK TABLE " + ", ".join(TABLES) + " IN SHARE MODE")
+    attach: Lines | None = None
+    try:
+        sub.psql(f"CREATE SUBSCRIPTION s CONNECTION '{pub.conninfo('src')} password={SECRET}' "
+                 "PUBLICATION p", dbname="dst")
+        attach = Lines(_attach(sub, "dst", "--record", str(rec)))
+        first = attach.wait_for(lambda d: (d["job"].get("tables") or {}).get("waiting") == 2
+                                and len(d["workers"]) == 2,
+                                "two tables waiting while two sync workers hold a table each")
+        hold.rollback()
+        job = first["job"]
+        assert job["kind"] == "logical_sync" and job["subscription"] == "s"
+        assert job["sync_workers"] == 2 and job["database"] == "dst"
+        assert {t["state"] for t in job["tables_not_ready"]} == {"waiting", "copying"}
+        samples, summary, err = attach.finish(timeout=180)
+    finally:
+        hold.close()
+        if attach is not None and attach.proc.poll() is None:
+            attach.proc.kill()
+    assert attach.proc.returncode == 0, err[-2000:]
+    # the end: every table ready on the subscriber, and the job said finished
+    states = sub.psql("SELECT string_agg(DISTINCT srsubstate::text, '') FROM "
+                      "pg_subscription_rel", dbname="dst").strip()
+    assert states == "r"
+    assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
+    assert {i["name"] for i in summary["items"]} == {f"public.{t}" for t in TABLES}
+    for d in samples:
+        counts = d["job"]["tables"]
+        assert sum(counts.values()) == len(TABLES), counts
+        if d["job"]["state"] == "finished":
+            assert counts["ready"] == len(TABLES)
+        else:  # never finished while a table is not ready
+            assert d["job"]["state"] == "running"
+    assert samples[-1]["job"]["state"] == "finished"
+    # every table's state as it went: waiting, copying (the workers' COPY,
+    # with its bytes and rows), ready
+    seen: dict[str, set[str]] = {}
+    for d in samples:
+        for t in d["job"]["tables_not_ready"]:
+            seen.setdefault(t["table"], set()).add(t["state"])
+    assert {"waiting", "copying"} <= set().union(*seen.values())
+    copying = [w for d in samples for w in d["workers"] if w["phase"] == "copy"]
+    assert {w["relation"] for w in copying} >= {"public.big", "public.mid"}
+    assert any(w["bytes_done"] and w["tuples_done"] for w in copying)
+    # sizes from the publisher's catalog through the subscription's own
+    # connection string, which is shown nowhere (its password least of all)
+    basis = samples[-1]["job"]["progress_basis"]
+    assert basis.startswith("publisher catalog (subscription's connection")
+    assert SECRET not in "".join(str(d) for d in samples) + err
+    # progress only grows, reaches 1; an ETA by half the run
+    prog = [d["job"]["progress"] for d in samples if d["job"]["progress"] is not None]
+    assert prog and prog == sorted(prog) and prog[-1] == 1.0
+    half = [d for d in samples if d["job"]["progress"] is not None
+            and 0.0 < d["job"]["progress"] <= 0.5]
+    assert any(d["job"]["eta_s"] is not None for d in half), \
+        [(d["job"]["progress"], d["job"]["eta_reason"]) for d in half]
+    # the recording replays to the same samples (the part travels in it)
+    replayed, rsummary, _mon = monitor_replay(rec)
+    assert [d["job"]["tables"] for d in replayed] == [d["job"]["tables"] for d in samples]
+    assert [d["job"]["progress"] for d in replayed] == [d["job"]["progress"] for d in samples]
+    assert rsummary["state"] == "finished"
+    # the report renders it with no special case
+    rep = subprocess.run(pgparmon_cmd("report", str(rec)), capture_output=True, text=True,
+                         timeout=120)
+    assert rep.returncode == 0 and "logical_sync" in rep.stdout, rep.stderr[-1000:]
+
+
+@integration
+def test_no_subscription_is_no_job(servers: tuple[Cluster, Cluster]) -> None:
+    _pub, sub = servers
+    sub.psql("CREATE DATABASE nosub")
+    p = _attach(sub, "nosub")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == ExitCode.NO_JOB
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "no running" in err and out == ""
+
+
+@integration
+def test_sync_failing_and_waiting_for_a_worker_slot(servers: tuple[Cluster, Cluster]) -> None:
+    """A subscriber whose max_logical_replication_workers leaves one sync
+    worker beside the apply worker (tables wait for a slot: named, with the
+    setting), and a table whose sync keeps failing (a row of the subscriber's
+    own violates its unique key: shown failing, with the table and the
+    count; the job stays running, never finished)."""
+    pub, _sub = servers
+    sub = start_cluster(settings={"max_logical_replication_workers": "2",
+                                  "max_sync_workers_per_subscription": "2",
+                                  "wal_retrieve_retry_interval": "100ms"},
+                        prefix="pgparmon-sub2-")
+    attach: Lines | None = None
+    try:
+        pub.psql("CREATE DATABASE src2")
+        sub.psql("CREATE DATABASE dst2")
+        schema = ("CREATE TABLE one (id int, v text); CREATE TABLE two (id int, v text); "
+                  "CREATE TABLE dup (id int UNIQUE, v text);")
+        pub.psql(schema + "INSERT INTO one SELECT g, 'x' FROM generate_series(1, 500) g; "
+                 "INSERT INTO two SELECT g, 'x' FROM generate_series(1, 500) g; "
+                 "INSERT INTO dup SELECT g, 'x' FROM generate_series(1, 50) g; ANALYZE; "
+                 "CREATE PUBLICATION p2 FOR ALL TABLES", dbname="src2")
+        sub.psql(schema + "INSERT INTO dup VALUES (7, 'the subscriber''s own')", dbname="dst2")
+        hold = psycopg.connect(sub.conninfo("dst2"))
+        hold.execute("LOCK TABLE one, two, dup IN SHARE MODE")
+        try:
+            sub.psql(f"CREATE SUBSCRIPTION s2 CONNECTION '{pub.conninfo('src2')}' "
+                     "PUBLICATION p2", dbname="dst2")
+            attach = Lines(_attach(sub, "dst2"))
+            slots = attach.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots",
+                                    "tables waiting for a worker slot, named")
+        finally:
+            hold.close()
+        assert "max_logical_replication_workers = 2" in slots["bottleneck"]["detail"]
+        assert slots["job"]["tables"]["waiting"] == 2 and len(slots["workers"]) == 1
+        failing = attach.wait_for(
+            lambda d: any(t["table"] == "public.dup" and t["failures"] >= 2
+                          for t in d["job"]["tables_not_ready"])
+            and d["bottleneck"]["kind"] == "sync-failing", "the failing table, named")
+        assert "public.dup" in failing["bottleneck"]["detail"]
+        assert failing["job"]["sync_errors"] >= 2 and failing["job"]["state"] == "running"
+        # the other tables got through; the failing one keeps the job running
+        done = attach.wait_for(lambda d: d["job"]["tables"]["ready"] == 2,
+                               "the other two tables ready")
+        assert done["job"]["state"] == "running"
+        assert [t["table"] for t in done["job"]["tables_not_ready"]] == ["public.dup"]
+        # the subscriber's row goes: the sync gets through, the job finishes
+        sub.psql("DELETE FROM dup", dbname="dst2")
+        samples, summary, err = attach.finish(timeout=120)
+        assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-1000:]
+    finally:
+        if attach is not None and attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.stop()
