@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..cmdline import ClientArgs
 from ..ddl import PostDataTarget
+from ..phases import Phase
 from ..snapshot import (
     Backend,
     ClientProc,
@@ -260,12 +261,12 @@ class Driver:
     all_databases: ClassVar[bool] = False
     # the job copies the whole cluster (a physical backup): no database of its own
     whole_cluster: ClassVar[bool] = False
-    # worker phases that make no measurable progress by design (a backup
-    # waiting for its checkpoint): never "stalled" while a worker is in one
     # a tool that runs with the server down (a pgBackRest restore): followed
     # from the host alone, never found through the server's sessions
     host_only: ClassVar[bool] = False
-    waiting_phases: ClassVar[tuple[str, ...]] = ()
+    # the worker phases the driver sets on its rows beyond those of any job's
+    # SQL sessions (pgparmon.phases): the driver registry registers them
+    phases: ClassVar[tuple[Phase, ...]] = ()
     # the tool's own session sits idle most of the run under no
     # application_name of its own (pg_probackup's between its backup start
     # and stop): the sessions of its process tree are looked up from the
