@@ -492,7 +492,7 @@ class Monitor:
                 self.checkpoints.noted = True
                 self._note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
-        if job.kind == "pg_restore":
+        if tr.driver.warns_early_foreign_keys:
             early = early_foreign_keys(tr.items, tr.keys_of("fk"))
             if early and not self.early_fk_noted:
                 self.early_fk_noted = True

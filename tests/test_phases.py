@@ -74,3 +74,23 @@ def test_a_loads_legend_and_a_backups() -> None:
     assert [label for label, _ in legend({"copy", "analyze"})][-1] == "vacuum/analyze"
     assert [label for label, _ in legend({"starting", "backup", "archive-wait"})] == [
         "backup", "starting", "archive-wait"]
+
+
+def _advice(kind: str) -> tuple[str, str, str]:
+    from pgparmon.analyze.advice_live import AdviceTracker
+
+    a = AdviceTracker()
+    a.add({"elapsed_s": 1.0, "job": {"kind": kind, "jobs": 2, "state": "running"}, "workers": []})
+    r = a.advice()
+    return r.status, r.headline, r.detail
+
+
+def test_the_advice_speaks_each_drivers_words() -> None:
+    # the driver's advice_terms and no_jobs_advice, not a kind check in the analysis
+    status, head, detail = _advice("pgbackrest")
+    assert "file copy" in head + detail and "COPY" not in head + detail
+    assert _advice("pgbackrest-restore")[1] == head
+    assert "COPY" in _advice("pg_dump")[1]
+    status, head, _ = _advice("pg_basebackup")
+    assert status == "single" and "no -j to choose" in head
+    assert _advice("no-such-kind")[0] == _advice("pg_dump")[0]  # an old recording's unknown kind

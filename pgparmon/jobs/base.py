@@ -264,6 +264,15 @@ class Driver:
     # a tool that runs with the server down (a pgBackRest restore): followed
     # from the host alone, never found through the server's sessions
     host_only: ClassVar[bool] = False
+    # the words of the -j advice (analyze/advice_live.py) in the tool's own
+    # terms: (word, the tool's word) pairs, e.g. its option for the job count
+    advice_terms: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # the tool has no job count to choose: the advice (headline, detail)
+    # instead of one
+    no_jobs_advice: ClassVar[tuple[str, str] | None] = None
+    # its data loads and foreign keys run in an order of its own: a foreign
+    # key built before its tables' data is loaded is warned about
+    warns_early_foreign_keys: ClassVar[bool] = False
     # the worker phases the driver sets on its rows beyond those of any job's
     # SQL sessions (pgparmon.phases): the driver registry registers them
     phases: ClassVar[tuple[Phase, ...]] = ()

@@ -103,6 +103,10 @@ class PgBasebackup(Driver):
     whole_cluster = True
     # the server's phases (the waits: a checkpoint, sizing the files,
     # archiving the last WAL segment) and the WAL stream
+    no_jobs_advice = ("pg_basebackup copies the cluster through one connection: there is "
+                      "no -j to choose",
+                      "its speed is set by --max-rate, the storage it reads, the client's "
+                      "compression (-z) and the network: the limit line says which")
     phases = (STARTING, CHECKPOINT, ESTIMATING, BACKUP, ARCHIVE_WAIT, WAL_FILES, WAL)
 
     # ---- recognise ---------------------------------------------------------

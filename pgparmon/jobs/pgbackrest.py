@@ -107,6 +107,7 @@ class PgBackRest(Driver):
     fixed_workers = False  # local processes start after the backup's start
     whole_cluster = True
     phases = (STARTING, BACKUP, ARCHIVE_WAIT)
+    advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
     # ---- recognise ---------------------------------------------------------
 

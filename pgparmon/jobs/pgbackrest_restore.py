@@ -67,6 +67,7 @@ class PgBackRestRestore(Driver):
     whole_cluster = True
     host_only = True
     phases = (STARTING, RESTORE, FINISHING)
+    advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
     # ---- recognise ---------------------------------------------------------
 
