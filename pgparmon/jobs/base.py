@@ -273,6 +273,13 @@ class Driver:
     # its data loads and foreign keys run in an order of its own: a foreign
     # key built before its tables' data is loaded is warned about
     warns_early_foreign_keys: ClassVar[bool] = False
+    # the job reads from another database, which --source names (the job's
+    # `source` then says which)
+    names_source: ClassVar[bool] = False
+    # followed without its client tree, a session `belongs` accepts joins the
+    # job at any sample, not only at discovery (a loader opens sessions as
+    # it goes)
+    joins_sessions_live: ClassVar[bool] = False
     # the worker phases the driver sets on its rows beyond those of any job's
     # SQL sessions (pgparmon.phases): the driver registry registers them
     phases: ClassVar[tuple[Phase, ...]] = ()
