@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .analyze import bottleneck, eta, hostrates
-from .analyze.items import STREAM_PHASES
 from .analyze.progress import Tracker
 from .analyze.warnings import (
     CHECKSUMS_NOTE,
@@ -34,7 +33,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
 from .jobs.base import Job
-from .jobs.registry import driver_for_argv
+from .jobs.registry import driver_for_argv, phase_of
 from .jobs.statements import copy_target
 from .readers.db import ServerFacts
 from .snapshot import Snapshot
@@ -387,7 +386,7 @@ class Monitor:
         for w in sorted(tr.workers.values(), key=lambda w: w.pid):
             if w.is_leader and w.phase in ("idle", "other"):
                 continue  # the dump leader holds locks and waits
-            streaming = w.phase in STREAM_PHASES
+            streaming = phase_of(w.phase).streams
             bps = w.bytes_rate.recent(5.0) if streaming else 0.0
             tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
             cpid = links.get(w.pid) or self._client_of(w, snap)
@@ -506,7 +505,7 @@ class Monitor:
                 self.checkpoints.noted = True
                 self._note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
-        if job.kind == "pg_restore":
+        if tr.driver.warns_early_foreign_keys:
             early = early_foreign_keys(tr.items, tr.keys_of("fk"))
             if early and not self.early_fk_noted:
                 self.early_fk_noted = True
@@ -547,7 +546,7 @@ class Monitor:
                 return False
             if w.phase == "lock-wait" and w.blocked_by and set(w.blocked_by) <= mine:
                 return False
-            if w.phase in tr.driver.waiting_phases:
+            if phase_of(w.phase).waits:
                 return False
         return True
 

@@ -191,7 +191,7 @@ class LiveSource:
             except Exception as exc:  # noqa: BLE001 - one line to the user
                 raise DiscoveryError(f"found {job.describe()} but cannot connect to its "
                                      f"database: {exc}", ExitCode.CONNECT) from None
-        if self.copy_source is not None and job.kind == "copy" and job.source is None:
+        if self.copy_source is not None and driver.names_source and job.source is None:
             job = self.job = dataclasses.replace(job, source=describe_target(self.copy_source))
         # a physical backup's sessions have no database: its walsenders are
         # sampled whatever the filter, client sessions of the monitor's own
@@ -274,7 +274,7 @@ class LiveSource:
             # stay the job's), not "no session"
             links = found if found or self._peers_ok else None
             self.known_backends |= {b for b, _ in found}
-        elif job.kind == "copy" and not db.error:
+        elif driver.joins_sessions_live and not db.error:
             self.known_backends |= {b.pid for b in backends if driver.belongs(job, b)}
         if self._seek_idle and tree and self.snapshots_taken % IDLE_LOOKUP_EVERY == 0 \
                 and not any(b.backend_type == "client backend" and b.pid in self.known_backends

@@ -45,6 +45,7 @@ from pgparmon.exporter.collector import (
 )
 from pgparmon.exporter.daemon import Exporter, Options, SafeRecorder, server_name, targets
 from pgparmon.record import Recorder, read_recording
+from pgparmon.jobs.registry import all_phases
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "contrib" / "prometheus" / "pgparmon.rules.yml"
@@ -127,6 +128,9 @@ def test_collector_names_units_and_no_pid_or_table_labels() -> None:
     assert warns["disk-full-soon"] == 1.0 and sum(warns.values()) == 1.0
     phases = {s.labels["phase"]: s.value for s in fams["pgparmon_job_active_workers"].samples}
     assert phases["copy"] == 2.0 and phases["lock-wait"] == 1.0 and sum(phases.values()) == 3
+    # a series for every registered phase, the drivers' among them (a
+    # pgBackRest restore's rows: restore, then finishing)
+    assert set(phases) == {p.name for p in all_phases()} and {"restore", "finishing"} <= set(phases)
     single = {n: f.samples[0].value for n, f in fams.items() if len(f.samples) == 1}
     assert single["pgparmon_job_progress_ratio"] == 0.42
     assert single["pgparmon_job_eta_seconds"] == 310.5

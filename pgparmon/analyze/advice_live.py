@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import units as fmt
+from ..jobs.base import Driver
+from ..jobs.registry import driver_for
 from .rates import SteadyThroughput
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
 
@@ -140,26 +142,30 @@ class AdviceTracker:
         self._prev_t, self._prev_streams = t, streams
         self.elapsed_s = t
 
+    def _driver(self) -> Driver | None:
+        try:
+            return driver_for(self.kind) if self.kind else None
+        except KeyError:  # a recording of a kind this version does not know
+            return None
+
     # ---- the verdict ---------------------------------------------------
 
     def advice(self) -> LiveAdvice:
         tp = self.steady.result()
         steady = {k: self._acc[k].n for k in tp if k in self._acc}
 
+        driver = self._driver()
+
         def out(status: str, next_jobs: int | None, headline: str, detail: str) -> LiveAdvice:
-            if (self.kind or "").startswith("pgbackrest"):  # its knob, its words
-                headline, detail = (x.replace("-j ", "process-max ").replace("COPY", "file copy")
-                                    for x in (headline, detail))
+            for word, own in driver.advice_terms if driver else ():  # its knob, its words
+                headline, detail = headline.replace(word, own), detail.replace(word, own)
             # every verdict carries the same evidence
             return LiveAdvice(status, next_jobs, headline, detail, by_streams=tp,
                               steady_samples=steady, tail_s=round(self.tail_s, 1),
                               elapsed_s=self.elapsed_s)
 
-        if self.kind == "pg_basebackup":
-            return out("single", None, "pg_basebackup copies the cluster through one "
-                       "connection: there is no -j to choose",
-                       "its speed is set by --max-rate, the storage it reads, the client's "
-                       "compression (-z) and the network: the limit line says which")
+        if driver is not None and driver.no_jobs_advice is not None:
+            return out("single", None, *driver.no_jobs_advice)
         tail = self._tail_note()
         usable = sorted(k for k in tp if steady.get(k, 0) >= MIN_SAMPLES
                         and self._acc[k].seconds >= MIN_STEADY_S)

@@ -7,10 +7,6 @@ from dataclasses import dataclass, field
 
 from .rates import WindowRate
 
-# worker phases that move data: their bytes make the job's throughput (a
-# COPY; a base backup's data files and its WAL stream)
-STREAM_PHASES = frozenset({"copy", "backup", "wal", "wal-files", "restore"})
-
 
 @dataclass(slots=True)
 class Item:

@@ -19,18 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .items import STREAM_PHASES
+from ..jobs.registry import phase_of
 
 SERIES_CAP = 4096  # chart points kept: past it the older ones are thinned
 
-# Phases that mean "this worker is busy with an item"; idle and other are gaps.
-BUSY_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "lock-wait",
-               # a base backup's item, from its checkpoint to its last WAL file
-               "starting", "checkpoint", "estimating", "backup", "archive-wait", "wal-files",
-               # a pgBackRest restore's copy and its end (pg_control, sync)
-               "restore", "finishing",
-               # pg_probackup's threads after its copy: its sync, its validation
-               "sync", "validate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +94,8 @@ class TimelineBuilder:
             item = w.get("item") or w.get("relation")
             phase = str(w.get("phase") or "other")
             cur = self._open.get(pid)
-            busy = phase in BUSY_PHASES and item is not None
+            # a busy phase (pgparmon.phases) works on an item; idle and other are gaps
+            busy = phase_of(phase).busy and item is not None
             if cur is not None and (not busy or (cur[0], cur[1]) != (item, phase)):
                 self._close(pid, t)
                 cur = None
@@ -174,7 +167,7 @@ def _series_point(doc: Mapping[str, Any], t: float) -> SeriesPoint:
         bytes_per_s=float(job.get("bytes_per_s") or 0.0),
         tuples_per_s=float(job.get("tuples_per_s") or 0.0),
         active_workers=int(job.get("active_workers") or 0),
-        copy_streams=sum(1 for w in workers if w.get("phase") in STREAM_PHASES),
+        copy_streams=sum(1 for w in workers if phase_of(w.get("phase")).streams),
         cpu_percent=_opt(host.get("cpu_percent")),
         iowait_percent=_opt(host.get("iowait_percent")),
         disks=dict(host.get("disks") or {}),

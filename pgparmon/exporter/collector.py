@@ -21,6 +21,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..jobs.registry import all_phases
+
 PREFIX = "pgparmon_"
 JOB_LABELS = ("server", "database", "kind", "tool")
 SUCCESS_LABELS = ("server", "database", "kind")
@@ -28,9 +30,6 @@ SUCCESS_LABELS = ("server", "database", "kind")
 # the values of the one-hot families: fixed lists, so that a series exists
 # (at 0) before its value first happens and alerts can compare
 STATES = ("running", "finished", "failed", "ended")
-WORKER_PHASES = ("copy", "index", "constraint", "vacuum", "analyze", "idle", "lock-wait",
-                 "other", "starting", "checkpoint", "estimating", "backup", "archive-wait",
-                 "wal-files", "wal", "sync", "validate")
 BOTTLENECKS = ("client-cpu", "client-feed", "server-cpu", "host-cpu", "disk-read",
                "disk-write", "wal", "locks", "one-table", "stalled", "starting", "nothing",
                "checkpoint", "archiving", "throttled")
@@ -205,6 +204,8 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
                "made progress (bytes, rows or progress ratio went up)", L, unit="seconds")
     free = _g("job_target_free_bytes", "Free space on the filesystem of the job's target "
               "(a dump's directory)", L, unit="bytes")
+    # every registered phase (pgparmon.phases), a series at 0 before it happens
+    worker_phases = tuple(p.name for p in all_phases())
     for j in jobs:
         lv = list(j.labels)
         d = j.doc.get("job", {})
@@ -224,7 +225,7 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
         for w in j.doc.get("workers") or ():
             ph = str(w.get("phase") or "other")
             counts[ph] = counts.get(ph, 0) + 1
-        for ph in _values(WORKER_PHASES, counts):
+        for ph in _values(worker_phases, counts):
             active.add_metric([*lv, ph], float(counts.get(ph, 0)))
         items.add_metric(lv, float(d.get("items_total") or 0))
         items_done.add_metric(lv, float(d.get("items_done") or 0))

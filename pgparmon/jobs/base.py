@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..cmdline import ClientArgs
 from ..ddl import PostDataTarget
+from ..phases import Phase
 from ..snapshot import (
     Backend,
     ClientProc,
@@ -266,12 +267,28 @@ class Driver:
     all_databases: ClassVar[bool] = False
     # the job copies the whole cluster (a physical backup): no database of its own
     whole_cluster: ClassVar[bool] = False
-    # worker phases that make no measurable progress by design (a backup
-    # waiting for its checkpoint): never "stalled" while a worker is in one
     # a tool that runs with the server down (a pgBackRest restore): followed
     # from the host alone, never found through the server's sessions
     host_only: ClassVar[bool] = False
-    waiting_phases: ClassVar[tuple[str, ...]] = ()
+    # the words of the -j advice (analyze/advice_live.py) in the tool's own
+    # terms: (word, the tool's word) pairs, e.g. its option for the job count
+    advice_terms: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # the tool has no job count to choose: the advice (headline, detail)
+    # instead of one
+    no_jobs_advice: ClassVar[tuple[str, str] | None] = None
+    # its data loads and foreign keys run in an order of its own: a foreign
+    # key built before its tables' data is loaded is warned about
+    warns_early_foreign_keys: ClassVar[bool] = False
+    # the job reads from another database, which --source names (the job's
+    # `source` then says which)
+    names_source: ClassVar[bool] = False
+    # followed without its client tree, a session `belongs` accepts joins the
+    # job at any sample, not only at discovery (a loader opens sessions as
+    # it goes)
+    joins_sessions_live: ClassVar[bool] = False
+    # the worker phases the driver sets on its rows beyond those of any job's
+    # SQL sessions (pgparmon.phases): the driver registry registers them
+    phases: ClassVar[tuple[Phase, ...]] = ()
     # the tool's own session sits idle most of the run under no
     # application_name of its own (pg_probackup's between its backup start
     # and stop): the sessions of its process tree are looked up from the

@@ -83,6 +83,8 @@ def copy_candidate(b: Backend, now: float | None) -> bool:
 
 class CopyLoad(Driver):
     kind = "copy"
+    names_source = True  # a copy between databases: --source
+    joins_sessions_live = True
     plans_work = True  # only a copy between databases: see plan_request
     needs_plan = False
     # a copy's streams run at the pace of its source (a network, a remote

@@ -35,6 +35,7 @@ import psycopg
 from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item
 from ..analyze.rates import WindowRate
+from ..phases import Phase
 from ..connect import ConnectError, ConnTarget, describe_target
 from ..readers.db import DbSampler
 from ..readers.files import table_file_sizes
@@ -59,6 +60,13 @@ STATES = {"i": "waiting", "d": "copying", "f": "catching up", "s": "catching up"
 # slot and snapshot on the publisher
 CATCH_UP = "catch-up"
 STARTING = "sync-start"
+# both make no measurable progress by design: a sync in them is not stalled
+SYNC_PHASES = (
+    Phase(STARTING, 125, busy=True, waits=True, tui=("black on grey70", "black on white"),
+          fill="#adb5bd"),
+    Phase(CATCH_UP, 165, busy=True, waits=True, tui=("black on cyan", "black on bright_cyan"),
+          fill="#8ecae6"),
+)
 DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
 
 
@@ -89,7 +97,7 @@ class LogicalSync(Driver):
     fixed_workers = False
     sample_parts = (PART,)
     backend_types = ("logical replication worker", "logical replication tablesync worker")
-    waiting_phases = (CATCH_UP, STARTING)
+    phases = SYNC_PHASES
 
     # ---- recognise ---------------------------------------------------------
 

@@ -31,6 +31,8 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs, parse_client_cmdline
 from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
 from .. import units as fmt
+from ..phases import Phase
+from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING, WAL
 from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
 from .registry import program_of
 
@@ -52,8 +54,12 @@ PHASES = {
 }
 # phases after the data files are all sent
 _FINAL = ("archive-wait", "wal-files")
-# the worker phases a base backup's sessions take (the WAL stream: "wal")
-WORKER_PHASES = tuple(PHASES.values()) + ("wal",)
+CHECKPOINT = Phase("checkpoint", 150, busy=True, waits=True,
+                   tui=("black on yellow", "black on bright_yellow"), fill="#e9c46a")
+ESTIMATING = Phase("estimating", 130, busy=True, waits=True,
+                   tui=("black on grey70", "black on white"), fill="#adb5bd")
+WAL_FILES = Phase("wal-files", 170, busy=True, streams=True,
+                  tui=("black on dark_cyan", "black on cyan"), fill="#2a9d8f")
 
 _MAX_RATE = re.compile(r"\bMAX_RATE\s+'?(\d+)'?", re.I)
 _FAST = re.compile(r"\bCHECKPOINT\s+'fast'|\bFAST\b", re.I)
@@ -95,9 +101,13 @@ class PgBasebackup(Driver):
     needs_plan = False
     fixed_workers = False  # the WAL stream's process ends before the main one
     whole_cluster = True
-    # the server works (a checkpoint, sizing the files, archiving the last
-    # WAL segment) but streams nothing yet
-    waiting_phases = ("starting", "checkpoint", "estimating", "archive-wait")
+    # the server's phases (the waits: a checkpoint, sizing the files,
+    # archiving the last WAL segment) and the WAL stream
+    no_jobs_advice = ("pg_basebackup copies the cluster through one connection: there is "
+                      "no -j to choose",
+                      "its speed is set by --max-rate, the storage it reads, the client's "
+                      "compression (-z) and the network: the limit line says which")
+    phases = (STARTING, CHECKPOINT, ESTIMATING, BACKUP, ARCHIVE_WAIT, WAL_FILES, WAL)
 
     # ---- recognise ---------------------------------------------------------
 

@@ -47,8 +47,10 @@ from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..readers.procs import threads_of
+from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .. import units as fmt
+from .backup_phases import BACKUP, WAL
 from .base import (
     TREE,
     Driver,
@@ -103,6 +105,10 @@ INFERRED = ("inferred: user and client address of pg_probackup's WAL stream (its
             "not on this host)")
 # the worker row's phase in each step that reads or writes files
 ROW_PHASE = {"copy": "backup", "sync": "sync", "validate": "validate"}
+# the rows' phases after the copy: the files' sync, the backup's validation
+SYNC = Phase("sync", 180, busy=True, tui=("black on grey70", "black on white"), fill="#adb5bd")
+VALIDATE = Phase("validate", 190, busy=True, tui=("black on dark_sea_green", "black on pale_green3"),
+                 fill="#95d5b2")
 
 
 class PgProbackup(Driver):
@@ -115,6 +121,7 @@ class PgProbackup(Driver):
     whole_cluster = True
     all_databases = True  # its WAL stream is a walsender, with no database
     idle_sessions = True  # its session: no application_name, idle between start and stop
+    phases = (BACKUP, SYNC, VALIDATE, WAL)
 
     # ---- recognise ---------------------------------------------------------
 

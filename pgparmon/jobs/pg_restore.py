@@ -37,6 +37,7 @@ _DONE_ASKS = 4
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
+    warns_early_foreign_keys = True  # its data loads and FK builds follow the TOC
 
     # ---- recognise ---------------------------------------------------------
 

@@ -35,6 +35,7 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
 from .. import units as fmt
+from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING
 from .base import (
     TREE,
     Driver,
@@ -105,7 +106,8 @@ class PgBackRest(Driver):
     needs_plan = False
     fixed_workers = False  # local processes start after the backup's start
     whole_cluster = True
-    waiting_phases = ("starting", "archive-wait")
+    phases = (STARTING, BACKUP, ARCHIVE_WAIT)
+    advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
     # ---- recognise ---------------------------------------------------------
 

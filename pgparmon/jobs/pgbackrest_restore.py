@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
+from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
+from .backup_phases import STARTING
 from .base import TREE, Driver, EndContext, Job, tree_member_pids
 from .pgbackrest import command_of, how_far, option, process_row, prune_rows, window_eta
 
@@ -47,6 +49,13 @@ WALK_SHARE = 0.02  # the data directory's walk: at most this share of the time
 DEFAULT_CONFIGS = ("/etc/pgbackrest/pgbackrest.conf", "/etc/pgbackrest.conf")
 DELTA_FLAGS = ("--delta", "--force")
 
+# the rows of its local processes writing the data directory, and the end
+# (pg_control, the sync) after their copy
+RESTORE = Phase("restore", 110, busy=True, streams=True,
+                tui=("black on green", "black on bright_green"), fill="#52b788")
+FINISHING = Phase("finishing", 140, busy=True, waits=True,
+                  tui=("black on grey70", "black on white"), fill="#adb5bd")
+
 
 class PgBackRestRestore(Driver):
     kind = "pgbackrest-restore"
@@ -57,7 +66,8 @@ class PgBackRestRestore(Driver):
     fixed_workers = False
     whole_cluster = True
     host_only = True
-    waiting_phases = ("starting", "finishing")
+    phases = (STARTING, RESTORE, FINISHING)
+    advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
     # ---- recognise ---------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from .. import phases
 from .base import Driver
 
 _DRIVERS: list[Driver] = []
@@ -25,6 +26,8 @@ def _load() -> list[Driver]:
         # one line per tool kind
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
                          PgBackRestRestore(), PgProbackup(), LogicalSync(), CopyLoad()])
+        for d in _DRIVERS:
+            phases.register(*d.phases)
     return _DRIVERS
 
 
@@ -38,11 +41,25 @@ def register(driver: Driver, first: bool = False) -> None:
     _load()
     if any(d.kind == driver.kind for d in _DRIVERS):
         raise ValueError(f"a driver for {driver.kind!r} is registered already")
+    phases.register(*driver.phases)
     _DRIVERS.insert(0, driver) if first else _DRIVERS.append(driver)
 
 
 def unregister(kind: str) -> None:
     _DRIVERS[:] = [d for d in _load() if d.kind != kind]
+
+
+def phase_of(name: str | None) -> phases.Phase:
+    """A worker phase (pgparmon.phases): those of any job's SQL sessions and
+    those the drivers register."""
+    _load()
+    return phases.get(name)
+
+
+def all_phases() -> list[phases.Phase]:
+    """Every worker phase, the drivers' among them, in display order."""
+    _load()
+    return phases.ordered()
 
 
 def driver_for(kind: str) -> Driver:

@@ -15,41 +15,15 @@ from typing import Any
 
 from rich.text import Text
 
+from ..jobs.registry import all_phases, phase_of
 from ..analyze.timeline import SeriesPoint, Span
 from .. import units as fmt
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
-PHASE_STYLES: dict[str, tuple[str, str]] = {
-    # two shades per phase: neighbouring items on one row stay distinguishable
-    "copy": ("black on dark_cyan", "black on cyan"),
-    "index": ("white on blue", "black on bright_blue"),
-    "constraint": ("black on yellow", "black on bright_yellow"),
-    "lock-wait": ("bold white on red", "bold white on dark_red"),
-    "vacuum": ("white on magenta", "black on bright_magenta"),
-    "analyze": ("white on magenta", "black on bright_magenta"),
-    "backup": ("black on green", "black on bright_green"),
-    "restore": ("black on green", "black on bright_green"),
-    "starting": ("black on grey70", "black on white"),
-    "estimating": ("black on grey70", "black on white"),
-    "finishing": ("black on grey70", "black on white"),
-    "checkpoint": ("black on yellow", "black on bright_yellow"),
-    "archive-wait": ("black on yellow", "black on bright_yellow"),
-    "wal-files": ("black on dark_cyan", "black on cyan"),
-    "sync": ("black on grey70", "black on white"),
-    "validate": ("black on dark_sea_green", "black on pale_green3"),
-}
-BACKUP_PHASES = ("starting", "estimating", "backup", "checkpoint", "archive-wait", "wal-files",
-                 "restore", "finishing", "sync", "validate")
-# an item too short for its name: a solid block in the phase's colour (still
-# a block, not a gap, when NO_COLOR strips the colour)
-PHASE_SHORT = {"copy": ("dark_cyan", "cyan"), "index": ("blue", "bright_blue"),
-               "constraint": ("yellow", "bright_yellow"), "lock-wait": ("red", "bright_red"),
-               "vacuum": ("magenta", "bright_magenta"), "analyze": ("magenta", "bright_magenta"),
-               "backup": ("green", "bright_green"), "restore": ("green", "bright_green"),
-               "finishing": ("grey70", "white"), "checkpoint": ("yellow", "bright_yellow"),
-               "starting": ("grey70", "white"), "estimating": ("grey70", "white"),
-               "archive-wait": ("yellow", "bright_yellow"), "wal-files": ("dark_cyan", "cyan"),
-               "sync": ("grey70", "white"), "validate": ("dark_sea_green", "pale_green3")}
+# an item's block: two shades per phase (pgparmon.phases), so that
+# neighbouring items on one row stay distinguishable; an item too short for
+# its name is a solid block in the phase's colour (still a block, not a gap,
+# when NO_COLOR strips the colour)
 
 
 def bar(frac: float | None, width: int, style: str = "green") -> Text:
@@ -218,18 +192,26 @@ def gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int,
         out.append("\n" + " " * gutter)
         seen = (set(phases) if phases is not None
                 else {sp.phase for row in spans.values() for sp in row})
-        backup = bool(seen & set(BACKUP_PHASES))
-        for phase, (style, _) in PHASE_STYLES.items():
-            if backup and phase not in seen:
-                continue  # a backup's timeline: its own phases only
-            if phase == "analyze" or (phase == "vacuum" and not seen & {"vacuum", "analyze"}):
-                continue  # maintenance (a load's last step) only when it ran
-            if phase in BACKUP_PHASES and phase not in seen:
-                continue  # a backup's phases in a backup's timeline only
-            out.append(" vacuum/analyze " if phase == "vacuum" else f" {phase} ", style=style)
+        for label, style in legend(seen):
+            out.append(f" {label} ", style=style)
             out.append(" ")
         out.append(" · idle", style="dim")
     return out
+
+
+def legend(seen: Collection[str]) -> list[tuple[str, str]]:
+    """The legend of a timeline whose spans hold the phases seen: (label,
+    style) in display order. A tool's timeline (one that holds a phase a
+    driver set) shows its own phases only; a load's shows those it always
+    shows (copy, index, ...) and the others it holds (maintenance, its last
+    step, only when it ran)."""
+    drawn = [p for p in all_phases() if p.tui is not None]
+    tool = any(p.tool and p.name in seen for p in drawn)
+    out: dict[str, str] = {}
+    for p in drawn:
+        if p.label not in out and (p.name in seen or (p.always and not tool)):
+            out[p.label] = p.tui[0] if p.tui else ""
+    return list(out.items())
 
 
 def _col(t: float, t_end: float, cols: int) -> int:
@@ -244,12 +226,13 @@ def _short(item: str) -> str:
 
 def _cell(sp: Span, n: int, a: int, b: int, i: int) -> tuple[str, str]:
     """Column i of span number n, which covers columns a..b-1 (b > a)."""
+    ph = phase_of(sp.phase)
     if b - a >= 4:  # room for (the start of) its name on a coloured block
         label = _short(sp.item)
         k = i - a
         return (label[k] if k < len(label) else " ",
-                PHASE_STYLES.get(sp.phase, ("reverse", "reverse"))[n % 2])
-    return ("█", PHASE_SHORT.get(sp.phase, ("bold", "bold"))[n % 2])
+                (ph.tui or ("reverse", "reverse"))[n % 2])
+    return ("█", (ph.tui_block or ("bold", "bold"))[n % 2])
 
 
 def _row_by_span(row: Sequence[Span], t_end: float, cols: int) -> list[tuple[str, str]]:

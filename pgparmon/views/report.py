@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from ..jobs.registry import all_phases, phase_of
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
 from .. import units as fmt
@@ -38,12 +39,6 @@ from .text import ItemsTable, summary_head
 
 Doc = Mapping[str, Any]
 
-PHASE_FILL = {"copy": "#2a9d8f", "index": "#3a6ea5", "constraint": "#e9c46a",
-              "lock-wait": "#d62828", "vacuum": "#9b5de5", "analyze": "#9b5de5",
-              "backup": "#52b788", "checkpoint": "#e9c46a", "archive-wait": "#e9c46a",
-              "starting": "#adb5bd", "estimating": "#adb5bd",
-              "wal-files": "#2a9d8f", "restore": "#52b788", "finishing": "#adb5bd",
-              "sync": "#adb5bd", "validate": "#95d5b2"}
 PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
 
 
@@ -210,7 +205,7 @@ def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 96
         for n, sp in enumerate(spans[pid]):
             x0, x1 = x(sp.start), x(sp.end)
             w = max(1.5, x1 - x0)
-            fill = PHASE_FILL.get(sp.phase, "#888888")
+            fill = phase_of(sp.phase).fill or "#888888"
             op = "1" if n % 2 == 0 else "0.75"
             dur = sp.end - sp.start
             out.append(f'<g class="span"><rect x="{x0:.1f}" y="{top + 3}" width="{w:.1f}" '
@@ -225,7 +220,8 @@ def svg_gantt(spans: Mapping[int, Sequence[Span]], t_end: float, width: int = 96
         out.append(f'<text x="{ml + pw + 6}" y="{top + row_h / 2 + 4}" class="axis">'
                    f'idle {100 * idle.get(pid, 0):.0f}%</text>')
     lx = ml
-    for phase, fill in PHASE_FILL.items():
+    fills = {p.label: p.fill for p in all_phases() if p.fill}
+    for phase, fill in fills.items():
         out.append(f'<rect x="{lx}" y="8" width="12" height="12" fill="{fill}"/>')
         out.append(f'<text x="{lx + 16}" y="18" class="legend">{esc(phase)}</text>')
         lx += 30 + 7 * len(phase)

@@ -11,6 +11,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from ... import units as fmt
+from ...jobs.registry import phase_of
 from .. import draw
 
 
@@ -184,9 +185,10 @@ def _sort_key(sort: str) -> Any:
     if sort == "progress":
         return lambda w: (-(w.get("progress") or -1), w["pid"])
     if sort == "phase":
-        order = {"lock-wait": 0, "copy": 1, "backup": 1, "sync": 1, "validate": 1, "index": 2,
-                 "constraint": 3, "vacuum": 4, "analyze": 4, "wal": 4, "other": 5, "idle": 6}
-        return lambda w: (order.get(str(w.get("phase")), 9), w["pid"])
+        # workers in lock-wait first (they want attention), then the phases'
+        # display order (pgparmon.phases)
+        return lambda w: (w.get("phase") != "lock-wait", phase_of(w.get("phase")).order,
+                          w["pid"])
     return lambda w: w["pid"]
 
 
