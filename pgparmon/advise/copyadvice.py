@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 
 from ..connect import connect
-from ..exitcodes import ExitCode
 from ..readers.db import read_facts
 from ..redact import redact_text
 from .. import units as fmt
@@ -36,6 +35,7 @@ from .evidence import (
     usable_cores,
 )
 from .inventory import read_advise_facts, server_is_local, setting_bytes
+from .kinds import COPY
 from .predict import Evidence, Prediction
 from .probe import ProbeError, qualified_name
 from .probe.walstep import WAL_PER_HEAP
@@ -46,7 +46,7 @@ from .probe.copyload import (
     check_copy_file,
     run_copy_probe,
 )
-from .request import AdviseError, Request
+from .request import AdviseError, Request, refused_queries
 
 # Seed: parallel COPY into one table scales best to about half the server's
 # CPUs and worse beyond.
@@ -166,9 +166,7 @@ def advise_copy(req: Request) -> Advice:
         local = server_is_local(facts)
         table = table_info(conn, req.copy_table, facts.version_num)
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise AdviseError(f"the server refused the catalog queries: {redact_text(first)}",
-                          ExitCode.CONNECT) from None
+        raise refused_queries(exc) from None
     finally:
         conn.close()
     try:
@@ -230,10 +228,10 @@ def advise_copy(req: Request) -> Advice:
     limit = max_jobs if ev.basis == "static" else min(max_jobs, ev.limit_n or max_jobs)
     jobs = list(range(1, max(1, limit) + 1))
     preds = copy_predictions(ev, data, jobs)
-    caps = dict(connection_cap("copy", afacts))
+    caps = dict(connection_cap(COPY.name, afacts))
     choice = predict.choose(preds, ev.cpu_per_gb, caps, extrapolated_ok=ev.extend)
     rec = choice.recommended
-    warnings += connection_warnings("copy", afacts, choice)
+    warnings += connection_warnings(COPY.name, afacts, choice)
     warnings += copy_warnings(table, settings, data, facts.version_num,
                               bool(probe_json and probe_json.get("wal")))
 
@@ -259,7 +257,7 @@ def advise_copy(req: Request) -> Advice:
         notes.append("some records hold newlines (quoted): the command's line-based split "
                      "would cut them; use a loader that splits the file on records")
     server = server_facts(facts, afacts, local)
-    a = Advice(kind="copy", recommended=rec, fastest=choice.fastest, predictions=preds,
+    a = Advice(kind=COPY.name, recommended=rec, fastest=choice.fastest, predictions=preds,
                lower_bound_s=next(p.lower_bound_s for p in preds if p.jobs == rec),
                basis=ev.basis, confidence=confidence(ev), warnings=warnings,
                command=copy_command(req, cf, table, rec), evidence=ev, choice=choice,
