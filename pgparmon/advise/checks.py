@@ -17,6 +17,7 @@ from ..toc import client_program, program_major
 from .. import units as fmt
 from . import predict
 from .inventory import Inventory, available_memory, setting_bytes, setting_int, setting_str
+from .kinds import kind_named
 from .predict import Evidence
 from .request import AdviseError, Request
 
@@ -94,8 +95,8 @@ def free_connections(afacts: dict[str, Any]) -> tuple[int, str] | None:
 
 
 def connections_needed(kind: str, j: int) -> int:
-    # a dump's leader holds a connection besides its j workers; the monitor one more
-    return j + (1 if kind == "dump" else 0) + 1
+    # the j workers, the leader's own (a dump's), and the monitor's
+    return j + kind_named(kind).leader_connections + 1
 
 
 def connection_cap(kind: str, afacts: dict[str, Any]) -> dict[str, int]:
@@ -117,8 +118,8 @@ def connection_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choic
     need = connections_needed(kind, want)
     if need <= free:
         return []
-    lead = " (j workers + the leader + pgparmon)" if kind == "dump" else \
-        " (j workers + pgparmon)"
+    lead = " (j workers + the leader + pgparmon)" if kind_named(kind).leader_connections \
+        else " (j workers + pgparmon)"
     return [Caution("connections",
                     f"-j {want} needs {need} connections{lead} but only {free} are free "
                     f"({detail}): the advice is capped at -j {choice.recommended}; raise "
@@ -179,7 +180,7 @@ def locks_needed(kind: str, tables: int, j: int) -> int:
     """Lock table entries a dump takes: its leader locks every table for the
     whole run; with -j each worker also locks, until the end, every table it
     dumps (so the tables twice). A restore's items each commit on their own."""
-    if kind != "dump":
+    if not kind_named(kind).locks_every_table:
         return 0
     return tables * (2 if j >= 2 else 1)
 
@@ -189,7 +190,7 @@ def lock_cap(kind: str, afacts: dict[str, Any]) -> dict[str, int]:
     with "out of shared memory")."""
     lt = lock_table(afacts)
     tables = int(afacts.get("lockable_tables") or 0)
-    if lt is None or kind != "dump" or not tables:
+    if lt is None or not kind_named(kind).locks_every_table or not tables:
         return {}
     if locks_needed(kind, tables, 2) > LOCK_SLACK * lt.free:
         return {"lock table": 1}
@@ -199,7 +200,7 @@ def lock_cap(kind: str, afacts: dict[str, Any]) -> dict[str, int]:
 def lock_warnings(kind: str, afacts: dict[str, Any], choice: predict.Choice) -> list[Caution]:
     lt = lock_table(afacts)
     tables = int(afacts.get("lockable_tables") or 0)
-    if lt is None or kind != "dump" or not tables:
+    if lt is None or not kind_named(kind).locks_every_table or not tables:
         return []
     size, used, how, free = lt.size, lt.used, lt.how, lt.free
     j = choice.recommended
@@ -323,14 +324,15 @@ def client_major(name: str) -> int | None:
 
 
 def compression_warning(req: Request, ev: Evidence, choice: predict.Choice) -> list[Caution]:
-    if req.kind != "dump" or req.compression.method != "gzip":
+    static = kind_named(req.kind).static
+    if static is None or not static.client_compresses or req.compression.method != "gzip":
         return []
     if (req.compression.level or 6) <= 1:
         return []
     per_stream = ev.per_stream_limit or ""
     if "compression" not in per_stream and "compression" not in ev.limit:
         return []
-    major = client_major("pg_dump")
+    major = client_major(kind_named(req.kind).tool)
     alt = ("--compress=lz4 (or zstd)" if major is not None and major >= 16
            else "-Z 1 (pg_dump 16+ also offers --compress=lz4 or zstd)")
     return [Caution("compression_cpu",

@@ -11,6 +11,7 @@ from ..connect import ConnectError, ConnTarget
 from ..exitcodes import ExitCode, Fatal
 from .advice import advise as run_advise
 from .advice import parse_timings
+from .kinds import COPY, DUMP, RESTORE
 from .predict import Compression
 from .request import AdviseError, Request
 
@@ -37,17 +38,17 @@ def advise_command(*, conn: ConnTarget, dbname: str | None, target: str | None,
         timings = parse_timings(from_timings) if from_timings is not None else None
     except AdviseError as exc:
         raise Fatal(str(exc), exc.code) from None
-    kind = "restore" if archive else "dump"
+    kind = RESTORE if archive else DUMP
     if not target and not archive and not timings:
         raise Fatal("what to advise: --target DIR (a dump of -d DB), --archive PATH (a restore "
                     "into -d DB) or --from-timings \"1=70,2=44\"", ExitCode.USAGE)
     has_db = bool(dbname or os.environ.get("PGDATABASE"))
     if (target or (archive and not timings) or probe) and not has_db:
-        what = "dump" if kind == "dump" else "restore into"
-        raise Fatal(f"give the database with -d DB (the one to {what})", ExitCode.USAGE)
+        raise Fatal(f"give the database with -d DB (the one to {kind.database_role})",
+                    ExitCode.USAGE)
     # timings alone need no server; any connection option asks for one
     wants_server = has_db or conn.host or conn.port
-    req = Request(kind=kind, conn=conn if wants_server else None, target_dir=target,
+    req = Request(kind=kind.name, conn=conn if wants_server else None, target_dir=target,
                   archive=archive, probe=probe, probe_seconds=probe_seconds, history=history,
                   timings=timings, compression=comp, max_jobs=max_jobs,
                   dbname_for_command=dbname, host=conn.host,
@@ -69,8 +70,9 @@ def _copy(*, conn: ConnTarget, dbname: str | None, target: str | None, archive: 
     if fmt_ not in ("csv", "text"):
         raise Fatal(f"--format {copy_format}: use csv or text", ExitCode.USAGE)
     if not (dbname or os.environ.get("PGDATABASE")):
-        raise Fatal("give the database with -d DB (the one to load into)", ExitCode.USAGE)
-    req = Request(kind="copy", conn=conn, probe=probe, probe_seconds=probe_seconds,
+        raise Fatal(f"give the database with -d DB (the one to {COPY.database_role})",
+                    ExitCode.USAGE)
+    req = Request(kind=COPY.name, conn=conn, probe=probe, probe_seconds=probe_seconds,
                   max_jobs=max_jobs, dbname_for_command=dbname, host=conn.host,
                   port=None if conn.port is None else str(conn.port), user=conn.user,
                   copy_file=copy, copy_table=table, copy_format=fmt_, copy_header=header)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from ..connect import connect
-from ..exitcodes import ExitCode
-from ..readers.db import read_facts
+from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
 from .. import units as fmt
 from . import predict, usl
@@ -36,6 +36,7 @@ from .evidence import (
     usable_cores,
 )
 from .inventory import read_advise_facts, server_is_local, setting_bytes
+from .kinds import COPY
 from .predict import Evidence, Prediction
 from .probe import ProbeError, qualified_name
 from .probe.walstep import WAL_PER_HEAP
@@ -46,7 +47,7 @@ from .probe.copyload import (
     check_copy_file,
     run_copy_probe,
 )
-from .request import AdviseError, Request
+from .request import AdviseError, Request, refused_queries
 
 # Seed: parallel COPY into one table scales best to about half the server's
 # CPUs and worse beyond.
@@ -150,7 +151,60 @@ def copy_predictions(ev: Evidence, data_bytes: float, jobs: list[int]) -> list[P
     return out
 
 
+@dataclass
+class CopyTarget:
+    """What a COPY load's advice reads: the server's facts, the table and
+    the file checked against it."""
+
+    facts: ServerFacts
+    afacts: dict[str, Any]
+    local: bool
+    table: TargetTable
+    cf: CopyFile
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.afacts.get("settings") or {}
+
+
 def advise_copy(req: Request) -> Advice:
+    """How many COPY streams: read the table and the file, probe or guess,
+    predict each stream count, cap by the connections, choose."""
+    t = read_target(req)
+    warnings: list[Caution] = []
+    notes: list[str] = []
+    cores = usable_cores()
+    max_jobs = max(1, req.max_jobs or cores)
+    static = copy_static(cores, t.local, len(t.table.indexes))
+    data = float(t.cf.data_bytes)
+    ev, probe_json = _copy_evidence(req, t, static, cores, max_jobs, warnings, notes)
+
+    limit = max_jobs if ev.basis == "static" else min(max_jobs, ev.limit_n or max_jobs)
+    jobs = list(range(1, max(1, limit) + 1))
+    preds = copy_predictions(ev, data, jobs)
+    caps = dict(connection_cap(COPY.name, t.afacts))
+    choice = predict.choose(preds, ev.cpu_per_gb, caps, extrapolated_ok=ev.extend)
+    rec = choice.recommended
+    warnings += connection_warnings(COPY.name, t.afacts, choice)
+    warnings += copy_warnings(t.table, t.settings, data, t.facts.version_num,
+                              bool(probe_json and probe_json.get("wal")))
+    if t.cf.multiline:
+        notes.append("some records hold newlines (quoted): the command's line-based split "
+                     "would cut them; use a loader that splits the file on records")
+    a = Advice(kind=COPY.name, recommended=rec, fastest=choice.fastest, predictions=preds,
+               lower_bound_s=next(p.lower_bound_s for p in preds if p.jobs == rec),
+               basis=ev.basis, confidence=confidence(ev), warnings=warnings,
+               command=copy_command(req, t.cf, t.table, rec), evidence=ev, choice=choice,
+               inventory=None, dominant=None, probe=probe_json,
+               why=copy_why(ev, choice, preds), notes=notes,
+               server=server_facts(t.facts, t.afacts, t.local))
+    a.copy = copy_json(t, ev, probe_json)
+    return a
+
+
+def read_target(req: Request) -> CopyTarget:
+    """The file's shape, the server's facts and the table; the file again,
+    against the table's columns. AdviseError (one line) for bad input."""
     assert req.copy_file is not None and req.copy_table is not None
     path = req.copy_file
     try:
@@ -166,86 +220,88 @@ def advise_copy(req: Request) -> Advice:
         local = server_is_local(facts)
         table = table_info(conn, req.copy_table, facts.version_num)
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise AdviseError(f"the server refused the catalog queries: {redact_text(first)}",
-                          ExitCode.CONNECT) from None
+        raise refused_queries(exc) from None
     finally:
         conn.close()
     try:
         cf = check_copy_file(path, req.copy_format, req.copy_header, table.columns)
     except CopyInputError as exc:
         raise AdviseError(str(exc)) from None
+    return CopyTarget(facts, afacts, local, table, cf)
 
-    warnings: list[Caution] = []
-    notes: list[str] = []
-    cores = usable_cores()
-    max_jobs = max(1, req.max_jobs or cores)
-    settings = afacts.get("settings") or {}
-    static = copy_static(cores, local, len(table.indexes))
-    data = float(cf.data_bytes)
 
+def _copy_evidence(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jobs: int,
+                   warnings: list[Caution], notes: list[str]
+                   ) -> tuple[Evidence, dict[str, Any] | None]:
+    """The probe's evidence when asked for and affordable, else the static
+    guess (and a warning that it is one); and the probe's JSON."""
     ev: Evidence | None = None
     probe_json: dict[str, Any] | None = None
     if req.probe or req.probe_seconds is not None:
-        streams = probe_streams(max_jobs)
-        guess = data / static.throughput(1)
-        wal_counts = len(stream_plan_of(streams)) if table.logged else 0
-        budget, skip = probe_budget(req, guess, plan_seconds(streams, wal_counts))
-        if skip is not None:
-            warnings.append(Caution("probe_skipped", skip))
-        else:
-            try:
-                res = run_copy_probe(req.conn, cf, table, budget_s=budget, max_streams=streams,
-                                     max_wal_size=setting_bytes(settings, "max_wal_size"))
-            except CopyInputError as exc:
-                raise AdviseError(str(exc)) from None
-            except ProbeError as exc:
-                warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
-                res = None
-            if res is not None:
-                probe_json = res.to_json()
-                pts = res.fit_points()
-                if not pts:
-                    warnings.append(Caution("probe_failed", "the probe measured nothing "
-                                                            "within its budget"))
-                else:
-                    cpu = {int(p.streams): v for p in res.points
-                           if (v := res.cpu_s_per_gb(p.streams)) is not None}
-                    neck, per_stream = copy_limits(res, cores, len(table.indexes))
-                    ev = predict.points_evidence("probe", pts, limit=neck,
-                                                 per_stream_limit=per_stream, cpu_per_gb=cpu,
-                                                 detail={"probe": probe_json})
-                    # work units are the file's bytes: WAL a byte of file is the
-                    # WAL a heap byte over the heap bytes a byte of COPY text makes
-                    ev = bounded(ev, res, cores, WAL_PER_HEAP / DEFAULT_TEXT_RATIO)
-                    if ev.fit.n_points < 2:
-                        ev = calibrated_static(ev, static)
-                        notes.append(ev.note)
+        ev, probe_json = _copy_probe(req, t, static, cores, max_jobs, warnings)
+        if ev is not None and ev.fit.n_points < 2:
+            ev = calibrated_static(ev, static)
+            notes.append(ev.note)
     if ev is None:
         ev = static
         warnings.append(Caution("guess", "no measurement behind this advice: it is a guess "
                                          f"from {cores} cores and a typical COPY rate; "
                                          "--probe-seconds N measures this system"))
+    return ev, probe_json
 
-    limit = max_jobs if ev.basis == "static" else min(max_jobs, ev.limit_n or max_jobs)
-    jobs = list(range(1, max(1, limit) + 1))
-    preds = copy_predictions(ev, data, jobs)
-    caps = dict(connection_cap("copy", afacts))
-    choice = predict.choose(preds, ev.cpu_per_gb, caps, extrapolated_ok=ev.extend)
-    rec = choice.recommended
-    warnings += connection_warnings("copy", afacts, choice)
-    warnings += copy_warnings(table, settings, data, facts.version_num,
-                              bool(probe_json and probe_json.get("wal")))
 
-    why = why_lines(ev, choice, preds, None)
-    why = [re.sub(r"-j (\d+)", r"\1 stream(s)", w) for w in why]
+def _copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jobs: int,
+                warnings: list[Caution]) -> tuple[Evidence | None, dict[str, Any] | None]:
+    """The COPY probe within its budget, fitted and bounded; (None, ...) with
+    a warning when it was skipped, failed or measured nothing."""
+    assert req.conn is not None
+    streams = probe_streams(max_jobs)
+    guess = float(t.cf.data_bytes) / static.throughput(1)
+    wal_counts = len(stream_plan_of(streams)) if t.table.logged else 0
+    budget, skip = probe_budget(req, guess, plan_seconds(streams, wal_counts))
+    if skip is not None:
+        warnings.append(Caution("probe_skipped", skip))
+        return None, None
+    try:
+        res = run_copy_probe(req.conn, t.cf, t.table, budget_s=budget, max_streams=streams,
+                             max_wal_size=setting_bytes(t.settings, "max_wal_size"))
+    except CopyInputError as exc:
+        raise AdviseError(str(exc)) from None
+    except ProbeError as exc:
+        warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
+        return None, None
+    probe_json = res.to_json()
+    pts = res.fit_points()
+    if not pts:
+        warnings.append(Caution("probe_failed", "the probe measured nothing within its budget"))
+        return None, probe_json
+    cpu = {int(p.streams): v for p in res.points
+           if (v := res.cpu_s_per_gb(p.streams)) is not None}
+    neck, per_stream = copy_limits(res, cores, len(t.table.indexes))
+    ev = predict.points_evidence("probe", pts, limit=neck, per_stream_limit=per_stream,
+                                 cpu_per_gb=cpu, detail={"probe": probe_json})
+    # work units are the file's bytes: WAL a byte of file is the
+    # WAL a heap byte over the heap bytes a byte of COPY text makes
+    return bounded(ev, res, cores, WAL_PER_HEAP / DEFAULT_TEXT_RATIO), probe_json
+
+
+def copy_why(ev: Evidence, choice: predict.Choice, preds: list[Prediction]) -> list[str]:
+    """The reasoning lines in streams, what limits them all and one."""
+    why = [re.sub(r"-j (\d+)", r"\1 stream(s)", w) for w in why_lines(ev, choice, preds, None)]
     why.append(f"limited by: {ev.limit}")
     if ev.per_stream_limit:
         why.append(f"one stream is bound by {ev.per_stream_limit}")
     if ev.basis == "static":
         why.append(ev.note)
-    copy_json = {
-        "file": path, "format": cf.fmt, "header": cf.header, "bytes": cf.size,
+    return why
+
+
+def copy_json(t: CopyTarget, ev: Evidence, probe_json: dict[str, Any] | None
+              ) -> dict[str, Any]:
+    """The advice's `copy` object: the file, the table, what was measured."""
+    cf, table = t.cf, t.table
+    return {
+        "file": cf.path, "format": cf.fmt, "header": cf.header, "bytes": cf.size,
         "data_bytes": cf.data_bytes, "columns": cf.columns, "multiline_records": cf.multiline,
         "table": table.name,
         "table_rows": table.rows, "logged": table.logged, "indexes": len(table.indexes),
@@ -255,18 +311,6 @@ def advise_copy(req: Request) -> Advice:
                  else "not measured (the probe's table is unlogged)")
                 if table.logged else "none"),
     }
-    if cf.multiline:
-        notes.append("some records hold newlines (quoted): the command's line-based split "
-                     "would cut them; use a loader that splits the file on records")
-    server = server_facts(facts, afacts, local)
-    a = Advice(kind="copy", recommended=rec, fastest=choice.fastest, predictions=preds,
-               lower_bound_s=next(p.lower_bound_s for p in preds if p.jobs == rec),
-               basis=ev.basis, confidence=confidence(ev), warnings=warnings,
-               command=copy_command(req, cf, table, rec), evidence=ev, choice=choice,
-               inventory=None, dominant=None, probe=probe_json, why=why, notes=notes,
-               server=server)
-    a.copy = copy_json
-    return a
 
 
 def copy_warnings(table: TargetTable, settings: dict[str, Any], data: float,

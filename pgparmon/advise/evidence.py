@@ -9,12 +9,12 @@ import os
 from typing import Any
 
 from ..analyze.saturation import STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
-from ..readers.db import ServerFacts
 from .. import units as fmt
 from . import predict, usl
 from .checks import Caution
-from .inventory import Inventory, setting_bytes
+from .kinds import kind_named
 from .predict import Ceiling, Evidence
+from .probe.results import ProbeError
 from .probe.walstep import WAL_PER_HEAP
 from .request import AdviseError, Request
 
@@ -48,7 +48,7 @@ def history_evidence(req: Request, notes: list[str]) -> Evidence | None:
         runs = load_history(req.history)
     except HistoryError as exc:
         raise AdviseError(str(exc)) from None
-    kind = "pg_dump" if req.kind == "dump" else "pg_restore"
+    kind = kind_named(req.kind).tool
     pts = history_points(runs, kind)
     if not pts:
         notes.append(f"the recordings hold no steady {kind} throughput to learn from")
@@ -96,63 +96,40 @@ def probe_streams(max_jobs: int) -> int:
     return max(1, min(max_jobs, 2 * usable_cores(), MAX_PROBE_STREAMS))
 
 
-def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | None,
-                   static: Evidence, max_jobs: int, notes: list[str], warnings: list[Caution],
-                   settings: dict[str, Any] | None = None
+def probe_evidence(strategy: Any, s: Any, static: Evidence, max_jobs: int
                    ) -> tuple[Evidence | None, dict[str, Any] | None]:
-    if req.conn is None or facts is None or inv is None:
+    """The probe's evidence for a dump or a restore (`strategy` runs its
+    probe, strategies.py), and its JSON; (None, ...) with a warning or a note
+    in the Situation `s` when it did not run or measured nothing."""
+    req, inv = s.req, s.inv
+    if req.conn is None or s.facts is None or inv is None:
         raise AdviseError("--probe needs the server: give -d DB (and -h/-p/-U as for psql)")
     if not inv.tables:
-        notes.append("nothing to probe: no table data")
+        s.notes.append("nothing to probe: no table data")
         return None, None
-    items = inv.items
     streams = probe_streams(max_jobs)
-    wal_counts = len(stream_plan_of(streams)) if req.kind == "restore" else 0
-    guess = predict.predict(static, items, [1])[0].wall_s
-    budget, skip = probe_budget(req, guess, plan_seconds(streams, wal_counts))
-    if skip is not None:
-        warnings.append(Caution("probe_skipped", skip))
+    guess = predict.predict(static, inv.items, [1])[0].wall_s
+    budget, skip = probe_budget(req, guess,
+                                plan_seconds(streams, strategy.probe_wal_steps(streams)))
+    refusal = (Caution("probe_skipped", skip) if skip is not None
+               else strategy.probe_refusal(inv))
+    if refusal is not None:
+        s.warnings.append(refusal)
         return None, None
-    biggest = max((t.heap_bytes for t in inv.tables), default=0.0)
-    if req.kind == "restore" and biggest < SMALL_FILE_HEAP:
-        warnings.append(Caution(
-            "probe_small_files",
-            f"the archive's largest data file holds {fmt.size(biggest)}: a restore probe "
-            "would time its own start-up per file (a decompressor and a \\copy each), not "
-            "a data rate; pg_restore's cost per item is in the per-object model instead: "
-            "advice from the other evidence"))
-        return None, None
-    from . import probe as probe_mod
-
     try:
-        if req.kind == "dump":
-            assert req.target_dir
-            tables = [probe_mod.ProbeTable(name=t.name, schema=t.schema, relname=t.relname,
-                                           relpages=t.relpages - t.toast_pages,
-                                           toast_pages=t.toast_pages)
-                      for t in inv.tables if t.relpages - t.toast_pages > 0]
-            if not tables:
-                notes.append("no table with pages to probe (run ANALYZE)")
-                return None, None
-            res = probe_mod.run_probe(req.conn, tables, req.target_dir,
-                                      budget_s=budget, max_streams=streams,
-                                      compression=req.compression.method,
-                                      level=req.compression.level, block_size=inv.block_size,
-                                      server_version_num=facts.version_num)
-        else:
-            runner = getattr(probe_mod, "run_restore_probe", None)
-            if runner is None:
-                warnings.append(Caution("probe_unavailable", "a restore probe is not "
-                                                             "available yet: advice from "
-                                                             "the other evidence"))
-                return None, None
-            assert req.archive
-            res = runner(req.conn, req.archive, budget_s=budget, max_streams=streams,
-                         server_version_num=facts.version_num,
-                         max_wal_size=setting_bytes(settings or {}, "max_wal_size"))
-    except probe_mod.ProbeError as exc:
-        warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
+        res = strategy.run_probe(s, budget, streams)
+    except ProbeError as exc:
+        s.warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
         return None, None
+    if res is None:
+        return None, None
+    return _probe_fit(res, budget, s.warnings)
+
+
+def _probe_fit(res: Any, budget: float, warnings: list[Caution]
+               ) -> tuple[Evidence | None, dict[str, Any]]:
+    """The probe's points fitted, named and bounded (by the host's CPU and the
+    WAL it measured, and the storage's knee)."""
     pts = res.fit_points()
     pj = res.to_json()
     pj.setdefault("seconds", res.seconds)
@@ -173,13 +150,6 @@ def probe_evidence(req: Request, inv: Inventory | None, facts: ServerFacts | Non
     ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": pj})
     return bounded(ev, res, usable_cores(), WAL_PER_HEAP), pj
-
-
-# A restore probe loads whole files up to its range size: with no data file
-# of at least this many heap bytes, each file's fixed cost in the probe (one
-# decompressor process and one \copy, ~2 ms) outweighs its data (1 MB loads
-# in ~10 ms), and what it measures is not a data rate.
-SMALL_FILE_HEAP = 1e6
 
 
 def storage_bound(points: list[Any]) -> tuple[int, str] | None:

@@ -65,10 +65,12 @@ from typing import Any
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..jobs.base import Job, PlanInputs
 from ..record import Recording, RecordingError, read_recording
+from .kinds import BY_TOOL
 
-KINDS = ("pg_dump", "pg_restore", "copy")
-# The unit each kind's X(k) is in (what the advice's items are sized in).
-UNITS = {"pg_dump": "heap bytes", "pg_restore": "heap bytes", "copy": "COPY bytes"}
+# The job kinds a recording may hold, and the unit each one's X(k) is in
+# (what the advice's items are sized in): kinds.py's HistoryMeasure.
+KINDS = tuple(BY_TOOL)
+UNITS = {tool: k.history.unit for tool, k in BY_TOOL.items()}
 MIN_STEADY = 3  # steady intervals a stream count needs in one run
 WARMUP_INTERVALS = 1  # intervals skipped after a change of k
 RATE_WINDOW_S = 5.0  # job.bytes_per_s is the rate over the last 5 s (monitor.py)
@@ -196,20 +198,21 @@ def _observations(rec: Recording, kind: str, samples: list[dict[str, Any]]
                   ) -> tuple[list[_Obs], str, str, float]:
     """The samples as (t, k, work or rate), in the kind's unit; the unit, a
     note on the measure, and the warm-up the measure needs."""
+    measure = BY_TOOL[kind].history
     total = _work_total(rec, kind)
     scale: float | None = 1.0
     note = ""
-    if kind == "pg_restore" and total is not None:
+    if measure.archive_work and total is not None:
         scale, how = _restore_scale(rec)
         if scale is None:
             total = None
         elif how:
             note = how
-    use_progress = kind != "copy" and total is not None and total > 0 and any(
+    use_progress = measure.by_progress and total is not None and total > 0 and any(
         s["job"].get("progress") is not None for s in samples)
-    unit = UNITS[kind]
+    unit = measure.unit
     rate_scale = 1.0
-    if not use_progress and kind != "copy":
+    if not use_progress and measure.by_progress:
         rate_scale = 1.0 / DEFAULT_TEXT_RATIO
         note = ("no progress in the recording: heap bytes estimated from COPY bytes / "
                 f"{DEFAULT_TEXT_RATIO}, over intervals where every active worker ran COPY")

@@ -35,6 +35,7 @@ from ..readers import procs
 from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
 from ..toc import TocError, archive_format, list_archive
+from .kinds import DUMP, RESTORE
 
 
 class InventoryError(ValueError):
@@ -54,7 +55,7 @@ class TableSize:
 
 @dataclass
 class Inventory:
-    kind: str  # "dump" | "restore"
+    kind: str  # the Kind's name (kinds.py): a dump's or a restore's
     items: list[WorkItem]
     tables: list[TableSize]  # the data items, largest first
     block_size: int = 8192
@@ -78,7 +79,7 @@ class Inventory:
         """The same restore, its builds costed at index_factor x their
         table's load work for a table of rows as wide as `measured_on`'s
         (the table a probe timed its build on; None: INDEX_REF_ROW_BYTES)."""
-        if self.kind != "restore" or self.plan_inputs is None:
+        if self.plan_inputs is None:  # a dump's: no archive to plan
             return self
         toc, archive_files, post, parents = self.plan_inputs
         ref = self.row_bytes(measured_on) if measured_on else None
@@ -139,7 +140,7 @@ def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
                    local: bool) -> Inventory:
     row = conn.execute(sql.load("tables", facts.version_num)).fetchone()
     tables: list[list[Any]] = (row[0] if row else None) or []
-    tr = Tracker(Job(kind="pg_dump", database=facts.database), block_size=facts.block_size)
+    tr = Tracker(Job(kind=DUMP.tool, database=facts.database), block_size=facts.block_size)
     sizes = table_file_sizes(facts.data_directory if local else None, tables)
     plan_tables(tr, None, tables, sizes)
     info = {f"{t[1]}.{t[2]}": t for t in tables}
@@ -155,7 +156,7 @@ def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
                              heap_bytes=it.work, reltuples=it.reltuples,
                              toast_pages=int(t[6] or 0) if t else 0))
     out.sort(key=lambda t: -t.heap_bytes)
-    inv = Inventory("dump", _work_items(tr), out, block_size=facts.block_size)
+    inv = Inventory(DUMP.name, _work_items(tr), out, block_size=facts.block_size)
     if unsized:
         inv.notes.append(f"{unsized} table(s) were never vacuumed or analyzed (relpages 0): "
                          "their size is unknown to the catalog; run ANALYZE for better advice")
@@ -326,7 +327,7 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
                   ref_row_bytes: float = INDEX_REF_ROW_BYTES,
                   parents: dict[str, str] | None = None
                   ) -> tuple[list[WorkItem], list[TableSize]]:
-    tr = Tracker(Job(kind="pg_restore", database=None))
+    tr = Tracker(Job(kind=RESTORE.tool, database=None))
     if index_factor is not None and index_factor > 0:
         tr.index_factor = index_factor
     plan_archive(tr, toc, files, targets, parents)
@@ -400,7 +401,7 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
                              "header): give a -Fd directory or a -Fc file with --archive")
     size = _path_size(archive)
     if fmt in ("plain", "tar"):
-        inv = Inventory("restore", [], [], archive_format=fmt, archive_bytes=size)
+        inv = Inventory(RESTORE.name, [], [], archive_format=fmt, archive_bytes=size)
         return inv
     try:
         _, toc = list_archive(archive, pg_restore=pg_restore)
@@ -427,7 +428,7 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         comp = None
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
                                   parents=parents)
-    inv = Inventory("restore", items, tables, archive_format=fmt, archive_bytes=size,
+    inv = Inventory(RESTORE.name, items, tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp, plan_inputs=(toc, files, targets, parents),
                     rows=rows, early_fks=fk_before_partitions(toc, targets, parents))
     if fmt == "custom":

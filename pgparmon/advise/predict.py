@@ -24,6 +24,7 @@ from ..analyze.saturation import FLAT_GAIN
 from ..analyze.schedule import WorkItem, lower_bound, simulate
 from .. import units as fmt
 from . import usl
+from .kinds import kind_named
 
 # docs/advise.md: the knee is the smallest j within 10% of the fastest, and the
 # efficient j keeps CPU-seconds per GB within 1.25x of one job's.
@@ -34,9 +35,8 @@ EFFICIENCY = 1.25
 DOMINANT_SHARE = 0.85
 
 # Static guesses, heap bytes per second of one core (advice from these is
-# labelled a guess): the server's COPY TO / FROM, and the client's compressor.
-SERVER_COPY_OUT = 250e6
-SERVER_COPY_IN = 80e6
+# labelled a guess): the server's COPY TO / FROM (each kind's StaticModel,
+# kinds.py), and the client's compressor.
 CLIENT_RATE = {"gzip": 45e6, "lz4": 400e6, "zstd": 160e6, "none": 600e6}
 GZIP_LEVEL_RATE = {0: 600e6, 1: 110e6, 2: 100e6, 3: 85e6, 4: 70e6, 5: 55e6, 6: 45e6,
                    7: 35e6, 8: 18e6, 9: 12e6}
@@ -197,17 +197,21 @@ class Prediction:
 
 def static_evidence(kind: str, cores: int, compression: Compression, local: bool) -> Evidence:
     """A guess from the machine alone: per-stream rate from typical per-core
-    rates of the server's COPY and the client's compressor; the host's cores
-    as the ceiling when client and server share it."""
-    if kind == "dump":
-        server, client = SERVER_COPY_OUT, compression.client_rate()
-        r1 = min(server, client)  # pg_dump reads and compresses in one process
+    rates of the server's COPY and the client's compressor (the kind's
+    StaticModel); the host's cores as the ceiling when client and server
+    share it."""
+    model = kind_named(kind).static
+    assert model is not None, f"no static model for {kind}"
+    server = model.server_rate
+    if model.client_compresses:
+        client = compression.client_rate()
+        r1 = min(server, client)  # one process reads and compresses
         cores_per_stream = r1 / server + r1 / client
-        per_stream = "compression CPU" if client < server else "the server's COPY"
+        per_stream = "compression CPU" if client < server else model.per_stream
     else:
-        r1 = SERVER_COPY_IN
-        cores_per_stream = 1.1  # the backend parses, writes WAL; pg_restore decompresses
-        per_stream = "the server's COPY FROM"
+        r1 = server
+        cores_per_stream = model.cores_per_stream
+        per_stream = model.per_stream
     ceiling = cores / cores_per_stream if local else None
     x_max = r1 * ceiling if ceiling is not None else None
     n_max = max(1, cores * 2)
@@ -265,31 +269,12 @@ class ObjectCost:
         return self.objects * self.object_s + self.items * per
 
 
-# Per-object costs measured on this project's 2-core VM (PostgreSQL 15's
-# pg_dump and pg_restore, fsync off, 250 to 2000 tables of one row with a
-# serial primary key; docs/benchmarks.md, "Many small tables"):
-# pg_dump -s of 2000 tables (8000 relations, constraints and functions)
-# took 0.60 s, -Fd -j 1 1.28-1.35 s, -j 2 1.63-2.14 s and -j 4 2.51 s; 500
-# tables 0.18 / 0.48 / 0.41 s. A restore's pre-data section took 0.4-0.7 ms
-# per object; pg_restore of 2000 such tables (4000 items: data and primary
-# keys) took 3.5 s at -j 1, 8.7 s at -j 2 and 9.9 s at -j 4: its leader hands
-# out items one by one, and the cost per item at -j 2+ is about 1 ms more.
-DUMP_OBJECT_S = 75e-6
-DUMP_ITEM_S_1 = 0.34e-3
-DUMP_ITEM_S_N = 0.55e-3
-DUMP_ITEM_S_MORE = 0.1e-3
-RESTORE_OBJECT_S = 0.5e-3
-RESTORE_ITEM_S_1 = 0.2e-3
-RESTORE_ITEM_S_N = 1.0e-3
-RESTORE_ITEM_S_MORE = 0.15e-3
-
-
 def object_cost(kind: str, objects: int, items: int) -> ObjectCost:
-    if kind == "dump":
-        return ObjectCost(objects, items, DUMP_OBJECT_S, DUMP_ITEM_S_1, DUMP_ITEM_S_N,
-                          DUMP_ITEM_S_MORE)
-    return ObjectCost(objects, items, RESTORE_OBJECT_S, RESTORE_ITEM_S_1, RESTORE_ITEM_S_N,
-                      RESTORE_ITEM_S_MORE)
+    """The kind's per-object costs (kinds.py, measured) for this many objects
+    and items."""
+    c = kind_named(kind).object_costs
+    assert c is not None, f"no per-object costs for {kind}"
+    return ObjectCost(objects, items, c.object_s, c.item_s_1, c.item_s_n, c.item_s_more)
 
 
 # A load into a cluster with data checksums: seed 002 measured updates ~13%

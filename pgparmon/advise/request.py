@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..connect import ConnTarget
 from ..exitcodes import ExitCode
+from ..redact import redact_text
 from .predict import Compression
 
 
@@ -17,6 +18,13 @@ class AdviseError(Exception):
     def __init__(self, msg: str, code: int = ExitCode.USAGE) -> None:
         super().__init__(msg)
         self.code = code
+
+
+def refused_queries(exc: Exception) -> AdviseError:
+    """The server refused advise's catalog queries: its first line, redacted."""
+    first = str(exc).strip().splitlines()[0]
+    return AdviseError(f"the server refused the catalog queries: {redact_text(first)}",
+                       ExitCode.CONNECT)
 
 
 @dataclass

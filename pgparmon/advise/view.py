@@ -10,6 +10,7 @@ from rich.text import Text
 from ..redact import redact_text
 from .. import units as fmt
 from .document import Advice
+from .kinds import kind_named
 
 _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier runs",
           "timings": "the timings given", "static": "static facts only: a guess"}
@@ -17,12 +18,9 @@ _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier r
 
 def render(a: Advice) -> RenderableType:
     rec = a.prediction(a.recommended)
-    what = {"dump": "pg_dump", "restore": "pg_restore", "copy": "COPY"}.get(a.kind, a.kind)
+    kind = kind_named(a.kind)
     head = Text()
-    if a.kind == "copy":
-        head.append(f"{what}: use {a.recommended} parallel stream(s)", style="bold green")
-    else:
-        head.append(f"{what}: use -j {a.recommended}", style="bold green")
+    head.append(f"{kind.label}: {kind.use_words.format(n=a.recommended)}", style="bold green")
     if rec:
         head.append(f"  predicted {fmt.duration(rec.wall_s)}", style="bold")
     if a.fastest != a.recommended:
@@ -43,7 +41,7 @@ def render(a: Advice) -> RenderableType:
                           f"{c['table']} ({c['indexes']} index(es), "
                           f"{'logged' if c['logged'] else 'unlogged'}); index maintenance "
                           f"{c['index_maintenance']}", style="dim"))
-    if a.lower_bound_s is not None and a.kind != "copy":
+    if a.lower_bound_s is not None and kind.whole_items:
         parts.append(Text(f"lower bound at -j {a.recommended}: {fmt.duration(a.lower_bound_s)} "
                           "(largest item alone, or all work at full throughput)", style="dim"))
     parts.append(Text(""))
@@ -51,7 +49,7 @@ def render(a: Advice) -> RenderableType:
     parts.append(Text(""))
 
     t = Table(box=None, pad_edge=False, header_style="bold")
-    t.add_column("streams" if a.kind == "copy" else "-j", justify="right")
+    t.add_column(kind.jobs_heading, justify="right")
     t.add_column("predicted", justify="right")
     has_measured = any(p.measured_s is not None for p in a.predictions)
     if has_measured:

@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...analyze.progress import DEFAULT_TEXT_RATIO
@@ -39,7 +39,7 @@ from .plan import (
 )
 from .psql import checked_psql, error_line, is_local_host, psql_env
 from .restore_ranges import DataFile, RestoreSource
-from .results import GB, ProbeError, ProbeResult
+from .results import GB, ProbeError, ProbePoint, ProbeResult
 from .steps import StepRunner
 from .streams import Stream
 from .walstep import measure_wal, wal_reserve
@@ -180,18 +180,45 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
         raise ProbeError("the restore probe needs the archive's directory (a path)")
     archive_dir = os.fspath(archive_dir)
     check_args(budget_s, max_streams)
-    if data_files is None or create_sql is None:
-        found_files, found_create = restore_probe_inputs(archive_dir, text_ratio=text_ratio)
-        data_files = found_files if data_files is None else data_files
-        create_sql = found_create if create_sql is None else create_sql
-    if index_sql is None:
-        index_sql = archive_index_sql(archive_dir)
-    if not data_files:
-        raise ProbeError("the archive has no table data to probe")
+    data_files, create_sql, index_sql = _inputs(archive_dir, data_files, create_sql,
+                                                index_sql, text_ratio)
     psql = checked_psql()
     env = psql_env(target, statement_timeout_ms=int((budget_s + 30) * 1000), read_only=False)
     notes: list[str] = []
     device = probe_device(archive_dir, notes)
+    scratch, files, label = _linked_files(data_files)
+    source = RestoreSource(files, create_sql, scratch, text_ratio)
+    probe = StepRunner(psql=psql, comp=None, env=env, scratch=scratch, source=source,
+                       device=device, local=is_local_host(env.get("PGHOST")),
+                       connect_timeout_s=float(target.connect_timeout_s))
+    built: dict[str, Any] = {}
+    finale = _index_build(source, index_sql, t_start + budget_s, INDEX_SHARE * budget_s,
+                          built, notes)
+
+    # what pg_restore's own client would spend per byte (timed before the
+    # steps, within the budget), to read the steps as pg_restore would
+    client_real = pg_restore_client_cost(files, text_ratio)
+    wal_s = wal_reserve(budget_s, len(stream_plan(max_streams)))
+    points = run_steps(probe, scratch, notes, t_start, budget_s - wal_s, max_streams, finale)
+    wal = (measure_wal(target, [p.streams for p in points],
+                       t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)
+           if wal_s > 0 and points else [])
+    if client_real is not None:
+        points = _as_real_client(points, client_real, notes)
+    build_s_per_byte, build = _timed_build(built, budget_s, notes)
+    notes += _what_was_measured(source.reused, bool(wal), build_s_per_byte, build)
+    cpu_note(probe, points, notes)
+    return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
+                       compression=label, ratio=None, device=device, notes=notes,
+                       build_s_per_byte=build_s_per_byte, build=build,
+                       client_s_per_byte=client_real, wal=wal)
+
+
+def _linked_files(data_files: list[tuple[str, str, float]]
+                  ) -> tuple[str, list[DataFile], str]:
+    """(scratch directory, the data files linked into it, their compression:
+    one decompressor's name, "none" or "mixed"); ProbeError when a file or
+    its decompressor is missing (the scratch directory then removed)."""
     try:
         scratch = tempfile.mkdtemp(prefix="pgparmon-restore-probe-")
     except OSError as exc:
@@ -224,19 +251,58 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    source = RestoreSource(files, create_sql, scratch, text_ratio)
-    probe = StepRunner(psql=psql, comp=None, env=env, scratch=scratch, source=source,
-                       device=device, local=is_local_host(env.get("PGHOST")),
-                       connect_timeout_s=float(target.connect_timeout_s))
-    built: dict[str, Any] = {}
+    return scratch, files, kinds.pop() if len(kinds) == 1 else "mixed"
 
+
+def _as_real_client(points: list[ProbePoint], client_real: float, notes: list[str]
+                    ) -> list[ProbePoint]:
+    """The steps read as pg_restore's own client would have run them (its
+    CPU per byte, timed apart), with a note when that changed them."""
+    raw = points
+    points, factor = as_pg_restore(points, client_real)
+    if factor is not None:
+        worst = max(raw, key=lambda p: p.client_cpu_s / max(p.heap_bytes, 1.0))
+        notes.append(
+            f"the probe's client (decompressor, head/dd, psql \\copy) spent "
+            f"{worst.client_cpu_s / worst.heap_bytes * GB:.1f} s/GB where pg_restore's "
+            f"would spend {client_real * GB:.1f} s/GB; the steps that filled the host's "
+            f"CPUs are read as if it had (up to {factor:.2f}x faster: the CPU goes to "
+            f"the server)")
+    return points
+
+
+def _timed_build(built: dict[str, Any], budget_s: float, notes: list[str]
+                 ) -> tuple[float | None, dict[str, Any] | None]:
+    """(build_s_per_byte, build) from the index build the warm-up's last
+    session ran; (None, None) with a note when it was not timed."""
+    s_ix = built.pop("stream", None)
+    if s_ix is None:
+        return None, None
+    res_ix = s_ix.index_result
+    if res_ix is not None and res_ix[1] > 0 and built["heap_bytes"] > 0:
+        return res_ix[0] / built["heap_bytes"], dict(built, seconds=round(res_ix[0], 6))
+    if res_ix is not None and res_ix[0] >= 0.9 * min(INDEX_SHARE * budget_s, 1e9):
+        notes.append(f"the index build on {built['table']} took longer than the probe "
+                     f"allows ({res_ix[0]:.1f} s): not measured")
+    else:
+        err = error_line(s_ix.other)
+        notes.append(f"the index build on {built['table']} failed"
+                     + (f": {err}" if err else ""))
+    return None, None
+
+
+def _index_build(source: RestoreSource, index_sql: Mapping[str, Sequence[str]], end: float,
+                 limit_s: float, built: dict[str, Any], notes: list[str]
+                 ) -> Callable[[Stream], str | None]:
+    """The warm-up's finale: the index build, after its last range, in its
+    session, timed (into `built`) when the budget (ending at `end`) leaves
+    INDEX_MIN_LEFT_S; at most limit_s."""
     def finale(s: Stream) -> str | None:
-        # the index build, after the warm-up's last range, in its session
-        left = t_start + budget_s - CLEANUP_RESERVE_S - time.monotonic()
+        left = end - CLEANUP_RESERVE_S - time.monotonic()
         if left < INDEX_MIN_LEFT_S:
             notes.append("no time left in the budget for the index build")
             return None
-        got = source.index_script(s, index_sql, min(INDEX_SHARE * budget_s, left / 4))
+        got = source.index_script(s, index_sql, min(limit_s, left / 4))
         if got is None:
             notes.append("the warm-up loaded too little to time an index build on")
             return None
@@ -244,53 +310,38 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
         built.update(stream=s, table=table, index=shown, heap_bytes=heap)
         return script
 
-    # what pg_restore's own client would spend per byte (timed before the
-    # steps, within the budget), to read the steps as pg_restore would
-    client_real = pg_restore_client_cost(files, text_ratio)
-    wal_s = wal_reserve(budget_s, len(stream_plan(max_streams)))
-    points = run_steps(probe, scratch, notes, t_start, budget_s - wal_s, max_streams, finale)
-    wal = (measure_wal(target, [p.streams for p in points],
-                       t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)
-           if wal_s > 0 and points else [])
-    if client_real is not None:
-        raw = points
-        points, factor = as_pg_restore(points, client_real)
-        if factor is not None:
-            worst = max(raw, key=lambda p: p.client_cpu_s / max(p.heap_bytes, 1.0))
-            notes.append(
-                f"the probe's client (decompressor, head/dd, psql \\copy) spent "
-                f"{worst.client_cpu_s / worst.heap_bytes * GB:.1f} s/GB where pg_restore's "
-                f"would spend {client_real * GB:.1f} s/GB; the steps that filled the host's "
-                f"CPUs are read as if it had (up to {factor:.2f}x faster: the CPU goes to "
-                f"the server)")
-    build_s_per_byte = None
-    build: dict[str, Any] | None = None
-    s_ix = built.pop("stream", None)
-    if s_ix is not None:
-        res_ix = s_ix.index_result
-        if res_ix is not None and res_ix[1] > 0 and built["heap_bytes"] > 0:
-            build = dict(built, seconds=round(res_ix[0], 6))
-            build_s_per_byte = res_ix[0] / built["heap_bytes"]
-        elif res_ix is not None and res_ix[0] >= 0.9 * min(INDEX_SHARE * budget_s, 1e9):
-            notes.append(f"the index build on {built['table']} took longer than the probe "
-                         f"allows ({res_ix[0]:.1f} s): not measured")
-        else:
-            err = error_line(s_ix.other)
-            notes.append(f"the index build on {built['table']} failed"
-                         + (f": {err}" if err else ""))
-    if source.reused:
-        notes.append("the archive's data files were read more than once (the archive is "
-                     "small): the cache helped and the throughput may be optimistic")
-    notes.append("restore probe: COPY into temporary tables (no WAL): parsing, inserting "
-                 "and decompression" + ("; the WAL measured apart" if wal else
-                                        " only (the WAL not measured)"))
+    return finale
+
+
+def _what_was_measured(reused: bool, wal: bool, build_s_per_byte: float | None,
+                       build: dict[str, Any] | None) -> list[str]:
+    """The probe's notes on what it measured and how far to trust it."""
+    out = []
+    if reused:
+        out.append("the archive's data files were read more than once (the archive is "
+                   "small): the cache helped and the throughput may be optimistic")
+    out.append("restore probe: COPY into temporary tables (no WAL): parsing, inserting "
+               "and decompression" + ("; the WAL measured apart" if wal else
+                                      " only (the WAL not measured)"))
     if build_s_per_byte is not None and build is not None:
-        notes.append(f"index build: {build['index']} on {fmt.size(build['heap_bytes'])} of "
-                     f"{build['table']} in {build['seconds']:.3f} s "
-                     f"({build_s_per_byte * GB:.2f} s/GB)")
-    cpu_note(probe, points, notes)
-    label = kinds.pop() if len(kinds) == 1 else "mixed"
-    return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
-                       compression=label, ratio=None, device=device, notes=notes,
-                       build_s_per_byte=build_s_per_byte, build=build,
-                       client_s_per_byte=client_real, wal=wal)
+        out.append(f"index build: {build['index']} on {fmt.size(build['heap_bytes'])} of "
+                   f"{build['table']} in {build['seconds']:.3f} s "
+                   f"({build_s_per_byte * GB:.2f} s/GB)")
+    return out
+
+
+def _inputs(archive_dir: str, data_files: list[tuple[str, str, float]] | None,
+            create_sql: dict[str, str] | None, index_sql: Mapping[str, Sequence[str]] | None,
+            text_ratio: float) -> tuple[list[tuple[str, str, float]], dict[str, str],
+                                        Mapping[str, Sequence[str]]]:
+    """The probe's inputs as given, the missing ones read from the archive;
+    ProbeError when it holds no table data."""
+    if data_files is None or create_sql is None:
+        found_files, found_create = restore_probe_inputs(archive_dir, text_ratio=text_ratio)
+        data_files = found_files if data_files is None else data_files
+        create_sql = found_create if create_sql is None else create_sql
+    if index_sql is None:
+        index_sql = archive_index_sql(archive_dir)
+    if not data_files:
+        raise ProbeError("the archive has no table data to probe")
+    return data_files, create_sql, index_sql
