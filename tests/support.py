@@ -62,6 +62,19 @@ def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Mo
     return samples, mon.summary(), mon
 
 
+def follow(mon: Monitor, until: Callable[[dict[str, Any]], bool], ticks: int = 400,
+           pause: float = 0.25) -> list[dict[str, Any]]:
+    """The samples of a live Monitor, one every `pause` s, up to the first
+    for which `until` holds (an event, not a time); fails after `ticks`."""
+    docs = []
+    for _ in range(ticks):
+        docs.append(mon.tick())
+        if until(docs[-1]):
+            return docs
+        time.sleep(pause)
+    raise AssertionError(f"gave up after {ticks} samples: {docs[-1]['job']}")
+
+
 def read_jsonl(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
 
@@ -259,3 +272,58 @@ def dump_held_at_start(cluster: Cluster, dbname: str, out: Path,
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+# ---- an archive_command the test holds and lets go ----------------------------------
+
+class ArchiveGate:
+    """An archive_command for a test cluster that holds every segment while
+    the test wants (`hold()`: WAL written meanwhile queues up behind it, a
+    backlog), then archives them one by one with a pause before each
+    (`release()`), so that a backup waiting behind the backlog waits for a
+    while whatever the machine's speed. `command(push)` is the setting: the
+    gate, then `push` (the command that archives one segment, with %p and
+    %f), so that a tool that checks its archive_command finds itself in it."""
+
+    def __init__(self, base: Path, pause_s: float = 0.15) -> None:
+        import os
+
+        self.hold_file = base / "archive-hold"
+        self.script = base / "archive-gate.sh"
+        self.script.write_text(
+            "#!/bin/sh\n"
+            f"while [ -e '{self.hold_file}' ]; do sleep 0.05; done\n"
+            f"sleep {pause_s}\n")
+        os.chmod(self.script, 0o755)
+
+    def command(self, push: str) -> str:
+        """The archive_command setting (quoted for postgresql.conf)."""
+        return f"'sh {self.script} && {push}'"
+
+    def hold(self) -> None:
+        self.hold_file.write_text("")
+
+    def release(self) -> None:
+        self.hold_file.unlink(missing_ok=True)
+
+
+def archive_caught_up(cl: Cluster, timeout: float = 120.0) -> None:
+    """The WAL written so far archived (no segment left `.ready`): a
+    backup then waits for no backlog of archive_command."""
+    cl.psql("SELECT pg_switch_wal()")
+    ready = ("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
+             "WHERE f LIKE '%.ready'")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cl.psql(ready).strip() == "0":
+            return
+        time.sleep(0.3)
+    raise AssertionError("archive_command did not catch up: " + cl.psql(
+        "SELECT archived_count, last_archived_wal, failed_count, last_failed_wal "
+        "FROM pg_stat_archiver"))
+
+
+def queued_segments(cl: Cluster) -> int:
+    """The segments waiting for archive_command (`.ready`)."""
+    return int(cl.psql("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
+                       "WHERE f LIKE '%.ready'").strip())

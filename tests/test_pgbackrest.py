@@ -8,6 +8,7 @@ from the host alone. Command lines without a server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,14 +19,23 @@ from typing import Any
 
 import psutil
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import (
+    ArchiveGate,
+    archive_caught_up,
+    follow,
+    pgparmon_cmd,
+    queued_segments,
+    read_jsonl,
+)
 
 from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pgbackrest import _data_path, _how_far, command_of, option
+from pgparmon.jobs.walwait import WAIT_ONLY
 from pgparmon.monitor import Monitor, wait_for_job
+from pgparmon.views import fmt
 
 STANZA = "demo"
 
@@ -34,6 +44,7 @@ class Repo:
     def __init__(self, cluster: Cluster, base: Path, binary: str) -> None:
         self.cluster, self.base, self.binary = cluster, base, binary
         self.conf = base / "pgbackrest.conf"
+        self.gate: ArchiveGate | None = None  # its archive_command, held by the test
 
     def argv(self, *args: str) -> list[str]:
         return [self.binary, f"--config={self.conf}", f"--stanza={STANZA}", *args]
@@ -44,56 +55,55 @@ class Repo:
         return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-@pytest.fixture(scope="module")
-def repo(pgbackrest: str) -> Iterator[Repo]:
+@contextlib.contextmanager
+def _repository(pgbackrest: str, prefix: str, rows: int, gated: bool = False,
+                initdb_args: tuple[str, ...] = (), conf: str = "") -> Iterator[Repo]:
+    """A throwaway cluster archiving through `pgbackrest archive-push` into
+    a local posix repository (`gated`: behind an ArchiveGate, `repo.gate`),
+    with one table of `rows` rows, its stanza created."""
     import tempfile
 
-    base = Path(tempfile.mkdtemp(prefix="pgparmon-pbr-"))
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(base, 0o777)
-    conf = base / "pgbackrest.conf"
-    cl = start_cluster(prefix="pgparmon-pbr-", settings={
+    conf_file = base / "pgbackrest.conf"
+    push = f"{pgbackrest} --config={conf_file} --stanza={STANZA} archive-push"
+    gate = ArchiveGate(base) if gated else None
+    cl = start_cluster(prefix=prefix, initdb_args=initdb_args, settings={
         "archive_mode": "on",
-        "archive_command": f"'{pgbackrest} --config={conf} --stanza={STANZA} archive-push %p'"})
+        "archive_command": gate.command(f"{push} %p") if gate else f"'{push} %p'"})
     try:
         for d in ("repo", "log", "lock"):
             (base / d).mkdir()
             os.chmod(base / d, 0o777)
-        conf.write_text(
+        conf_file.write_text(
             "[global]\n"
             f"repo1-path={base}/repo\nlog-path={base}/log\nlock-path={base}/lock\n"
             "log-level-console=info\nlog-level-file=off\nstart-fast=y\n"
-            "compress-type=gz\ncompress-level=6\nrepo1-retention-full=9\n\n"
+            f"compress-type=gz\ncompress-level=6\nrepo1-retention-full=9\n{conf}\n"
             f"[{STANZA}]\npg1-path={cl.datadir}\npg1-port={cl.port}\n"
             f"pg1-socket-path={cl.sockdir}\npg1-user=postgres\n")
-        os.chmod(conf, 0o644)
-        # one table of ~130 MB: its file takes the copy a few seconds
+        os.chmod(conf_file, 0o644)
         cl.psql("CREATE TABLE big AS SELECT g, md5(g::text) || repeat('x', 100) AS pad "
-                "FROM generate_series(1, 800000) g")
+                f"FROM generate_series(1, {rows}) g")
         r = Repo(cl, base, pgbackrest)
+        r.gate = gate
         res = subprocess.run(r.as_server_user(r.argv("stanza-create")), capture_output=True,
                              text=True, timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
-        _archive_caught_up(cl)
+        archive_caught_up(cl)
         yield r
     finally:
+        if gate is not None:
+            gate.release()
         cl.stop()
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
-def _archive_caught_up(cl: Cluster) -> None:
-    """The WAL written so far archived (no segment left `.ready`): a
-    backup's start then waits for no backlog of archive-push."""
-    cl.psql("SELECT pg_switch_wal()")
-    ready = ("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
-             "WHERE f LIKE '%.ready'")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if cl.psql(ready).strip() == "0":
-            return
-        time.sleep(0.3)
-    raise AssertionError("archive_command did not catch up: " + cl.psql(
-        "SELECT archived_count, last_archived_wal, failed_count, last_failed_wal "
-        "FROM pg_stat_archiver"))
+@pytest.fixture(scope="module")
+def repo(pgbackrest: str) -> Iterator[Repo]:
+    # one table of ~130 MB: its file takes the copy a few seconds
+    with _repository(pgbackrest, "pgparmon-pbr-", 800000) as r:
+        yield r
 
 
 def _target(cl: Cluster) -> ConnTarget:
@@ -101,23 +111,13 @@ def _target(cl: Cluster) -> ConnTarget:
                       dbname="postgres")
 
 
-def _start(repo: Repo) -> subprocess.Popen[bytes]:
-    _archive_caught_up(repo.cluster)
+def _start(repo: Repo, *extra: str, caught_up: bool = True) -> subprocess.Popen[bytes]:
+    if caught_up:
+        archive_caught_up(repo.cluster)
     return subprocess.Popen(repo.as_server_user(repo.argv("--process-max=2", "--type=full",
-                                                          "backup")),
+                                                          *extra, "backup")),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-
-
-def _follow(mon: Monitor, until: Any, ticks: int = 400,
-            pause: float = 0.25) -> list[dict[str, Any]]:
-    docs = []
-    for _ in range(ticks):
-        docs.append(mon.tick())
-        if until(docs[-1]):
-            return docs
-        time.sleep(pause)
-    raise AssertionError(f"gave up after {ticks} samples: {docs[-1]['job']}")
 
 
 def _local_pids(root: int) -> list[int]:
@@ -145,7 +145,7 @@ def test_attach_follows_a_backup_and_its_local_processes(repo: Repo) -> None:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
         assert mon.job is not None and mon.job.kind == "pgbackrest"
         assert mon.job.jobs == 2 and mon.job.grouping == TREE
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running")
+        docs = follow(mon, lambda d: d["job"]["state"] != "running")
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0
@@ -186,12 +186,12 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
         # killed mid-copy: once the copy has moved (CI once killed it at the
         # first copying sample, before any byte was counted)
-        _follow(mon, lambda d: d["job"]["phase"] == "copying files"
+        follow(mon, lambda d: d["job"]["phase"] == "copying files"
                 and (d["job"]["progress"] or 0) > 0)
         locals_ = _local_pids(proc.pid)
         assert locals_, "no local process to kill"
         os.kill(locals_[0], signal.SIGKILL)
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=200)
+        docs = follow(mon, lambda d: d["job"]["state"] != "running", ticks=200)
     finally:
         _stop(proc, mon)
     assert proc.returncode != 0
@@ -199,6 +199,140 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
     assert end["state"] == "failed", end
     assert "stopped at" in end["outcome"], end["outcome"]
     assert "finishing" not in end["outcome"], end["outcome"]
+
+
+@pytest.fixture(scope="module")
+def gated(pgbackrest: str) -> Iterator[tuple[Repo, ArchiveGate]]:
+    """A cluster of 1 MB WAL segments (a bulk load of a few tens of MB makes
+    a backlog of tens of segments) whose archive_command the test holds and
+    lets go, archive-push behind a pause; archive-timeout raised so that
+    pgBackRest waits out the backlog."""
+    with _repository(pgbackrest, "pgparmon-pbr-gate-", 100000, gated=True,
+                     initdb_args=("--wal-segsize=1",), conf="archive-timeout=600") as r:
+        assert r.gate is not None
+        yield r, r.gate
+
+
+def _archiving(doc: dict[str, Any]) -> dict[str, Any]:
+    """A sample's wait on the archiver (job.backup.wait.archiving), or {}."""
+    return ((doc["job"].get("backup") or {}).get("wait") or {}).get("archiving") or {}
+
+
+def _no_generic_start(docs: list[dict[str, Any]]) -> None:
+    """Its start always says what it waits on, never the generic words."""
+    generic = [(d["job"]["phase"], d["workers"]) for d in docs if d["job"]["state"] == "running"
+               and d["bottleneck"]["detail"] == "waiting for workers to start"]
+    assert not generic, generic
+
+
+@pytest.mark.integration
+def test_a_backup_behind_the_archivers_backlog_says_how_long(
+        gated: tuple[Repo, ArchiveGate]) -> None:
+    """A full backup (--start-fast) right after a bulk load, archive_command
+    behind: pgBackRest waits at its start for the segment before its own to
+    reach the repository. pgparmon says how many segments (and bytes) stand
+    before it, measures archive_command's pace once it moves, and counts the
+    time left in the ETA, then follows the copy to its end."""
+    repo, gate = gated
+    cl = repo.cluster
+    archive_caught_up(cl)
+    gate.hold()
+    proc = None
+    mon = None
+    try:
+        cl.psql("DROP TABLE IF EXISTS bulk; CREATE TABLE bulk AS SELECT g, repeat('b', 200) AS "
+                "pad FROM generate_series(1, 120000) g")
+        queued = queued_segments(cl)
+        assert queued >= 25, queued  # ~30 MB of WAL in 1 MB segments, held
+        proc = _start(repo, caught_up=False)
+        mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
+        # held until pgparmon shows the backlog before the backup's segment
+        held = follow(mon, lambda d: (_archiving(d).get("segments") or 0) >= 20
+                       and _archiving(d).get("wal") is not None)
+        gate.release()
+        docs = held + follow(mon, lambda d: d["job"]["state"] != "running")
+    finally:
+        gate.release()
+        if proc is not None:
+            _stop(proc, mon)
+    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    h = held[-1]
+    arch = h["job"]["backup"]["wait"]["archiving"]
+    # held: the backlog, in segments and bytes, and no pace yet
+    assert h["job"]["phase"] == "starting (checkpoint, archive check)"
+    assert arch["bytes"] == arch["segments"] << 20 and arch["pace"] in ("measuring", "stuck")
+    assert arch["wal"] and arch["last_archived_wal"] < arch["wal"], arch
+    assert h["bottleneck"]["kind"] == "archiving", h["bottleneck"]
+    assert f"archiving: {arch['segments']} segment(s) ({fmt.size(arch['bytes'])}) queued up " \
+        f"to the segment before the backup's start ({arch['wal']})" in h["bottleneck"]["detail"]
+    assert h["job"]["eta_s"] is None and "archiv" in h["job"]["eta_reason"], h["job"]
+    # let go: its pace, the time left, and an ETA that counts it
+    waiting = [d for d in docs[len(held):] if d["job"]["state"] == "running"
+               and (d["job"]["backup"].get("wait") or {}).get("step") == "start"
+               and _archiving(d)]
+    timed = [d for d in waiting if d["job"]["backup"]["wait"]["archiving"]["pace"] == "measured"
+             and d["job"]["backup"]["wait"]["archiving"]["segments"]]
+    assert timed, [(d["job"]["backup"]["wait"]["archiving"]) for d in waiting]
+    for d in timed:
+        a, job = d["job"]["backup"]["wait"]["archiving"], d["job"]
+        assert a["segments_per_s"] > 0 and a["bytes_per_s"] == pytest.approx(
+            a["segments_per_s"] * (1 << 20), rel=1e-3)
+        assert a["left_s"] == pytest.approx(a["segments"] / a["segments_per_s"], rel=0.01,
+                                            abs=0.2)
+        # the ETA covers the wait (the copy to come is not measured yet: said)
+        assert job["eta_s"] is not None and job["eta_s"] >= a["left_s"], job
+        assert job["eta_reason"] == WAIT_ONLY and "copy not counted" in \
+            job["backup"]["eta_basis"]
+        assert d["bottleneck"]["kind"] == "archiving"
+        assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
+            d["bottleneck"]["detail"], d["bottleneck"]
+    left = [d["job"]["backup"]["wait"]["archiving"]["segments"] for d in waiting]
+    assert left == sorted(left, reverse=True), left  # the backlog only shrinks
+    assert any(d["job"]["phase"] == "copying files" for d in docs)
+    _no_generic_start(docs)
+    assert all(d["bottleneck"]["kind"] != "stalled" for d in docs)
+
+
+@pytest.mark.integration
+def test_a_spread_checkpoint_at_the_start_says_its_bound(gated: tuple[Repo, ArchiveGate]) -> None:
+    """--no-start-fast with dirty buffers: pg_backup_start waits for a
+    spread checkpoint. pgparmon gives its bound (0.9 x 5 min), the time left
+    (in the ETA) and the ways out; a CHECKPOINT ends it and the backup goes
+    on."""
+    repo, _ = gated
+    cl = repo.cluster
+    cl.psql("DROP TABLE IF EXISTS dirty; CREATE TABLE dirty AS SELECT g, repeat('d', 200) AS pad "
+            "FROM generate_series(1, 20000) g")
+    proc = _start(repo, "--no-start-fast")
+    mon = None
+    try:
+        mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
+        waiting = follow(mon, lambda d: (d["job"]["backup"].get("wait") or {}).get(
+            "checkpoint") is not None, ticks=200)
+        for _ in range(4):  # a few more samples of the wait
+            time.sleep(0.25)
+            waiting.append(mon.tick())
+        cl.psql("CHECKPOINT")
+        docs = waiting + follow(mon, lambda d: d["job"]["state"] != "running")
+    finally:
+        _stop(proc, mon)
+    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    in_ck = [d for d in waiting if (d["job"]["backup"].get("wait") or {}).get("checkpoint")]
+    assert len(in_ck) >= 4, [d["job"]["backup"].get("wait") for d in waiting]
+    for d in in_ck:
+        ck, job = d["job"]["backup"]["wait"]["checkpoint"], d["job"]
+        assert ck["fast"] is False and ck["bound_s"] == 270.0 and not ck["past_bound"], ck
+        assert 0 < ck["left_s"] <= 270.0
+        assert job["eta_s"] is not None and job["eta_s"] >= ck["left_s"], job
+        assert job["eta_reason"] == WAIT_ONLY
+        v = d["bottleneck"]
+        assert v["kind"] == "checkpoint", v
+        assert "up to 4 min 30 s (checkpoint_completion_target 0.9 x checkpoint_timeout " \
+            "5 min 00 s)" in v["detail"] and "left" in v["detail"], v
+        assert "--start-fast" in v["detail"] and "CHECKPOINT now" in v["detail"], v
+    etas = [d["job"]["eta_s"] for d in in_ck]
+    assert etas == sorted(etas, reverse=True), etas
+    _no_generic_start(docs)
 
 
 def test_how_far_a_cut_short_backup_got() -> None:
@@ -224,7 +358,7 @@ def test_how_far_a_cut_short_backup_got() -> None:
 def restorable(repo: Repo) -> str:
     """A full backup to restore: bzip2 (its decompression is slow enough for
     a restore of ~160 MB to last a few seconds on two cores)."""
-    _archive_caught_up(repo.cluster)
+    archive_caught_up(repo.cluster)
     res = subprocess.run(repo.as_server_user(repo.argv(
         "--type=full", "--compress-type=bz2", "--compress-level=1", "backup")),
         capture_output=True, text=True, timeout=300)
@@ -258,7 +392,7 @@ def test_attach_host_only_follows_a_restore(repo: Repo, restorable: str) -> None
         mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
         assert mon.job is not None and mon.job.kind == "pgbackrest-restore"
         assert mon.job.jobs == 2 and mon.job.target == str(target)
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
+        docs = follow(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0
@@ -291,17 +425,17 @@ def test_a_stopped_then_killed_restore(repo: Repo, restorable: str) -> None:
     mon = None
     try:
         mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
-        _follow(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
+        follow(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
         locals_ = _restore_locals(proc.pid)
         assert locals_, "no local process"
         for pid in locals_:
             os.kill(pid, signal.SIGSTOP)
-        stalled = _follow(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
+        stalled = follow(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
         assert stalled[-1]["job"]["state"] == "running"
         os.kill(locals_[0], signal.SIGKILL)
         for pid in locals_[1:]:
             os.kill(pid, signal.SIGCONT)
-        docs = _follow(mon, lambda d: d["job"]["state"] != "running", ticks=300)
+        docs = follow(mon, lambda d: d["job"]["state"] != "running", ticks=300)
     finally:
         _stop(proc, mon)
     assert proc.returncode != 0
@@ -392,7 +526,7 @@ def test_the_exporter_follows_a_restore_of_its_stopped_server(repo: Repo, restor
 @pytest.mark.integration
 def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> None:
     # last in this module: as root this backup writes the repository as root
-    _archive_caught_up(repo.cluster)
+    archive_caught_up(repo.cluster)
     res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
                                       *repo.argv("--process-max=2", "--type=full", "backup")),
                          capture_output=True, text=True, timeout=300,

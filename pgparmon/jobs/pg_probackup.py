@@ -51,6 +51,7 @@ from ..cmdline import ClientArgs
 from ..readers.procs import threads_of
 from ..snapshot import Backend, ClientProc, Snapshot
 from ..views import fmt
+from . import walwait
 from .base import (
     TREE,
     Driver,
@@ -93,6 +94,10 @@ _SKIP_FILES = {"postgresql.auto.conf.tmp", "current_logfiles.tmp", "recovery.con
 WINDOW_S = 30.0  # the rates of a step: its last 30 s
 # a file's bytes written in backup_content.control
 _WRITTEN = re.compile(r'"size":"(-?\d+)"')
+# its stop's statement (it switches out of the stop LSN's segment)
+_BACKUP_STOP = re.compile(r"pg_(?:backup_stop|stop_backup)\s*\(", re.IGNORECASE)
+SMOOTH_WAY_OUT = "leave out --smooth-checkpoint (pg_probackup asks for a fast one by default)"
+TIMES_OUT = "the backup fails when its archive_timeout (300 s unless set) runs out"
 # its WAL stream sends a status message every 10 s (standby_message_timeout):
 # with no WAL arriving, that is when it sees that the stop LSN was set
 STATUS_INTERVAL_S = 10.0
@@ -424,6 +429,7 @@ class PgProbackup(Driver):
             st["backup_dir"] = tool["backup_dir"]
             it.name = f"backup {os.path.basename(tool['backup_dir'])}"
         st["now"] = snap.ts
+        walwait.watch(st).observe(snap)
         _stream_clock(tr, st, snap)
         root = next((c for c in snap.clients if c.pid == tr.job.client_pid), None)
         if root is not None:  # the process's CPU (when its threads cannot be read)
@@ -436,6 +442,7 @@ class PgProbackup(Driver):
                         and not _stopped(_control(st)))
         reading = _data_reads(st, snap)
         st["phase"] = phase = _phase(tr, st, snap, bool(reading))
+        st["wait"] = _waits(tr, st, snap)
         if phase != "validate":
             st["validation_ahead"] = _validation_ahead(tr, st)
         else:
@@ -529,16 +536,24 @@ class PgProbackup(Driver):
         phase = st.get("phase")
         stream = _stream(tr, st)
         if phase == "starting":
-            return None, (f"starting: pg_backup_start (a checkpoint), then the WAL segment "
-                          f"the backup starts in ({'streamed' if stream else 'archived'})")
+            left = walwait.wait_eta(st.get("wait"))
+            if left is not None:
+                return left, walwait.WAIT_ONLY
+            return None, walwait.wait_reason(st.get("wait")) or (
+                f"starting: pg_backup_start (a checkpoint), then the WAL segment the backup "
+                f"starts in ({'streamed' if stream else 'archived'})")
         if not st.get("total"):
             return None, "no total: the data directory is not on this host"
         later = _validation_ahead(tr, st)
         now = st.get("now") or 0.0
         if phase == "copy":
             left, why = _step_eta(st, "copy", _own_cores(st, tr.job.jobs))
+            st["stop_ahead"] = None
             if left is not None and stream:
                 left += _stream_wait(st, now + left) + 1.0
+            elif left is not None:  # its stop waits for the archiver: its backlog now
+                st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
+                left += st["stop_ahead"] or 0.0
         elif phase == "sync":
             left, why = _step_eta(st, "sync")
             if left is None:  # its first second: the validation to come only
@@ -555,6 +570,9 @@ class PgProbackup(Driver):
             began = st.get("stop_began", now)
             wait = _stream_wait(st, began) if stream else 0.0
             left, why = max(0.0, began + 1.0 + wait - now), None
+            archived = (st.get("wait") or {}).get("left_s")
+            if not stream and archived is not None:  # the archiver's backlog at its pace
+                left = archived
         if left is None:
             return None, why
         if phase in ("copy", "stopping"):
@@ -612,6 +630,7 @@ class PgProbackup(Driver):
                 else None,
                 "program_version": ctl.get("program-version"),
                 "eta_basis": _eta_basis(tr, st),
+                "wait": st.get("wait") if state == "running" else None,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
@@ -622,24 +641,22 @@ class PgProbackup(Driver):
             return None
         stream = _stream(tr, st)
         if phase == "starting":
-            # its session works in the start only in pg_backup_start (its
-            # other statements there take no time): the checkpoint
-            if any(b.state == "active" and b.backend_type == "client backend"
-                   for b in tr.members(snap)):
-                smooth = "--smooth-checkpoint" in tr.job.command
-                return Verdict("checkpoint", (
-                    "pg_backup_start waits for a spread checkpoint (--smooth-checkpoint): it "
-                    "lasts up to checkpoint_completion_target x checkpoint_timeout")
-                    if smooth else ("pg_backup_start waits for the fast checkpoint the backup "
-                                    "asks for: the server writes out every dirty buffer first"))
-            if not stream:
-                return _archiving(snap, st, "waiting for the WAL segment the backup starts in "
-                                            "to be archived (archive_command, archive-push)")
+            wait = st.get("wait") or {}
+            ck = wait.get("checkpoint")
+            if ck is not None:
+                text = walwait.checkpoint_text(ck, SMOOTH_WAY_OUT, "pg_probackup")
+                arch = wait.get("archiving")
+                if arch is not None and arch["segments"]:
+                    text += ("; then it waits for the archiver: "
+                             + walwait.archiving_text(arch, "the segment the backup starts in",
+                                              TIMES_OUT))
+                return Verdict("checkpoint", text)
+            if _waits_archived(tr, st):
+                return _archiving(st, "the segment the backup starts in")
             return None
         if phase == "stopping":
             if not stream:
-                return _archiving(snap, st, "waiting for the WAL up to the backup's stop LSN "
-                                            "to be archived (archive_command, archive-push)")
+                return _archiving(st, "the segment of the backup's stop LSN")
             return Verdict("wal", "waiting for its WAL stream to bring the backup's stop LSN: "
                            "pg_probackup checks as WAL or a status message arrives (up to "
                            "about 10 s on an idle server)")
@@ -1111,17 +1128,26 @@ def _earlier_validation(tr: Tracker, st: dict[str, Any]) -> dict[str, Any] | Non
 
 def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
     phase = st.get("phase")
+    if phase == "starting" and walwait.wait_eta(st.get("wait")) is not None:
+        return ("the start's wait: the longest of the spread checkpoint's bound and the "
+                "archiver's backlog at its pace; the copy not counted until it runs")
     if not st.get("total") or phase == "starting":
         return None
     if phase == "validate":
         return "the validation's rest at its rate over the last 30 s"
     synced = _sync_ahead(tr, st) is not None
+    ahead = st.get("stop_ahead")
+    archived = (st.get("wait") or {}).get("left_s")
     head = {"copy": "the copy's rest at its rate over the last 30 s"
             + ("; the stop's wait for its WAL stream (its next status message, every 10 s)"
-               if _stream(tr, st) else ""),
+               if _stream(tr, st) else
+               f"; the stop's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
+               "backlog now at its pace, at least)" if ahead else ""),
             "stopping": ("the wait for its WAL stream's next status message (every 10 s)"
-                         if _stream(tr, st) else "the wait for the WAL to be archived is "
-                         "not counted"),
+                         if _stream(tr, st) else
+                         "the archiver's backlog up to the stop LSN's segment, at its pace"
+                         if archived is not None else "the wait for the WAL to be archived "
+                         "is not counted (the archiver's pace or position not known yet)"),
             "sync": "the sync's files left at its rate over the last 30 s (an fsync each)"
             }.get(str(phase), "")
     if phase in ("copy", "stopping"):
@@ -1178,16 +1204,52 @@ def _slot(st: dict[str, Any], path: str) -> int:
     return slots[path]
 
 
-def _archiving(snap: Snapshot, st: dict[str, Any], waiting: str) -> Verdict:
-    """A wait for archive_command, and whether it fails now."""
-    arch = snap.db.archiver if snap.db else None
-    first = st.setdefault("archiver", arch)
-    failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
-    if arch and ((first and arch[1] > first[1]) or failing):
-        return Verdict("archiving", f"{waiting}, and archive_command fails (last failed "
-                       f"segment {arch[2]}): fix archive_command (the server log says why), "
-                       "or the backup fails at its archive_timeout")
-    return Verdict("archiving", waiting)
+def _archiving(st: dict[str, Any], waits_for: str) -> Verdict:
+    """A wait for archive_command (archive-push): the backlog before the
+    segment, the archiver's pace, and whether it fails now."""
+    arch = (st.get("wait") or {}).get("archiving")
+    text = walwait.archiving_text(arch, waits_for, TIMES_OUT) + (" (archive-push)" if arch is None
+                                                          else "")
+    failing = walwait.watch(st).failing()
+    if arch is None and failing:  # no WAL position read (an older recording)
+        text += f", and {failing}: fix archive_command (the server log says why), or {TIMES_OUT}"
+    return Verdict("archiving", text)
+
+
+def _waits_archived(tr: Tracker, st: dict[str, Any]) -> bool:
+    """Whether its start waits for the archiver: in archive mode, and for a
+    PAGE backup in either mode (pg_probackup's backup.c)."""
+    mode = (_control(st).get("backup-mode") or opt(tr.job.command, "-b", "backup-mode")
+            or "").upper()
+    return not _stream(tr, st) or mode == "PAGE"
+
+
+def _waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | None:
+    """What the backup waits on at its start (pg_backup_start's checkpoint;
+    in archive mode the archiver, up to the segment of its start LSN, which
+    it switches out of with pg_switch_wal once pg_backup_start returns) and
+    at its stop (archive mode: the archiver, up to the stop LSN's segment,
+    which pg_backup_stop switches out of), with their figures (walwait)."""
+    ww = walwait.watch(st)
+    phase = st.get("phase")
+    session = next((b for b in tr.members(snap) if b.backend_type == "client backend"), None)
+    query = (session.query or "") if session is not None else ""
+    if phase == "starting":
+        # its session works in the start only in pg_backup_start (its other
+        # statements there take no time): the checkpoint
+        in_start = session is not None and session.state == "active"
+        ck = ww.checkpoint(snap, session, "--smooth-checkpoint" not in tr.job.command) \
+            if in_start else None
+        arch = None
+        if _waits_archived(tr, st):
+            ww.aim("start", fixed=not in_start, ahead=1 if in_start else 0)
+            arch = ww.archiving("start")
+        return walwait.wait_doc("start", ck, arch)
+    if phase == "stopping" and not _stream(tr, st):
+        stopped = bool(_BACKUP_STOP.search(query)) or _stopped(_control(st))
+        ww.aim("stop", fixed=stopped, ahead=0 if stopped else 1)
+        return walwait.wait_doc("stop", None, ww.archiving("stop"))
+    return None
 
 
 def _how_far(tr: Tracker, st: dict[str, Any]) -> str:

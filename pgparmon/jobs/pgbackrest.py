@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
@@ -35,6 +36,7 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
 from ..views import fmt
+from . import walwait
 from .base import (
     TREE,
     Driver,
@@ -57,6 +59,17 @@ COMMANDS = ("backup",)  # restore runs with the server down: not followed yet
 KEY = "pgbackrest"
 COPY_RATE_WINDOW_S = 30.0  # the ETA's rate: the copy's last seconds
 LOCK_SUFFIX = "-backup.lock"
+# its start: `pg_backup_start('pgBackRest backup started at ' || current_timestamp,
+# true|false ...)` (pg_start_backup before 15): the second argument asks for a
+# fast checkpoint
+_START = re.compile(r"pg_(?:backup_start|start_backup)\s*\(([^,]*),\s*(true|false)?",
+                    re.IGNORECASE)
+# what it asks right after pg_backup_start (its databases, its tablespaces,
+# a forced switch when the segment had not moved): the start is done
+_AFTER_START = re.compile(r"pg_catalog\.pg_(?:database|tablespace|switch_(?:wal|xlog)|"
+                          r"create_restore_point)\b", re.IGNORECASE)
+FAST_OPTION = "--start-fast (start-fast=y in its configuration)"
+TIMES_OUT = "the backup fails when its archive-timeout (60 s unless set) runs out"
 
 
 def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -203,7 +216,7 @@ class PgBackRest(Driver):
             it = Item(key=KEY, kind="backup", relation=None, name=f"{_type(tr)} backup",
                       size=1.0, work=1.0, state="running", started=snap.wall)
             tr.add(it)
-            st["archiver"] = snap.db.archiver if snap.db else None
+        walwait.watch(st).observe(snap)
         lock = (snap.tool or {}).get("lock") or {}
         pct = lock.get("pctCplt")
         if isinstance(pct, (int, float)):
@@ -218,6 +231,7 @@ class PgBackRest(Driver):
             st["completed"] = snap.tool["completed"]
         inflight = self._local_processes(tr, st, snap)
         st["phase"] = _phase(tr, st, snap)
+        st["wait"] = _waits(tr, st, snap)
         if it.state == "done":
             return
         # pgBackRest counts a file when it is finished: one large file read
@@ -299,17 +313,30 @@ class PgBackRest(Driver):
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         st = tr.kind_state.get("backrest") or {}
         phase = st.get("phase")
+        wait = st.get("wait")
         if phase == "starting":
-            return None, "starting: the checkpoint, then the WAL before the backup archived"
+            left = walwait.wait_eta(wait)
+            if left is not None:
+                return left, walwait.WAIT_ONLY
+            return None, walwait.wait_reason(wait) or ("starting: the checkpoint, then the WAL "
+                                               "before the backup archived")
         if phase == "archive-wait":
-            return None, "waiting for the backup's WAL to be archived"
+            if wait is not None and wait["left_s"] is not None:
+                return wait["left_s"], None
+            return None, walwait.wait_reason(wait) or "waiting for the backup's WAL to be archived"
         if phase == "finishing":
             return None, "finishing (the manifest)"
         if st.get("pct") is None and st.get("unit") != "bytes":
             return None, ("no percentage from pgBackRest yet (2.38+ writes it to its lock "
                           "file)" if st.get("lock_file") or tr.job.client_pid else
                           "pgBackRest's processes are not on this host: no progress")
-        return window_eta(tr.items.get(KEY), st.get("hist") or ())
+        left, why = window_eta(tr.items.get(KEY), st.get("hist") or ())
+        st["stop_ahead"] = None
+        if left is not None and phase == "copy" and _archive_check(tr):
+            # the stop waits for the archiver: the backlog now, beyond the copy's rest
+            st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
+            left += st["stop_ahead"] or 0.0
+        return left, why
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
@@ -343,23 +370,18 @@ class PgBackRest(Driver):
                 "done_bytes": st.get("szCplt"),
                 "lock_file": st.get("lock_file"), "backup_dir": st.get("backup_dir"),
                 "compression": option(argv, "compress-type"),
+                "wait": st.get("wait") if state == "running" else None,
+                "eta_basis": _eta_basis(tr, st) if state == "running" else None,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         st = tr.kind_state.get("backrest") or {}
         phase = st.get("phase")
         if phase in ("starting", "archive-wait"):
-            arch = snap.db.archiver if snap.db else None
-            first = st.get("archiver")
-            failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
-            if arch and ((first and arch[1] > first[1]) or failing):
-                return Verdict("archiving", "pgBackRest waits for WAL archiving, and "
-                               f"archive_command fails (last failed segment {arch[2]}): fix "
-                               "archive_command (the server log says why)")
-            if phase == "archive-wait":
-                return Verdict("archiving", "waiting for the backup's last WAL segment to be "
-                               "archived (archive_command, archive-push)")
-            return None
+            return _wait_verdict(st.get("wait"), phase, walwait.watch(st).failing())
+        if phase == "finishing":
+            return Verdict("nothing", "pgBackRest finishes the backup (pg_backup_stop, its "
+                           "manifest): no file is copied now")
         if phase != "copy":
             return None
         cpus = list((st.get("cpu_pct") or {}).values())
@@ -409,6 +431,94 @@ class PgBackRest(Driver):
 
     def exit_reason(self, code: int) -> str:
         return f"pgbackrest exit code {code}"
+
+
+def _archive_check(tr: Tracker) -> bool:
+    """Whether pgBackRest waits for the archive at its start and stop
+    (archive-check, on unless the command line turns it off; a setting in its
+    configuration file is not seen)."""
+    argv = tr.job.command
+    return "--no-archive-check" not in argv and \
+        (option(argv, "archive-check") or "y").lower() not in ("n", "no", "false", "0")
+
+
+def _session(tr: Tracker, snap: Snapshot) -> Backend | None:
+    """Its session on the server (the one that starts and stops the backup)."""
+    members = [b for b in tr.members(snap) if b.backend_type == "client backend"]
+    return next((b for b in members if _START.search(b.query or "")), None) or \
+        (members[0] if members else None)
+
+
+def _waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | None:
+    """What the backup waits on at its start (the checkpoint of
+    pg_backup_start; the archiver, up to the segment pg_backup_start switches
+    out of) and at its stop (the archiver, up to the stop's segment), with
+    their figures (walwait)."""
+    ww = walwait.watch(st)
+    phase = st.get("phase")
+    checks = _archive_check(tr)
+    if phase == "starting":
+        b = _session(tr, snap)
+        m = _START.search(b.query or "") if b is not None else None
+        if m or b is not None and _AFTER_START.search(b.query or ""):
+            st["start_seen"] = True  # pg_backup_start has switched out of the segment
+        ck = None
+        if m and b is not None and b.state == "active":
+            fast = m.group(2).lower() == "true" if m.group(2) else \
+                "--start-fast" in tr.job.command
+            ck = ww.checkpoint(snap, b, fast)
+        arch = None
+        if checks:
+            seen = bool(st.get("start_seen"))
+            ww.aim("start", fixed=seen, ahead=0 if seen else 1)
+            arch = ww.archiving("start")
+        return walwait.wait_doc("start", ck, arch)
+    if phase == "archive-wait" and checks:
+        ww.aim("stop", fixed=True)
+        return walwait.wait_doc("stop", None, ww.archiving("stop"))
+    return None
+
+
+def _wait_verdict(wait: dict[str, Any] | None, phase: str, failing: str | None) -> Verdict:
+    """The start's and the stop's limit: the checkpoint, then the archiver
+    (`failing`: archive_command fails, as pg_stat_archiver says)."""
+    what = ("the segment before the backup's start" if phase == "starting"
+            else "the backup's last segment")
+    ck = wait["checkpoint"] if wait else None
+    arch = wait["archiving"] if wait else None
+    if failing and arch is None:  # no WAL position read (an older recording)
+        return Verdict("archiving", f"pgBackRest waits for WAL archiving, and {failing}: fix "
+                       f"archive_command (the server log says why), or {TIMES_OUT}")
+    if arch is not None and arch["failing"]:
+        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT))
+    if ck is not None:
+        text = walwait.checkpoint_text(ck, FAST_OPTION, "pgBackRest")
+        if arch is not None and arch["segments"]:
+            text += "; then it checks the archive: " + walwait.archiving_text(arch, what, TIMES_OUT)
+        return Verdict("checkpoint", text)
+    if arch is not None:
+        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT))
+    if phase == "starting":
+        return Verdict("starting", "pgBackRest prepares the backup (its checks, "
+                       "pg_backup_start): no file is copied yet")
+    return Verdict("archiving", "waiting for the backup's last WAL segment to be "
+                   "archived (archive_command, archive-push)")
+
+
+def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
+    """What the ETA counts."""
+    phase = st.get("phase")
+    if phase == "starting":
+        return ("the start's wait: the longest of the spread checkpoint's bound and the "
+                "archiver's backlog at its pace; the copy not counted until it runs")
+    if phase == "archive-wait":
+        return "the archiver's backlog up to the backup's last segment, at its pace"
+    if phase == "copy":
+        ahead = st.get("stop_ahead")
+        return ("the copy's rest at its rate over the last 30 s"
+                + (f"; the stop's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
+                   "backlog now at its pace, at least)" if ahead else ""))
+    return None
 
 
 def process_row(st: dict[str, Any], w: WorkerState, c: ClientProc, snap: Snapshot,

@@ -1,0 +1,199 @@
+"""What a backup waits on around its copy (pgparmon/jobs/walwait.py), from
+readings made up here: the archiver's backlog before a segment, its pace
+(only while it has work), a stats reset, a failing archive_command, a spread
+checkpoint's bound, and the words the verdicts use. The real tools are in
+tests/test_pgbackrest.py and tests/test_basebackup.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgparmon.jobs.walwait import (
+    WalWatch,
+    archiving_text,
+    checkpoint_text,
+    segment_name,
+    segment_number,
+    wait_doc,
+    wait_reason,
+)
+from pgparmon.snapshot import Backend, DbSample, Snapshot
+
+MB = 1 << 20
+SEG = 16 * MB
+
+
+def _snap(ts: float, archived: int, last: str | None, lsn: int, failed: int = 0,
+          failed_t: float | None = None, ok_t: float | None = 1.0,
+          server_ts: float | None = None, backends: tuple[Backend, ...] = ()) -> Snapshot:
+    db = DbSample(server_ts=server_ts if server_ts is not None else 1000.0 + ts,
+                  archiver=(archived, failed, "000000010000000000000003" if failed else None,
+                            failed_t, ok_t, last),
+                  wal=(lsn, SEG, 300.0, 0.9), backends=backends)
+    return Snapshot(ts=ts, wall=1e9 + ts, db=db, host=None)
+
+
+def _name(n: int) -> str:
+    return segment_name(1, n, SEG)
+
+
+def test_segment_names_and_numbers() -> None:
+    assert segment_number("0000000100000001000000A3", SEG) == 256 + 0xA3
+    assert segment_name(1, 256 + 0xA3, SEG) == "0000000100000001000000A3"
+    # 1 MB segments: 4096 to a log file
+    assert segment_number("000000010000000200000005", MB) == 2 * 4096 + 5
+    assert segment_name(2, 2 * 4096 + 5, MB) == "000000020000000200000005"
+    for other in ("00000002.history", "000000010000000000000003.00000028.backup",
+                  "000000010000000000000003.partial", None, ""):
+        assert segment_number(other, SEG) is None
+    assert segment_number("000000010000000000000003", None) is None
+
+
+def test_the_backlog_its_pace_and_the_time_left() -> None:
+    """64 segments written past the archiver's last; the backup waits for
+    the newest completed one. Before two segments over 2 s: measuring; then
+    the pace and the time left; the target stays once fixed while WAL goes
+    on being written."""
+    ww = WalWatch()
+    lsn = 65 * SEG + 100  # writing segment 65: 64 is the newest completed
+    ww.observe(_snap(0.0, 10, _name(0), lsn))
+    ww.aim("start", fixed=True)
+    a = ww.archiving("start")
+    assert a is not None and a["segments"] == 64 and a["bytes"] == 64 * SEG
+    assert a["wal"] == _name(64) and a["last_archived_wal"] == _name(0)
+    assert a["pace"] == "measuring" and a["left_s"] is None
+    assert "64 segment(s) (1.1 GB) queued up to the segment x (000000010000000000000040)" \
+        in archiving_text(a, "the segment x") and "measuring" in archiving_text(a, "x")
+    for i in range(1, 5):  # one segment archived a second; WAL goes on
+        ww.observe(_snap(float(i), 10 + i, _name(i), lsn + i * SEG))
+        ww.aim("start", fixed=True)
+    a = ww.archiving("start")
+    assert a is not None and a["segments"] == 60 and a["wal"] == _name(64)
+    assert a["pace"] == "measured" and a["segments_per_s"] == 1.0
+    assert a["bytes_per_s"] == float(SEG) and a["left_s"] == 60.0
+    text = archiving_text(a, "the segment x")
+    assert text.startswith("archiving: 60 segment(s) (1.0 GB) queued up to the segment x")
+    assert text.endswith("archive_command archives 1 segments/s (16.8 MB/s): about 1 min 00 s")
+    doc = wait_doc("start", None, a)
+    assert doc is not None and doc["on"] == "archiving" and doc["left_s"] == 60.0
+    # while copying: the archiver needs 60 s more for what is completed so
+    # far (64 + 4 written since): what lasts beyond the copy's rest
+    assert ww.stop_ahead(20.0) == 68 - 4 - 20.0
+
+
+def test_the_pace_counts_only_the_archivers_work() -> None:
+    """A caught-up archiver archives a segment now and then: that is no
+    measure of its speed. Its pace is over the intervals it had work."""
+    ww = WalWatch()
+    for i in range(40):  # caught up for 40 s: one segment every 10 s
+        n = i // 10
+        ww.observe(_snap(float(i), n, _name(n), (n + 1) * SEG + 10))
+    assert ww.pace() == (None, "measuring")
+    base = 3
+    for j in range(1, 7):  # then 20 segments behind: 2 a second
+        ww.observe(_snap(40.0 + j, base + 2 * j, _name(base + 2 * j), 30 * SEG))
+    rate, how = ww.pace()
+    assert how == "measured" and rate is not None and abs(rate - 2.0) < 0.35, rate
+
+
+def test_stuck_failing_and_a_stats_reset() -> None:
+    ww = WalWatch()
+    for i in range(12):  # 12 s with work and nothing archived
+        ww.observe(_snap(float(i), 5, _name(5), 20 * SEG))
+    ww.aim("stop", fixed=True)
+    a = ww.archiving("stop")
+    assert a is not None and a["pace"] == "stuck" and a["left_s"] is None
+    assert "archived nothing for 10.0 s or more" in archiving_text(a, "x")
+    assert wait_reason(wait_doc("stop", None, a)) == \
+        "waiting for WAL archiving: nothing archived lately (14 segment(s) queued)"
+    # archive_command fails: its last failure after its last success
+    ww.observe(_snap(12.0, 5, _name(5), 20 * SEG, failed=3, failed_t=50.0, ok_t=1.0))
+    a = ww.archiving("stop")
+    assert a is not None and a["pace"] == "failing"
+    assert a["failing"] == ("archive_command fails (3 failure(s) since the backup began; last "
+                            "failed segment 000000010000000000000003)")
+    text = archiving_text(a, "x", "the backup never ends")
+    assert "fix archive_command (the server log says why), or the backup never ends" in text
+    # the statistics reset: the pace starts again
+    ww.observe(_snap(13.0, 0, None, 20 * SEG))
+    assert ww.hist == [(13.0, 0, True)] and ww.pace() == (None, "measuring")
+
+
+def test_before_the_statement_the_segment_being_written_is_the_one() -> None:
+    """Before the tool's statement switches out of the segment being
+    written (`ahead`), the target follows the WAL; once `fixed`, it stays."""
+    ww = WalWatch()
+    ww.observe(_snap(0.0, 1, _name(1), 9 * SEG + 5))
+    ww.aim("start", fixed=False, ahead=1)
+    assert ww.waits["start"]["segno"] == 9
+    ww.observe(_snap(1.0, 1, _name(1), 11 * SEG + 5))
+    ww.aim("start", fixed=True)
+    ww.observe(_snap(2.0, 1, _name(1), 15 * SEG))
+    ww.aim("start", fixed=True)
+    assert ww.waits["start"]["segno"] == 10
+    a = ww.archiving("start")
+    assert a is not None and a["segments"] == 9
+    # no last archived segment (nothing archived since the stats reset)
+    none = WalWatch()
+    none.observe(_snap(0.0, 0, None, 3 * SEG))
+    none.aim("stop", fixed=True)
+    b = none.archiving("stop")
+    assert b is not None and b["segments"] is None and b["left_s"] is None
+    assert "position is not known" in archiving_text(b, "x")
+    # a recording made before these readings: nothing to say
+    old = WalWatch()
+    old.observe(Snapshot(ts=0.0, wall=0.0, db=DbSample(archiver=(1, 0, None, None, 1.0)),
+                         host=None))
+    old.aim("stop", fixed=True)
+    assert old.archiving("stop") is None and old.failing() is None
+
+
+def _session(query_start: float) -> Backend:
+    return Backend(pid=7, datname="postgres", usename="backup", application_name="x",
+                   client_addr=None, client_port=None, backend_start=query_start,
+                   xact_start=query_start, query_start=query_start, state="active",
+                   wait_event_type=None, wait_event=None, backend_type="client backend",
+                   backend_xmin=None, leader_pid=None, query="SELECT pg_backup_start($1, $2)")
+
+
+def test_a_spread_checkpoint_its_bound_and_the_way_out() -> None:
+    ww = WalWatch()
+    snap = _snap(0.0, 1, _name(1), 2 * SEG, server_ts=1030.0)
+    ww.observe(snap)
+    ck = ww.checkpoint(snap, _session(1000.0), fast=False)
+    assert (ck["bound_s"], ck["waited_s"], ck["left_s"], ck["past_bound"]) == \
+        (270.0, 30.0, 240.0, False)
+    text = checkpoint_text(ck, "--checkpoint=fast", "the backup")
+    assert text == ("waiting for a spread checkpoint before copying: it lasts up to 4 min 30 s "
+                    "(checkpoint_completion_target 0.9 x checkpoint_timeout 5 min 00 s), about "
+                    "4 min 00 s left; next time --checkpoint=fast, or run CHECKPOINT now (a "
+                    "superuser) to end it at once if an I/O burst is acceptable")
+    doc: Any = wait_doc("start", ck, None)
+    assert doc["on"] == "checkpoint" and doc["left_s"] == 240.0
+    late = _snap(1.0, 1, _name(1), 2 * SEG, server_ts=1300.0)
+    past = ww.checkpoint(late, _session(1000.0), fast=False)
+    assert past["past_bound"] and past["left_s"] == 0.0
+    assert "past its bound of 4 min 30 s" in checkpoint_text(past, "x")
+    assert wait_doc("start", past, None)["left_s"] is None  # type: ignore[index]
+    assert wait_reason(wait_doc("start", past, None)) == \
+        "waiting for the checkpoint: past its bound"
+    fast = ww.checkpoint(snap, _session(1000.0), fast=True)
+    assert fast["bound_s"] is None and "writes out every dirty buffer" in \
+        checkpoint_text(fast, "x")
+    # a fast checkpoint behind a backlog: the archiver's time counts
+    ww.aim("start", fixed=True)
+    both = wait_doc("start", fast, {"left_s": 12.0})
+    assert both is not None and both["left_s"] == 12.0
+
+
+def test_a_command_held_then_going_on_is_timed_from_its_first_segment() -> None:
+    """archive_command hung for 8 s on a segment, then went on at 2 a
+    second: its pace is 2, not diluted by the time it hung."""
+    ww = WalWatch()
+    for i in range(9):
+        ww.observe(_snap(float(i), 5, _name(5), 40 * SEG))
+    assert ww.pace() == (None, "measuring")  # not yet 10 s: not "stuck" either
+    for j in range(1, 5):
+        ww.observe(_snap(8.0 + j, 5 + 2 * j, _name(5 + 2 * j), 40 * SEG))
+    rate, how = ww.pace()
+    assert how == "measured" and rate == 2.0
