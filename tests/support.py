@@ -323,6 +323,11 @@ def archive_caught_up(cl: Cluster, timeout: float = 120.0) -> None:
         "FROM pg_stat_archiver"))
 
 
+def archive_wait(doc: dict[str, Any]) -> dict[str, Any]:
+    """A backup sample's wait on the archiver (job.backup.wait.archiving), or {}."""
+    return ((doc["job"].get("backup") or {}).get("wait") or {}).get("archiving") or {}
+
+
 def queued_segments(cl: Cluster) -> int:
     """The segments waiting for archive_command (`.ready`)."""
     return int(cl.psql("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "

@@ -16,6 +16,7 @@ import pytest
 from support import (
     ArchiveGate,
     archive_caught_up,
+    archive_wait,
     follow,
     pgparmon_cmd,
     queued_segments,
@@ -218,11 +219,6 @@ def test_checkpoint_wait_is_explained_and_not_a_stall(cluster: Cluster, sample_d
         cluster.psql("DROP TABLE IF EXISTS bb_dirty")
 
 
-def _archiving(doc: dict[str, Any]) -> dict[str, Any]:
-    """A sample's wait on the archiver (job.backup.wait.archiving), or {}."""
-    return ((doc["job"].get("backup") or {}).get("wait") or {}).get("archiving") or {}
-
-
 @pytest.mark.integration
 def test_the_end_waits_behind_the_archivers_backlog(workdir: Path) -> None:
     """-X none right after a bulk load, archive_command behind it (held,
@@ -249,7 +245,7 @@ def test_the_end_waits_behind_the_archivers_backlog(workdir: Path) -> None:
             assert queued_segments(cl) >= 25  # ~30 MB of WAL in 1 MB segments, held
             proc = _start_basebackup(cl, workdir / "bb", "-c", "fast", "-X", "none")
             mon = wait_for_job(_target(cl), pid=None, wait_s=10, interval=0.3)
-            held = follow(mon, lambda d: (_archiving(d).get("segments") or 0) >= 20)
+            held = follow(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20)
             gate.release()
             docs = held + follow(mon, lambda d: d["job"]["state"] != "running")
         finally:
@@ -272,12 +268,12 @@ def test_the_end_waits_behind_the_archivers_backlog(workdir: Path) -> None:
         f"the backup's last segment ({arch['wal']})"), h["bottleneck"]
     assert h["job"]["eta_s"] is None and "archiv" in h["job"]["eta_reason"], h["job"]
     # let go: archive_command's pace, the time left: the job's ETA
-    waiting = [d for d in docs[len(held):] if d["job"]["state"] == "running" and _archiving(d)]
-    timed = [d for d in waiting if _archiving(d)["pace"] == "measured"
-             and _archiving(d)["segments"]]
-    assert timed, [_archiving(d) for d in waiting]
+    waiting = [d for d in docs[len(held):] if d["job"]["state"] == "running" and archive_wait(d)]
+    timed = [d for d in waiting if archive_wait(d)["pace"] == "measured"
+             and archive_wait(d)["segments"]]
+    assert timed, [archive_wait(d) for d in waiting]
     for d in timed:
-        a, job = _archiving(d), d["job"]
+        a, job = archive_wait(d), d["job"]
         assert a["segments_per_s"] > 0 and a["wal"] == arch["wal"]
         assert a["left_s"] == pytest.approx(a["segments"] / a["segments_per_s"], rel=0.01,
                                             abs=0.2)
@@ -286,7 +282,7 @@ def test_the_end_waits_behind_the_archivers_backlog(workdir: Path) -> None:
             job["backup"]["eta_basis"]
         assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
             d["bottleneck"]["detail"], d["bottleneck"]
-    left = [_archiving(d)["segments"] for d in waiting]
+    left = [archive_wait(d)["segments"] for d in waiting]
     assert left == sorted(left, reverse=True), left
     assert all(d["bottleneck"]["kind"] != "stalled" for d in docs)
 

@@ -22,6 +22,7 @@ import pytest
 from support import (
     ArchiveGate,
     archive_caught_up,
+    archive_wait,
     follow,
     pgparmon_cmd,
     queued_segments,
@@ -213,11 +214,6 @@ def gated(pgbackrest: str) -> Iterator[tuple[Repo, ArchiveGate]]:
         yield r, r.gate
 
 
-def _archiving(doc: dict[str, Any]) -> dict[str, Any]:
-    """A sample's wait on the archiver (job.backup.wait.archiving), or {}."""
-    return ((doc["job"].get("backup") or {}).get("wait") or {}).get("archiving") or {}
-
-
 def _no_generic_start(docs: list[dict[str, Any]]) -> None:
     """Its start always says what it waits on, never the generic words."""
     generic = [(d["job"]["phase"], d["workers"]) for d in docs if d["job"]["state"] == "running"
@@ -247,8 +243,8 @@ def test_a_backup_behind_the_archivers_backlog_says_how_long(
         proc = _start(repo, caught_up=False)
         mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
         # held until pgparmon shows the backlog before the backup's segment
-        held = follow(mon, lambda d: (_archiving(d).get("segments") or 0) >= 20
-                       and _archiving(d).get("wal") is not None)
+        held = follow(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20
+                       and archive_wait(d).get("wal") is not None)
         gate.release()
         docs = held + follow(mon, lambda d: d["job"]["state"] != "running")
     finally:
@@ -269,7 +265,7 @@ def test_a_backup_behind_the_archivers_backlog_says_how_long(
     # let go: its pace, the time left, and an ETA that counts it
     waiting = [d for d in docs[len(held):] if d["job"]["state"] == "running"
                and (d["job"]["backup"].get("wait") or {}).get("step") == "start"
-               and _archiving(d)]
+               and archive_wait(d)]
     timed = [d for d in waiting if d["job"]["backup"]["wait"]["archiving"]["pace"] == "measured"
              and d["job"]["backup"]["wait"]["archiving"]["segments"]]
     assert timed, [(d["job"]["backup"]["wait"]["archiving"]) for d in waiting]
