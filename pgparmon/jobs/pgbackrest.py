@@ -318,8 +318,13 @@ class PgBackRest(Driver):
             left = walwait.wait_eta(wait)
             if left is not None:
                 return left, walwait.WAIT_ONLY
+            arch = (wait or {}).get("archiving")
+            if arch and arch["segments"] == 0:
+                return None, ("starting: the segment before the backup's is archived; "
+                              "pgBackRest checks its repository, builds its manifest and "
+                              "starts its processes")
             return None, walwait.wait_reason(wait) or ("starting: the checkpoint, then the WAL "
-                                               "before the backup archived")
+                                                       "before the backup archived")
         if phase == "archive-wait":
             if wait is not None and wait["left_s"] is not None:
                 return wait["left_s"], None

@@ -277,8 +277,8 @@ def archiving_text(arch: dict[str, Any] | None, waits_for: str,
         head = (f"waiting for {waits_for}{wal} to be archived: the archiver's position is "
                 "not known (pg_stat_archiver has no last archived segment)")
     elif n == 0:
-        return (f"waiting for {waits_for}{wal} to be archived: it is (the archiver is at "
-                f"{arch['last_archived_wal']}); the tool sees it at its next look")
+        return (f"{waits_for}{wal} is archived (the archiver is at "
+                f"{arch['last_archived_wal']}): the backup goes on once its tool sees it")
     else:
         head = (f"archiving: {fmt.count_exact(n)} segment(s) ({fmt.size(arch['bytes'])}) "
                 f"queued up to {waits_for}{wal}")
@@ -321,7 +321,7 @@ def checkpoint_text(ck: dict[str, Any], way_out: str, who: str = "the backup") -
                  "finished first, or the disk is slower than its pace")
     elif ck["left_s"] is not None:
         where = (f"waiting for a spread checkpoint before copying: it lasts up to {bound}, "
-                 f"about {fmt.about(ck['left_s'])} left")
+                 f"about {fmt.duration(ck['left_s'])} left")
     else:
         where = f"waiting for a spread checkpoint before copying: it lasts up to {bound}"
     return (f"{where}; next time {way_out}, or run CHECKPOINT now (a superuser) to end it "
