@@ -296,7 +296,8 @@ class PgBasebackup(Driver):
         if phase == "archive-wait":
             if wait is not None and wait["left_s"] is not None:
                 return wait["left_s"], None
-            return None, walwait.wait_reason(wait) or "waiting for the last WAL segment to be archived"
+            return None, (walwait.wait_reason(wait)
+                          or "waiting for the last WAL segment to be archived")
         if phase == "wal-files":
             return None, "sending the WAL files"
         if not state.get("total"):

@@ -647,9 +647,8 @@ class PgProbackup(Driver):
                 text = walwait.checkpoint_text(ck, SMOOTH_WAY_OUT, "pg_probackup")
                 arch = wait.get("archiving")
                 if arch is not None and arch["segments"]:
-                    text += ("; then it waits for the archiver: "
-                             + walwait.archiving_text(arch, "the segment the backup starts in",
-                                              TIMES_OUT))
+                    text += "; then it waits for the archiver: " + walwait.archiving_text(
+                        arch, "the segment the backup starts in", TIMES_OUT)
                 return Verdict("checkpoint", text)
             if _waits_archived(tr, st):
                 return _archiving(st, "the segment the backup starts in")
@@ -1208,8 +1207,7 @@ def _archiving(st: dict[str, Any], waits_for: str) -> Verdict:
     """A wait for archive_command (archive-push): the backlog before the
     segment, the archiver's pace, and whether it fails now."""
     arch = (st.get("wait") or {}).get("archiving")
-    text = walwait.archiving_text(arch, waits_for, TIMES_OUT) + (" (archive-push)" if arch is None
-                                                          else "")
+    text = walwait.archiving_text(arch, waits_for, TIMES_OUT)
     failing = walwait.watch(st).failing()
     if arch is None and failing:  # no WAL position read (an older recording)
         text += f", and {failing}: fix archive_command (the server log says why), or {TIMES_OUT}"
