@@ -285,7 +285,7 @@ class ArchiveGate:
     gate, then `push` (the command that archives one segment, with %p and
     %f), so that a tool that checks its archive_command finds itself in it."""
 
-    def __init__(self, base: Path, pause_s: float = 0.15) -> None:
+    def __init__(self, base: Path, pause_s: float = 0.25) -> None:
         import os
 
         self.hold_file = base / "archive-hold"

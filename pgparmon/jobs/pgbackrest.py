@@ -389,6 +389,9 @@ class PgBackRest(Driver):
                            "manifest): no file is copied now")
         if phase != "copy":
             return None
+        if not st.get("active"):  # its local processes, none reading a data file yet
+            return Verdict("starting", f"pgBackRest's local processes are starting (process-max "
+                           f"{tr.job.jobs or 1}): none reads a data file yet")
         cpus = list((st.get("cpu_pct") or {}).values())
         if not cpus:
             return None
