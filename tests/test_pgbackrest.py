@@ -14,7 +14,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -32,13 +34,23 @@ from support import (
 from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
+from pgparmon.jobs import walwait
 from pgparmon.jobs.base import TREE
-from pgparmon.jobs.pgbackrest import _data_path, _how_far, command_of, option
+from pgparmon.jobs.pgbackrest import (
+    _data_path,
+    _how_far,
+    _looking,
+    _wait_verdict,
+    command_of,
+    option,
+)
 from pgparmon.jobs.walwait import WAIT_ONLY
 from pgparmon.monitor import Monitor, wait_for_job
+from pgparmon.snapshot import Backend, DbSample, Snapshot
 from pgparmon.views import fmt
 
 STANZA = "demo"
+SEG = 16 << 20
 
 
 class Repo:
@@ -282,6 +294,17 @@ def test_a_backup_behind_the_archivers_backlog_says_how_long(
         assert d["bottleneck"]["kind"] == "archiving"
         assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
             d["bottleneck"]["detail"], d["bottleneck"]
+    # it looks for the segment from its session's last statement, after ever
+    # longer sleeps: when it sees it is counted (in the ETA too), never sooner
+    # than the archiver's time left
+    for d in timed:
+        a, w = d["job"]["backup"]["wait"]["archiving"], d["job"]["backup"]["wait"]
+        assert a["seen_in_s"] is not None and not a["gives_up"], a
+        assert a["seen_in_s"] >= a["left_s"] - 0.05 and w["left_s"] == a["seen_in_s"], w
+        assert d["job"]["eta_s"] >= a["seen_in_s"], d["job"]
+        if a["seen_in_s"] > 0:
+            assert f"it sees it in about {fmt.about(a['seen_in_s'])}" in \
+                d["bottleneck"]["detail"], d["bottleneck"]
     left = [d["job"]["backup"]["wait"]["archiving"]["segments"] for d in waiting]
     assert left == sorted(left, reverse=True), left  # the backlog only shrinks
     assert any(d["job"]["phase"] == "copying files" for d in docs)
@@ -558,6 +581,71 @@ def test_pgbackrest_command_lines() -> None:
     assert command_of(local) == "backup:local"
     assert command_of(["pgbackrest", "--stanza=x", "archive-push", "pg_wal/0001"]) == \
         "archive-push"
+
+
+def _idle_after(query: str, since: float) -> Backend:
+    return Backend(pid=7, datname="postgres", usename="postgres",
+                   application_name="pgbackrest [backup]", client_addr=None, client_port=None,
+                   backend_start=900.0, xact_start=None, query_start=since - 0.01,
+                   state="idle", wait_event_type="Client", wait_event="ClientRead",
+                   backend_type="client backend", backend_xmin=None, leader_pid=None,
+                   query=query, state_change=since)
+
+
+def test_when_pgbackrest_sees_the_segment_before_its_start() -> None:
+    """Its session idle after its start's last statement (the tablespaces'
+    list): it looks for the segment in its repository from then, after ever
+    longer sleeps. The archiver 20 segments behind at 2 a second (archived
+    at 1013, server time): looking since 998, it sees it at 1021.2, 18.2 s
+    from now; with --archive-timeout=14 (or the default 60 s, looking since
+    950) it gives up first. Not while its statement runs, nor from a
+    standby (it first waits for the standby's replay)."""
+    ww = walwait.WalWatch()
+    for i in range(4):
+        ww.observe(Snapshot(ts=float(i), wall=1e9 + i, host=None, db=DbSample(
+            server_ts=1000.0 + i, wal=(27 * SEG, SEG, 300.0, 0.9),
+            archiver=(2 * i, 0, None, None, 999.0 + i, walwait.segment_name(1, 2 * i, SEG)))))
+    ww.aim("start", fixed=True)
+    tablespaces = "select oid::oid, spcname::text from pg_catalog.pg_tablespace"
+
+    def looking(argv: list[str], b: Backend) -> dict[str, Any]:
+        tr = SimpleNamespace(job=SimpleNamespace(command=["pgbackrest", *argv, "backup"]))
+        arch = _looking(tr, ww, b)  # type: ignore[arg-type]
+        assert arch is not None and arch["segments"] == 20 and arch["left_s"] == 10.0
+        return arch
+
+    def verdict(arch: dict[str, Any]) -> str:
+        v = _wait_verdict(walwait.wait_doc("start", None, arch), "starting", None)
+        assert v.kind == "archiving"
+        return v.detail
+
+    a = looking(["--stanza=demo"], _idle_after(tablespaces, 998.0))
+    assert (a["seen_in_s"], a["gives_up"], a["archive_timeout_s"]) == (18.2, False, None)
+    assert walwait.wait_doc("start", None, a)["left_s"] == 18.2  # type: ignore[index]
+    assert verdict(a).endswith("; pgBackRest looks for it in its repository after ever longer "
+                               "sleeps (from 0.1 s, each the sum of the two before): it sees "
+                               f"it in about {fmt.about(18.2)}"), verdict(a)
+    a = looking(["--archive-timeout=14"], _idle_after(tablespaces, 998.0))
+    assert (a["seen_in_s"], a["gives_up"], a["archive_timeout_s"]) == (None, True, 14.0)
+    assert walwait.wait_doc("start", None, a)["left_s"] == 10.0  # type: ignore[index]
+    assert f"its archive-timeout ({fmt.duration(14)}, its command line) runs out first and " \
+        "the backup fails" in verdict(a)
+    a = looking([], _idle_after(tablespaces, 950.0))
+    assert a["gives_up"] and f"its archive-timeout ({fmt.duration(60)} unless its " \
+        "configuration sets another) runs out first" in verdict(a)
+    # a forced switch after pg_backup_start: looking from then too
+    a = looking([], _idle_after("select pg_catalog.pg_walfile_name(pg_catalog.pg_switch_wal()"
+                                ")::text", 998.0))
+    assert a["seen_in_s"] == 18.2
+    # not looking yet, or not known when it began
+    for argv, b in (([], replace(_idle_after(tablespaces, 998.0), state="active")),
+                    ([], _idle_after("select pg_catalog.pg_backup_start('x', true)", 998.0)),
+                    ([], replace(_idle_after(tablespaces, 998.0), state_change=None)),
+                    (["--backup-standby"], _idle_after(tablespaces, 998.0)),
+                    (["--backup-standby=y"], _idle_after(tablespaces, 998.0))):
+        a = looking(argv, b)
+        assert "seen_in_s" not in a and "gives_up" not in a, (argv, b)
+        assert "pgBackRest looks for it" not in verdict(a)
 
 
 def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:

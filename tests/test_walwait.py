@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from pgparmon.jobs.walwait import (
     WalWatch,
     archiving_text,
     checkpoint_text,
+    next_look,
     segment_name,
     segment_number,
     wait_doc,
@@ -197,3 +200,88 @@ def test_a_command_held_then_going_on_is_timed_from_its_first_segment() -> None:
         ww.observe(_snap(8.0 + j, 5 + 2 * j, _name(5 + 2 * j), 40 * SEG))
     rate, how = ww.pace()
     assert how == "measured" and rate == 2.0
+
+
+def test_a_tool_that_looks_ever_less_often_sees_the_segment_late() -> None:
+    """pgBackRest looks for the segment at 0 s, then after sleeps of 0.1,
+    0.1, 0.2, 0.3, 0.5 s... (each the sum of the two before; src/common/
+    wait.c): after a minute's wait its next look is 38 s later. Each sleep
+    is cut to what is left of its archive-timeout, at which it looks a last
+    time; past it, it gives up."""
+    looks = [0.0, 0.1, 0.2, 0.4, 0.7, 1.2, 2.0, 3.3, 5.4, 8.8, 14.3, 23.2, 37.6, 60.9, 98.6]
+    for at in looks:
+        assert next_look(at) == pytest.approx(at)
+        assert next_look(at + 0.01) == pytest.approx(looks[looks.index(at) + 1]) \
+            if at < 98.6 else True
+    assert next_look(0.05) == pytest.approx(0.1) and next_look(0.15) == pytest.approx(0.2)
+    # its archive-timeout (60 s): the sleep after 37.6 s is cut to 22.4 s
+    assert next_look(37.7, limit=60.0) == pytest.approx(60.0)
+    assert next_look(60.0, limit=60.0) == pytest.approx(60.0)
+    assert next_look(60.1, limit=60.0) is None
+    assert next_look(9.0, limit=60.0) == pytest.approx(14.3)
+    assert next_look(4.0, limit=5.0) == pytest.approx(5.0)  # 3.3, then 5.4 cut to 5.0
+
+
+def _behind() -> WalWatch:
+    """The archiver 20 segments behind the start's segment at 2 a second
+    (archived 10 s from now, server time 1003)."""
+    ww = WalWatch()
+    for i in range(4):
+        ww.observe(_snap(float(i), 2 * i, _name(2 * i), 27 * SEG, server_ts=1000.0 + i))
+    ww.aim("start", fixed=True)
+    return ww
+
+
+def test_when_the_tool_sees_the_segment_it_waits_for() -> None:
+    """It has looked for 5 s: it looks again at 8.8 s and 14.3 s from its
+    start (too early: archived at 15 s), then at 23.2 s, 18.2 s from now;
+    the ETA counts that. Once archived (at 1010 by the archiver's clock), it
+    sees it at its next look after that: 14.3 s from its start."""
+    ww = _behind()
+    a = ww.archiving("start")
+    assert a is not None and a["segments"] == 20 and a["left_s"] == 10.0
+    assert ww.ready_at("start") == pytest.approx(1013.0)
+    assert ww.polled("start", since=998.0) == pytest.approx(18.2)
+    assert not ww.gives_up("start", 998.0, 60.0)
+    # an archive-timeout of 14 s runs out at 1012, before the segment is archived (1013)
+    assert ww.polled("start", since=998.0, limit=14.0) is None
+    assert ww.gives_up("start", 998.0, 14.0)
+    assert ww.polled("start", since=None) is None and not ww.gives_up("start", None, 60.0)
+    doc = wait_doc("start", None, {**a, "seen_in_s": 18.2})
+    assert doc is not None and doc["left_s"] == 18.2  # not 10.0: it sees it later
+    assert wait_doc("start", None, {**a, "seen_in_s": None})["left_s"] == 10.0  # type: ignore[index]
+    # archived at 1010 by the archiver's clock (pg_stat_archiver's last_archived_time)
+    ww.observe(Snapshot(ts=10.0, wall=0.0, host=None, db=DbSample(
+        server_ts=1011.0, archiver=(26, 0, None, None, 1010.0, _name(26)),
+        wal=(27 * SEG, SEG, 300.0, 0.9))))
+    a = ww.archiving("start")
+    assert a is not None and a["segments"] == 0 and a["left_s"] == 0.0
+    assert ww.ready_at("start") == 1010.0
+    assert ww.polled("start", since=998.0) == pytest.approx(998.0 + 14.3 - 1011.0)
+    # the archiver goes on past it: when it was archived stays as first seen
+    ww.observe(Snapshot(ts=11.0, wall=0.0, host=None, db=DbSample(
+        server_ts=1012.0, archiver=(27, 0, None, None, 1011.5, _name(27)),
+        wal=(28 * SEG, SEG, 300.0, 0.9))))
+    assert ww.ready_at("start") == 1010.0
+    assert ww.polled("start", since=998.0) == pytest.approx(998.0 + 14.3 - 1012.0)
+    # a look of its since 1010 (at 8.8 s from 1001.2): it has seen it; its
+    # next statement is not run yet: 0
+    assert ww.polled("start", since=1001.2) == 0.0
+
+
+def test_already_past_it_at_the_first_look_counts_from_that_look() -> None:
+    """The archiver already past the segment when first seen: when it was
+    archived is not known; the first look's time is the latest it can be."""
+    ww = WalWatch()
+    ww.observe(Snapshot(ts=0.0, wall=0.0, host=None, db=DbSample(
+        server_ts=500.0, archiver=(9, 0, None, None, 499.0, _name(9)),
+        wal=(10 * SEG, SEG, 300.0, 0.9))))
+    ww.aim("start", fixed=True, ahead=-2)  # the segment waited for: 7
+    assert ww.archiving("start")["segments"] == 0  # type: ignore[index]
+    assert ww.ready_at("start") == 500.0
+    ww.observe(Snapshot(ts=1.0, wall=0.0, host=None, db=DbSample(
+        server_ts=501.0, archiver=(10, 0, None, None, 500.5, _name(10)),
+        wal=(11 * SEG, SEG, 300.0, 0.9))))
+    assert ww.ready_at("start") == 500.0
+    # no pace yet and not archived: not known
+    assert _behind().ready_at("stop") is None

@@ -70,6 +70,7 @@ _AFTER_START = re.compile(r"pg_catalog\.pg_(?:database|tablespace|switch_(?:wal|
                           r"create_restore_point)\b", re.IGNORECASE)
 FAST_OPTION = "--start-fast (start-fast=y in its configuration)"
 TIMES_OUT = "the backup fails when its archive-timeout (60 s unless set) runs out"
+ARCHIVE_TIMEOUT_S = 60.0  # archive-timeout's default
 
 
 def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -479,12 +480,55 @@ def _waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | 
         if checks:
             seen = bool(st.get("start_seen"))
             ww.aim("start", fixed=seen, ahead=0 if seen else 1)
-            arch = ww.archiving("start")
+            arch = _looking(tr, ww, b)
         return walwait.wait_doc("start", ck, arch)
     if phase == "archive-wait" and checks:
         ww.aim("stop", fixed=True)
         return walwait.wait_doc("stop", None, ww.archiving("stop"))
     return None
+
+
+def _archive_timeout(tr: Tracker) -> tuple[float, bool]:
+    """pgBackRest's archive-timeout in seconds, and whether its command line
+    gives it (else its default: a setting in its configuration file is not
+    seen)."""
+    given = option(tr.job.command, "archive-timeout")
+    try:
+        return (float(given), True) if given else (ARCHIVE_TIMEOUT_S, False)
+    except ValueError:
+        return ARCHIVE_TIMEOUT_S, False
+
+
+def _looking(tr: Tracker, ww: walwait.WalWatch, b: Backend | None) -> dict[str, Any] | None:
+    """The archiver's figures for the start's wait, and when pgBackRest sees
+    the segment in its repository (`seen_in_s`). Its session goes idle after
+    its last statement before it looks (the start's pg_database and
+    pg_tablespace lists; a forced switch); from then it looks, then again
+    after ever longer sleeps (walwait.next_look), so it sees the segment up
+    to a sleep after the archiver archived it (after a minute's wait, its
+    next look is 38 s later), or gives up at its archive-timeout
+    (`gives_up`: the backup fails). Only at the start: at its stop it has
+    closed its session, and it looks for each segment up to the stop's in
+    turn, each with its sleeps from 0.1 s again; from a standby it first
+    waits for the standby's replay."""
+    arch = ww.archiving("start")
+    if arch is None or b is None or b.state != "idle" or b.state_change is None \
+            or not _AFTER_START.search(b.query or "") or _from_standby(tr):
+        return arch
+    limit, given = _archive_timeout(tr)
+    seen = ww.polled("start", b.state_change, limit)
+    arch["seen_in_s"] = round(seen, 1) if seen is not None else None
+    arch["archive_timeout_s"] = limit if given else None
+    arch["gives_up"] = ww.gives_up("start", b.state_change, limit)
+    return arch
+
+
+def _from_standby(tr: Tracker) -> bool:
+    """--backup-standby on its command line (a setting in its configuration
+    file is not seen)."""
+    argv = tr.job.command
+    return "--backup-standby" in argv or \
+        (option(argv, "backup-standby") or "n").lower() in ("y", "yes", "true", "1")
 
 
 def _wait_verdict(wait: dict[str, Any] | None, phase: str, failing: str | None) -> Verdict:
@@ -505,12 +549,30 @@ def _wait_verdict(wait: dict[str, Any] | None, phase: str, failing: str | None) 
             text += "; then it checks the archive: " + walwait.archiving_text(arch, what, TIMES_OUT)
         return Verdict("checkpoint", text)
     if arch is not None:
-        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT))
+        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT) +
+                       _looks_text(arch))
     if phase == "starting":
         return Verdict("starting", "pgBackRest prepares the backup (its checks, "
                        "pg_backup_start): no file is copied yet")
     return Verdict("archiving", "waiting for the backup's last WAL segment to be "
                    "archived (archive_command, archive-push)")
+
+
+def _looks_text(arch: dict[str, Any]) -> str:
+    """When pgBackRest sees the start's segment in its repository, or that
+    its archive-timeout runs out first (nothing where neither is known)."""
+    if arch.get("gives_up"):
+        limit = arch.get("archive_timeout_s")
+        timeout = (f"its archive-timeout ({fmt.duration(limit)}, its command line)" if limit
+                   else f"its archive-timeout ({fmt.duration(ARCHIVE_TIMEOUT_S)} unless its "
+                   "configuration sets another)")
+        return (f"; at this pace {timeout} runs out first and the backup fails: a faster "
+                "archive_command, or a longer --archive-timeout")
+    seen = arch.get("seen_in_s")
+    if not seen:
+        return ""
+    return ("; pgBackRest looks for it in its repository after ever longer sleeps (from "
+            f"0.1 s, each the sum of the two before): it sees it in about {fmt.about(seen)}")
 
 
 def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:

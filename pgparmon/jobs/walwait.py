@@ -89,6 +89,7 @@ class WalWatch:
     # a wait's step ("start", "stop") -> its segment and whether it is settled
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)
     ts: float = 0.0
+    server_ts: float | None = None
 
     # ---- readings --------------------------------------------------------
 
@@ -97,7 +98,7 @@ class WalWatch:
         db = snap.db
         if db is None or db.error:
             return
-        self.ts = snap.ts
+        self.ts, self.server_ts = snap.ts, db.server_ts
         if db.wal:
             lsn, seg, timeout, target = (tuple(db.wal) + (None,) * 4)[:4]
             if seg:
@@ -198,6 +199,46 @@ class WalWatch:
             out["left_s"] = round(left / rate, 1)
         return out
 
+    def ready_at(self, step: str) -> float | None:
+        """When the segment of `step` is archived, on the server's clock:
+        pg_stat_archiver's last_archived_time once it is the last archived
+        (when the archiver is already past it at the first look, that look's
+        time: at the latest), else now plus the time left at the archiver's
+        pace. None: not known (no pace yet, a failing command)."""
+        w = self.waits.get(step)
+        a = self.archiving(step)
+        if w is None or a is None or self.server_ts is None:
+            return None
+        if a["segments"] == 0:
+            arch = self.arch or ()
+            done = arch[4] if len(arch) > 5 and a["wal"] and arch[5] == a["wal"] and arch[4] \
+                else self.server_ts
+            return float(w.setdefault("ready_at", done))
+        if a["left_s"] is None:
+            return None
+        return self.server_ts + a["left_s"]
+
+    def polled(self, step: str, since: float | None,
+               limit: float | None = None) -> float | None:
+        """A tool that looks for the segment of `step` in its archive from
+        `since` (the server's clock) after ever longer sleeps, giving up
+        after `limit` s (pgBackRest: see next_look): the seconds from now
+        until it sees it there. None: not known (the archiver's time left
+        not known, no start of its looking), or it gives up first (see
+        gives_up)."""
+        ready = self.ready_at(step)
+        if ready is None or since is None or self.server_ts is None:
+            return None
+        look = next_look(max(0.0, ready - since), limit)
+        return None if look is None else max(0.0, since + look - self.server_ts)
+
+    def gives_up(self, step: str, since: float | None, limit: float) -> bool:
+        """Whether a tool looking from `since` gives up (after `limit` s)
+        before the archiver archives the segment of `step`, as far as its
+        pace says."""
+        ready = self.ready_at(step)
+        return ready is not None and since is not None and ready - since > limit
+
     def stop_ahead(self, copy_left: float) -> float | None:
         """While the copy runs: how much longer than the copy's rest the
         archiver needs for the segments completed so far (at least that
@@ -234,6 +275,24 @@ class WalWatch:
                 "past_bound": bool(bound is not None and waited is not None and waited > bound)}
 
 
+def next_look(t: float, limit: float | None = None, first: float = 0.1) -> float | None:
+    """When a tool that looks for a file at 0 s, then again after ever
+    longer sleeps, first looks at or after `t` s. pgBackRest's Wait
+    (src/common/wait.c), a new one for each segment it looks for: sleeps of
+    0.1, 0.1, 0.2, 0.3, 0.5, 0.8 s..., each the sum of the two before (up
+    to 2.47; from 2.48 the 0.1 s is not repeated, so its looks come 0.1 s
+    sooner: within the estimate's error), each cut to the time left of its
+    timeout (`limit`), at which it looks a last time. None: `t` is past
+    `limit` (it gives up first)."""
+    if limit is not None and t > limit:
+        return None
+    at, prev, sleep = 0.0, 0.0, first
+    while at < t:
+        at += sleep if limit is None else min(sleep, limit - at)
+        prev, sleep = sleep, sleep + prev
+    return at
+
+
 def watch(state: dict[str, Any]) -> WalWatch:
     """The job's WalWatch, kept in its driver's state."""
     w = state.get("walwatch")
@@ -248,7 +307,8 @@ def wait_doc(step: str, ck: dict[str, Any] | None,
     figures, and the time left: the longest of the two (the archiver works
     while the checkpoint runs) that is known (a fast checkpoint is not
     counted: seconds at most; the archiver's part is not known before its
-    pace is measured); None when neither is known, or when it waits on
+    pace is measured, and lasts until the tool sees the segment where that
+    is known: `seen_in_s`); None when neither is known, or when it waits on
     neither."""
     if ck is None and arch is None:
         return None
@@ -256,8 +316,9 @@ def wait_doc(step: str, ck: dict[str, Any] | None,
     parts: list[float | None] = []
     if ck is not None and not ck["fast"]:
         parts.append(None if ck["past_bound"] else ck["left_s"])
-    if arch is not None:
-        parts.append(arch["left_s"])
+    if arch is not None:  # until the tool sees the segment, where that is known
+        parts.append(arch["seen_in_s"] if arch.get("seen_in_s") is not None
+                     else arch["left_s"])
     known = [p for p in parts if p is not None]
     left = max(known) if known else None
     return {"step": step, "on": on, "left_s": left, "checkpoint": ck, "archiving": arch}
