@@ -23,6 +23,13 @@ class ClusterError(RuntimeError):
     pass
 
 
+# How long pg_ctl waits for the server to start or stop: it returns as soon as
+# it has, so this is only a bound. A cold start on a slow disk of a busy
+# machine (caches dropped, the suite's I/O throttled to 10 MB/s) took more
+# than a minute.
+PG_CTL_WAIT_S = 300
+
+
 def _version_key(path: str) -> tuple[int, ...]:
     parts = Path(path).parent.name.split(".")
     try:
@@ -105,7 +112,8 @@ class Cluster:
     def logfile(self) -> Path:
         return self.base / "server.log"
 
-    def _run(self, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def _run(self, args: list[str], timeout: float = PG_CTL_WAIT_S + 60
+             ) -> subprocess.CompletedProcess[str]:
         owner = self._owner
 
         def demote() -> None:
@@ -152,17 +160,18 @@ class Cluster:
 
     def start(self) -> None:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile),
-                   "-w", "-t", "60", "start"])
+                   "-w", "-t", str(PG_CTL_WAIT_S), "start"])
         self.started = True
 
     def restart(self, mode: str = "fast") -> None:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile),
-                   "-w", "-t", "60", "-m", mode, "restart"])
+                   "-w", "-t", str(PG_CTL_WAIT_S), "-m", mode, "restart"])
 
     def stop(self, cleanup: bool = True) -> None:
         if self.started:
             try:
-                self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60",
+                self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t",
+                           str(PG_CTL_WAIT_S),
                            "-m", "immediate", "stop"])
             except (ClusterError, subprocess.SubprocessError):
                 pass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from .cmdline import ClientArgs, parse_client_cmdline
@@ -39,9 +40,11 @@ class DiscoveryError(RuntimeError):
 
 
 def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: ServerFacts,
-                      db: DbSample, peers: dict[int, set[int]] | None) -> tuple[bool, set[int]]:
+                      db: DbSample, peers: dict[int, set[int]] | None, driver: Driver,
+                      rivals: Iterable[float] = ()) -> tuple[bool, set[int]]:
     """Whether this process tree is connected to our server, with the backend
-    pids it is linked to when that can be seen."""
+    pids it is linked to when that can be seen. `rivals`: the start times of
+    the other processes of the same program and database on this host."""
     backend_pids = {b.pid for b in db.backends}
     by_port = {b.client_port: b.pid for b in db.backends if b.client_port and b.client_port > 0}
     linked: set[int] = set()
@@ -60,14 +63,28 @@ def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: Serve
     port = args.port or env_port
     if port is not None or env_readable:
         return (port or 5432) == facts.port, set()
-    # another user's process with no -p: the server's clock says whether one
-    # of its backends of that program and database started with this process
+    # another user's process with no -p: the server's clock says whether it
+    # opened a job's first session (the earliest of the sessions its driver
+    # groups together: a dump's leader), which a tool does right after it
+    # starts: within 5 s of this process, and with no other process of that
+    # program and database started in between (that one opened it: two dumps
+    # of databases of the same name on two servers of this host, seconds apart)
     if not args.dbname:
         return False, set()  # nothing to tell it from a job on another server
-    starts = [b.backend_start for b in db.backends
-              if program_of(b.application_name) == tree[0].name and b.backend_start
-              and b.datname == args.dbname]
-    return any(0 <= s - tree[0].create_time < 5 for s in starts), set()
+    return _opened_first_session(tree[0], args.dbname, driver, db, rivals), set()
+
+
+def _opened_first_session(root: procs.ProcInfo, dbname: str, driver: Driver, db: DbSample,
+                          rivals: Iterable[float]) -> bool:
+    firsts: dict[object, float] = {}
+    for b in db.backends:
+        if program_of(b.application_name) == root.name and b.backend_start \
+                and b.datname == dbname:
+            key = driver.session_key(b) or b.pid
+            firsts[key] = min(firsts.get(key, b.backend_start), b.backend_start)
+    me = root.create_time
+    return any(0 <= s - me < 5 and not any(me < r <= s for r in rivals)
+               for s in firsts.values())
 
 
 def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
@@ -88,6 +105,8 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
                     by_program.setdefault(p, []).append(d)
         links = procs.backend_clients(facts.port, db.backends, peers)
         steps: set[int] = set()  # roots of programs running a pg_dump / pg_restore step
+        parsed = {pid: parse_client_cmdline(list(tree[0].cmdline)) for pid, tree in trees.items()
+                  if tree[0].name in by_program}
         for root_pid, tree in sorted(trees.items()):
             root = tree[0]
             mine = by_program.get(root.name) or []
@@ -95,12 +114,15 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
             if parent is not None:
                 steps.add(parent)
                 continue
-            args = parse_client_cmdline(list(root.cmdline))
+            args = parsed.get(root_pid) or parse_client_cmdline(list(root.cmdline))
             found = next((d for d in mine if d.from_tree(root, args)), None)
             if found is None:
                 continue
             driver = found
-            ok, linked = _tree_talks_to_us(tree, args, facts, db, peers)
+            rivals = [t[0].create_time for p, t in trees.items() if p != root_pid
+                      and t[0].name == root.name and p in parsed
+                      and parsed[p].dbname == args.dbname]
+            ok, linked = _tree_talks_to_us(tree, args, facts, db, peers, driver, rivals)
             if not ok:
                 continue
             appname = procs.environ_appname(root_pid)

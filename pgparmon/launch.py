@@ -5,16 +5,18 @@ pgparmon knows exactly because it started it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 from rich.console import Console
 
-from .cmdline import ClientArgs, parse_client_cmdline
+from .cmdline import CLIENTS, ClientArgs, parse_client_cmdline
 from .connect import ConnectError, ConnTarget, check_reachable
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
@@ -23,18 +25,21 @@ from .jobs.base import TREE, Job
 from .jobs.copy import CopyLoad
 from .jobs.registry import client_programs, driver_for
 from .monitor import Monitor, job_for_process
+from .readers import procs
 from .redact import redact_argv, redact_text
 from .source import HostSource, LiveSource, RecordingSource
+from .wrappers import unwrap
 
 
 def start_job(argv: list[str], env: dict[str, str] | None = None,
-              log_dir: str | None = None,
-              tag_sessions: bool = True) -> tuple[subprocess.Popen[bytes], str | None, str]:
+              log_dir: str | None = None, tag_sessions: bool = True,
+              program: str | None = None) -> tuple[subprocess.Popen[bytes], str | None, str]:
     """Start the command, its output kept in a log file (not on the live
     screen). pg_dump / pg_restore get their connections tagged
-    (PGAPPNAME); any other command keeps its own application_name, and its
-    sessions are found through its process tree."""
-    prog = os.path.basename(argv[0])
+    (PGAPPNAME, named after `program`, the tool a wrapper runs); any other
+    command keeps its own application_name, and its sessions are found
+    through its process tree."""
+    prog = program or os.path.basename(argv[0])
     e = dict(os.environ if env is None else env)
     tag: str | None = None
     if tag_sessions:
@@ -59,27 +64,36 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     if not prog:
         raise Fatal("nothing to run: pgparmon run -- pg_dump -Fd -j 4 -f DIR DB",
                     ExitCode.USAGE)
-    known = prog in client_programs()
+    # su, sudo, env, nice, a shell's -c ...: the job is the command inside
+    inner = unwrap(argv)
+    tool = os.path.basename(inner[0])
+    known = tool in client_programs()
     # pg_dump / pg_restore: their own options say the server; any other
     # command: the -h/-p/-U/-d given to pgparmon, else the PG* environment
-    args = parse_client_cmdline(argv) if known else ClientArgs(program=prog)
+    # (psql too: a load run as `psql -c "\\copy ..."` names its server)
+    args = (parse_client_cmdline(inner) if known or tool in CLIENTS
+            else ClientArgs(program=prog))
     if target is None:  # watch the server the job talks to, found the way libpq finds it
         e = os.environ if env is None else env
         target = ConnTarget(dbname=args.dbname or e.get("PGDATABASE"),
                             host=args.host or e.get("PGHOST"),
                             port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
-    if not known and shutil.which(argv[0]) is None:
+    if (not known or inner != list(argv)) and shutil.which(argv[0]) is None:
         raise Fatal(f"cannot start {prog}: command not found", ExitCode.USAGE)
     try:
         check_reachable(copy_source, "--source")  # before the job starts
     except ConnectError as exc:
         raise Fatal(str(exc), ExitCode.CONNECT) from None
     recorder = open_recorder(record)
-    proc, tag, log = start_job(argv, env, tag_sessions=known)
-    job = (job_for_process(proc.pid, argv, tag or "") if known
-           else command_job(proc.pid, argv, target.dbname))
+    proc, tag, log = start_job(argv, env, tag_sessions=known, program=tool)
     code: int = ExitCode.INTERRUPTED
     try:
+        if not known:
+            job = command_job(proc.pid, argv, target.dbname)
+        elif inner == list(argv):
+            job = job_for_process(proc.pid, argv, tag or "")
+        else:
+            job = _wrapped_job(proc, argv, inner, tag, log)
         try:
             live: LiveSource | HostSource
             if driver_for(job.kind).host_only:  # it runs with the server down
@@ -109,6 +123,49 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
         except OSError:
             pass
     return code
+
+
+# how long a wrapper (su, sudo, ...) may take to start the tool it runs
+TOOL_START_S = 30.0
+
+
+def tool_process(proc: subprocess.Popen[bytes], program: str,
+                 wait_s: float = TOOL_START_S) -> int | None:
+    """The pid of the process below `proc` that runs `program` (the tool a
+    wrapper started: `su postgres -c 'pg_dump ...'`), once it runs; None
+    when the wrapper exits first or after wait_s.  Debian's client programs
+    start as `perl /usr/bin/pg_dump` and exec the real one: the script's
+    name counts."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for pid in procs.tree_pids(proc.pid)[1:]:
+            info = procs.proc_info(pid)
+            if info is not None and program in (
+                    info.name, *(os.path.basename(a) for a in info.cmdline[:2])):
+                return pid
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _wrapped_job(proc: subprocess.Popen[bytes], argv: list[str], inner: list[str],
+                 tag: str | None, log: str) -> Job:
+    """The job of a tool run through a wrapper: the tool's own process is the
+    job's client (its workers are its children), its kind and options come
+    from its command line.  Our tag on its sessions (PGAPPNAME) goes through
+    su, env, nice and the like, not through sudo (env_reset): where the
+    tool's environment does not hold it, its sessions are grouped by its
+    driver's rule for a job we did not start."""
+    tool = os.path.basename(inner[0])
+    pid = tool_process(proc, tool)
+    if pid is None:
+        code = proc.wait()
+        _print_log_tail(log)
+        raise Fatal(f"{os.path.basename(argv[0])} did not start {tool} (it exited with {code})",
+                    code if code else ExitCode.USAGE)
+    seen = procs.environ_appname(pid)
+    job = job_for_process(pid, inner, tag if tag and seen == tag else "")
+    return dataclasses.replace(job, command=tuple(redact_argv(argv)))
 
 
 def command_job(pid: int, argv: list[str], dbname: str | None) -> Job:

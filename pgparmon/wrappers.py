@@ -67,8 +67,12 @@ def wrapped(argv: list[str]) -> bool:
 
 def _inner(argv: list[str]) -> list[str] | None:
     name = program_name(argv)
-    if name in _STRING_USERS and _has_command_string(argv[1:]):
-        return _su(argv[1:])
+    opts = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    # runuser -u USER [--] CMD runs CMD; su / runuser USER -c STRING runs STRING
+    user_form = name == "runuser" and any(a in ("-u", "--user") or a.startswith("--user=")
+                                          for a in opts)
+    if name in _STRING_USERS and not user_form and _has_command_string(opts):
+        return _su(opts)
     if name in _SHELLS:
         return _shell(argv[1:])
     spec = _PLAIN.get(name)

@@ -151,6 +151,11 @@ def pgbackrest() -> str:
     return _debian_tool("pgbackrest", "pgbackrest")
 
 
+@pytest.fixture(scope="session")
+def sudo() -> str:
+    return _debian_tool("sudo", "sudo")
+
+
 # ---- TLS and basic auth (the exporter's --web-config) ---------------------------------
 
 PASSWORD = "correct horse battery staple"  # the basic-auth password of the TLS tests

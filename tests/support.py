@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
-
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 
 from pgparmon.cluster import Cluster
@@ -62,21 +62,177 @@ def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Mo
     return samples, mon.summary(), mon
 
 
-def follow(mon: Monitor, until: Callable[[dict[str, Any]], bool], ticks: int = 400,
-           pause: float = 0.25) -> list[dict[str, Any]]:
-    """The samples of a live Monitor, one every `pause` s, up to the first
-    for which `until` holds (an event, not a time); fails after `ticks`."""
+def read_jsonl(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+
+
+class Lines:
+    """The JSON Lines of a running `pgparmon ... --json` (a Popen with
+    stdout and stderr piped, text mode), read as they come by two threads:
+    a test waits for the sample it needs (a worker seen, a stall, progress)
+    instead of sleeping and hoping the sample came."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self.docs: list[dict[str, Any]] = []
+        self.err: list[str] = []
+        self.cursor = 0  # wait_for looks at the docs from here on
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, args=(proc.stdout, True), daemon=True),
+                        threading.Thread(target=self._read, args=(proc.stderr, False),
+                                         daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, stream: Any, out: bool) -> None:
+        for line in stream:
+            with self.cond:
+                if not out:
+                    self.err.append(line)
+                elif line.lstrip().startswith("{"):
+                    self.docs.append(json.loads(line))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def stderr(self) -> str:
+        with self.cond:
+            return "".join(self.err)
+
+    def wait_for(self, pred: Callable[[dict[str, Any]], bool], what: str,
+                 timeout: float = 90.0) -> dict[str, Any]:
+        """The first sample from the cursor on that pred accepts (the cursor
+        moves past it). Fails saying `what` when the process ends or the
+        timeout passes without one."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                while self.cursor < len(self.docs):
+                    doc = self.docs[self.cursor]
+                    self.cursor += 1
+                    if doc.get("schema") == "pgparmon.sample/1" and pred(doc):
+                        return doc
+                ended = not any(t.is_alive() for t in self.threads[:1])
+                left = deadline - time.monotonic()
+                if ended or left <= 0:
+                    last = self.docs[-1]["job"] if self.docs and "job" in self.docs[-1] else None
+                    raise AssertionError(f"never saw {what} ({'it exited' if ended else 'timed out'}"
+                                         f"; last job: {last}; stderr: {''.join(self.err)[-800:]})")
+                self.cond.wait(min(left, 0.5))
+
+    def finish(self, timeout: float = 90.0) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+        """Wait for the process to end: its samples, its summary (the one
+        there must be) and its stderr."""
+        self.proc.wait(timeout=timeout)
+        for t in self.threads:
+            t.join(timeout=30)
+        samples = [d for d in self.docs if d.get("schema") == "pgparmon.sample/1"]
+        summary = [d for d in self.docs if d.get("schema") == "pgparmon.summary/1"]
+        assert samples and len(summary) == 1, (self.proc.returncode, self.stderr[-2000:])
+        return samples, summary[0], self.stderr
+
+
+def tick_until(mon: Any, done: Callable[[dict[str, Any]], bool], ticks: int = 400,
+               pause: float = 0.25) -> list[dict[str, Any]]:
+    """A Monitor's samples every `pause` s until one is `done` (the samples,
+    that one last): a test waits for the sample it needs, however busy the
+    machine, and fails after `ticks` samples saying where the job was."""
     docs = []
     for _ in range(ticks):
         docs.append(mon.tick())
-        if until(docs[-1]):
+        if done(docs[-1]):
             return docs
         time.sleep(pause)
-    raise AssertionError(f"gave up after {ticks} samples: {docs[-1]['job']}")
+    raise AssertionError(f"not seen in {ticks} samples: {docs[-1]['job']}")
 
 
-def read_jsonl(text: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+def stop(pids: Iterable[int], timeout: float = 30.0) -> list[int]:
+    """SIGSTOP these processes and return once each is seen stopped (a
+    signal takes effect when the process next runs: on a busy machine, not
+    at once). Returns the pids stopped (those that still existed)."""
+    stopped = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    for pid in stopped:
+        while True:
+            try:
+                if psutil.Process(pid).status() in (psutil.STATUS_STOPPED,
+                                                    psutil.STATUS_TRACING_STOP,
+                                                    psutil.STATUS_ZOMBIE):
+                    break
+            except psutil.NoSuchProcess:
+                break
+            assert time.monotonic() < deadline, f"process {pid} never stopped"
+            time.sleep(0.01)
+    return stopped
+
+
+@contextlib.contextmanager
+def held(pid: int) -> Iterator[list[int]]:
+    """The process tree of pid stopped (SIGSTOP, seen stopped) while the
+    block runs, then resumed: a monitor started in the block finds the job
+    still running (on a busy machine attach's start-up can outlast a short
+    job); it sees it stalled until then."""
+    pids = stop(tree(pid))
+    try:
+        yield pids
+    finally:
+        resume(pids)
+
+
+def attach_while_held(pid: int, argv: list[str], env: dict[str, str] | None = None) -> Lines:
+    """`pgparmon attach --json ...` (argv) started while the job of pid is
+    held, the job resumed once attach has sampled it: attach is sure to
+    find it mid-run. Returns attach's lines (finish() waits for its end)."""
+    with held(pid):
+        att = Lines(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env))
+        att.wait_for(lambda s: True, "attach's first sample")
+    return att
+
+
+def resume(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def tree(pid: int) -> list[int]:
+    """A process and its descendants, the process first."""
+    try:
+        p = psutil.Process(pid)
+        return [pid, *(c.pid for c in p.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def wait_for_monitor(cluster: Cluster, proc: subprocess.Popen[Any], dbname: str,
+                     timeout: float = 60.0) -> None:
+    """Return once a `pgparmon attach` just started has connected to dbname
+    and run its sample statement once (its session idle after it): it is
+    looking for the job, and found none yet. Tests that need attach to be
+    waiting before the job starts wait for this, not a fixed pause."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as conn:
+        while True:
+            (n,) = conn.execute(  # type: ignore[misc]
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
+                "application_name = 'pgparmon' AND state = 'idle' "
+                "AND query LIKE '%%One sample, one round trip%%'", (dbname,)).fetchone()
+            if n:
+                return
+            assert proc.poll() is None, f"attach exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "attach never sampled the server"
+            time.sleep(0.05)
 
 
 def in_terminal(argv: list[str], env: dict[str, str], react: Callable[[bytes, int], bytes | None],

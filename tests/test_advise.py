@@ -19,7 +19,7 @@ import pytest
 from support import pgparmon_cmd
 
 from pgparmon.advise import advice as adv
-from pgparmon.advise import checks, evidence, usl
+from pgparmon.advise import checks, document, evidence, usl
 from pgparmon.advise import predict as model
 from pgparmon.advise.advice import parse_timings
 from pgparmon.advise.inventory import Inventory, TableSize, setting_bytes
@@ -448,7 +448,7 @@ def test_one_measured_job_count_calibrates_the_static_shape() -> None:
     x1 = static.fit.throughput(1)
     thin = model.points_evidence("history", [(1.0, 2 * x1)], limit="x")
     ev = evidence.calibrated_static(thin, static)
-    assert ev.basis == "history" and adv._confidence(ev) == "low"
+    assert ev.basis == "history" and document.confidence(ev) == "low"
     assert ev.fit.throughput(1) == pytest.approx(2 * x1)
     # the static shape: flat past the cores, and not treated as extrapolation
     assert ev.fit.throughput(4) == pytest.approx(2 * static.fit.throughput(4))

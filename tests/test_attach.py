@@ -17,25 +17,49 @@ from typing import Any
 
 import psutil
 import pytest
-from support import dump_held_at_start, in_terminal, pgparmon_cmd, read_jsonl, wait_for_backends
+from support import (
+    attach_while_held,
+    dump_held_at_start,
+    in_terminal,
+    pgparmon_cmd,
+    read_jsonl,
+    wait_for_backends,
+)
 
+from pgparmon import units as fmt
 from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.record import read_recording
-from pgparmon.views import fmt
 from pgparmon.views.summary import end_summary
 
 pytestmark = pytest.mark.integration
 
 
+def _attach_argv(cluster: Cluster, *extra: str, tcp: bool = False,
+                 db: str = "sample") -> list[str]:
+    host = "127.0.0.1" if tcp else str(cluster.sockdir)
+    return pgparmon_cmd("attach", "-h", host, "-p", str(cluster.port), "-U", "postgres", "-d",
+                        db, "--json", "--interval", "0.3", *extra)
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
 def _attach(cluster: Cluster, *extra: str, tcp: bool = False, timeout: float = 120,
             db: str = "sample") -> subprocess.CompletedProcess[str]:
-    host = "127.0.0.1" if tcp else str(cluster.sockdir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    return subprocess.run(pgparmon_cmd("attach", "-h", host, "-p", str(cluster.port), "-U",
-                                       "postgres", "-d", db, "--json", "--interval", "0.3",
-                                       *extra),
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(_attach_argv(cluster, *extra, tcp=tcp, db=db), capture_output=True,
+                          text=True, timeout=timeout, env=_env())
+
+
+def _attach_to(cluster: Cluster, job: subprocess.Popen[Any], *extra: str, tcp: bool = False,
+               db: str = "sample") -> tuple[int, list[dict[str, Any]], dict[str, Any], str]:
+    """attach (no --pid) to a job that runs, followed to its end: started
+    while the job is held, so that it is found mid-run however long attach
+    takes to start. Its exit code, samples, summary and stderr."""
+    att = attach_while_held(job.pid, _attach_argv(cluster, *extra, tcp=tcp, db=db), _env())
+    samples, summary, err = att.finish(timeout=120)
+    return att.proc.returncode, samples, summary, err
 
 
 def _samples(out: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -62,10 +86,9 @@ def test_attach_follows_parallel_dump(cluster: Cluster, sample_db: str, workdir:
     dump = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
                              str(workdir / "d"), sample_db], env=env)
     wait_for_backends(cluster, sample_db, "pg_dump", proc=dump)
-    res = _attach(cluster, tcp=tcp)
+    code, samples, summary, err = _attach_to(cluster, dump, tcp=tcp)
     assert dump.wait() == 0
-    assert res.returncode == 0, res.stderr
-    samples, summary = _samples(res.stdout)
+    assert code == 0, err
     first = samples[0]
     assert first["job"]["kind"] == "pg_dump"
     assert first["job"]["client_pid"] == dump.pid
@@ -150,10 +173,9 @@ def test_attach_follows_parallel_restore(cluster: Cluster, dump_archive: Path) -
     rest = subprocess.Popen([cluster.client("pg_restore"), "-j", "2", "-d", "restored_a",
                              str(dump_archive)], env=cluster.env())
     wait_for_backends(cluster, "restored_a", "pg_restore", proc=rest)
-    res = _attach(cluster, db="restored_a")
+    code, samples, summary, err = _attach_to(cluster, rest, db="restored_a")
     assert rest.wait() == 0
-    assert res.returncode == 0, res.stderr
-    samples, summary = _samples(res.stdout)
+    assert code == 0, err
     assert samples[0]["job"]["kind"] == "pg_restore"
     assert samples[0]["job"]["jobs"] == 2
     assert samples[-1]["job"]["state"] == "finished"
@@ -212,8 +234,8 @@ def test_a_worker_that_exits_first_at_a_restores_end_is_not_a_death(
     wait_for_backends(cluster, "restored_d", "pg_restore", proc=rest)
     os.chmod(workdir, 0o777)
     rec = workdir / "attach-restore.gz"
-    res = _attach(cluster, "--record", str(rec), db="restored_d")
-    assert rest.wait() == 0 and res.returncode == 0, res.stderr
+    code, _, _, err = _attach_to(cluster, rest, "--record", str(rec), db="restored_d")
+    assert rest.wait() == 0 and code == 0, err
     r = read_recording(str(rec))
     root = r.header["job"]["client_pid"]
     events = copy.deepcopy([(k, v) for k, v in r.events if k != "summary"])
@@ -304,7 +326,7 @@ def test_copy_pool_is_found_and_grouped(cluster: Cluster, workdir: Path) -> None
 
 
 def test_errors_are_one_line(cluster: Cluster) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env = _env()
     res = subprocess.run(pgparmon_cmd("attach", "-h", "127.0.0.1", "-p", "1", "-d", "x"),
                          capture_output=True, text=True, env=env, timeout=30)
     assert res.returncode == 3
@@ -412,7 +434,7 @@ def test_several_jobs_listed_as_json_and_in_the_picker(cluster: Cluster, sample_
             assert j["grouping"] == "process tree"
             assert j["target"] == str(workdir / f"p{i}") and "-j" in j["command"]
             assert j["started"] and 0 <= j["running_s"] < 120
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env = _env()
         plain = subprocess.run(pgparmon_cmd("attach", "-h", str(cluster.sockdir), "-p",
                                             str(cluster.port), "-U", "postgres", "-d",
                                             sample_db, "--plain"),

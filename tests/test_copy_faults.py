@@ -5,7 +5,6 @@ rejected by the server. What a DBA sees for each: docs/faults.md."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import Lines, pgparmon_cmd, read_jsonl, resume, stop, tree
 from test_copy_jobs import SLOW, Scripted, _b, _cp, _csv, _env, _kill_tree, _snap
 
 from pgparmon.cluster import Cluster
@@ -64,10 +63,10 @@ def _read_position(root: int, path: Path, at_least: float, timeout: float = 30.0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            tree = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+            procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
         except psutil.Error:
             break
-        for p in tree:
+        for p in procs:
             try:
                 for f in p.open_files():
                     if f.path == str(path) and f.position / size >= at_least:
@@ -87,34 +86,33 @@ def _samples(out: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _loading(cluster: Cluster, csv: Path, share: float
-             ) -> tuple[subprocess.Popen[Any], subprocess.Popen[str], float, str]:
-    """A loader reading `csv`, attach following it (its first sample line)
-    once the loader read `share` of it."""
+             ) -> tuple[subprocess.Popen[Any], Lines, float]:
+    """A loader reading `csv`, attach following it, once the loader read
+    `share` of it and attach has seen it reading (a sample with progress)."""
     loader = _load(cluster, _csv(csv))
-    attach = _attach(cluster)
+    attach = Lines(_attach(cluster))
     got = _read_position(loader.pid, csv, share)
-    assert attach.stdout is not None
-    first = attach.stdout.readline()  # attach found it and sampled it once
-    assert first.startswith("{"), attach.stderr.read() if attach.stderr else ""
-    time.sleep(0.7)  # and sees it reading
-    return loader, attach, got, first
+    # a sample that saw it at least that far (the samples buffered before the
+    # test read the position may show less)
+    attach.wait_for(lambda s: got - 0.01 <= (s["job"]["progress"] or 0) < 1,
+                    f"the load read to {got:.0%}")
+    return loader, attach, got
 
 
 @integration
 def test_loader_killed_mid_file_fails_saying_where(cluster: Cluster, faultdb: str,
                                                    workdir: Path) -> None:
     csv = workdir / "part-1.csv"
-    loader, attach, got, first = _loading(cluster, csv, 0.2)
+    loader, attach, got = _loading(cluster, csv, 0.2)
     try:
         _kill_tree(loader)  # SIGKILL, the script and its psql
-        out, err = attach.communicate(timeout=60)
+        samples, summary, err = attach.finish(timeout=60)
     finally:
-        if attach.poll() is None:
-            attach.kill()
+        if attach.proc.poll() is None:
+            attach.proc.kill()
         if loader.poll() is None:
             _kill_tree(loader)
-    assert attach.returncode == 1, (attach.returncode, err)  # failed
-    samples, summary = _samples(first + out)
+    assert attach.proc.returncode == 1, (attach.proc.returncode, err)  # failed
     last = samples[-1]["job"]
     assert samples[0]["job"]["client_pid"] == loader.pid
     assert last["state"] == "failed"
@@ -129,28 +127,21 @@ def test_loader_killed_mid_file_fails_saying_where(cluster: Cluster, faultdb: st
 @integration
 def test_stopped_loader_reads_as_stalled_then_finishes(cluster: Cluster, faultdb: str,
                                                        workdir: Path) -> None:
-    loader, attach, _, first = _loading(cluster, workdir / "part-2.csv", 0.15)
-    stopped: list[psutil.Process] = []
+    loader, attach, _ = _loading(cluster, workdir / "part-2.csv", 0.15)
+    held: list[int] = []
     try:
-        stopped = [psutil.Process(loader.pid), *psutil.Process(loader.pid).children(True)]
-        for p in stopped:
-            p.send_signal(signal.SIGSTOP)
-        time.sleep(3.0)
-        for p in stopped:
-            p.send_signal(signal.SIGCONT)
-        out, err = attach.communicate(timeout=90)
+        held = stop(tree(loader.pid))
+        for _ in range(3):  # held until three samples said so
+            attach.wait_for(lambda s: s["bottleneck"]["kind"] == "stalled", "a stalled sample")
+        resume(held)
+        samples, summary, err = attach.finish(timeout=90)
     finally:
-        for p in stopped:
-            try:
-                p.send_signal(signal.SIGCONT)
-            except psutil.Error:
-                pass
-        if attach.poll() is None:
-            attach.kill()
+        resume(held)
+        if attach.proc.poll() is None:
+            attach.proc.kill()
         loader.wait(timeout=60)
     assert loader.returncode == 0
-    assert attach.returncode == 0, err
-    samples, summary = _samples(first + out)
+    assert attach.proc.returncode == 0, err
     stalled = [s for s in samples if s["bottleneck"]["kind"] == "stalled"]
     assert stalled, [s["bottleneck"] for s in samples]
     assert any("stopped" in s["bottleneck"]["detail"] for s in stalled)

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import Lines, attach_while_held, pgparmon_cmd, read_jsonl, wait_for_monitor
 
 from pgparmon.cluster import Cluster
 from pgparmon.discover import find_jobs
@@ -133,18 +133,27 @@ def _wait_sql(cluster: Cluster, sql: str, n: int, timeout: float = 30.0,
     raise AssertionError(f"timed out waiting for: {sql}")
 
 
-def _follow_to_end(cluster: Cluster, proc: subprocess.Popen[Any],
-                   *extra: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def _follow_to_end(cluster: Cluster, proc: subprocess.Popen[Any], *extra: str,
+                   hold: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """attach (no --pid) until the job ends: it is the process tree of `proc`,
-    and attach returns only once that tree has exited."""
+    and attach returns only once that tree has exited. hold: the job runs
+    already, and is held while attach starts (found mid-run however long
+    attach takes to start on a busy machine)."""
     try:
-        res = _attach(cluster, *extra)
+        if hold:
+            att = attach_while_held(proc.pid, pgparmon_cmd(
+                "attach", *_conn_args(cluster), "--json", "--interval", "0.3", *extra), _env())
+            samples, summary, err = att.finish(timeout=90)
+            code = att.proc.returncode
+        else:
+            res = _attach(cluster, *extra)
+            code, err = res.returncode, res.stderr
+            samples, summary = _docs(res.stdout)
         assert proc.poll() is not None, "attach returned while the job still ran"
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == 0
-    assert res.returncode == 0, res.stderr
-    samples, summary = _docs(res.stdout)
+    assert code == 0, err
     first = samples[0]["job"]
     assert first["kind"] == "copy" and first["grouping"] == "process tree"
     assert first["client_pid"] == proc.pid
@@ -161,7 +170,8 @@ def test_psql_script_is_one_job_with_file_progress(cluster: Cluster, copydb: str
     script = _psql_script(cluster, workdir, indexes=True)
     job = subprocess.Popen(["sh", str(script)], env=_env())
     _wait_sql(cluster, COPYING, 2, proc=job)
-    samples, summary = _follow_to_end(cluster, job)  # no --pid: both psql streams, one job
+    # no --pid: both psql streams, one job
+    samples, summary = _follow_to_end(cluster, job, hold=True)
     streams = {w["pid"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
     assert len(streams) == 2
     clients = {w["client_pid"] for s in samples for w in s["workers"] if w["phase"] == "copy"}
@@ -257,6 +267,103 @@ def test_pid_picks_the_tree_by_root_or_backend(cluster: Cluster, copydb: str,
         assert res.returncode == 4 and "no " in res.stderr
     finally:
         _kill_tree(loader)
+
+
+def _gated_loader(cluster: Cluster, workdir: Path, name: str) -> tuple[subprocess.Popen[Any],
+                                                                        Path]:
+    """A load script that reads its orders from a FIFO before it connects
+    (a loader reading its input first): "load" makes it `psql \\copy` a CSV
+    into b, anything else makes it exit without a session."""
+    gate = workdir / f"{name}.gate"
+    os.mkfifo(gate)
+    csv = _csv(workdir / f"{name}.csv", rows=20_000)
+    script = workdir / f"{name}.sh"
+    script.write_text(f"#!/bin/sh\nread order < {gate}\n[ \"$order\" = load ] || exit 0\n"
+                      f"{cluster.client('psql')} -X -q {' '.join(_conn_args(cluster))} "
+                      f"-v ON_ERROR_STOP=1 -c \"\\copy b FROM '{csv}' CSV\"\n")
+    return subprocess.Popen(["sh", str(script)], env=_env()), gate
+
+
+def _attach_looking(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
+    """`attach --json ARGS`, returned once it has connected and sampled the
+    server once (its session idle after the sample statement): it looked,
+    and found no job of that pid yet."""
+    attach = subprocess.Popen(pgparmon_cmd("attach", *_conn_args(cluster), "--json",
+                                           "--interval", "0.3", *args),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env())
+    wait_for_monitor(cluster, attach, DB)
+    return attach
+
+
+def _say(gate: Path, order: str) -> None:
+    with open(gate, "w") as f:
+        f.write(order + "\n")
+
+
+@integration
+def test_pid_of_a_loader_that_has_not_connected_yet_is_waited_for(
+        cluster: Cluster, copydb: str, workdir: Path) -> None:
+    """`attach --pid` (no --wait) on a load script that has opened no
+    session yet: a process this young is given until 10 s after its start
+    to show one (PID_GRACE_S), and the job is followed once it does."""
+    loader, gate = _gated_loader(cluster, workdir, "late")
+    # its COPY waits for this lock until attach has seen it: a load of a
+    # second could start and end between two of attach's looks on a busy
+    # machine (it then exits 4, "ended before a job of it was seen")
+    holder = psycopg.connect(cluster.conninfo(DB))
+    try:
+        holder.execute("LOCK TABLE b IN ACCESS EXCLUSIVE MODE")
+        attach = Lines(_attach_looking(cluster, "--pid", str(loader.pid)))
+        _say(gate, "load")
+        attach.wait_for(lambda s: s["job"]["client_pid"] == loader.pid, "the load followed")
+        holder.rollback()
+        samples, summary, err = attach.finish(timeout=120)
+    finally:
+        holder.close()
+        if loader.poll() is None:
+            _kill_tree(loader)
+    assert attach.proc.returncode == 0, err
+    assert samples[0]["job"]["kind"] == "copy"
+    assert samples[0]["job"]["client_pid"] == loader.pid
+    # the table as the statement names it: its COPY was first seen waiting for
+    # the lock, before the server's progress view named it public.b
+    assert any(w["phase"] == "copy" and w["relation"] in ("b", "public.b")
+               for s in samples for w in s["workers"])
+    assert summary is not None and summary["state"] == "finished"
+
+
+@integration
+def test_pid_that_never_shows_a_session_is_one_line_exit_4(cluster: Cluster, copydb: str,
+                                                           workdir: Path) -> None:
+    """The process waited for ends without a session: exit 4 at once, saying
+    so; one that stays without a session past --wait: exit 4 saying how
+    long it waited. One line each, no traceback."""
+    loader, gate = _gated_loader(cluster, workdir, "never")
+    try:
+        attach = _attach_looking(cluster, "--pid", str(loader.pid))
+        _say(gate, "stop")
+        assert loader.wait(timeout=30) == 0
+        _, err = attach.communicate(timeout=60)
+    finally:
+        if loader.poll() is None:
+            _kill_tree(loader)
+    assert attach.returncode == 4, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"process {loader.pid} (sh) ended before a job of it was seen" in err, err
+
+    loader, gate = _gated_loader(cluster, workdir, "silent")
+    try:
+        res = _attach(cluster, "--pid", str(loader.pid), "--wait", "1")
+        _say(gate, "stop")
+        assert loader.wait(timeout=30) == 0
+    finally:
+        if loader.poll() is None:
+            _kill_tree(loader)
+    assert res.returncode == 4, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert f"no job of process {loader.pid} (sh) on this server after waiting 1 s" \
+        in res.stderr, res.stderr
 
 
 IDLE_IN_TX = r"""

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import pgparmon_cmd, read_jsonl, wait_for_monitor
 
 from pgparmon.cluster import Cluster
 
@@ -70,7 +70,7 @@ def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
                                            "--record", str(workdir / "clone.pgparmon.gz")),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=_env())
-    time.sleep(1.0)
+    wait_for_monitor(cluster, attach, DST)  # looking, before the tool starts
     log = open(workdir / "pgcopydb.log", "w")
     tool = subprocess.Popen([pgcopydb, "clone", "--source", _uri(cluster, SRC),
                              "--target", _uri(cluster, DST), "--table-jobs", "2",
@@ -78,7 +78,9 @@ def test_pgcopydb_clone_is_one_copy_job(cluster: Cluster, pgcopydb: str,
                             env=_env(), stdout=log, stderr=subprocess.STDOUT)
     try:
         out, err = attach.communicate(timeout=120)
-        assert tool.poll() is not None, "attach returned while pgcopydb still ran"
+        assert tool.poll() is not None, ("attach returned while pgcopydb still ran",
+                                         [d.get("job", d.get("state")) for d in
+                                          read_jsonl(out)][:2], err[-1000:])
     finally:
         for p in (attach, tool):
             if p.poll() is None:
@@ -191,7 +193,11 @@ if mode == "holding":  # idle in transaction, holding the lock
 else:  # a statement running while it holds the lock
     threading.Thread(target=conn.execute, daemon=True, args=(
         "BEGIN; LOCK TABLE t IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60)",)).start()
-    time.sleep(1)
+    with psycopg.connect(conninfo, autocommit=True) as look:  # until it holds it
+        while not look.execute("SELECT count(*) FROM pg_locks WHERE granted AND mode = "
+                               "'AccessExclusiveLock' AND relation = 't'::regclass"
+                               ).fetchone()[0]:
+            time.sleep(0.02)
 dump = subprocess.Popen([pg_dump, "-d", conninfo, "-t", "t", "-f", out])
 time.sleep(60)
 """
@@ -223,13 +229,13 @@ def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
                              cluster.client("pg_dump"), str(workdir / "t.sql"),
                              mode], env=_env())
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         with psycopg.connect(cluster.conninfo("cpstep"), autocommit=True) as conn:
-            while time.monotonic() < deadline:
-                if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                                "'Lock' AND application_name = 'pg_dump'").fetchone()[0]:  # type: ignore[index]
-                    break
+            while not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+                                   "= 'Lock' AND application_name = 'pg_dump'"
+                                   ).fetchone()[0]:  # type: ignore[index]
                 assert tool.poll() is None
+                assert time.monotonic() < deadline, "pg_dump never waited for the lock"
                 time.sleep(0.05)
         sampler = DbSampler(ConnTarget(host=str(cluster.sockdir), port=cluster.port,
                                        user="postgres", dbname="cpstep"))

@@ -16,7 +16,7 @@ import pytest
 from support import in_terminal, pgparmon_cmd
 
 from pgparmon.record import read_recording
-from pgparmon.views import fmt
+from pgparmon import units as fmt
 from pgparmon.views.summary import end_summary, limits
 
 pytestmark = pytest.mark.integration

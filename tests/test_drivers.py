@@ -5,15 +5,18 @@ no change to the Monitor or the views (no server needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
+from pgparmon.connect import ConnTarget
 from pgparmon.discover import find_jobs
 from pgparmon.jobs import registry
 from pgparmon.jobs.base import Driver, Job, PlanInputs
@@ -213,3 +216,101 @@ def test_published_times_count_from_the_jobs_start(toyload: None) -> None:
     s = mon.summary()
     assert s["wall_s"] == 12.0 and s["started"] == docs[0]["job"]["started"]
     assert s["first_sample"] == "1970-01-01T00:16:40.000+00:00"
+def test_another_users_dump_is_told_from_one_on_another_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pg_dump of databases named alike, 0.3 s apart, their sockets and
+    environment unreadable (another OS user's): only the server's clock
+    links them. Our server's dump opened its leader session 50 ms after the
+    second one started; the first one (its session on another server of
+    this host) is no job of ours, though it started within seconds of it.
+    Alone, the first would be ours (nothing started in between)."""
+    from pgparmon.readers import procs
+
+    def proc(pid: int, start: float) -> procs.ProcInfo:
+        return procs.ProcInfo(pid, 1, "pg_dump", ("pg_dump", "-Fd", "-j", "2", "-f",
+                                                  f"/tmp/d{pid}", "sample"), start, "root")
+
+    def dump_session(pid: int, start: float) -> Backend:
+        return Backend(pid=pid, datname="sample", usename="postgres",
+                       application_name="pg_dump", client_addr=None, client_port=-1,
+                       backend_start=start, xact_start=start, query_start=start,
+                       state="active", wait_event_type=None, wait_event=None,
+                       backend_type="client backend", backend_xmin=900, leader_pid=None,
+                       query="COPY public.t TO stdout;")
+
+    other, ours = proc(4101, 1000.0), proc(4105, 1000.3)
+    found: list[procs.ProcInfo] = [other, ours]
+    monkeypatch.setattr(procs, "scan_job_processes", lambda programs: list(found))
+    monkeypatch.setattr(procs, "unix_peers", lambda: None)
+    monkeypatch.setattr(procs, "backend_clients", lambda port, backends, peers: {})
+    monkeypatch.setattr(procs, "tcp_ports", lambda pid, port: (set(), False))
+    monkeypatch.setattr(procs, "environ_port", lambda pid: (None, False))
+    monkeypatch.setattr(procs, "environ_appname", lambda pid: None)
+    # the leader, then its two workers (same snapshot) once the catalog is read
+    db = DbSample(server_ts=1004.0, backends=(dump_session(7001, 1000.35),
+                                               dump_session(7002, 1002.0),
+                                               dump_session(7003, 1002.0)))
+    facts = dataclasses.replace(FACTS, database="sample")
+    jobs = find_jobs(facts, db)
+    assert [(j.kind, j.client_pid) for j in jobs] == [("pg_dump", ours.pid)]
+    found.remove(ours)  # alone: the sessions started 0.35 s after it
+    assert [j.client_pid for j in find_jobs(facts, db)] == [other.pid]
+    late = DbSample(server_ts=1010.0, backends=tuple(dataclasses.replace(b, backend_start=1006.0)
+                                                     for b in db.backends))
+    # 6 s after it: not its sessions, a dump found from its sessions alone
+    assert [(j.kind, j.client_pid) for j in find_jobs(facts, late)] == [("pg_dump", None)]
+
+
+def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """attach --wait: the job found when one first appears is followed only
+    once the next look, a moment later, finds the same one. A migration
+    tool's first look may show a fragment (its pg_dump step before the
+    transaction it belongs to, a session of a worker not linked yet): seen
+    once in a pgcopydb clone's first second, attach followed that and
+    returned while the tool still ran."""
+    from pgparmon import monitor
+    from pgparmon.discover import DiscoveryError
+    from pgparmon.exitcodes import ExitCode
+
+    tool = Job(kind="copy", database="shop", client_pid=500)
+    fragment = Job(kind="pg_dump", database="shop", client_pid=501)
+    other = Job(kind="copy", database="shop", pid_hint=frozenset({77}))
+
+    class Looks:
+        """A source whose each look (discover with no job yet) finds the next
+        of `script`: None, a job, or several."""
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            self.facts = FACTS
+            self.job: Job | None = None
+            self.sampler = SimpleNamespace(database_filter=None, backup_bands=True)
+
+        def discover(self) -> Job:
+            if self.job is None:
+                found = script.pop(0)
+                if found is None:
+                    raise DiscoveryError("no job", ExitCode.NO_JOB)
+                if isinstance(found, list):
+                    raise DiscoveryError("several", ExitCode.SEVERAL_JOBS, found)
+                self.job = found
+                self.sampler.database_filter = found.database  # what following sets
+            return self.job
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(monitor, "LiveSource", Looks)
+    monkeypatch.setattr(monitor, "PID_POLL_S", 0.0)
+    target = ConnTarget(host="/nowhere", port="5432")
+    script: list[Any] = [None, fragment, tool, [tool, other], tool, tool]
+    mon = monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+    assert mon.job == tool and not script  # the first twice in a row: the last two looks
+    # found at attach's first look: followed at once (no wait, nothing changing)
+    script = [fragment]
+    assert monitor.wait_for_job(target, None, wait_s=60, interval=0.0).job == fragment
+    # several, twice in a row: exit 5 as before
+    script = [None, [tool, other], [other, tool]]
+    with pytest.raises(DiscoveryError) as err:
+        monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+    assert err.value.code == ExitCode.SEVERAL_JOBS and not script

@@ -838,7 +838,12 @@ def test_idle_costs_one_query_per_interval(cluster: Cluster, workdir: Path) -> N
     try:
         with exporter(cluster) as exp:
             exp.wait_for("pgparmon_server_up", server=exp.server)
-            time.sleep(1.0)  # past the start-up's queries (server facts)
+            # past the start-up's queries (server facts): a sampling pass is done
+            deadline = time.monotonic() + 60
+            while exp.value("pgparmon_exporter_last_sample_time_seconds",
+                            server=exp.server) is None:
+                assert time.monotonic() < deadline, "the exporter never sampled"
+                time.sleep(0.1)
             start = cluster.logfile.stat().st_size
             t0 = time.monotonic()
             time.sleep(4.0)
@@ -854,6 +859,8 @@ def test_idle_costs_one_query_per_interval(cluster: Cluster, workdir: Path) -> N
         cluster.psql("SELECT pg_reload_conf()")
     mine = [ln for ln in log.splitlines() if "[pgparmon] LOG:" in ln
             and ("statement:" in ln or "execute" in ln)]
+    # at most one a pass, a pass at most every 0.5 s; on a busy machine a
+    # pass may come late (fewer, never more): no lower bound but "it samples"
     per_interval = len(mine) / (elapsed / 0.5)
-    assert 0.6 <= per_interval <= 1.25, (len(mine), elapsed, mine[:3])
+    assert mine and per_interval <= 1.25, (len(mine), elapsed, mine[:3])
     assert all("One sample, one round trip" in ln for ln in mine), mine[:3]

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
-from support import pgparmon_cmd, read_jsonl, wait_for_backends
+from support import Lines, pgparmon_cmd, read_jsonl, resume, stop, tree, wait_for_backends
 
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
@@ -82,16 +82,17 @@ def slow_dump(cluster: Cluster, sample_db: str, workdir: Path) -> Iterator[subpr
 
 def test_stopped_client_reads_as_stalled(cluster: Cluster, sample_db: str,
                                          slow_dump: subprocess.Popen[bytes]) -> None:
-    att = _attach_proc(cluster, sample_db)
-    first = _first_sample(att)
-    procs = [psutil.Process(slow_dump.pid), *psutil.Process(slow_dump.pid).children()]
-    for p in procs:
-        p.send_signal(signal.SIGSTOP)
-    time.sleep(2.5)
-    for p in procs:
-        p.send_signal(signal.SIGCONT)
-    samples, summary, err = _finish(att, first)
+    att = Lines(_attach_proc(cluster, sample_db))
+    att.wait_for(lambda s: True, "a first sample")
+    held = stop(tree(slow_dump.pid))
+    try:  # held until three samples said so
+        for _ in range(3):
+            att.wait_for(lambda s: s["bottleneck"]["kind"] == "stalled", "a stalled sample")
+    finally:
+        resume(held)
+    samples, summary, err = att.finish()
     stalled = [s for s in samples if s["bottleneck"]["kind"] == "stalled"]
+    assert len(stalled) >= 3
     assert stalled, [s["bottleneck"] for s in samples]
     assert all(s["job"]["eta_s"] is None for s in stalled)  # no ETA rather than a lie
     assert all(s["job"]["bytes_per_s"] == 0 for s in stalled[2:])
@@ -138,10 +139,10 @@ def test_lock_timeout_skips_a_sample_instead_of_blocking(cluster: Cluster) -> No
     try:
         assert sampler.sample().error is None
         holder.execute("LOCK TABLE pg_catalog.pg_namespace IN ACCESS EXCLUSIVE MODE")
-        t0 = time.monotonic()
+        # it returns while the lock is still held: the session's lock_timeout
+        # ended the wait (no timing asserted: a busy machine is slow anyway)
         s = sampler.sample()
-        assert time.monotonic() - t0 < 1.5  # lock_timeout, not a wait
-        assert s.error and "lock" in s.error
+        assert s.error and "lock_timeout" in s.error, s.error
         holder.rollback()
         assert sampler.sample().error is None  # and the next sample works
     finally:

@@ -434,7 +434,10 @@ def test_advise_from_a_recording(cluster: Cluster, recorded_dump: Path, tmp_path
     # points, plus the serial per-object part. The fit goes through the
     # recorded one-stream rate unless the run's two streams did more than
     # twice as much (a real run's tables differ): then one stream's rate lies
-    # between the two, and so does the prediction
+    # between the two, and so does the prediction. On a busy machine the two
+    # streams together may have done less than one did alone (the load beside
+    # the run changed): the plateau's ceiling is then the two streams' rate,
+    # and one job's time lies between the two rates' times
     one = doc["predictions"][0]
     assert one["jobs"] == 1
     work = doc["inventory"]["work_bytes"]
@@ -443,8 +446,10 @@ def test_advise_from_a_recording(cluster: Cluster, recorded_dump: Path, tmp_path
     assert data_s == pytest.approx(work / f.throughput(1), rel=0.02, abs=0.02)
     per_stream = [v / k for k, v in x.items()]
     assert work / max(per_stream) * 0.98 - 0.02 <= data_s <= work / min(per_stream) * 1.02 + 0.02
-    if 2 not in x or x[2] <= 2 * x[1]:
+    if 2 not in x or x[1] <= x[2] <= 2 * x[1]:
         assert data_s == pytest.approx(work / x[1], rel=0.02, abs=0.02)
+    elif x[2] < x[1]:
+        assert work / x[1] * 0.98 - 0.02 <= data_s <= work / x[2] * 1.02 + 0.02, (x, data_s)
     assert "guess" not in {w["code"] for w in doc["warnings"]}
     # a broken recording is a one-line error, exit 2
     bad = tmp_path / "bad.gz"

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import tomllib
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 

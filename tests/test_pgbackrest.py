@@ -25,12 +25,13 @@ from support import (
     ArchiveGate,
     archive_caught_up,
     archive_wait,
-    follow,
     pgparmon_cmd,
     queued_segments,
     read_jsonl,
+    tick_until,
 )
 
+from pgparmon import units as fmt
 from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
@@ -47,7 +48,6 @@ from pgparmon.jobs.pgbackrest import (
 from pgparmon.jobs.walwait import WAIT_ONLY
 from pgparmon.monitor import Monitor, wait_for_job
 from pgparmon.snapshot import Backend, DbSample, Snapshot
-from pgparmon.views import fmt
 
 STANZA = "demo"
 SEG = 16 << 20
@@ -158,7 +158,7 @@ def test_attach_follows_a_backup_and_its_local_processes(repo: Repo) -> None:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
         assert mon.job is not None and mon.job.kind == "pgbackrest"
         assert mon.job.jobs == 2 and mon.job.grouping == TREE
-        docs = follow(mon, lambda d: d["job"]["state"] != "running")
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0
@@ -199,12 +199,12 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
         mon = wait_for_job(_target(repo.cluster), pid=None, wait_s=20, interval=0.2)
         # killed mid-copy: once the copy has moved (CI once killed it at the
         # first copying sample, before any byte was counted)
-        follow(mon, lambda d: d["job"]["phase"] == "copying files"
+        tick_until(mon, lambda d: d["job"]["phase"] == "copying files"
                 and (d["job"]["progress"] or 0) > 0)
         locals_ = _local_pids(proc.pid)
         assert locals_, "no local process to kill"
         os.kill(locals_[0], signal.SIGKILL)
-        docs = follow(mon, lambda d: d["job"]["state"] != "running", ticks=200)
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running", ticks=200)
     finally:
         _stop(proc, mon)
     assert proc.returncode != 0
@@ -255,10 +255,10 @@ def test_a_backup_behind_the_archivers_backlog_says_how_long(
         proc = _start(repo, caught_up=False)
         mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
         # held until pgparmon shows the backlog before the backup's segment
-        held = follow(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20
+        held = tick_until(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20
                        and archive_wait(d).get("wal") is not None)
         gate.release()
-        docs = held + follow(mon, lambda d: d["job"]["state"] != "running")
+        docs = held + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
         gate.release()
         if proc is not None:
@@ -326,13 +326,13 @@ def test_a_spread_checkpoint_at_the_start_says_its_bound(gated: tuple[Repo, Arch
     mon = None
     try:
         mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
-        waiting = follow(mon, lambda d: (d["job"]["backup"].get("wait") or {}).get(
+        waiting = tick_until(mon, lambda d: (d["job"]["backup"].get("wait") or {}).get(
             "checkpoint") is not None, ticks=200)
         for _ in range(4):  # a few more samples of the wait
             time.sleep(0.25)
             waiting.append(mon.tick())
         cl.psql("CHECKPOINT")
-        docs = waiting + follow(mon, lambda d: d["job"]["state"] != "running")
+        docs = waiting + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
@@ -386,16 +386,32 @@ def restorable(repo: Repo) -> str:
     return os.path.basename(os.path.realpath(latest))
 
 
-def _restore(repo: Repo, label: str, name: str, *extra: str,
-             as_user: bool = True) -> tuple[subprocess.Popen[bytes], Path]:
-    """A restore into a new data directory (no server runs on it)."""
+def _restore(repo: Repo, label: str, name: str) -> tuple[subprocess.Popen[bytes], Path, int]:
+    """A restore into a new data directory (no server runs on it), once its
+    pgbackrest process runs (runuser forks it after Popen returns): the
+    Popen, the target and that process's pid, which the tests follow by
+    --pid (another suite on this host may be restoring too, and attach
+    then rightly finds several jobs)."""
     target = repo.base / name
-    argv = repo.argv(f"--pg1-path={target}", "--process-max=2", f"--set={label}", *extra,
-                     "restore")
-    proc = subprocess.Popen(repo.as_server_user(argv) if as_user else argv,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    return proc, target
+    argv = repo.argv(f"--pg1-path={target}", "--process-max=2", f"--set={label}", "restore")
+    proc = subprocess.Popen(repo.as_server_user(argv), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def main_pid() -> int | None:
+        with contextlib.suppress(psutil.Error):
+            top = psutil.Process(proc.pid)
+            for p in (top, *top.children(recursive=True)):
+                with contextlib.suppress(psutil.Error):
+                    if p.name() == "pgbackrest" and "restore" in p.cmdline():
+                        return p.pid
+        return None
+
+    deadline = time.monotonic() + 60
+    while (pid := main_pid()) is None:
+        assert proc.poll() is None, f"the restore exited with {proc.returncode}"
+        assert time.monotonic() < deadline, "the restore's pgbackrest never started"
+        time.sleep(0.05)
+    return proc, target, pid
 
 
 def _restore_locals(root: int) -> list[int]:
@@ -405,13 +421,13 @@ def _restore_locals(root: int) -> list[int]:
 
 @pytest.mark.integration
 def test_attach_host_only_follows_a_restore(repo: Repo, restorable: str) -> None:
-    proc, target = _restore(repo, restorable, "r1")
+    proc, target, pid = _restore(repo, restorable, "r1")
     mon = None
     try:
-        mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
+        mon = wait_for_job(None, pid=pid, wait_s=20, interval=0.1, host_only=True)
         assert mon.job is not None and mon.job.kind == "pgbackrest-restore"
         assert mon.job.jobs == 2 and mon.job.target == str(target)
-        docs = follow(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running", ticks=600, pause=0.1)
     finally:
         _stop(proc, mon)
     assert proc.returncode == 0
@@ -440,21 +456,21 @@ def test_attach_host_only_follows_a_restore(repo: Repo, restorable: str) -> None
 
 @pytest.mark.integration
 def test_a_stopped_then_killed_restore(repo: Repo, restorable: str) -> None:
-    proc, target = _restore(repo, restorable, "r2")
+    proc, target, pid = _restore(repo, restorable, "r2")
     mon = None
     try:
-        mon = wait_for_job(None, pid=None, wait_s=20, interval=0.1, host_only=True)
-        follow(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
+        mon = wait_for_job(None, pid=pid, wait_s=20, interval=0.1, host_only=True)
+        tick_until(mon, lambda d: d["job"]["phase"] == "restoring files", pause=0.05)
         locals_ = _restore_locals(proc.pid)
         assert locals_, "no local process"
-        for pid in locals_:
-            os.kill(pid, signal.SIGSTOP)
-        stalled = follow(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
+        for lp in locals_:
+            os.kill(lp, signal.SIGSTOP)
+        stalled = tick_until(mon, lambda d: d["bottleneck"]["kind"] == "stalled", ticks=50)
         assert stalled[-1]["job"]["state"] == "running"
         os.kill(locals_[0], signal.SIGKILL)
-        for pid in locals_[1:]:
-            os.kill(pid, signal.SIGCONT)
-        docs = follow(mon, lambda d: d["job"]["state"] != "running", ticks=300)
+        for lp in locals_[1:]:
+            os.kill(lp, signal.SIGCONT)
+        docs = tick_until(mon, lambda d: d["job"]["state"] != "running", ticks=300)
     finally:
         _stop(proc, mon)
     assert proc.returncode != 0
@@ -469,10 +485,11 @@ def test_attach_with_no_server_follows_the_restore(repo: Repo, restorable: str,
                                                    tmp_path: Path) -> None:
     nothing = tmp_path / "no-server"  # a socket directory where no server listens
     nothing.mkdir()
-    proc, _ = _restore(repo, restorable, "r3")
+    proc, _, pid = _restore(repo, restorable, "r3")
     try:
         res = subprocess.run(pgparmon_cmd("attach", "-h", str(nothing), "-p", "5999",
-                                          "-d", "postgres", "--json", "--interval", "0.1"),
+                                          "-d", "postgres", "--json", "--interval", "0.1",
+                                          "--pid", str(pid)),
                              capture_output=True, text=True, timeout=120)
     finally:
         _stop(proc, None)
@@ -540,6 +557,35 @@ def test_the_exporter_follows_a_restore_of_its_stopped_server(repo: Repo, restor
         assert any("host only" in n for n in r.samples[-1]["notes"])
     finally:
         cl.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="su / runuser to the cluster's user need root")
+def test_run_through_su_or_runuser_is_the_backup_not_a_copy(repo: Repo) -> None:
+    """`pgparmon run -- su postgres -c 'pgbackrest ... backup'` once showed a
+    COPY job ("client input files" 84%: the data files pgBackRest read),
+    then "finished" with no items: the kind comes from the tool inside."""
+    import shlex
+
+    inner = repo.argv("--process-max=2", "--type=full", "backup")
+    for how, wrapped in (("su", ["su", "postgres", "-c", shlex.join(inner)]),
+                         ("runuser", ["runuser", "-u", "postgres", "--", *inner])):
+        archive_caught_up(repo.cluster)
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                          *wrapped),
+                             capture_output=True, text=True, timeout=300,
+                             env=repo.cluster.env())
+        assert res.returncode == 0, (how, res.stderr)
+        samples = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
+        assert {s["job"]["kind"] for s in samples} == {"pgbackrest"}, how
+        assert not any(s["job"].get("progress_basis") == "client input files"
+                       for s in samples), how
+        prog = [s["job"]["progress"] for s in samples if s["job"]["progress"] is not None]
+        assert all(b >= a for a, b in zip(prog, prog[1:], strict=False)), (how, prog)
+        end = samples[-1]["job"]
+        assert end["state"] == "finished" and end["exit_code"] == 0, how
+        assert end["progress"] == 1.0 and end["jobs"] == 2, how
+        assert samples[0]["job"]["command"][0] == how
 
 
 @pytest.mark.integration
@@ -685,8 +731,9 @@ def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:
 
 
 def test_host_only_with_nothing_to_follow_is_one_line() -> None:
-    res = subprocess.run(pgparmon_cmd("attach", "--host-only", "--json"), capture_output=True,
-                         text=True, timeout=60)
+    # --pid 1: another suite on this host may be restoring right now
+    res = subprocess.run(pgparmon_cmd("attach", "--host-only", "--json", "--pid", "1"),
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 4, res.stderr  # no job (docs/exit-codes.md)
     line = res.stderr.strip()
     assert "\n" not in line and "no pgBackRest restore running on this host" in line, line

@@ -118,7 +118,12 @@ def test_probe_measures_within_budget(cluster: Cluster, probe_db: dict[str, int]
 
     assert wall <= budget + 0.5 and res.seconds <= budget + 0.5, (wall, res.seconds)
     assert res.budget_s == budget and res.compression == "gzip:6"
-    assert [p.streams for p in res.points] == [1, 2]
+    # both stream counts; on a slow disk of a busy machine the budget may
+    # run out before the second step: then it is dropped, and said
+    streams = [p.streams for p in res.points]
+    assert streams == [1, 2] or (
+        streams == [1] and "the budget of 6 s allowed up to 1 of 2 streams" in res.notes), \
+        (streams, res.notes)
     for p in res.points:
         assert p.bytes_per_s > 0 and p.heap_bytes > 0 and p.out_bytes > 0
         assert p.elapsed_s > 0.5 and p.ranges >= 1

@@ -19,7 +19,7 @@ from rich.console import Console
 from pgparmon.analyze.advice_live import AdviceTracker, advise_samples
 from pgparmon.cluster import Cluster
 from pgparmon.playback import replay_command, report_command
-from pgparmon.views import fmt
+from pgparmon import units as fmt
 from pgparmon.views.report import build_html, render_summary_text
 from pgparmon.views.summary import GROUP_MIN, ItemGroup, end_summary
 from pgparmon.views.text import summary_table

@@ -40,7 +40,7 @@ from pgparmon.tui.widgets import (
     VerdictLine,
     WorkersTable,
 )
-from pgparmon.views import fmt
+from pgparmon import units as fmt
 from pgparmon.views.summary import ItemGroup
 
 Doc = dict[str, Any]
@@ -52,19 +52,25 @@ SNAPSHOT_TEXTUAL = "8.2"
 
 class ListFeed(FeedBase):
     """The feed protocol over a list of recorded docs. hold=True keeps
-    returning the last doc (a job that never ends: for key tests)."""
+    returning the last doc (a job that never ends: for key tests); pause_at
+    keeps returning that doc until it is set to None (a test reads the
+    screen at a sample it chose, however slowly it gets to read)."""
 
     def __init__(self, docs: list[Doc], summary: Doc | None = None,
-                 hold: bool = False) -> None:
+                 hold: bool = False, pause_at: int | None = None) -> None:
         self.docs = docs
         self.summary_doc = summary
         self.hold = hold
+        self.pause_at = pause_at
         self.i = 0
         self.outcome: Any = None
         self.detail_calls: list[int] = []
 
     def tick(self) -> Doc:
-        doc = self.docs[min(self.i, len(self.docs) - 1)]
+        at = min(self.i, len(self.docs) - 1)
+        if self.pause_at is not None:
+            at = self.i = min(at, self.pause_at)
+        doc = self.docs[at]
         self.i += 1
         j = doc["job"]
         if j["state"] != "running" and not self.hold:
@@ -143,16 +149,22 @@ def table_rows(table: Any) -> list[list[str]]:
 @pytest.mark.integration
 @sync
 async def test_rows_progress_and_end_of_a_real_dump(dump: JobRun) -> None:
-    feed = ListFeed(dump.samples, dump.summary)
+    # the screen read at the first sample of two workers copying (the feed
+    # waits there: at 0.01 s a sample, a busy machine's test would read a
+    # later one, maybe the leader alone writing the TOC), then to the end
+    at = next(i for i, d in enumerate(dump.samples)
+              if sum(w["phase"] == "copy" for w in d["workers"]) >= 2)
+    feed = ListFeed(dump.samples, dump.summary, pause_at=at)
     app = PgParMonApp(feed, 0.01, "t")
     async with app.run_test(size=(120, 40)) as pilot:
         table = app.query_one("#workers", WorkersTable)
-        await wait_for(pilot, lambda: table.row_count >= 2)
+        await wait_for(pilot, lambda: app.ticks > at)
         rows = table_rows(table)
-        pids = {w["pid"] for d in dump.samples for w in d["workers"]}
-        assert {int(r[0]) for r in rows} <= pids
-        assert any("copy" in r for r in rows)
+        pids = {w["pid"] for w in dump.samples[at]["workers"]}
+        assert len(rows) >= 2 and {int(r[0]) for r in rows} <= pids
+        assert sum("copy" in r for r in rows) >= 2
         assert "%" in header_text(app) and "pg_dump -j 2" in header_text(app)
+        feed.pause_at = None
         # the job ends: the final state and the per-item summary stay on screen
         await wait_for(pilot, lambda: app.summary is not None)
         await pilot.pause()
@@ -258,22 +270,25 @@ async def test_a_verdict_that_wraps_every_other_sample_keeps_its_height() -> Non
         v.verdict = short
         await pilot.pause()
         assert v.size.height == 1
-        v.SHRINK_AFTER_S = 0.5
+        # nothing is given back while it toggles, however slow the machine:
+        # a shorter text arms the timer, a longer one stops it
+        v.SHRINK_AFTER_S = 3600.0
         before = v.layouts
         v.verdict = long
         await pilot.pause()
         assert v.size.height == 2 and v.layouts == before + 1
         for i in range(8):
             v.verdict = short if i % 2 == 0 else long
-            await pilot.pause(0.1)
+            assert (v._shrink_timer is not None) == (i % 2 == 0), i
+            await pilot.pause()
             assert v.size.height == 2, i
         assert v.layouts == before + 1
         # one line for SHRINK_AFTER_S, the text unchanged: the line is given back
+        v.SHRINK_AFTER_S = 0.3
         v.verdict = short
-        await pilot.pause(0.2)
-        assert v.size.height == 2
-        await pilot.pause(0.6)
-        assert v.layouts == before + 2 and v.size.height == 1
+        assert v._shrink_timer is not None and v.size.height == 2  # not at once
+        await wait_for(pilot, lambda: v.size.height == 1)
+        assert v.layouts == before + 2
         # longer than max-height: held at max-height
         v.verdict = ("disk-read", "x " * 200)
         await pilot.pause()
@@ -413,11 +428,12 @@ async def test_keys_pause_interval_sort_details_help_quit(dump: JobRun) -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, DetailsScreen))
         await wait_for(pilot, lambda: feed.detail_calls == [pid])
-        await pilot.pause(0.1)
         screen = app.screen
+        locks = screen.query_one("#details-locks", DataTable)
+        # fetched in a thread, then shown: wait for the rows, not a while
+        await wait_for(pilot, lambda: locks.row_count > 0)
         query = screen.query_one("#details-query").render()
         assert "COPY" in str(query)
-        locks = screen.query_one("#details-locks")
         assert any("WAITING" in r for r in map(" ".join, table_rows(locks)))
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DetailsScreen))
@@ -445,10 +461,19 @@ async def test_command_palette_has_our_commands(dump: JobRun) -> None:
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Pause / resume", "Sort workers", "Worker details", "Help",
                 "Toggle dark / light"} <= titles
+        from textual.command import CommandList, CommandPalette
+
+        def first_hit() -> str:
+            found = app.screen.query(CommandList)
+            if not found or found.first().option_count == 0:
+                return ""
+            return str(found.first().get_option_at_index(0).prompt)
+
         await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
         await pilot.press(*"pause")
-        await pilot.pause(0.5)
+        # enter once the search has found it (its hits come in the background)
+        await wait_for(pilot, lambda: "Pause / resume" in first_hit())
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.paused)
 
@@ -456,23 +481,26 @@ async def test_command_palette_has_our_commands(dump: JobRun) -> None:
 @pytest.mark.integration
 @sync
 async def test_resize_between_80x24_and_160x50(restore: JobRun) -> None:
-    app = PgParMonApp(ListFeed(running(restore), hold=True), 0.02, "t")
+    # samples with workers only: the one held at the end has rows (the last
+    # running samples of a restore may have none)
+    app = PgParMonApp(ListFeed([d for d in running(restore) if d["workers"]], hold=True), 0.02,
+                      "t")
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one("#workers", WorkersTable)
         await wait_for(pilot, lambda: table.row_count >= 1 and app.ticks > 5)
         narrow = [str(c.label) for c in table.columns.values()]
         assert "client" not in narrow and "progress" in narrow and "wait" in narrow
         assert app.screen.has_class("-narrow")
+        def labels() -> list[str]:
+            return [str(c.label) for c in table.columns.values()]
+
         await pilot.resize_terminal(160, 50)
-        await pilot.pause(0.2)
-        wide = [str(c.label) for c in table.columns.values()]
-        assert "client" in wide
+        await wait_for(pilot, lambda: "client" in labels())
         assert app.screen.has_class("-wide") and app.screen.has_class("-tall")
         assert app.query_one("#events").display
         await pilot.resize_terminal(80, 24)
-        await pilot.pause(0.2)
-        assert "client" not in [str(c.label) for c in table.columns.values()]
-        assert app.query_one("#header").outer_size.width == 80
+        await wait_for(pilot, lambda: "client" not in labels()
+                       and app.query_one("#header").outer_size.width == 80)
 
 
 class FlakyFeed(ListFeed):

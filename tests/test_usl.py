@@ -184,6 +184,17 @@ def test_throughput_falling_from_the_first_stream() -> None:
     assert usl.retrograde(u) > 0
 
 
+def test_two_streams_slower_than_one() -> None:
+    """A recording from a busy machine: its two streams together did less
+    than one alone (the load beside it changed). The plateau's ceiling is
+    the two streams' rate, and one stream is predicted between the two
+    rates (advise --history's one-job time, tests/test_history.py)."""
+    f = usl.fit([(1, 100.0), (2, 88.0)])
+    assert f.model == "plateau"
+    assert 88.0 <= f.throughput(1) <= 100.0
+    assert f.throughput(2) == pytest.approx(88.0)
+
+
 def test_from_timings() -> None:
     pts = usl.from_timings({4: 20.0, 1: 80.0, 2: 0.0, 3: -1.0})
     assert pts == [(1.0, 1 / 80.0), (4.0, 1 / 20.0)]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from pgversions import bindir_for
-from support import pgparmon_cmd, read_jsonl, wait_for_backends
+from support import attach_while_held, pgparmon_cmd, read_jsonl, wait_for_backends
 
 from pgparmon import sql
 from pgparmon.cluster import Cluster, start_cluster
@@ -133,13 +133,13 @@ def test_attach_restore(versioned: tuple[int, Cluster, Path]) -> None:
                              str(work / "a")], env=cl.env())
     wait_for_backends(cl, "restored", "pg_restore", proc=rest)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    res = subprocess.run(pgparmon_cmd("attach", "-h", str(cl.sockdir), "-p", str(cl.port), "-U",
-                                      "postgres", "-d", "restored", "--json", "--interval",
-                                      "0.3"), capture_output=True, text=True, env=env,
-                         timeout=180)
+    # started while the restore is held: found mid-run however slow its start
+    att = attach_while_held(rest.pid, pgparmon_cmd(
+        "attach", "-h", str(cl.sockdir), "-p", str(cl.port), "-U", "postgres", "-d", "restored",
+        "--json", "--interval", "0.3"), env)
+    samples, summary, err = att.finish(timeout=180)
     assert rest.wait() == 0
-    assert res.returncode == 0, res.stderr
-    samples, summary = _samples(res.stdout)
+    assert att.proc.returncode == 0, err
     assert samples[0]["job"]["kind"] == "pg_restore"
     assert summary["state"] == "finished"
     assert {"data", "index", "constraint"} <= {i["kind"] for i in summary["items"]}

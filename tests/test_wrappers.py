@@ -20,6 +20,7 @@ DUMP = ["pg_dump", "-Fd", "-j", "2", "-f", "/b/x", "db"]
     ["sudo", "-E", "--user=postgres", "--", *DUMP],
     ["sudo", "-upostgres", *DUMP],
     ["runuser", "-u", "postgres", "--", *DUMP],
+    ["runuser", "-u", "postgres", "--", "nice", "-n", "5", *DUMP],
     ["runuser", "postgres", "-c", "pg_dump -Fd -j 2 -f /b/x db"],
     ["env", "PGPASSWORD=x", "-u", "PGSERVICE", *DUMP],
     ["nice", "-n", "10", "ionice", "-c", "3", *DUMP],
@@ -50,6 +51,13 @@ def test_the_command_inside(argv: list[str]) -> None:
 ])
 def test_what_is_not_unwrapped(argv: list[str]) -> None:
     assert unwrap(argv) == argv and not wrapped(argv)
+
+
+def test_the_inner_commands_own_c_is_its_own() -> None:
+    psql = ["psql", "-h", "/s", "-c", "\\copy t FROM 'f' CSV"]
+    assert unwrap(["runuser", "-u", "postgres", "--", "nice", *psql]) == psql
+    assert unwrap(["sudo", "-u", "postgres", *psql]) == psql
+    assert unwrap(["su", "postgres", "-c", "psql -h /s -c x"]) == ["psql", "-h", "/s", "-c", "x"]
 
 
 def test_a_quoted_password_stays_a_word() -> None:

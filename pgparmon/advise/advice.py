@@ -13,7 +13,6 @@ import dataclasses
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -22,7 +21,7 @@ from ..connect import ConnectError, connect
 from ..exitcodes import ExitCode
 from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
-from ..views import fmt
+from .. import units as fmt
 from . import predict
 from .checks import (
     Caution,
@@ -50,85 +49,10 @@ from .inventory import (
     setting_bytes,
     setting_str,
 )
-from .predict import Evidence, Prediction
+from .predict import Evidence
 from .request import AdviseError, Request
+from .document import Advice, confidence, conn_args, why_lines
 from .snapshots import check_snapshots, verdict
-
-SCHEMA = "pgparmon.advice/1"
-
-
-@dataclass
-class Advice:
-    kind: str
-    recommended: int
-    fastest: int
-    predictions: list[Prediction]
-    lower_bound_s: float | None
-    basis: str
-    confidence: str
-    warnings: list[Caution]
-    command: str
-    evidence: Evidence
-    choice: predict.Choice
-    inventory: Inventory | None
-    dominant: dict[str, Any] | None
-    probe: dict[str, Any] | None = None
-    why: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    server: dict[str, Any] | None = None
-    copy: dict[str, Any] | None = None  # kind "copy": the file and the table
-
-    def prediction(self, j: int) -> Prediction | None:
-        return next((p for p in self.predictions if p.jobs == j), None)
-
-    def to_json(self) -> dict[str, Any]:
-        rec = self.prediction(self.recommended)
-        return {
-            "schema": SCHEMA,
-            "kind": self.kind,
-            "recommended_jobs": self.recommended,
-            "fastest_jobs": self.fastest,
-            "knee_jobs": self.choice.knee,
-            "efficient_jobs": self.choice.efficient,
-            "capped_by": self.choice.capped_by,
-            "predicted_wall_s": round(rec.wall_s, 2) if rec else None,
-            "predictions": [p.to_json() for p in self.predictions],
-            "lower_bound_s": None if self.lower_bound_s is None else round(self.lower_bound_s, 2),
-            "dominant": self.dominant,
-            "basis": self.basis,
-            "confidence": self.confidence,
-            "fit": fit_json(self.evidence),
-            "evidence_note": self.evidence.note,
-            "probe": _redacted_probe(self.probe),
-            "inventory": self.inventory.to_json() if self.inventory else None,
-            "server": self.server,
-            "copy": None if self.copy is None else {
-                k: (redact_text(v) if k == "file" else v) for k, v in self.copy.items()},
-            "warnings": [w.to_json() for w in self.warnings],
-            "why": [redact_text(s) for s in self.why],
-            "notes": [redact_text(s) for s in self.notes],
-            "command": redact_text(self.command),
-        }
-
-
-def fit_json(ev: Evidence) -> dict[str, Any]:
-    """The fit, with the resource bounds it is held under (`ceilings`) and
-    whether it is followed past its range up to them (`past_range`: then
-    `valid_up_to_jobs` is null, the ceilings decide)."""
-    out = {**ev.fit.to_json(), "ceilings": [c.to_json() for c in ev.ceilings],
-           "past_range": ev.extend}
-    if ev.extend:
-        out["valid_up_to_jobs"] = None
-    return out
-
-
-def _redacted_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The probe's notes quote psql's errors: through the redactor, like
-    every other message."""
-    if probe is None:
-        return None
-    return {**probe, "notes": [redact_text(str(n)) for n in probe.get("notes") or []]}
-
 
 # --------------------------------------------------------------- input
 
@@ -357,14 +281,14 @@ def advise(req: Request) -> Advice:
         warnings.append(Caution("empty", "the database has no user tables: there is nothing "
                                          "for -j to share"))
 
-    why = _why(ev, choice, preds, dom)
+    why = why_lines(ev, choice, preds, dom)
     lb = rec_pred.lower_bound_s
-    confidence = _confidence(ev)
-    if rec_pred.extrapolated and confidence == "high":
-        confidence = "medium"  # the recommendation rests on extrapolation (`why` says so)
+    conf = confidence(ev)
+    if rec_pred.extrapolated and conf == "high":
+        conf = "medium"  # the recommendation rests on extrapolation (`why` says so)
     command = _command(req, rec, sections=in_sections)
     return Advice(kind=req.kind, recommended=rec, fastest=choice.fastest, predictions=preds,
-                  lower_bound_s=lb, basis=ev.basis, confidence=confidence, warnings=warnings,
+                  lower_bound_s=lb, basis=ev.basis, confidence=conf, warnings=warnings,
                   command=command, evidence=ev, choice=choice, inventory=inv, dominant=dom,
                   probe=probe_json, why=why, notes=notes, server=server)
 
@@ -393,59 +317,6 @@ def _object_cost(kind: str, inv: Inventory | None,
         objects = sum(1 for t in toc if t.desc not in _NOT_PRE_DATA)
         return predict.object_cost("restore", objects, len(inv.items))
     return None
-
-
-def _confidence(ev: Evidence) -> str:
-    if ev.basis == "static":
-        return "low"
-    good = ev.fit.rms_rel <= 0.05
-    if ev.fit.n_points < 2:
-        return "low"
-    if ev.basis == "probe":
-        return "high" if good and ev.fit.n_points >= 3 else "medium"
-    if ev.basis in ("history", "timings"):
-        return "medium" if good and ev.fit.n_points >= 3 else "low"
-    return "low"
-
-
-def _why(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
-         dom: dict[str, Any] | None) -> list[str]:
-    by = {p.jobs: p for p in preds}
-    fast = by[choice.fastest]
-    out = [f"fastest predicted: -j {choice.fastest} ({fmt.duration(fast.wall_s)})"]
-    if choice.knee != choice.fastest:
-        k = by[choice.knee]
-        out.append(f"-j {choice.knee} is within {100 * (predict.KNEE - 1):.0f}% of that "
-                   f"({fmt.duration(k.wall_s)}): more jobs buy little")
-    if choice.efficient is not None and choice.efficient < choice.knee:
-        out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
-                   f"{100 * (predict.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
-    rec = by[choice.recommended]
-    if rec.extrapolated:
-        top = ev.fit.max_n
-        gain = ev.throughput(top) / ev.throughput(max(1.0, top / 2)) - 1 if top >= 2 else 0.0
-        ceil = ev.binding(choice.recommended) or next(iter(ev.ceilings), None)
-        out.append(f"-j {choice.recommended} rests on extrapolation past the largest count "
-                   f"measured ({top:g}): the curve still gained {100 * gain:.0f}% a doubling "
-                   "there; followed up to "
-                   + (f"{ceil.name} ({ceil.detail})" if ceil else "the host's limits"))
-    for why in choice.capped_by:
-        out.append(f"capped by {why}")
-    if dom:
-        out.append(f"one table sets the wall time: {dom['item']}")
-    return out
-
-
-def conn_args(req: Request) -> list[str]:
-    """-h -p -U as the user gave them, for a ready-to-run command line."""
-    out: list[str] = []
-    if req.host:
-        out += ["-h", req.host]
-    if req.port:
-        out += ["-p", str(req.port)]
-    if req.user:
-        out += ["-U", req.user]
-    return out
 
 
 def _command(req: Request, j: int, sections: bool = False) -> str:

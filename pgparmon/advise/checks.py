@@ -14,7 +14,7 @@ from ..readers.db import ServerFacts
 from ..readers.files import nearest_existing
 from ..redact import redact_text
 from ..toc import client_program, program_major
-from ..views import fmt
+from .. import units as fmt
 from . import predict
 from .inventory import Inventory, available_memory, setting_bytes, setting_int, setting_str
 from .predict import Evidence

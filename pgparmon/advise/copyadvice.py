@@ -20,9 +20,9 @@ from ..connect import connect
 from ..exitcodes import ExitCode
 from ..readers.db import read_facts
 from ..redact import redact_text
-from ..views import fmt
+from .. import units as fmt
 from . import predict, usl
-from .advice import Advice, _confidence, _why, conn_args
+from .document import Advice, confidence, conn_args, why_lines
 from .checks import Caution, connection_cap, connection_warnings, server_facts
 from ..analyze.progress import DEFAULT_TEXT_RATIO
 from .evidence import (
@@ -237,7 +237,7 @@ def advise_copy(req: Request) -> Advice:
     warnings += copy_warnings(table, settings, data, facts.version_num,
                               bool(probe_json and probe_json.get("wal")))
 
-    why = _why(ev, choice, preds, None)
+    why = why_lines(ev, choice, preds, None)
     why = [re.sub(r"-j (\d+)", r"\1 stream(s)", w) for w in why]
     why.append(f"limited by: {ev.limit}")
     if ev.per_stream_limit:
@@ -261,7 +261,7 @@ def advise_copy(req: Request) -> Advice:
     server = server_facts(facts, afacts, local)
     a = Advice(kind="copy", recommended=rec, fastest=choice.fastest, predictions=preds,
                lower_bound_s=next(p.lower_bound_s for p in preds if p.jobs == rec),
-               basis=ev.basis, confidence=_confidence(ev), warnings=warnings,
+               basis=ev.basis, confidence=confidence(ev), warnings=warnings,
                command=copy_command(req, cf, table, rec), evidence=ev, choice=choice,
                inventory=None, dominant=None, probe=probe_json, why=why, notes=notes,
                server=server)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..analyze.saturation import STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
 from ..readers.db import ServerFacts
-from ..views import fmt
+from .. import units as fmt
 from . import predict, usl
 from .checks import Caution
 from .inventory import Inventory, setting_bytes

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..analyze.saturation import FLAT_GAIN
 from ..analyze.schedule import WorkItem, lower_bound, simulate
-from ..views import fmt
+from .. import units as fmt
 from . import usl
 
 # docs/advise.md: the knee is the smallest j within 10% of the fastest, and the

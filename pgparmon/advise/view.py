@@ -8,8 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..redact import redact_text
-from ..views import fmt
-from .advice import Advice
+from .. import units as fmt
+from .document import Advice
 
 _BASIS = {"probe": "a probe of this system", "history": "recordings of earlier runs",
           "timings": "the timings given", "static": "static facts only: a guess"}

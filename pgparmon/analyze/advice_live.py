@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..views import fmt
+from .. import units as fmt
 from .rates import SteadyThroughput
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..readers.host import _known, _opt_float, _opt_int
-from ..views import fmt
+from .. import units as fmt
 
 
 @dataclass(frozen=True)

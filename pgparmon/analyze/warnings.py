@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..snapshot import Backend
-from ..views import fmt
+from .. import units as fmt
 from .rates import WindowRate
 
 # A load into a cluster with data checksums (initdb -k) checksums every page

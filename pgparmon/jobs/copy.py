@@ -268,6 +268,13 @@ class CopyLoad(Driver):
         its last position (cut_short judges it at the end)."""
         sizes = {f.path: f.size for f in snap.files}
         tables = _tables_of_clients(snap)
+        if tables:
+            tr.kind_state["copy_from_seen"] = True
+        if not tr.kind_state.get("copy_from_seen"):
+            # files a process reads while none of the job's sessions has run a
+            # COPY FROM are not a load's input (a backup tool reading the data
+            # directory, a script reading its own data): no percentage from them
+            return
         open_now: set[str] = set()
         for c in snap.clients:
             for f in c.open_files or ():

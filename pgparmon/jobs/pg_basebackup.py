@@ -26,11 +26,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from .. import units as fmt
 from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs, parse_client_cmdline
 from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
-from ..views import fmt
 from . import walwait
 from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
 from .registry import program_of

@@ -45,12 +45,12 @@ import stat
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import units as fmt
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..readers.procs import threads_of
 from ..snapshot import Backend, ClientProc, Snapshot
-from ..views import fmt
 from . import walwait
 from .base import (
     TREE,

@@ -31,11 +31,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from .. import units as fmt
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
-from ..views import fmt
 from . import walwait
 from .base import (
     TREE,
@@ -626,9 +626,12 @@ def how_far(it: Item | None, has_total: bool, phase: str | None) -> str:
 
 def window_eta(it: Item | None, hist: Any) -> tuple[float | None, str | None]:
     """The rest of the copy at the rate of its last seconds: hist holds
-    (ts, done, work) samples, those of another total left out."""
+    (ts, done, work) samples, those of another total left out.  A rate needs
+    a second of them, or three samples (two intervals) where the samples
+    come faster: a copy that lasts a second or two at a short interval
+    still gets an ETA before its end."""
     pts = [h for h in hist if it is not None and h[2] == it.work]
-    if it is None or len(pts) < 2 or pts[-1][0] - pts[0][0] < 1.0:
+    if it is None or len(pts) < 2 or (len(pts) < 3 and pts[-1][0] - pts[0][0] < 1.0):
         return None, "measuring"
     rate = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
     if rate <= 0:

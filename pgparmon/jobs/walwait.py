@@ -46,7 +46,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..views import fmt
+from .. import units as fmt
 
 if TYPE_CHECKING:
     from ..snapshot import Backend, Snapshot

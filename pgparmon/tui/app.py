@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Footer
 from ..analyze.advice_live import AdviceTracker
 from ..analyze.timeline import SeriesPoint, TimelineBuilder
 from ..feed import Feed
-from ..views import fmt
+from .. import units as fmt
 from ..views.summary import EndSummary, end_summary
 from .screens import DetailsScreen, HelpScreen
 from .widgets import (

@@ -16,7 +16,7 @@ from typing import Any
 from rich.text import Text
 
 from ..analyze.timeline import SeriesPoint, Span
-from ..views import fmt
+from .. import units as fmt
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 PHASE_STYLES: dict[str, tuple[str, str]] = {

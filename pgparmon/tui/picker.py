@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from ..exitcodes import ExitCode
 from ..pick import FoundJob
-from ..views import fmt
+from .. import units as fmt
 
 Discover = Callable[[], Sequence[FoundJob]]
 COLUMNS = ("kind", "database", "streams", "pid", "started", "running for", "grouping",

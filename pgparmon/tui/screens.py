@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from ..views import fmt
+from .. import units as fmt
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit (when the job has ended the final state stays until q)"),

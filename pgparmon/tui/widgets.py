@@ -20,7 +20,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from ..analyze.advice_live import LiveAdvice
 from ..analyze.timeline import SeriesPoint, Span
-from ..views import fmt
+from .. import units as fmt
 from ..views.summary import EndSummary, ItemGroup, fit_columns, row_cells
 from . import draw
 

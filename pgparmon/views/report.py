@@ -24,7 +24,7 @@ from rich.text import Text
 
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
-from . import fmt
+from .. import units as fmt
 from .summary import (
     ItemRow,
     RunFacts,

@@ -32,7 +32,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..analyze.timeline import build
-from . import fmt
+from .. import units as fmt
 
 Doc = Mapping[str, Any]
 

@@ -10,7 +10,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from . import fmt
+from .. import units as fmt
 from .summary import EndSummary, ItemGroup, fit_columns, row_cells
 
 

@@ -29,13 +29,21 @@ from typing import Any
 import psycopg
 
 from ...connect import ConnTarget, connect
-from .plan import CLEANUP_RESERVE_S, check_args, cpu_note, probe_device, run_steps
+from .plan import (
+    CLEANUP_RESERVE_S,
+    check_args,
+    cpu_note,
+    probe_device,
+    run_steps,
+    stream_plan,
+)
 from .psql import checked_psql, is_local_host, psql_env
 from .restore_ranges import index_on_temp
 from .results import ProbeError, ProbeResult, qualified_name
 from .steps import StepRunner
 from .streams import Range, Stream
-from .walstep import WalPoint, measure_wal, wal_reserve
+from .results import WalPoint
+from .walstep import measure_wal, wal_reserve
 
 SCRATCH_PREFIX = "pgparmon_probe_"
 # The head of the file that is checked (and its records counted) up front.
@@ -334,7 +342,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                             device=device, local=is_local_host(env.get("PGHOST")),
                             connect_timeout_s=float(target.connect_timeout_s),
                             before_step=empty)
-        wal_s = wal_reserve(budget_s, max_streams) if table.logged else 0.0
+        wal_s = wal_reserve(budget_s, len(stream_plan(max_streams))) if table.logged else 0.0
         points = run_steps(runner, scratch_dir, notes, t_start, budget_s - wal_s, max_streams)
         if wal_s > 0 and points:
             wal = measure_wal(target, [p.streams for p in points],

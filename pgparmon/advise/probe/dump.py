@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from ...connect import ConnTarget
 from ...readers.files import nearest_existing
-from ...views import fmt
+from ... import units as fmt
 from .compress import compressor
 from .plan import check_args, cpu_note, probe_device, run_steps
 from .psql import checked_psql, is_local_host, psql_env

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...analyze.saturation import FLAT_GAIN, STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
 from ...readers.devices import device_for_path
-from ...views import fmt
+from ... import units as fmt
 from .results import ProbeError, ProbePoint
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 

@@ -27,9 +27,16 @@ from ...analyze.progress import DEFAULT_TEXT_RATIO
 from ...connect import ConnTarget
 from ...ddl import archive_sql, create_table_statements, index_statements
 from ...toc import TocError, archive_format, data_file, list_archive
-from ...views import fmt
+from ... import units as fmt
 from .client_cost import as_pg_restore, pg_restore_client_cost
-from .plan import CLEANUP_RESERVE_S, check_args, cpu_note, probe_device, run_steps
+from .plan import (
+    CLEANUP_RESERVE_S,
+    check_args,
+    cpu_note,
+    probe_device,
+    run_steps,
+    stream_plan,
+)
 from .psql import checked_psql, error_line, is_local_host, psql_env
 from .restore_ranges import DataFile, RestoreSource
 from .results import GB, ProbeError, ProbeResult
@@ -240,7 +247,7 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     # what pg_restore's own client would spend per byte (timed before the
     # steps, within the budget), to read the steps as pg_restore would
     client_real = pg_restore_client_cost(files, text_ratio)
-    wal_s = wal_reserve(budget_s, max_streams)
+    wal_s = wal_reserve(budget_s, len(stream_plan(max_streams)))
     points = run_steps(probe, scratch, notes, t_start, budget_s - wal_s, max_streams, finale)
     wal = (measure_wal(target, [p.streams for p in points],
                        t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)

@@ -80,6 +80,23 @@ class ProbePoint:
     sync_s: float | None = None
 
 
+@dataclass(frozen=True)
+class WalPoint:
+    """k sessions writing WAL: wal_bytes inserted in seconds."""
+
+    streams: int
+    wal_bytes: float
+    seconds: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.wal_bytes / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"streams": self.streams, "wal_bytes": round(self.wal_bytes),
+                "seconds": round(self.seconds, 4), "bytes_per_s": round(self.bytes_per_s)}
+
+
 @dataclass
 class ProbeResult:
     points: list[ProbePoint]
@@ -96,7 +113,7 @@ class ProbeResult:
     # the real tool's client CPU per work unit, where it differs from the
     # probe's own client (the restore probe's: pg_restore's, timed on a sample)
     client_s_per_byte: float | None = None
-    wal: list[Any] = field(default_factory=list)  # walstep.WalPoint: W(k)
+    wal: list[WalPoint] = field(default_factory=list)  # the WAL step: W(k)
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(streams, total heap bytes/s), fewest streams first: usl.fit's input
@@ -145,8 +162,6 @@ class ProbeResult:
         """A pgparmon.probe/1 document read back (an advice's `probe`): the
         fields it has, the rest at their defaults (an older document has no
         `sync_s`, `client_s_per_byte` or `wal`)."""
-        from .walstep import WalPoint
-
         names = {f.name for f in fields(ProbePoint)}
         pts = [ProbePoint(**{k: v for k, v in p.items() if k in names})
                for p in d.get("points") or []]

@@ -23,20 +23,24 @@ progress over the step, read by a monitor connection.  The sessions are
 the monitor's usual read-only ones (the function writes WAL, not data).
 
 A step stops at its time or once it wrote its share of the volume cap
-(half of max_wal_size, at least WAL_MIN_CAP, over all steps; what the
-sessions have in flight when they are stopped comes on top): the probe
-should not force a checkpoint of its own.
+(half of max_wal_size, at least WAL_MIN_CAP, over all steps): the probe
+should not force a checkpoint of its own.  The cap is held by the writers
+themselves (each statement's bytes are taken from the step's share before
+it runs), not by the monitor's looks: on a busy host the monitor's thread
+may not run for a while, and at a few hundred MB a second a late look
+would overshoot by many times a statement.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ...connect import ConnectError, ConnTarget, connect
-from ...views import fmt
+from .results import WalPoint
+from ... import units as fmt
 
 RECORD_BYTES = 8000
 RING_BYTES = 16 << 20
@@ -66,39 +70,40 @@ _WRITE = ("SELECT count(pg_logical_emit_message(true, %s, repeat('x', %s))) "
           "FROM generate_series(1, %s)")
 
 
-@dataclass(frozen=True)
-class WalPoint:
-    """k sessions writing WAL: wal_bytes inserted in seconds."""
-
-    streams: int
-    wal_bytes: float
-    seconds: float
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.wal_bytes / self.seconds if self.seconds > 0 else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"streams": self.streams, "wal_bytes": round(self.wal_bytes),
-                "seconds": round(self.seconds, 4), "bytes_per_s": round(self.bytes_per_s)}
-
-
-def wal_reserve(budget_s: float, max_streams: int) -> float:
-    """Seconds of a probe's budget kept for its WAL steps (one a stream
-    count of the plan), or 0 when the budget is too short for them."""
-    from .plan import stream_plan
-
+def wal_reserve(budget_s: float, counts: int) -> float:
+    """Seconds of a probe's budget kept for its WAL steps (one for each of
+    the plan's `counts` stream counts), or 0 when the budget is too short."""
     if budget_s < WAL_MIN_BUDGET_S:
         return 0.0
-    return len(stream_plan(max_streams)) * (STEP_S + STEP_OVERHEAD_S)
+    return counts * (STEP_S + STEP_OVERHEAD_S)
+
+
+class _Share:
+    """A step's volume cap, shared by its writers: each takes a statement's
+    bytes from it before running the statement, and none runs once it is
+    spent."""
+
+    def __init__(self, cap: float) -> None:
+        self.left = cap
+        self.lock = threading.Lock()
+        self.spent = threading.Event()
+
+    def take(self, n: int) -> bool:
+        with self.lock:
+            if self.left < n:
+                self.spent.set()
+                return False
+            self.left -= n
+            return True
 
 
 class _Writer:
-    """One session writing WAL until told to stop."""
+    """One session writing WAL until told to stop or its step's share is spent."""
 
-    def __init__(self, target: ConnTarget) -> None:
+    def __init__(self, target: ConnTarget, share: _Share) -> None:
         self.conn: Any = connect(target)
         self.conn.execute("SET synchronous_commit = local")
+        self.share = share
         self.error: str | None = None
         self.started = threading.Event()
         self.stop = threading.Event()
@@ -111,14 +116,16 @@ class _Writer:
         n = max(1, CHUNK_BYTES // RECORD_BYTES)
         chunks = max(1, RING_BYTES // CHUNK_BYTES)
         try:
-            while not self.stop.is_set():
+            while not self.stop.is_set() and not self.share.spent.is_set():
                 self.conn.execute("BEGIN")
                 self.started.set()
+                done = False
                 for _ in range(chunks):
-                    if self.stop.is_set():
+                    if self.stop.is_set() or not self.share.take(CHUNK_BYTES):
+                        done = True
                         break
                     self.conn.execute(_WRITE, (PREFIX, RECORD_BYTES, n))
-                self.conn.execute("ROLLBACK" if self.stop.is_set() else "COMMIT")
+                self.conn.execute("ROLLBACK" if done else "COMMIT")
         except Exception as exc:  # noqa: BLE001 - refused, or cancelled after a stalled stop
             if not self.stop.is_set():
                 self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
@@ -186,9 +193,10 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
     they started (counted from before the first one did); the rate is taken
     from the first reading after every writer began to the last."""
     writers: list[_Writer] = []
+    share = _Share(cap)
     try:
         try:
-            writers = [_Writer(target) for _ in range(k)]
+            writers = [_Writer(target, share) for _ in range(k)]
         except ConnectError as exc:
             notes.append(f"the WAL was not measured: {exc}")
             return None
@@ -202,10 +210,16 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
         t0, l0 = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
         t1, l1 = t0, l0
         pace = (l0 - start) / max(t0 - t_start, 1e-3)  # bytes a second, so far
-        # stop before the next look would pass the cap
-        while t1 < t_start + STEP_S and l1 - start + pace * POLL_S < cap:
+        # stop before the next look would pass the cap; a look taken after
+        # the writers spent their share (they stop on their own) is not kept:
+        # it would count their stop as part of the rate
+        while (t1 < t_start + STEP_S and l1 - start + pace * POLL_S < cap
+               and not share.spent.is_set()):
             time.sleep(POLL_S)
+            spent = share.spent.is_set()
             t, lsn = time.monotonic(), float(mon.execute(_LSN).fetchone()[0])
+            if spent:
+                break
             pace = (lsn - l1) / max(t - t1, 1e-3)
             t1, l1 = t, lsn
         failed = next((w.error for w in writers if w.error), None)
