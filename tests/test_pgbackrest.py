@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -28,6 +29,8 @@ from support import (
     pgparmon_cmd,
     queued_segments,
     read_jsonl,
+    resume,
+    stop,
     tick_until,
 )
 
@@ -38,6 +41,7 @@ from pgparmon.connect import ConnTarget
 from pgparmon.jobs import walwait
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pgbackrest import (
+    _archive_stop,
     _data_path,
     _how_far,
     _looking,
@@ -254,9 +258,12 @@ def test_a_backup_behind_the_archivers_backlog_says_how_long(
         assert queued >= 25, queued  # ~30 MB of WAL in 1 MB segments, held
         proc = _start(repo, caught_up=False)
         mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
-        # held until pgparmon shows the backlog before the backup's segment
+        # held until pgparmon shows the backlog before the backup's segment,
+        # its fast checkpoint over (a loaded machine takes a while to write
+        # out the load's buffers: the limit is the checkpoint until then)
         held = tick_until(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20
-                       and archive_wait(d).get("wal") is not None)
+                          and archive_wait(d).get("wal") is not None
+                          and d["job"]["backup"]["wait"]["on"] == "archiving")
         gate.release()
         docs = held + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
@@ -352,6 +359,79 @@ def test_a_spread_checkpoint_at_the_start_says_its_bound(gated: tuple[Repo, Arch
     etas = [d["job"]["eta_s"] for d in in_ck]
     assert etas == sorted(etas, reverse=True), etas
     _no_generic_start(docs)
+
+
+@pytest.mark.integration
+def test_the_stop_behind_the_archivers_backlog_says_how_long(
+        gated: tuple[Repo, ArchiveGate]) -> None:
+    """WAL written during the copy (its local processes held meanwhile, so
+    that it comes before the stop) with archive_command held: pgBackRest's
+    stop waits for every segment up to the stop's, with its session closed.
+    pgparmon names the segment (the manifest's backup-archive-stop in its
+    repository), the backlog, archive_command's pace once it moves and the
+    time left as the ETA: "stopping (waiting for WAL archiving)", never
+    "finishing" while the archiver is behind."""
+    repo, gate = gated
+    cl = repo.cluster
+    archive_caught_up(cl)
+    proc = _start(repo, "--start-fast", caught_up=False)
+    mon = None
+    try:
+        mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
+        docs = tick_until(mon, lambda d: d["job"]["phase"] == "copying files", pause=0.1)
+        gate.hold()
+        held_pids = stop(_local_pids(proc.pid))
+        try:
+            cl.psql("DROP TABLE IF EXISTS bulk2; CREATE TABLE bulk2 AS SELECT g, repeat('b', "
+                    "200) AS pad FROM generate_series(1, 80000) g")
+        finally:
+            resume(held_pids)
+        queued = queued_segments(cl)
+        assert queued >= 15, queued
+        stopping = "stopping (waiting for WAL archiving)"
+        held = tick_until(mon, lambda d: d["job"]["phase"] == stopping
+                          and (archive_wait(d).get("segments") or 0) >= 15
+                          and archive_wait(d).get("wal") is not None)
+        for _ in range(4):  # held: the wait goes on
+            time.sleep(0.25)
+            held.append(mon.tick())
+        gate.release()
+        docs += held + tick_until(mon, lambda d: d["job"]["state"] != "running")
+    finally:
+        gate.release()
+        _stop(proc, mon)
+    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    manifest = (Path(docs[-1]["job"]["backup"]["backup_dir"]) / "backup.manifest").read_text()
+    stop_wal = re.search(r'^backup-archive-stop="(\w+)"', manifest, re.M)
+    assert stop_wal is not None
+    h = held[-1]
+    arch = h["job"]["backup"]["wait"]["archiving"]
+    assert h["job"]["backup"]["wait"]["step"] == "stop" and arch["wal"] == stop_wal.group(1)
+    assert arch["bytes"] == arch["segments"] << 20 and arch["pace"] in ("measuring", "stuck")
+    assert h["bottleneck"]["kind"] == "archiving", h["bottleneck"]
+    assert f"archiving: {arch['segments']} segment(s) ({fmt.size(arch['bytes'])}) queued up " \
+        f"to the backup's last segment ({arch['wal']})" in h["bottleneck"]["detail"]
+    assert h["job"]["eta_s"] is None and "archiv" in h["job"]["eta_reason"], h["job"]
+    after = [d for d in docs[docs.index(held[0]):] if d["job"]["state"] == "running"]
+    stops = [d for d in after if d["job"]["phase"] == stopping]
+    timed = [d for d in stops if archive_wait(d).get("pace") == "measured"
+             and archive_wait(d).get("segments")]
+    assert timed, [archive_wait(d) for d in stops]
+    for d in timed:
+        a, job = archive_wait(d), d["job"]
+        assert a["wal"] == stop_wal.group(1) and a["segments_per_s"] > 0
+        assert a["left_s"] == pytest.approx(a["segments"] / a["segments_per_s"], rel=0.01,
+                                            abs=0.2)
+        assert job["eta_s"] == a["left_s"] and job["eta_reason"] is None, job
+        assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
+            d["bottleneck"]["detail"], d["bottleneck"]
+    # the stop's wait lasts until the archiver has the stop's segment
+    left = [archive_wait(d)["segments"] for d in stops]
+    assert left == sorted(left, reverse=True) and all(left), left
+    between = after[after.index(stops[0]):after.index(stops[-1])]
+    assert all(d["job"]["phase"] == stopping for d in between), \
+        [d["job"]["phase"] for d in after]
+    assert all(d["bottleneck"]["kind"] != "stalled" for d in docs)
 
 
 def test_how_far_a_cut_short_backup_got() -> None:
@@ -692,6 +772,25 @@ def test_when_pgbackrest_sees_the_segment_before_its_start() -> None:
         a = looking(argv, b)
         assert "seen_in_s" not in a and "gives_up" not in a, (argv, b)
         assert "pgBackRest looks for it" not in verdict(a)
+
+
+def test_the_stop_segment_from_the_manifest_copy(tmp_path: Path) -> None:
+    """pgBackRest saves a copy of its manifest before it looks for the
+    stop's segments: its [backup] section names the last one; none before
+    the stop, or where it cannot be read."""
+    d = tmp_path / "20250101-000000F"
+    d.mkdir()
+    assert _archive_stop(str(d)) is None
+    (d / "backup.manifest.copy").write_text(
+        '[backrest]\nbackrest-format=5\nbackrest-version="2.45"\n\n[backup]\n'
+        'backup-archive-start="000000010000000000000019"\nbackup-label="20250101-000000F"\n')
+    assert _archive_stop(str(d)) is None  # during the copy: no stop yet
+    (d / "backup.manifest.copy").write_text(
+        '[backrest]\nbackrest-format=5\n\n[backup]\n'
+        'backup-archive-start="000000010000000000000019"\n'
+        'backup-archive-stop="00000001000000000000002F"\nbackup-label="20250101-000000F"\n'
+        '\n[target:file]\npg_data/base/1/1259={"size":8192}\n')
+    assert _archive_stop(str(d)) == "00000001000000000000002F"
 
 
 def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:

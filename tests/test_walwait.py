@@ -285,3 +285,19 @@ def test_already_past_it_at_the_first_look_counts_from_that_look() -> None:
     assert ww.ready_at("start") == 500.0
     # no pace yet and not archived: not known
     assert _behind().ready_at("stop") is None
+
+
+def test_a_segment_the_tool_names_settles_the_wait() -> None:
+    """pgBackRest's manifest names the stop's segment: the wait is for it,
+    whatever was aimed at before; behind until the archiver has it."""
+    ww = WalWatch()
+    ww.observe(_snap(0.0, 5, _name(5), 12 * SEG))
+    assert not ww.behind("stop")  # nothing aimed at
+    ww.aim("stop", fixed=False, ahead=1)
+    assert ww.waits["stop"]["segno"] == 12 and not ww.behind("stop")  # not settled
+    ww.aim("stop", fixed=True, segno=9)
+    assert ww.behind("stop") and ww.archiving("stop")["segments"] == 4  # type: ignore[index]
+    assert ww.archiving("stop")["wal"] == _name(9)  # type: ignore[index]
+    ww.aim("stop", fixed=True)  # settled: the WAL written since does not move it
+    ww.observe(_snap(1.0, 9, _name(9), 14 * SEG))
+    assert ww.waits["stop"]["segno"] == 9 and not ww.behind("stop")

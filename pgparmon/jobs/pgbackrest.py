@@ -68,6 +68,11 @@ _START = re.compile(r"pg_(?:backup_start|start_backup)\s*\(([^,]*),\s*(true|fals
 # a forced switch when the segment had not moved): the start is done
 _AFTER_START = re.compile(r"pg_catalog\.pg_(?:database|tablespace|switch_(?:wal|xlog)|"
                           r"create_restore_point)\b", re.IGNORECASE)
+_STOP = re.compile(r"pg_(?:backup_stop|stop_backup)\s*\(", re.IGNORECASE)
+# the segment its stop waits for (every one up to it), in the manifest's copy
+# it saves in its repository just before it looks for them
+_ARCHIVE_STOP = re.compile(r'^backup-archive-stop="([0-9A-F]{24})"$', re.MULTILINE)
+MANIFEST_COPY = "backup.manifest.copy"
 FAST_OPTION = "--start-fast (start-fast=y in its configuration)"
 TIMES_OUT = "the backup fails when its archive-timeout (60 s unless set) runs out"
 ARCHIVE_TIMEOUT_S = 60.0  # archive-timeout's default
@@ -206,6 +211,7 @@ class PgBackRest(Driver):
                 copying = True
         if out["backup_dir"] and not copying:
             out["completed"] = _listed(out["backup_dir"])
+            out["archive_stop"] = prev.get("archive_stop") or _archive_stop(out["backup_dir"])
         return out if out["lock_file"] or out["backup_dir"] else None
 
     # ---- observe -----------------------------------------------------------
@@ -230,7 +236,10 @@ class PgBackRest(Driver):
                 st[k] = snap.tool[k]
         if snap.tool and "completed" in snap.tool:
             st["completed"] = snap.tool["completed"]
+        if snap.tool and snap.tool.get("archive_stop"):
+            st["archive_stop"] = snap.tool["archive_stop"]
         inflight = self._local_processes(tr, st, snap)
+        _aim_stop(tr, st, snap)
         st["phase"] = _phase(tr, st, snap)
         st["wait"] = _waits(tr, st, snap)
         if it.state == "done":
@@ -483,9 +492,26 @@ def _waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | 
             arch = _looking(tr, ww, b)
         return walwait.wait_doc("start", ck, arch)
     if phase == "archive-wait" and checks:
-        ww.aim("stop", fixed=True)
         return walwait.wait_doc("stop", None, ww.archiving("stop"))
     return None
+
+
+def _aim_stop(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
+    """The segment pgBackRest's stop waits for (every one up to it, each in
+    turn): its manifest's backup-archive-stop once the copy of the manifest
+    it saves before it looks shows it (exact; a posix repository this user
+    can read); before that, once its session is seen in pg_backup_stop, the
+    segment being written (the one pg_backup_stop switches out of), fixed
+    once the statement has run."""
+    ww = walwait.watch(st)
+    segno = walwait.segment_number(st.get("archive_stop"), ww.seg_size)
+    if segno is not None:
+        ww.aim("stop", fixed=True, segno=segno)
+        return
+    b = next((b for b in tr.members(snap) if _STOP.search(b.query or "")), None)
+    if b is not None:
+        running = b.state == "active"
+        ww.aim("stop", fixed=not running, ahead=1 if running else 0)
 
 
 def _archive_timeout(tr: Tracker) -> tuple[float, bool]:
@@ -651,6 +677,20 @@ def _listed(backup_dir: str) -> bool | None:
         return None
 
 
+def _archive_stop(backup_dir: str) -> str | None:
+    """The segment the backup's stop waits for, from the copy of its
+    manifest in the repository (its [backup] section, at the top; None: not
+    written yet, encrypted, or not readable here)."""
+    try:
+        with open(os.path.join(backup_dir, MANIFEST_COPY), encoding="utf-8",
+                  errors="replace") as f:
+            head = f.read(16384)
+    except OSError:
+        return None
+    m = _ARCHIVE_STOP.search(head)
+    return m.group(1) if m else None
+
+
 def _type(tr: Tracker) -> str:
     """full | diff | incr (pgBackRest's default: incr, full when there is none yet)."""
     return option(tr.job.command, "type") or "incr"
@@ -694,6 +734,11 @@ def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
         return "copy"
     query = " ".join((b.query or "") for b in tr.members(snap)).lower()
     if "pg_backup_stop" in query or "pg_stop_backup" in query:
+        return "archive-wait"
+    if st.get("copied") and _archive_check(tr) and walwait.watch(st).behind("stop"):
+        # its session closed after pg_backup_stop: it looks in its repository
+        # for every segment up to the stop's, which the archiver has not all
+        # archived yet
         return "archive-wait"
     if st.get("copied") or (st.get("pct") or 0) > 0:
         return "finishing"

@@ -126,12 +126,16 @@ class WalWatch:
         while len(self.hist) > 2 and snap.ts - self.hist[1][0] > RATE_WINDOW_S:
             del self.hist[0]
 
-    def aim(self, step: str, *, fixed: bool, ahead: int = 0) -> None:
+    def aim(self, step: str, *, fixed: bool, ahead: int = 0, segno: int | None = None) -> None:
         """The segment a wait of `step` waits for: the newest completed one
         (plus `ahead`: the segment being written, which the tool's statement
         will switch out of), followed until `fixed` (that statement has run:
-        the segment no longer moves)."""
+        the segment no longer moves); `segno`: the tool names it (exact,
+        whatever was aimed at before)."""
         w = self.waits.setdefault(step, {"began": self.ts})
+        if segno is not None:
+            w.update(segno=segno, fixed=True)
+            return
         if w.get("fixed") or self.written is None:
             return
         w["segno"] = self.written + ahead
@@ -198,6 +202,13 @@ class WalWatch:
         elif left is not None and rate and not failing:
             out["left_s"] = round(left / rate, 1)
         return out
+
+    def behind(self, step: str) -> bool:
+        """Whether the archiver has yet to archive the settled segment of
+        `step` (False: archived, or not known)."""
+        w = self.waits.get(step) or {}
+        return bool(w.get("fixed")) and self.archived is not None and \
+            self.archived < w["segno"]
 
     def ready_at(self, step: str) -> float | None:
         """When the segment of `step` is archived, on the server's clock:
