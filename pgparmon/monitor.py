@@ -9,6 +9,7 @@ object from the tracker's state.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import os
 import time
@@ -115,6 +116,11 @@ class Monitor:
         self.checkpoints = Checkpoints()
         self.early_fk_noted = False
         self.backup_wal = BackupWal()
+        # when the job's step began (its first sample after a wait by design,
+        # a backup's start; None: it never waited): a stall is counted from
+        # then, not across the wait
+        self.step_since: float | None = None
+        self.waited = False
         self.databases: set[str] = set()  # databases the job's sessions used so far
         for v in self.facts.missing_views():
             self._note(f"server {self.facts.version} has no {v}: progress from that view "
@@ -524,7 +530,14 @@ class Monitor:
         tr = self.tracker
         assert tr is not None
         h = tr.history
-        if len(h) < STALL_SAMPLES or self.outcome is not None or tr.driver.between_steps(tr):
+        if tr.driver.between_steps(tr):
+            self.waited = True  # a stall is counted from the next step's first sample
+            return False
+        if self.waited and h:
+            self.waited, self.step_since = False, h[-1][0]
+        if self.step_since is not None:
+            h = h[bisect.bisect_left(h, self.step_since, key=lambda x: x[0]):]
+        if len(h) < STALL_SAMPLES or self.outcome is not None:
             return False
         n = STALL_SAMPLES
         while n < len(h) and h[-1][0] - h[-n][0] < STALL_MIN_S:

@@ -176,8 +176,12 @@ class DbSample:
     basebackups: tuple[BackupProgress, ...] | None = ()  # None: no such view (< 13)
     senders: tuple[WalSender, ...] = ()  # base backups' replication connections
     # WAL archiving so far: (archived, failed, last failed segment, when it
-    # failed, when the last one was archived); None: not read
-    archiver: tuple[int, int, str | None, float | None, float | None] | None = None
+    # failed, when the last one was archived, the last segment archived);
+    # None: not read. Recordings before the last field have five.
+    archiver: tuple[Any, ...] | None = None
+    # where WAL is written (bytes from 0/0), the WAL segment size (bytes),
+    # checkpoint_timeout (s), checkpoint_completion_target; None: not read
+    wal: tuple[int | None, int | None, float | None, float | None] | None = None
     # replication slots: (name, type, active, wal_status, WAL bytes retained);
     # None: not read
     slots: tuple[tuple[str, str, bool, str | None, int | None], ...] | None = None
@@ -194,13 +198,16 @@ class DbSample:
         bb = doc.get("bb")
         arch = doc.get("arch")
         slots = doc.get("slots")
+        wal = doc.get("wal")
         return DbSample(
+            wal=tuple(wal) if wal else None,  # type: ignore[arg-type]
             slots=None if slots is None else tuple(
                 (str(r[0]), str(r[1]), bool(r[2]), r[3], r[4]) for r in slots),
             basebackups=None if bb is None else tuple(BackupProgress(*r) for r in bb),
             senders=tuple(WalSender(*r) for r in doc.get("repl") or ()),
             archiver=(int(arch[0] or 0), int(arch[1] or 0), arch[2], arch[3],
-                      arch[4] if len(arch) > 4 else None) if arch else None,
+                      arch[4] if len(arch) > 4 else None,
+                      arch[5] if len(arch) > 5 else None) if arch else None,
             checkpoints=(int(ckpt[0]), int(ckpt[1])) if ckpt and None not in ckpt[:2] else None,
             server_ts=doc.get("now"),
             backends=tuple(Backend.from_row(r) for r in doc.get("activity") or ()),
@@ -293,6 +300,7 @@ class Snapshot:
                     _from_dict(BackupProgress, c) for c in db.get("basebackups") or ()),
                 senders=tuple(_from_dict(WalSender, c) for c in db.get("senders") or ()),
                 archiver=tuple(db["archiver"]) if db.get("archiver") else None,
+                wal=tuple(db["wal"]) if db.get("wal") else None,  # type: ignore[arg-type]
                 slots=None if db.get("slots") is None else tuple(
                     (str(r[0]), str(r[1]), bool(r[2]), r[3], r[4]) for r in db["slots"]),
                 parts=db.get("parts"))

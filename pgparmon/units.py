@@ -17,6 +17,8 @@ A missing value (None) is "-" everywhere.
 
 from __future__ import annotations
 
+from typing import Any
+
 SIZE_UNITS = ("B", "kB", "MB", "GB", "TB")
 
 
@@ -51,6 +53,16 @@ def duration(s: float | None) -> str:
         return f"{m} min {sec:02d} s"
     h, m = divmod(m, 60)
     return f"{h} h {m:02d} min"
+
+
+def eta(job: dict[str, Any]) -> str:
+    """A published job's ETA: its duration; "≥ " before it when the ETA
+    leaves a part out and says which (`eta_reason` beside `eta_s`: a backup
+    waiting before its copy counts the wait only); without one, why."""
+    s, why = job.get("eta_s"), job.get("eta_reason")
+    if s is None:
+        return str(why or "?")
+    return ("≥ " if why else "") + duration(float(s))
 
 
 def period(a: float | None, b: float | None) -> str:

@@ -428,3 +428,63 @@ def dump_held_at_start(cluster: Cluster, dbname: str, out: Path,
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+# ---- an archive_command the test holds and lets go ----------------------------------
+
+class ArchiveGate:
+    """An archive_command for a test cluster that holds every segment while
+    the test wants (`hold()`: WAL written meanwhile queues up behind it, a
+    backlog), then archives them one by one with a pause before each
+    (`release()`), so that a backup waiting behind the backlog waits for a
+    while whatever the machine's speed. `command(push)` is the setting: the
+    gate, then `push` (the command that archives one segment, with %p and
+    %f), so that a tool that checks its archive_command finds itself in it."""
+
+    def __init__(self, base: Path, pause_s: float = 0.25) -> None:
+        import os
+
+        self.hold_file = base / "archive-hold"
+        self.script = base / "archive-gate.sh"
+        self.script.write_text(
+            "#!/bin/sh\n"
+            f"while [ -e '{self.hold_file}' ]; do sleep 0.05; done\n"
+            f"sleep {pause_s}\n")
+        os.chmod(self.script, 0o755)
+
+    def command(self, push: str) -> str:
+        """The archive_command setting (quoted for postgresql.conf)."""
+        return f"'sh {self.script} && {push}'"
+
+    def hold(self) -> None:
+        self.hold_file.write_text("")
+
+    def release(self) -> None:
+        self.hold_file.unlink(missing_ok=True)
+
+
+def archive_caught_up(cl: Cluster, timeout: float = 120.0) -> None:
+    """The WAL written so far archived (no segment left `.ready`): a
+    backup then waits for no backlog of archive_command."""
+    cl.psql("SELECT pg_switch_wal()")
+    ready = ("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
+             "WHERE f LIKE '%.ready'")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cl.psql(ready).strip() == "0":
+            return
+        time.sleep(0.3)
+    raise AssertionError("archive_command did not catch up: " + cl.psql(
+        "SELECT archived_count, last_archived_wal, failed_count, last_failed_wal "
+        "FROM pg_stat_archiver"))
+
+
+def archive_wait(doc: dict[str, Any]) -> dict[str, Any]:
+    """A backup sample's wait on the archiver (job.backup.wait.archiving), or {}."""
+    return ((doc["job"].get("backup") or {}).get("wait") or {}).get("archiving") or {}
+
+
+def queued_segments(cl: Cluster) -> int:
+    """The segments waiting for archive_command (`.ready`)."""
+    return int(cl.psql("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
+                       "WHERE f LIKE '%.ready'").strip())

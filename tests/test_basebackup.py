@@ -13,13 +13,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import pgparmon_cmd, read_jsonl, resume, stop, tick_until, tree
+from support import (
+    ArchiveGate,
+    archive_caught_up,
+    archive_wait,
+    pgparmon_cmd,
+    queued_segments,
+    read_jsonl,
+    resume,
+    stop,
+    tick_until,
+    tree,
+)
 
+from pgparmon import units as fmt
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.cmdline import max_rate_bytes, parse_client_cmdline
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pg_basebackup import INFERRED, PgBasebackup, command_options
+from pgparmon.jobs.walwait import WAIT_ONLY
 from pgparmon.monitor import Monitor, wait_for_job
 from pgparmon.snapshot import Backend, DbSample, Snapshot
 
@@ -185,8 +198,22 @@ def test_checkpoint_wait_is_explained_and_not_a_stall(cluster: Cluster, sample_d
         waiting = docs[-6:]
         assert all(d["job"]["phase"] == phase for d in waiting), [d["job"]["phase"] for d in docs]
         v = waiting[-1]["bottleneck"]
+        # its bound (the cluster's settings: 0.9 x 5 min), the time left, the way out
         assert v["kind"] == "checkpoint" and "--checkpoint=fast" in v["detail"], v
-        assert waiting[-1]["job"]["eta_reason"] == "waiting for the checkpoint to finish"
+        assert "up to 4 min 30 s (checkpoint_completion_target 0.9 x checkpoint_timeout " \
+            "5 min 00 s), about" in v["detail"] and "left" in v["detail"], v
+        assert "CHECKPOINT now" in v["detail"], v
+        ck = waiting[-1]["job"]["backup"]["wait"]["checkpoint"]
+        assert ck["fast"] is False and ck["bound_s"] == 270.0, ck
+        assert 0 <= ck["waited_s"] <= 270.0 and abs(ck["left_s"] + ck["waited_s"] - 270.0) <= 0.11
+        # the ETA counts the wait (its bound less what has passed), and says
+        # it leaves out the copy to come
+        job = waiting[-1]["job"]
+        assert job["eta_s"] == job["backup"]["wait"]["left_s"] == ck["left_s"], job
+        assert job["eta_reason"] == WAIT_ONLY
+        assert "copy not counted" in job["backup"]["eta_basis"]
+        lefts = [d["job"]["eta_s"] for d in waiting]
+        assert lefts == sorted(lefts, reverse=True), lefts
         assert [w["phase"] for w in waiting[-1]["workers"]] == ["checkpoint"]
         # what the verdict offers: CHECKPOINT now, and the backup goes on
         cluster.psql("CHECKPOINT")
@@ -196,6 +223,74 @@ def test_checkpoint_wait_is_explained_and_not_a_stall(cluster: Cluster, sample_d
     finally:
         _clean_up(proc, mon)
         cluster.psql("DROP TABLE IF EXISTS bb_dirty")
+
+
+@pytest.mark.integration
+def test_the_end_waits_behind_the_archivers_backlog(workdir: Path) -> None:
+    """-X none right after a bulk load, archive_command behind it (held,
+    then a segment at a time behind a pause): at its end the server waits
+    for the backup's last segment to be archived, behind the load's. pgparmon
+    says how many segments (and bytes) stand before it, archive_command's
+    pace once it moves and the time left, which is the job's ETA."""
+    from pgparmon.cluster import start_cluster
+
+    gate = ArchiveGate(workdir)
+    (workdir / "archive").mkdir()
+    os.chmod(workdir / "archive", 0o777)
+    settings = {"archive_mode": "on", "wal_level": "replica",
+                "archive_command": gate.command(f"cp %p {workdir}/archive/%f")}
+    with start_cluster(prefix="pgparmon-bbarch-", settings=settings,
+                       initdb_args=("--wal-segsize=1",)) as cl:
+        archive_caught_up(cl)
+        gate.hold()
+        proc = None
+        mon = None
+        try:
+            cl.psql("CREATE TABLE bulk AS SELECT g, repeat('b', 200) AS pad "
+                    "FROM generate_series(1, 120000) g")
+            assert queued_segments(cl) >= 25  # ~30 MB of WAL in 1 MB segments, held
+            proc = _start_basebackup(cl, workdir / "bb", "-c", "fast", "-X", "none")
+            mon = wait_for_job(_target(cl), pid=None, wait_s=10, interval=0.3)
+            held = tick_until(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20)
+            gate.release()
+            docs = held + tick_until(mon, lambda d: d["job"]["state"] != "running")
+        finally:
+            gate.release()
+            if proc is not None:
+                _clean_up(proc, mon)
+    assert proc.returncode == 0, proc.returncode
+    end = docs[-1]["job"]
+    assert end["state"] == "finished" and end["progress"] == 1.0, end
+    h = held[-1]
+    arch = h["job"]["backup"]["wait"]["archiving"]
+    # held: the backlog before the backup's last segment, no pace yet
+    assert h["job"]["phase"] == "waiting for wal archiving to finish"
+    assert [w["phase"] for w in h["workers"]] == ["archive-wait"]
+    assert arch["bytes"] == arch["segments"] << 20 and arch["pace"] in ("measuring", "stuck")
+    assert arch["wal"] and arch["last_archived_wal"] < arch["wal"], arch
+    assert h["bottleneck"]["kind"] == "archiving"
+    assert h["bottleneck"]["detail"].startswith(
+        f"archiving: {arch['segments']} segment(s) ({fmt.size(arch['bytes'])}) queued up to "
+        f"the backup's last segment ({arch['wal']})"), h["bottleneck"]
+    assert h["job"]["eta_s"] is None and "archiv" in h["job"]["eta_reason"], h["job"]
+    # let go: archive_command's pace, the time left: the job's ETA
+    waiting = [d for d in docs[len(held):] if d["job"]["state"] == "running" and archive_wait(d)]
+    timed = [d for d in waiting if archive_wait(d)["pace"] == "measured"
+             and archive_wait(d)["segments"]]
+    assert timed, [archive_wait(d) for d in waiting]
+    for d in timed:
+        a, job = archive_wait(d), d["job"]
+        assert a["segments_per_s"] > 0 and a["wal"] == arch["wal"]
+        assert a["left_s"] == pytest.approx(a["segments"] / a["segments_per_s"], rel=0.01,
+                                            abs=0.2)
+        assert job["eta_s"] == job["backup"]["wait"]["left_s"] == a["left_s"], job
+        assert job["eta_reason"] is None and "archiver's backlog" in \
+            job["backup"]["eta_basis"]
+        assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
+            d["bottleneck"]["detail"], d["bottleneck"]
+    left = [archive_wait(d)["segments"] for d in waiting]
+    assert left == sorted(left, reverse=True), left
+    assert all(d["bottleneck"]["kind"] != "stalled" for d in docs)
 
 
 # ---- without a server ------------------------------------------------------------
@@ -253,10 +348,17 @@ def test_basebackup_command_lines_and_options() -> None:
     assert max_rate_bytes("32k") == 32 * 1024 and max_rate_bytes("x") is None
     opts = command_options("BASE_BACKUP ( LABEL 'l', PROGRESS, CHECKPOINT 'fast', WAIT 0, "
                            "MAX_RATE 32768, MANIFEST 'yes', COMPRESSION 'zstd')")
+    # WAIT 0: pg_basebackup gets the WAL itself (-X stream), the server does
+    # not wait for it to be archived
     assert opts == {"max_rate": 32 << 20, "fast_checkpoint": True,
-                    "server_compression": "zstd"}
+                    "server_compression": "zstd", "waits_for_archive": False}
     old = command_options("BASE_BACKUP LABEL 'l' PROGRESS FAST NOWAIT MAX_RATE 1024")
     assert old["fast_checkpoint"] and old["max_rate"] == 1 << 20
+    assert not old["waits_for_archive"]
+    # -X none: no WAIT option, the server waits for its last segment
+    none = command_options("BASE_BACKUP ( LABEL 'pg_basebackup base backup', PROGRESS, "
+                           "CHECKPOINT 'fast', MANIFEST 'yes', TARGET 'client')")
+    assert none["waits_for_archive"] and none["fast_checkpoint"]
 
 
 @pytest.mark.integration

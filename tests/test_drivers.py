@@ -314,3 +314,32 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
     with pytest.raises(DiscoveryError) as err:
         monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
     assert err.value.code == ExitCode.SEVERAL_JOBS and not script
+
+
+def test_a_stall_is_counted_from_the_end_of_a_wait_by_design() -> None:
+    """A backup waits 15 s at its start (a wait by design: never a stall),
+    then its copy's first samples show no progress yet: the stall is
+    counted from the copy's first sample (5 s and 5 samples of it), not
+    across the wait before it (which called the first copy sample stalled)."""
+    waiting = {"now": True}
+    driver = SimpleNamespace(between_steps=lambda tr: waiting["now"])
+    tr = SimpleNamespace(history=[], driver=driver, workers={})
+    mon = Monitor.__new__(Monitor)
+    mon.tracker, mon.outcome, mon.step_since, mon.waited = tr, None, None, False  # type: ignore[assignment]
+    seen = []
+    for i in range(81):  # a sample every 0.25 s; one stream, nothing done
+        t = i * 0.25
+        waiting["now"] = t < 15.0
+        tr.history.append((t, 1, 0.0))
+        seen.append((t, mon._stalled()))
+    assert [t for t, s in seen if s] == [t for t, _ in seen if t >= 20.0]
+    # a job that never waited: from its first sample, as before
+    never = SimpleNamespace(history=[], driver=SimpleNamespace(
+        between_steps=lambda tr: False), workers={})
+    mon.tracker, mon.step_since, mon.waited = never, None, False  # type: ignore[assignment]
+    first = None
+    for i in range(40):
+        never.history.append((i * 0.25, 1, 0.0))
+        if mon._stalled() and first is None:
+            first = i * 0.25
+    assert first == 5.0

@@ -10,31 +10,58 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
 import pytest
-from support import pgparmon_cmd, read_jsonl, tick_until
+from support import (
+    ArchiveGate,
+    archive_caught_up,
+    archive_wait,
+    pgparmon_cmd,
+    queued_segments,
+    read_jsonl,
+    resume,
+    stop,
+    tick_until,
+)
 
+from pgparmon import units as fmt
 from pgparmon.analyze.items import Item
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
+from pgparmon.jobs import walwait
 from pgparmon.jobs.base import TREE
-from pgparmon.jobs.pgbackrest import _data_path, _how_far, command_of, option
+from pgparmon.jobs.pgbackrest import (
+    _archive_stop,
+    _data_path,
+    _how_far,
+    _looking,
+    _wait_verdict,
+    command_of,
+    option,
+)
+from pgparmon.jobs.walwait import WAIT_ONLY
 from pgparmon.monitor import Monitor, wait_for_job
+from pgparmon.snapshot import Backend, DbSample, Snapshot
 
 STANZA = "demo"
+SEG = 16 << 20
 
 
 class Repo:
     def __init__(self, cluster: Cluster, base: Path, binary: str) -> None:
         self.cluster, self.base, self.binary = cluster, base, binary
         self.conf = base / "pgbackrest.conf"
+        self.gate: ArchiveGate | None = None  # its archive_command, held by the test
 
     def argv(self, *args: str) -> list[str]:
         return [self.binary, f"--config={self.conf}", f"--stanza={STANZA}", *args]
@@ -45,56 +72,55 @@ class Repo:
         return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-@pytest.fixture(scope="module")
-def repo(pgbackrest: str) -> Iterator[Repo]:
+@contextlib.contextmanager
+def _repository(pgbackrest: str, prefix: str, rows: int, gated: bool = False,
+                initdb_args: tuple[str, ...] = (), conf: str = "") -> Iterator[Repo]:
+    """A throwaway cluster archiving through `pgbackrest archive-push` into
+    a local posix repository (`gated`: behind an ArchiveGate, `repo.gate`),
+    with one table of `rows` rows, its stanza created."""
     import tempfile
 
-    base = Path(tempfile.mkdtemp(prefix="pgparmon-pbr-"))
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(base, 0o777)
-    conf = base / "pgbackrest.conf"
-    cl = start_cluster(prefix="pgparmon-pbr-", settings={
+    conf_file = base / "pgbackrest.conf"
+    push = f"{pgbackrest} --config={conf_file} --stanza={STANZA} archive-push"
+    gate = ArchiveGate(base) if gated else None
+    cl = start_cluster(prefix=prefix, initdb_args=initdb_args, settings={
         "archive_mode": "on",
-        "archive_command": f"'{pgbackrest} --config={conf} --stanza={STANZA} archive-push %p'"})
+        "archive_command": gate.command(f"{push} %p") if gate else f"'{push} %p'"})
     try:
         for d in ("repo", "log", "lock"):
             (base / d).mkdir()
             os.chmod(base / d, 0o777)
-        conf.write_text(
+        conf_file.write_text(
             "[global]\n"
             f"repo1-path={base}/repo\nlog-path={base}/log\nlock-path={base}/lock\n"
             "log-level-console=info\nlog-level-file=off\nstart-fast=y\n"
-            "compress-type=gz\ncompress-level=6\nrepo1-retention-full=9\n\n"
+            f"compress-type=gz\ncompress-level=6\nrepo1-retention-full=9\n{conf}\n"
             f"[{STANZA}]\npg1-path={cl.datadir}\npg1-port={cl.port}\n"
             f"pg1-socket-path={cl.sockdir}\npg1-user=postgres\n")
-        os.chmod(conf, 0o644)
-        # one table of ~130 MB: its file takes the copy a few seconds
+        os.chmod(conf_file, 0o644)
         cl.psql("CREATE TABLE big AS SELECT g, md5(g::text) || repeat('x', 100) AS pad "
-                "FROM generate_series(1, 800000) g")
+                f"FROM generate_series(1, {rows}) g")
         r = Repo(cl, base, pgbackrest)
+        r.gate = gate
         res = subprocess.run(r.as_server_user(r.argv("stanza-create")), capture_output=True,
                              text=True, timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
-        _archive_caught_up(cl)
+        archive_caught_up(cl)
         yield r
     finally:
+        if gate is not None:
+            gate.release()
         cl.stop()
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
-def _archive_caught_up(cl: Cluster) -> None:
-    """The WAL written so far archived (no segment left `.ready`): a
-    backup's start then waits for no backlog of archive-push."""
-    cl.psql("SELECT pg_switch_wal()")
-    ready = ("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
-             "WHERE f LIKE '%.ready'")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if cl.psql(ready).strip() == "0":
-            return
-        time.sleep(0.3)
-    raise AssertionError("archive_command did not catch up: " + cl.psql(
-        "SELECT archived_count, last_archived_wal, failed_count, last_failed_wal "
-        "FROM pg_stat_archiver"))
+@pytest.fixture(scope="module")
+def repo(pgbackrest: str) -> Iterator[Repo]:
+    # one table of ~130 MB: its file takes the copy a few seconds
+    with _repository(pgbackrest, "pgparmon-pbr-", 800000) as r:
+        yield r
 
 
 def _target(cl: Cluster) -> ConnTarget:
@@ -102,10 +128,11 @@ def _target(cl: Cluster) -> ConnTarget:
                       dbname="postgres")
 
 
-def _start(repo: Repo) -> subprocess.Popen[bytes]:
-    _archive_caught_up(repo.cluster)
+def _start(repo: Repo, *extra: str, caught_up: bool = True) -> subprocess.Popen[bytes]:
+    if caught_up:
+        archive_caught_up(repo.cluster)
     return subprocess.Popen(repo.as_server_user(repo.argv("--process-max=2", "--type=full",
-                                                          "backup")),
+                                                          *extra, "backup")),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -191,6 +218,222 @@ def test_a_killed_local_process_fails_the_backup(repo: Repo) -> None:
     assert "finishing" not in end["outcome"], end["outcome"]
 
 
+@pytest.fixture(scope="module")
+def gated(pgbackrest: str) -> Iterator[tuple[Repo, ArchiveGate]]:
+    """A cluster of 1 MB WAL segments (a bulk load of a few tens of MB makes
+    a backlog of tens of segments) whose archive_command the test holds and
+    lets go, archive-push behind a pause; archive-timeout raised so that
+    pgBackRest waits out the backlog."""
+    with _repository(pgbackrest, "pgparmon-pbr-gate-", 100000, gated=True,
+                     initdb_args=("--wal-segsize=1",), conf="archive-timeout=600") as r:
+        assert r.gate is not None
+        yield r, r.gate
+
+
+def _no_generic_start(docs: list[dict[str, Any]]) -> None:
+    """Its start always says what it waits on, never the generic words."""
+    generic = [(d["job"]["phase"], d["workers"]) for d in docs if d["job"]["state"] == "running"
+               and d["bottleneck"]["detail"] == "waiting for workers to start"]
+    assert not generic, generic
+
+
+@pytest.mark.integration
+def test_a_backup_behind_the_archivers_backlog_says_how_long(
+        gated: tuple[Repo, ArchiveGate]) -> None:
+    """A full backup (--start-fast) right after a bulk load, archive_command
+    behind: pgBackRest waits at its start for the segment before its own to
+    reach the repository. pgparmon says how many segments (and bytes) stand
+    before it, measures archive_command's pace once it moves, and counts the
+    time left in the ETA, then follows the copy to its end."""
+    repo, gate = gated
+    cl = repo.cluster
+    archive_caught_up(cl)
+    gate.hold()
+    proc = None
+    mon = None
+    try:
+        cl.psql("DROP TABLE IF EXISTS bulk; CREATE TABLE bulk AS SELECT g, repeat('b', 200) AS "
+                "pad FROM generate_series(1, 120000) g")
+        queued = queued_segments(cl)
+        assert queued >= 25, queued  # ~30 MB of WAL in 1 MB segments, held
+        proc = _start(repo, caught_up=False)
+        mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
+        # held until pgparmon shows the backlog before the backup's segment,
+        # its fast checkpoint over (a loaded machine takes a while to write
+        # out the load's buffers: the limit is the checkpoint until then)
+        held = tick_until(mon, lambda d: (archive_wait(d).get("segments") or 0) >= 20
+                          and archive_wait(d).get("wal") is not None
+                          and d["job"]["backup"]["wait"]["on"] == "archiving")
+        gate.release()
+        docs = held + tick_until(mon, lambda d: d["job"]["state"] != "running")
+    finally:
+        gate.release()
+        if proc is not None:
+            _stop(proc, mon)
+    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    h = held[-1]
+    arch = h["job"]["backup"]["wait"]["archiving"]
+    # held: the backlog, in segments and bytes, and no pace yet
+    assert h["job"]["phase"] == "starting (checkpoint, archive check)"
+    assert arch["bytes"] == arch["segments"] << 20 and arch["pace"] in ("measuring", "stuck")
+    assert arch["wal"] and arch["last_archived_wal"] < arch["wal"], arch
+    assert h["bottleneck"]["kind"] == "archiving", h["bottleneck"]
+    assert f"archiving: {arch['segments']} segment(s) ({fmt.size(arch['bytes'])}) queued up " \
+        f"to the segment before the backup's start ({arch['wal']})" in h["bottleneck"]["detail"]
+    assert h["job"]["eta_s"] is None and "archiv" in h["job"]["eta_reason"], h["job"]
+    # let go: its pace, the time left, and an ETA that counts it
+    waiting = [d for d in docs[len(held):] if d["job"]["state"] == "running"
+               and (d["job"]["backup"].get("wait") or {}).get("step") == "start"
+               and archive_wait(d)]
+    timed = [d for d in waiting if d["job"]["backup"]["wait"]["archiving"]["pace"] == "measured"
+             and d["job"]["backup"]["wait"]["archiving"]["segments"]]
+    assert timed, [(d["job"]["backup"]["wait"]["archiving"]) for d in waiting]
+    for d in timed:
+        a, job = d["job"]["backup"]["wait"]["archiving"], d["job"]
+        assert a["segments_per_s"] > 0 and a["bytes_per_s"] == pytest.approx(
+            a["segments_per_s"] * (1 << 20), rel=1e-3)
+        assert a["left_s"] == pytest.approx(a["segments"] / a["segments_per_s"], rel=0.01,
+                                            abs=0.2)
+        # the ETA covers the wait (the copy to come is not measured yet: said)
+        assert job["eta_s"] is not None and job["eta_s"] >= a["left_s"], job
+        assert job["eta_reason"] == WAIT_ONLY and "copy not counted" in \
+            job["backup"]["eta_basis"]
+        assert d["bottleneck"]["kind"] == "archiving"
+        assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
+            d["bottleneck"]["detail"], d["bottleneck"]
+    # it looks for the segment from its session's last statement, after ever
+    # longer sleeps: when it sees it is counted (in the ETA too), never sooner
+    # than the archiver's time left
+    for d in timed:
+        a, w = d["job"]["backup"]["wait"]["archiving"], d["job"]["backup"]["wait"]
+        assert a["seen_in_s"] is not None and not a["gives_up"], a
+        assert a["seen_in_s"] >= a["left_s"] - 0.05 and w["left_s"] == a["seen_in_s"], w
+        assert d["job"]["eta_s"] >= a["seen_in_s"], d["job"]
+        if a["seen_in_s"] > 0:
+            assert f"it sees it in about {fmt.about(a['seen_in_s'])}" in \
+                d["bottleneck"]["detail"], d["bottleneck"]
+    left = [d["job"]["backup"]["wait"]["archiving"]["segments"] for d in waiting]
+    assert left == sorted(left, reverse=True), left  # the backlog only shrinks
+    assert any(d["job"]["phase"] == "copying files" for d in docs)
+    _no_generic_start(docs)
+    assert all(d["bottleneck"]["kind"] != "stalled" for d in docs)
+
+
+@pytest.mark.integration
+def test_a_spread_checkpoint_at_the_start_says_its_bound(gated: tuple[Repo, ArchiveGate]) -> None:
+    """--no-start-fast with dirty buffers: pg_backup_start waits for a
+    spread checkpoint. pgparmon gives its bound (0.9 x 5 min), the time left
+    (in the ETA) and the ways out; a CHECKPOINT ends it and the backup goes
+    on."""
+    repo, _ = gated
+    cl = repo.cluster
+    cl.psql("DROP TABLE IF EXISTS dirty; CREATE TABLE dirty AS SELECT g, repeat('d', 200) AS pad "
+            "FROM generate_series(1, 20000) g")
+    proc = _start(repo, "--no-start-fast")
+    mon = None
+    try:
+        mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
+        waiting = tick_until(mon, lambda d: (d["job"]["backup"].get("wait") or {}).get(
+            "checkpoint") is not None, ticks=200)
+        for _ in range(4):  # a few more samples of the wait
+            time.sleep(0.25)
+            waiting.append(mon.tick())
+        cl.psql("CHECKPOINT")
+        docs = waiting + tick_until(mon, lambda d: d["job"]["state"] != "running")
+    finally:
+        _stop(proc, mon)
+    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    in_ck = [d for d in waiting if (d["job"]["backup"].get("wait") or {}).get("checkpoint")]
+    assert len(in_ck) >= 4, [d["job"]["backup"].get("wait") for d in waiting]
+    for d in in_ck:
+        ck, job = d["job"]["backup"]["wait"]["checkpoint"], d["job"]
+        assert ck["fast"] is False and ck["bound_s"] == 270.0 and not ck["past_bound"], ck
+        assert 0 < ck["left_s"] <= 270.0
+        assert job["eta_s"] is not None and job["eta_s"] >= ck["left_s"], job
+        assert job["eta_reason"] == WAIT_ONLY
+        v = d["bottleneck"]
+        assert v["kind"] == "checkpoint", v
+        assert "up to 4 min 30 s (checkpoint_completion_target 0.9 x checkpoint_timeout " \
+            "5 min 00 s)" in v["detail"] and "left" in v["detail"], v
+        assert "--start-fast" in v["detail"] and "CHECKPOINT now" in v["detail"], v
+    etas = [d["job"]["eta_s"] for d in in_ck]
+    assert etas == sorted(etas, reverse=True), etas
+    _no_generic_start(docs)
+
+
+@pytest.mark.integration
+def test_the_stop_behind_the_archivers_backlog_says_how_long(
+        gated: tuple[Repo, ArchiveGate]) -> None:
+    """WAL written during the copy (its local processes held meanwhile, so
+    that it comes before the stop) with archive_command held: pgBackRest's
+    stop waits for every segment up to the stop's, with its session closed.
+    pgparmon names the segment (the manifest's backup-archive-stop in its
+    repository), the backlog, archive_command's pace once it moves and the
+    time left as the ETA: "stopping (waiting for WAL archiving)", never
+    "finishing" while the archiver is behind."""
+    repo, gate = gated
+    cl = repo.cluster
+    archive_caught_up(cl)
+    proc = _start(repo, "--start-fast", caught_up=False)
+    mon = None
+    try:
+        mon = wait_for_job(_target(cl), pid=None, wait_s=20, interval=0.2)
+        docs = tick_until(mon, lambda d: d["job"]["phase"] == "copying files", pause=0.1)
+        gate.hold()
+        held_pids = stop(_local_pids(proc.pid))
+        try:
+            cl.psql("DROP TABLE IF EXISTS bulk2; CREATE TABLE bulk2 AS SELECT g, repeat('b', "
+                    "200) AS pad FROM generate_series(1, 80000) g")
+        finally:
+            resume(held_pids)
+        queued = queued_segments(cl)
+        assert queued >= 15, queued
+        stopping = "stopping (waiting for WAL archiving)"
+        held = tick_until(mon, lambda d: d["job"]["phase"] == stopping
+                          and (archive_wait(d).get("segments") or 0) >= 15
+                          and archive_wait(d).get("wal") is not None)
+        for _ in range(4):  # held: the wait goes on
+            time.sleep(0.25)
+            held.append(mon.tick())
+        gate.release()
+        docs += held + tick_until(mon, lambda d: d["job"]["state"] != "running")
+    finally:
+        gate.release()
+        _stop(proc, mon)
+    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    manifest = (Path(docs[-1]["job"]["backup"]["backup_dir"]) / "backup.manifest").read_text()
+    stop_wal = re.search(r'^backup-archive-stop="(\w+)"', manifest, re.M)
+    assert stop_wal is not None
+    h = held[-1]
+    arch = h["job"]["backup"]["wait"]["archiving"]
+    assert h["job"]["backup"]["wait"]["step"] == "stop" and arch["wal"] == stop_wal.group(1)
+    assert arch["bytes"] == arch["segments"] << 20 and arch["pace"] in ("measuring", "stuck")
+    assert h["bottleneck"]["kind"] == "archiving", h["bottleneck"]
+    assert f"archiving: {arch['segments']} segment(s) ({fmt.size(arch['bytes'])}) queued up " \
+        f"to the backup's last segment ({arch['wal']})" in h["bottleneck"]["detail"]
+    assert h["job"]["eta_s"] is None and "archiv" in h["job"]["eta_reason"], h["job"]
+    after = [d for d in docs[docs.index(held[0]):] if d["job"]["state"] == "running"]
+    stops = [d for d in after if d["job"]["phase"] == stopping]
+    timed = [d for d in stops if archive_wait(d).get("pace") == "measured"
+             and archive_wait(d).get("segments")]
+    assert timed, [archive_wait(d) for d in stops]
+    for d in timed:
+        a, job = archive_wait(d), d["job"]
+        assert a["wal"] == stop_wal.group(1) and a["segments_per_s"] > 0
+        assert a["left_s"] == pytest.approx(a["segments"] / a["segments_per_s"], rel=0.01,
+                                            abs=0.2)
+        assert job["eta_s"] == a["left_s"] and job["eta_reason"] is None, job
+        assert "segments/s" in d["bottleneck"]["detail"] and "about" in \
+            d["bottleneck"]["detail"], d["bottleneck"]
+    # the stop's wait lasts until the archiver has the stop's segment
+    left = [archive_wait(d)["segments"] for d in stops]
+    assert left == sorted(left, reverse=True) and all(left), left
+    between = after[after.index(stops[0]):after.index(stops[-1])]
+    assert all(d["job"]["phase"] == stopping for d in between), \
+        [d["job"]["phase"] for d in after]
+    assert all(d["bottleneck"]["kind"] != "stalled" for d in docs)
+
+
 def test_how_far_a_cut_short_backup_got() -> None:
     """The bytes its local processes were seen to read count ahead of
     pgBackRest's own percentage (which moves only when a file is done); a
@@ -214,7 +457,7 @@ def test_how_far_a_cut_short_backup_got() -> None:
 def restorable(repo: Repo) -> str:
     """A full backup to restore: bzip2 (its decompression is slow enough for
     a restore of ~160 MB to last a few seconds on two cores)."""
-    _archive_caught_up(repo.cluster)
+    archive_caught_up(repo.cluster)
     res = subprocess.run(repo.as_server_user(repo.argv(
         "--type=full", "--compress-type=bz2", "--compress-level=1", "backup")),
         capture_output=True, text=True, timeout=300)
@@ -407,7 +650,7 @@ def test_run_through_su_or_runuser_is_the_backup_not_a_copy(repo: Repo) -> None:
     inner = repo.argv("--process-max=2", "--type=full", "backup")
     for how, wrapped in (("su", ["su", "postgres", "-c", shlex.join(inner)]),
                          ("runuser", ["runuser", "-u", "postgres", "--", *inner])):
-        _archive_caught_up(repo.cluster)
+        archive_caught_up(repo.cluster)
         res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
                                           *wrapped),
                              capture_output=True, text=True, timeout=300,
@@ -428,7 +671,7 @@ def test_run_through_su_or_runuser_is_the_backup_not_a_copy(repo: Repo) -> None:
 @pytest.mark.integration
 def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> None:
     # last in this module: as root this backup writes the repository as root
-    _archive_caught_up(repo.cluster)
+    archive_caught_up(repo.cluster)
     res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
                                       *repo.argv("--process-max=2", "--type=full", "backup")),
                          capture_output=True, text=True, timeout=300,
@@ -464,6 +707,90 @@ def test_pgbackrest_command_lines() -> None:
     assert command_of(local) == "backup:local"
     assert command_of(["pgbackrest", "--stanza=x", "archive-push", "pg_wal/0001"]) == \
         "archive-push"
+
+
+def _idle_after(query: str, since: float) -> Backend:
+    return Backend(pid=7, datname="postgres", usename="postgres",
+                   application_name="pgbackrest [backup]", client_addr=None, client_port=None,
+                   backend_start=900.0, xact_start=None, query_start=since - 0.01,
+                   state="idle", wait_event_type="Client", wait_event="ClientRead",
+                   backend_type="client backend", backend_xmin=None, leader_pid=None,
+                   query=query, state_change=since)
+
+
+def test_when_pgbackrest_sees_the_segment_before_its_start() -> None:
+    """Its session idle after its start's last statement (the tablespaces'
+    list): it looks for the segment in its repository from then, after ever
+    longer sleeps. The archiver 20 segments behind at 2 a second (archived
+    at 1013, server time): looking since 998, it sees it at 1021.2, 18.2 s
+    from now; with --archive-timeout=14 (or the default 60 s, looking since
+    950) it gives up first. Not while its statement runs, nor from a
+    standby (it first waits for the standby's replay)."""
+    ww = walwait.WalWatch()
+    for i in range(4):
+        ww.observe(Snapshot(ts=float(i), wall=1e9 + i, host=None, db=DbSample(
+            server_ts=1000.0 + i, wal=(27 * SEG, SEG, 300.0, 0.9),
+            archiver=(2 * i, 0, None, None, 999.0 + i, walwait.segment_name(1, 2 * i, SEG)))))
+    ww.aim("start", fixed=True)
+    tablespaces = "select oid::oid, spcname::text from pg_catalog.pg_tablespace"
+
+    def looking(argv: list[str], b: Backend) -> dict[str, Any]:
+        tr = SimpleNamespace(job=SimpleNamespace(command=["pgbackrest", *argv, "backup"]))
+        arch = _looking(tr, ww, b)  # type: ignore[arg-type]
+        assert arch is not None and arch["segments"] == 20 and arch["left_s"] == 10.0
+        return arch
+
+    def verdict(arch: dict[str, Any]) -> str:
+        v = _wait_verdict(walwait.wait_doc("start", None, arch), "starting", None)
+        assert v.kind == "archiving"
+        return v.detail
+
+    a = looking(["--stanza=demo"], _idle_after(tablespaces, 998.0))
+    assert (a["seen_in_s"], a["gives_up"], a["archive_timeout_s"]) == (18.2, False, None)
+    assert walwait.wait_doc("start", None, a)["left_s"] == 18.2  # type: ignore[index]
+    assert verdict(a).endswith("; pgBackRest looks for it in its repository after ever longer "
+                               "sleeps (from 0.1 s, each the sum of the two before): it sees "
+                               f"it in about {fmt.about(18.2)}"), verdict(a)
+    a = looking(["--archive-timeout=14"], _idle_after(tablespaces, 998.0))
+    assert (a["seen_in_s"], a["gives_up"], a["archive_timeout_s"]) == (None, True, 14.0)
+    assert walwait.wait_doc("start", None, a)["left_s"] == 10.0  # type: ignore[index]
+    assert f"its archive-timeout ({fmt.duration(14)}, its command line) runs out first and " \
+        "the backup fails" in verdict(a)
+    a = looking([], _idle_after(tablespaces, 950.0))
+    assert a["gives_up"] and f"its archive-timeout ({fmt.duration(60)} unless its " \
+        "configuration sets another) runs out first" in verdict(a)
+    # a forced switch after pg_backup_start: looking from then too
+    a = looking([], _idle_after("select pg_catalog.pg_walfile_name(pg_catalog.pg_switch_wal()"
+                                ")::text", 998.0))
+    assert a["seen_in_s"] == 18.2
+    # not looking yet, or not known when it began
+    for argv, b in (([], replace(_idle_after(tablespaces, 998.0), state="active")),
+                    ([], _idle_after("select pg_catalog.pg_backup_start('x', true)", 998.0)),
+                    ([], replace(_idle_after(tablespaces, 998.0), state_change=None)),
+                    (["--backup-standby"], _idle_after(tablespaces, 998.0)),
+                    (["--backup-standby=y"], _idle_after(tablespaces, 998.0))):
+        a = looking(argv, b)
+        assert "seen_in_s" not in a and "gives_up" not in a, (argv, b)
+        assert "pgBackRest looks for it" not in verdict(a)
+
+
+def test_the_stop_segment_from_the_manifest_copy(tmp_path: Path) -> None:
+    """pgBackRest saves a copy of its manifest before it looks for the
+    stop's segments: its [backup] section names the last one; none before
+    the stop, or where it cannot be read."""
+    d = tmp_path / "20250101-000000F"
+    d.mkdir()
+    assert _archive_stop(str(d)) is None
+    (d / "backup.manifest.copy").write_text(
+        '[backrest]\nbackrest-format=5\nbackrest-version="2.45"\n\n[backup]\n'
+        'backup-archive-start="000000010000000000000019"\nbackup-label="20250101-000000F"\n')
+    assert _archive_stop(str(d)) is None  # during the copy: no stop yet
+    (d / "backup.manifest.copy").write_text(
+        '[backrest]\nbackrest-format=5\n\n[backup]\n'
+        'backup-archive-start="000000010000000000000019"\n'
+        'backup-archive-stop="00000001000000000000002F"\nbackup-label="20250101-000000F"\n'
+        '\n[target:file]\npg_data/base/1/1259={"size":8192}\n')
+    assert _archive_stop(str(d)) == "00000001000000000000002F"
 
 
 def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ threads of a process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import site
@@ -33,7 +34,8 @@ from pgparmon.jobs.pg_probackup_catalog import (
 )
 from pgparmon.jobs.registry import driver_for_argv
 from pgparmon.readers.procs import threads_of
-from pgparmon.snapshot import ClientProc, DbSample, FileSize, OpenFile, Snapshot
+from pgparmon.jobs.walwait import WAIT_ONLY
+from pgparmon.snapshot import Backend, ClientProc, DbSample, FileSize, OpenFile, Snapshot
 
 ARGV = ["pg_probackup-15", "backup", "-B", "/b", "--instance", "main", "-b", "DELTA", "-j", "2",
         "--stream", "--compress-algorithm=zlib"]
@@ -164,7 +166,8 @@ class Host:
             f"stop-lsn = {stop_lsn}\nstatus = {status}\n")
 
     def tick(self, files: dict[str, int], mode: str = "r", workers: int = 0,
-             worker_cpu_s: float = 0.5, alive: bool = True) -> dict[str, Any]:
+             worker_cpu_s: float = 0.5, alive: bool = True,
+             server: Server | None = None) -> dict[str, Any]:
         """One sample: the files open now (relative path -> position), in
         the data directory (`r`, the copy) or the backup's (`w` the sync,
         `r` the validation: `mode`), and `workers` threads besides the main
@@ -187,8 +190,9 @@ class Host:
         tool["threads"] = base + [[PID + 10 + i, "R", self.cpu] for i in range(workers)]
         sizes = tuple(FileSize(str(self.bdir / "database" / r), self.SIZES[r])
                       for r in files if mode == "r")
-        snap = Snapshot(ts=self.t, wall=1e9 + self.t, db=DbSample(), host=None,
-                        clients=clients, files=sizes, root_alive=alive, links=(), tool=tool)
+        db, links = server.sample(self.t) if server is not None else (DbSample(), ())
+        snap = Snapshot(ts=self.t, wall=1e9 + self.t, db=db, host=None,
+                        clients=clients, files=sizes, root_alive=alive, links=links, tool=tool)
         self.tr.update(snap)
         self.snap = snap
         st = self.tr.kind_state["probackup"]
@@ -201,6 +205,40 @@ class Host:
 
     def copy(self, files: dict[str, int], workers: int = 2, **kw: Any) -> dict[str, Any]:
         return self.tick(files, "copy", workers, **kw)
+
+
+SEG = 16 << 20
+
+
+class Server:
+    """What the sample shows of the server around a backup in archive mode:
+    its session (its statement, active or idle, since when), the archiver
+    (segments archived, the last one) and where WAL is written."""
+
+    def __init__(self) -> None:
+        self.archived = 0  # archived_count
+        self.last = 0x10  # the last segment archived
+        self.written = 0x50  # the segment being written
+        self.query, self.state, self.since = "SELECT 1", "idle", 0.0
+
+    def sample(self, t: float) -> tuple[DbSample, tuple[tuple[int, int], ...]]:
+        now = 5000.0 + t
+        session = Backend(pid=777, datname="postgres", usename="backup",
+                          application_name="", client_addr=None, client_port=None,
+                          backend_start=4000.0, xact_start=None,
+                          query_start=now - self.since, state=self.state,
+                          wait_event_type=None, wait_event=None,
+                          backend_type="client backend", backend_xmin=None, leader_pid=None,
+                          query=self.query)
+        name = f"00000001000000000000{self.last:04X}"
+        db = DbSample(server_ts=now, backends=(session,),
+                      archiver=(self.archived, 0, None, None, now - 1.0, name),
+                      wal=(self.written * SEG + 4096, SEG, 300.0, 0.9))
+        return db, ((777, PID),)
+
+    def archive(self, n: int) -> None:
+        self.archived += n
+        self.last += n
 
 
 ORDER = ["PG_VERSION", "global/pg_control", "base/5/1259", "base/5/2000", "base/5/4000",
@@ -323,6 +361,103 @@ def test_worker_threads_leave_out_the_wal_streams(tmp_path: Path) -> None:
     assert s["backup"]["worker_threads_cpu_percent"] == [100.0, 100.0]
     s = h.tick({}, workers=0)
     assert s["phase"] == "stopping" and s["verdict"].kind == "wal"
+
+
+def test_archive_mode_waits_for_the_archiver_with_figures(tmp_path: Path) -> None:
+    """Archive mode with --smooth-checkpoint, after a bulk load: the start
+    waits for a spread checkpoint (its bound, the time left, the way out),
+    then for the archiver to reach the segment of its start LSN (the backlog,
+    the pace, the time left, counted in the ETA); the stop waits for the
+    stop LSN's segment, counted too."""
+    h = Host(tmp_path, argv=("--smooth-checkpoint",), order=ORDER)
+    srv = Server()
+    # pg_backup_start for 30 s: a spread checkpoint (0.9 x 5 min)
+    srv.query, srv.state, srv.since = "SELECT pg_catalog.pg_backup_start($1, $2)", "active", 30.0
+    s = h.tick({}, server=srv)
+    assert s["phase"] == "starting" and s["verdict"].kind == "checkpoint"
+    ck = s["backup"]["wait"]["checkpoint"]
+    assert (ck["fast"], ck["bound_s"], ck["waited_s"], ck["left_s"]) == (False, 270.0, 30.0, 240.0)
+    assert "up to 4 min 30 s" in s["verdict"].detail and "about 4 min 00 s left" in \
+        s["verdict"].detail
+    assert "leave out --smooth-checkpoint" in s["verdict"].detail, s["verdict"].detail
+    # the segment being written (0x50) is the one it will start in: 64 behind the archiver
+    assert "then it waits for the archiver: archiving: 64 segment(s) (1.1 GB)" in \
+        s["verdict"].detail, s["verdict"].detail
+    assert s["eta"] == (240.0, WAIT_ONLY)
+    assert "copy not counted" in s["backup"]["eta_basis"]
+    # pg_backup_start returned, pg_switch_wal: the start LSN's segment is 0x50
+    srv.query, srv.state, srv.written = "SELECT pg_catalog.pg_switch_wal()", "idle", 0x51
+    s = h.tick({}, server=srv)
+    arch = s["backup"]["wait"]["archiving"]
+    assert s["backup"]["wait"]["checkpoint"] is None
+    assert (arch["wal"], arch["segments"], arch["bytes"], arch["pace"]) == (
+        "000000010000000000000050", 64, 64 * SEG, "measuring")
+    assert s["verdict"].kind == "archiving" and s["verdict"].detail == (
+        "archiving: 64 segment(s) (1.1 GB) queued up to the segment the backup starts in "
+        "(000000010000000000000050); archive_command's pace: measuring")
+    assert s["eta"] == (None, ("waiting for WAL archiving: measuring archive_command's pace "
+                               "(64 segment(s) queued)"))
+    for _ in range(3):  # two segments a second
+        srv.archive(2)
+        s = h.tick({}, server=srv)
+    arch = s["backup"]["wait"]["archiving"]
+    assert (arch["segments"], arch["segments_per_s"], arch["left_s"]) == (58, 2.0, 29.0)
+    assert s["eta"] == (29.0, WAIT_ONLY)
+    assert s["verdict"].detail.endswith("archive_command archives 2 segments/s (33.6 MB/s): "
+                                        "about 29.0 s"), s["verdict"].detail
+    # the copy, the archiver caught up: nothing ahead of the stop
+    srv.archive(58)
+    for p in (4, 8, 12):
+        s = h.copy({"base/5/5000": p << 20}, workers=1, server=srv)
+    assert s["backup"]["wait"] is None and "archiver" not in s["backup"]["eta_basis"]
+    copy_eta = s["eta"][0]
+    # the same copy with 20 segments more written than archived: its stop
+    # waits for them beyond the copy's rest (at 2 a second, 10 s)
+    behind = Host(tmp_path / "b", argv=("--smooth-checkpoint",), order=ORDER)
+    srv2 = Server()
+    srv2.archived, srv2.last, srv2.written = 0, 0x30, 0x40  # 15 behind, then 2 a second
+    behind.tick({}, server=srv2)
+    for p in (4, 8, 12):
+        srv2.archive(2)
+        srv2.written += 1
+        b = behind.copy({"base/5/5000": p << 20}, workers=1, server=srv2)
+    assert "the stop's wait for the archiver beyond it" in b["backup"]["eta_basis"], \
+        b["backup"]["eta_basis"]
+    assert b["eta"][0] > copy_eta
+    # the stop: pg_backup_stop switched out of 0x52; the archiver 2 behind
+    srv.query, srv.written = "SELECT pg_catalog.pg_backup_stop(false)", 0x53
+    srv.last = 0x50
+    s = h.tick({}, server=srv)
+    s = h.tick({}, server=srv)
+    srv.archive(1)
+    s = h.tick({}, server=srv)
+    assert s["phase"] == "stopping" and s["verdict"].kind == "archiving"
+    arch = s["backup"]["wait"]["archiving"]
+    assert arch["wal"] == "000000010000000000000052" and arch["segments"] == 1
+    assert "queued up to the segment of the backup's stop LSN" in s["verdict"].detail
+    assert "the archiver's backlog up to the stop LSN's segment" in s["backup"]["eta_basis"]
+    assert s["eta"][0] is not None and s["eta"][0] >= arch["left_s"]
+
+
+def test_a_failing_archive_command_at_the_start_is_said(tmp_path: Path) -> None:
+    h = Host(tmp_path, order=ORDER)
+    srv = Server()
+    srv.query, srv.written = "SELECT pg_catalog.pg_switch_wal()", 0x12
+    h.tick({}, server=srv)
+    db, links = srv.sample(h.t + 1.0)
+    arch = db.archiver
+    assert arch is not None
+    failing = Server()
+    failing.__dict__.update(srv.__dict__)
+    failing.sample = lambda t: (dataclasses.replace(  # type: ignore[method-assign]
+        srv.sample(t)[0], archiver=(arch[0], 4, "000000010000000000000011", 5100.0,
+                                    5000.0, arch[5])), links)
+    s = h.tick({}, server=failing)
+    assert s["verdict"].kind == "archiving"
+    assert "archive_command fails (4 failure(s) since the backup began; last failed segment " \
+        "000000010000000000000011)" in s["verdict"].detail
+    assert "archive_timeout" in s["verdict"].detail
+    assert s["eta"][0] is None and "fails" in s["eta"][1]
 
 
 def test_backup_dir_from_backup_pid(tmp_path: Path) -> None:

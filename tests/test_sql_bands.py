@@ -451,6 +451,15 @@ def test_backup_bands_only_when_asked(band: int, cluster: Cluster,
     (slot,) = [x for x in s_on.slots or () if x[0] == "pgparmon_idle_slot"]
     assert slot[1] == "physical" and slot[2] is False and slot[4] is not None and slot[4] >= 0
     assert (slot[3] is not None) == (band >= 130000)  # wal_status arrived in 13
-    assert s_on.archiver is not None
+    assert s_on.archiver is not None and len(s_on.archiver) == 6  # last_archived_wal last
+    # where WAL is written, the segment size and the checkpoint's pacing: a
+    # backup's backlog and a spread checkpoint's bound (walwait)
+    assert s_on.wal is not None
+    lsn, seg, timeout, target = s_on.wal
+    assert lsn is not None and lsn > 0 and seg == 16 << 20
+    assert timeout == float(cluster.psql("SELECT setting FROM pg_settings "
+                                         "WHERE name = 'checkpoint_timeout'").strip())
+    assert target is not None and 0 < target <= 1
     assert s_off.slots is None and s_off.archiver is None and s_off.senders == ()
+    assert s_off.wal is None
     assert s_off.basebackups == () or band < 130000

@@ -78,6 +78,9 @@ def test_facts_band_and_sample(versioned: tuple[int, Cluster, Path]) -> None:
         assert db.error is None and db.copies is not None and db.indexes is not None
         # checkpoints: pg_stat_bgwriter before 17, pg_stat_checkpointer from 17
         assert db.checkpoints is not None and min(db.checkpoints) >= 0
+        # a backup's waits: the WAL position, the segment size, the checkpoint's pacing
+        assert db.wal is not None and db.wal[0] and db.wal[1] == 16 << 20
+        assert db.wal[2] and db.wal[3] and db.archiver is not None and len(db.archiver) == 6
         assert s.query_json("tables") and s.query_json("done") is not None
         assert set(s.query_json("postdata")) == {"indexes", "fks"}
         assert s.query_json("locks", {"pid": facts.backend_pid}) is not None

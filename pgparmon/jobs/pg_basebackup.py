@@ -26,13 +26,14 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from .. import units as fmt
 from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs, parse_client_cmdline
 from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
-from .. import units as fmt
 from ..phases import Phase
 from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING, WAL
+from . import walwait
 from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
 from .registry import program_of
 
@@ -64,6 +65,11 @@ WAL_FILES = Phase("wal-files", 170, busy=True, streams=True,
 _MAX_RATE = re.compile(r"\bMAX_RATE\s+'?(\d+)'?", re.I)
 _FAST = re.compile(r"\bCHECKPOINT\s+'fast'|\bFAST\b", re.I)
 _SERVER_COMPRESSION = re.compile(r"\bCOMPRESSION\s+'([^']+)'", re.I)
+# pg_basebackup asks the server not to wait for archiving when it gets the
+# WAL itself (-X stream, -X fetch): NOWAIT, or WAIT 0 (15+)
+_NOWAIT = re.compile(r"\bNOWAIT\b|\bWAIT\s+'?(?:0|false|off)'?", re.IGNORECASE)
+FAST_OPTION = "--checkpoint=fast (-c fast)"
+NEVER_ENDS = "the backup never ends (pg_basebackup has no timeout for it)"
 
 
 def is_base_backup(b: Backend) -> bool:
@@ -87,6 +93,8 @@ def command_options(query: str | None) -> dict[str, Any]:
     m = _SERVER_COMPRESSION.search(q)
     if m and m.group(1).lower() != "none":
         out["server_compression"] = m.group(1)
+    # the server waits for its last WAL segment to be archived (-X none)
+    out["waits_for_archive"] = not _NOWAIT.search(q)
     return out
 
 
@@ -187,8 +195,7 @@ class PgBasebackup(Driver):
                 tr.add(Item(key=key, kind="backup", relation=None, name="base backup",
                             size=1.0, work=1.0))
                 tr.planned = True  # the work list is this one backup
-                state.update(key=key, options=command_options(b.query),
-                             archiver=snap.db.archiver)  # archiving as the backup began
+                state.update(key=key, options=command_options(b.query))
             state["seen"] = snap.wall
             if bp is None:  # no progress view (< 13): streaming, how far unknown
                 state["phase"] = "streaming database files"
@@ -213,6 +220,29 @@ class PgBasebackup(Driver):
                 tr.kind_state["wal_bytes"] = w.bytes_done  # kept once its stream has ended
             return "wal", None
         return None
+
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
+        """The archiver and the WAL position each sample, and what the backup
+        waits on now: the checkpoint before it streams, the archiver at its
+        end (-X none: up to the stop's segment, which do_pg_backup_stop
+        switches out of before this phase begins)."""
+        ww = walwait.watch(tr.kind_state)  # from the job's first sample, before its backup's
+        ww.observe(snap)
+        st = tr.kind_state.get("backup")
+        it = tr.items.get(st.get("key") or "") if st else None
+        if st is None or it is None or it.state == "done":
+            if st is not None:
+                st["wait"] = None
+            return
+        st["wait"] = None
+        phase = PHASES.get(st.get("phase") or "")
+        if phase == "checkpoint":
+            b = next((m for m in tr.members(snap) if m.pid == it.worker or is_base_backup(m)),
+                     None)
+            st["wait"] = walwait.wait_doc("start", ww.checkpoint(snap, b, _fast(tr)), None)
+        elif phase == "archive-wait":
+            ww.aim("stop", fixed=True)
+            st["wait"] = walwait.wait_doc("stop", None, ww.archiving("stop"))
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
@@ -265,12 +295,19 @@ class PgBasebackup(Driver):
         if it is None or it.state == "done":
             return None, "finishing (the WAL stream, syncing the files)"
         phase = PHASES.get(state.get("phase") or "", "backup")
+        wait = state.get("wait")
         if phase == "checkpoint":
-            return None, "waiting for the checkpoint to finish"
+            left = walwait.wait_eta(wait)
+            if left is not None:
+                return left, walwait.WAIT_ONLY
+            return None, walwait.wait_reason(wait) or "waiting for the checkpoint to finish"
         if phase in ("starting", "estimating"):
             return None, "estimating the backup size"
         if phase == "archive-wait":
-            return None, "waiting for the last WAL segment to be archived"
+            if wait is not None and wait["left_s"] is not None:
+                return wait["left_s"], None
+            return None, (walwait.wait_reason(wait)
+                          or "waiting for the last WAL segment to be archived")
         if phase == "wal-files":
             return None, "sending the WAL files"
         if not state.get("total"):
@@ -281,8 +318,13 @@ class PgBasebackup(Driver):
         rate = w.bytes_rate.rate(ETA_WINDOW_S) if w is not None else None
         if not rate or rate <= 0:
             return None, "measuring"
-        left = max(0.0, float(state["total"]) - float(state.get("streamed") or 0))
-        return left / rate, None
+        left = max(0.0, float(state["total"]) - float(state.get("streamed") or 0)) / rate
+        state["stop_ahead"] = None
+        if _waits_for_archive(tr):
+            # its end waits for the archiver: the backlog now, beyond the stream's rest
+            state["stop_ahead"] = walwait.watch(tr.kind_state).stop_ahead(left)
+            left += state["stop_ahead"] or 0.0
+        return left, None
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
@@ -312,39 +354,34 @@ class PgBasebackup(Driver):
             "fast_checkpoint": opts.get("fast_checkpoint", args.checkpoint == "fast"),
             "wal_method": args.wal_method or ("stream" if args.program else None),
             "format": args.format, "compression": opts.get("server_compression")
-            or args.compression}}
+            or args.compression,
+            "wait": st.get("wait") if state == "running" else None,
+            "eta_basis": _eta_basis(tr, st) if state == "running" else None}}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         """What a base backup waits for that no wait event names well: the
-        checkpoint before it, WAL archiving after it."""
+        checkpoint before it, WAL archiving after it, its client's last steps."""
         st = tr.kind_state.get("backup") or {}
         it = tr.items.get(st.get("key") or "")
-        if it is None or it.state == "done":
+        if it is None:
             return None
+        if it.state == "done":  # no more work to share out: no "more jobs" advice
+            return Verdict("nothing", "every data file is sent: pg_basebackup finishes (the "
+                           "rest of its WAL stream, its manifest, syncing the files)")
         phase = PHASES.get(st.get("phase") or "")
-        opts = st.get("options") or {}
+        wait = st.get("wait") or {}
         if phase == "checkpoint":
-            if opts.get("fast_checkpoint") or _args(tr.job).checkpoint == "fast":
-                return Verdict("checkpoint", "waiting for the fast checkpoint the backup asked "
-                               "for: the server writes out every dirty buffer first")
-            spread = _spread_s(settings)
-            up_to = f" (up to {fmt.duration(spread)})" if spread else ""
-            return Verdict("checkpoint", "waiting for a spread checkpoint to finish before "
-                           f"copying{up_to}: next time use --checkpoint=fast, or run "
-                           "CHECKPOINT now if an I/O burst is acceptable")
+            ck = wait.get("checkpoint") or {
+                "fast": _fast(tr), "bound_s": None, "left_s": None, "past_bound": False}
+            return Verdict("checkpoint", walwait.checkpoint_text(ck, FAST_OPTION))
         if phase == "archive-wait":
-            arch = snap.db.archiver if snap.db else None
-            first = st.get("archiver")
-            since = arch[1] - first[1] if arch and first else 0
-            # failing now: its last failure came after its last success
-            failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
-            if arch and (since > 0 or failing):
-                return Verdict("archiving", f"waiting for WAL archiving, and archive_command "
-                               f"fails ({since} failure(s) since the backup began; last "
-                               f"failed segment {arch[2]}): fix archive_command (the server "
-                               "log says why), or the backup never ends")
-            return Verdict("archiving", "waiting for the backup's last WAL segment to be "
-                           "archived (archive_command)")
+            arch = wait.get("archiving")
+            text = walwait.archiving_text(arch, "the backup's last segment", NEVER_ENDS)
+            failing = walwait.watch(tr.kind_state).failing()
+            if arch is None and failing:  # a recording without the WAL position
+                text += f", and {failing}: fix archive_command (the server log says why), " \
+                    f"or {NEVER_ENDS}"
+            return Verdict("archiving", text)
         return None
 
     # ---- outcome -----------------------------------------------------------
@@ -391,15 +428,36 @@ def _args(job: Job) -> ClientArgs:
     return parse_client_cmdline(list(job.command)) if job.command else ClientArgs(program="")
 
 
-def _spread_s(settings: dict[str, str]) -> float | None:
-    """How long a spread checkpoint may take: checkpoint_completion_target
-    of checkpoint_timeout (both as the facts hold them)."""
-    try:
-        timeout = float(settings.get("checkpoint_timeout") or 0)
-        target = float(settings.get("checkpoint_completion_target") or 0.9)
-    except ValueError:
-        return None
-    return timeout * target if timeout > 0 else None
+def _fast(tr: Tracker) -> bool:
+    """Whether the backup asked for a fast checkpoint (its command's text,
+    else its command line)."""
+    opts = (tr.kind_state.get("backup") or {}).get("options") or {}
+    return bool(opts.get("fast_checkpoint") or _args(tr.job).checkpoint == "fast")
+
+
+def _waits_for_archive(tr: Tracker) -> bool:
+    """Whether the server waits at the backup's end for its last segment
+    to be archived (-X none: its command does not say NOWAIT / WAIT 0)."""
+    opts = (tr.kind_state.get("backup") or {}).get("options") or {}
+    if "waits_for_archive" in opts:
+        return bool(opts["waits_for_archive"])
+    return _args(tr.job).wal_method == "none"
+
+
+def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
+    """What the ETA counts."""
+    phase = PHASES.get(st.get("phase") or "")
+    if phase == "checkpoint":
+        return ("the spread checkpoint's bound less the time it has run; the copy not "
+                "counted until it runs" if not _fast(tr) else None)
+    if phase == "archive-wait":
+        return "the archiver's backlog up to the backup's last segment, at its pace"
+    if phase == "backup" and st.get("total"):
+        ahead = st.get("stop_ahead")
+        return ("the bytes left at the rate of the last 30 s"
+                + (f"; the end's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
+                   "backlog now at its pace, at least)" if ahead else ""))
+    return None
 
 
 def _how_far(st: dict[str, Any]) -> str:

@@ -50,6 +50,7 @@ from ..readers.procs import threads_of
 from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .. import units as fmt
+from . import walwait
 from .backup_phases import BACKUP, WAL
 from .base import (
     TREE,
@@ -73,6 +74,7 @@ from .pg_probackup_catalog import (
     stopped,
     validations,
 )
+from .pg_probackup_waits import archiving, start_verdict, waits
 from .pg_probackup_eta import eta_basis, remaining, validation_ahead
 from .pg_probackup_steps import (
     advance,
@@ -263,6 +265,7 @@ class PgProbackup(Driver):
             st["backup_dir"] = tool["backup_dir"]
             it.name = f"backup {os.path.basename(tool['backup_dir'])}"
         st["now"] = snap.ts
+        walwait.watch(st).observe(snap)
         _stream_clock(tr, st, snap)
         root = next((c for c in snap.clients if c.pid == tr.job.client_pid), None)
         if root is not None:  # the process's CPU (when its threads cannot be read)
@@ -275,6 +278,8 @@ class PgProbackup(Driver):
                         and not stopped(control(st)))
         reading = data_reads(st, snap)
         st["phase"] = phase = phase_of(st, snap, bool(reading))
+        session = next((b for b in tr.members(snap) if b.backend_type == "client backend"), None)
+        st["wait"] = waits(st, tr.job.command, session, snap)
         if phase != "validate":
             st["validation_ahead"] = validation_ahead(st, tr.job.command)
         else:
@@ -411,6 +416,7 @@ class PgProbackup(Driver):
                 else None,
                 "program_version": ctl.get("program-version"),
                 "eta_basis": eta_basis(st, tr.job.command),
+                "wait": st.get("wait") if state == "running" else None,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
@@ -421,24 +427,10 @@ class PgProbackup(Driver):
             return None
         stream = streamed(st, tr.job.command)
         if phase == "starting":
-            # its session works in the start only in pg_backup_start (its
-            # other statements there take no time): the checkpoint
-            if any(b.state == "active" and b.backend_type == "client backend"
-                   for b in tr.members(snap)):
-                smooth = "--smooth-checkpoint" in tr.job.command
-                return Verdict("checkpoint", (
-                    "pg_backup_start waits for a spread checkpoint (--smooth-checkpoint): it "
-                    "lasts up to checkpoint_completion_target x checkpoint_timeout")
-                    if smooth else ("pg_backup_start waits for the fast checkpoint the backup "
-                                    "asks for: the server writes out every dirty buffer first"))
-            if not stream:
-                return _archiving(snap, st, "waiting for the WAL segment the backup starts in "
-                                            "to be archived (archive_command, archive-push)")
-            return None
+            return start_verdict(st, tr.job.command)
         if phase == "stopping":
             if not stream:
-                return _archiving(snap, st, "waiting for the WAL up to the backup's stop LSN "
-                                            "to be archived (archive_command, archive-push)")
+                return archiving(st, "the segment of the backup's stop LSN")
             return Verdict("wal", "waiting for its WAL stream to bring the backup's stop LSN: "
                            "pg_probackup checks as WAL or a status message arrives (up to "
                            "about 10 s on an idle server)")
@@ -563,18 +555,6 @@ def _stream_clock(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
         if b.backend_type == "walsender" and b.backend_start:
             st["stream_began"] = snap.ts - (snap.db.server_ts - b.backend_start)
             return
-
-
-def _archiving(snap: Snapshot, st: dict[str, Any], waiting: str) -> Verdict:
-    """A wait for archive_command, and whether it fails now."""
-    arch = snap.db.archiver if snap.db else None
-    first = st.setdefault("archiver", arch)
-    failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
-    if arch and ((first and arch[1] > first[1]) or failing):
-        return Verdict("archiving", f"{waiting}, and archive_command fails (last failed "
-                       f"segment {arch[2]}): fix archive_command (the server log says why), "
-                       "or the backup fails at its archive_timeout")
-    return Verdict("archiving", waiting)
 
 
 def _how_far(tr: Tracker, st: dict[str, Any]) -> str:

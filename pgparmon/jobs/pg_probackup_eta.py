@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..analyze.bottleneck import BUSY_CPU
+from .. import units as fmt
+from . import walwait
 from .pg_probackup_catalog import opt
 from .pg_probackup_steps import control, step_pass, step_total, streamed, validates
 
@@ -153,17 +155,26 @@ def _earlier_validation(st: dict[str, Any]) -> dict[str, Any] | None:
 
 def eta_basis(st: dict[str, Any], command: Sequence[str]) -> str | None:
     phase = st.get("phase")
+    if phase == "starting" and walwait.wait_eta(st.get("wait")) is not None:
+        return ("the start's wait: the longest of the spread checkpoint's bound and the "
+                "archiver's backlog at its pace; the copy not counted until it runs")
     if not st.get("total") or phase == "starting":
         return None
     if phase == "validate":
         return "the validation's rest at its rate over the last 30 s"
     synced = sync_ahead(st, command) is not None
+    ahead = st.get("stop_ahead")
+    archived = (st.get("wait") or {}).get("left_s")
     head = {"copy": "the copy's rest at its rate over the last 30 s"
             + ("; the stop's wait for its WAL stream (its next status message, every 10 s)"
-               if streamed(st, command) else ""),
+               if streamed(st, command) else
+               f"; the stop's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
+               "backlog now at its pace, at least)" if ahead else ""),
             "stopping": ("the wait for its WAL stream's next status message (every 10 s)"
-                         if streamed(st, command) else "the wait for the WAL to be archived is "
-                         "not counted"),
+                         if streamed(st, command) else
+                         "the archiver's backlog up to the stop LSN's segment, at its pace"
+                         if archived is not None else "the wait for the WAL to be archived "
+                         "is not counted (the archiver's pace or position not known yet)"),
             "sync": "the sync's files left at its rate over the last 30 s (an fsync each)"
             }.get(str(phase), "")
     if phase in ("copy", "stopping"):
@@ -191,16 +202,24 @@ def remaining(st: dict[str, Any], command: Sequence[str],
     phase = st.get("phase")
     stream = streamed(st, command)
     if phase == "starting":
-        return None, (f"starting: pg_backup_start (a checkpoint), then the WAL segment "
-                      f"the backup starts in ({'streamed' if stream else 'archived'})")
+        left = walwait.wait_eta(st.get("wait"))
+        if left is not None:
+            return left, walwait.WAIT_ONLY
+        return None, walwait.wait_reason(st.get("wait")) or (
+            f"starting: pg_backup_start (a checkpoint), then the WAL segment the backup "
+            f"starts in ({'streamed' if stream else 'archived'})")
     if not st.get("total"):
         return None, "no total: the data directory is not on this host"
     later = validation_ahead(st, command)
     now = st.get("now") or 0.0
     if phase == "copy":
         left, why = step_eta(st, "copy", own_cores(st, jobs))
+        st["stop_ahead"] = None
         if left is not None and stream:
             left += stream_wait(st, now + left) + 1.0
+        elif left is not None:  # its stop waits for the archiver: its backlog now
+            st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
+            left += st["stop_ahead"] or 0.0
     elif phase == "sync":
         left, why = step_eta(st, "sync")
         if left is None:  # its first second: the validation to come only
@@ -217,6 +236,9 @@ def remaining(st: dict[str, Any], command: Sequence[str],
         began = st.get("stop_began", now)
         wait = stream_wait(st, began) if stream else 0.0
         left, why = max(0.0, began + 1.0 + wait - now), None
+        archived = (st.get("wait") or {}).get("left_s")
+        if not stream and archived is not None:  # the archiver's backlog at its pace
+            left = archived
     if left is None:
         return None, why
     if phase in ("copy", "stopping"):

@@ -28,14 +28,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
+from .. import units as fmt
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
-from .. import units as fmt
 from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING
+from . import walwait
 from .base import (
     TREE,
     Driver,
@@ -58,6 +60,23 @@ COMMANDS = ("backup",)  # restore runs with the server down: not followed yet
 KEY = "pgbackrest"
 COPY_RATE_WINDOW_S = 30.0  # the ETA's rate: the copy's last seconds
 LOCK_SUFFIX = "-backup.lock"
+# its start: `pg_backup_start('pgBackRest backup started at ' || current_timestamp,
+# true|false ...)` (pg_start_backup before 15): the second argument asks for a
+# fast checkpoint
+_START = re.compile(r"pg_(?:backup_start|start_backup)\s*\(([^,]*),\s*(true|false)?",
+                    re.IGNORECASE)
+# what it asks right after pg_backup_start (its databases, its tablespaces,
+# a forced switch when the segment had not moved): the start is done
+_AFTER_START = re.compile(r"pg_catalog\.pg_(?:database|tablespace|switch_(?:wal|xlog)|"
+                          r"create_restore_point)\b", re.IGNORECASE)
+_STOP = re.compile(r"pg_(?:backup_stop|stop_backup)\s*\(", re.IGNORECASE)
+# the segment its stop waits for (every one up to it), in the manifest's copy
+# it saves in its repository just before it looks for them
+_ARCHIVE_STOP = re.compile(r'^backup-archive-stop="([0-9A-F]{24})"$', re.MULTILINE)
+MANIFEST_COPY = "backup.manifest.copy"
+FAST_OPTION = "--start-fast (start-fast=y in its configuration)"
+TIMES_OUT = "the backup fails when its archive-timeout (60 s unless set) runs out"
+ARCHIVE_TIMEOUT_S = 60.0  # archive-timeout's default
 
 
 def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -194,6 +213,7 @@ class PgBackRest(Driver):
                 copying = True
         if out["backup_dir"] and not copying:
             out["completed"] = _listed(out["backup_dir"])
+            out["archive_stop"] = prev.get("archive_stop") or _archive_stop(out["backup_dir"])
         return out if out["lock_file"] or out["backup_dir"] else None
 
     # ---- observe -----------------------------------------------------------
@@ -205,7 +225,7 @@ class PgBackRest(Driver):
             it = Item(key=KEY, kind="backup", relation=None, name=f"{_type(tr)} backup",
                       size=1.0, work=1.0, state="running", started=snap.wall)
             tr.add(it)
-            st["archiver"] = snap.db.archiver if snap.db else None
+        walwait.watch(st).observe(snap)
         lock = (snap.tool or {}).get("lock") or {}
         pct = lock.get("pctCplt")
         if isinstance(pct, (int, float)):
@@ -218,8 +238,12 @@ class PgBackRest(Driver):
                 st[k] = snap.tool[k]
         if snap.tool and "completed" in snap.tool:
             st["completed"] = snap.tool["completed"]
+        if snap.tool and snap.tool.get("archive_stop"):
+            st["archive_stop"] = snap.tool["archive_stop"]
         inflight = self._local_processes(tr, st, snap)
+        _aim_stop(tr, st, snap)
         st["phase"] = _phase(tr, st, snap)
+        st["wait"] = _waits(tr, st, snap)
         if it.state == "done":
             return
         # pgBackRest counts a file when it is finished: one large file read
@@ -301,17 +325,35 @@ class PgBackRest(Driver):
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         st = tr.kind_state.get("backrest") or {}
         phase = st.get("phase")
+        wait = st.get("wait")
         if phase == "starting":
-            return None, "starting: the checkpoint, then the WAL before the backup archived"
+            left = walwait.wait_eta(wait)
+            if left is not None:
+                return left, walwait.WAIT_ONLY
+            arch = (wait or {}).get("archiving")
+            if arch and arch["segments"] == 0:
+                return None, ("starting: the segment before the backup's is archived; "
+                              "pgBackRest checks its repository, builds its manifest and "
+                              "starts its processes")
+            return None, walwait.wait_reason(wait) or ("starting: the checkpoint, then the WAL "
+                                                       "before the backup archived")
         if phase == "archive-wait":
-            return None, "waiting for the backup's WAL to be archived"
+            if wait is not None and wait["left_s"] is not None:
+                return wait["left_s"], None
+            return None, walwait.wait_reason(wait) or "waiting for the backup's WAL to be archived"
         if phase == "finishing":
             return None, "finishing (the manifest)"
         if st.get("pct") is None and st.get("unit") != "bytes":
             return None, ("no percentage from pgBackRest yet (2.38+ writes it to its lock "
                           "file)" if st.get("lock_file") or tr.job.client_pid else
                           "pgBackRest's processes are not on this host: no progress")
-        return window_eta(tr.items.get(KEY), st.get("hist") or ())
+        left, why = window_eta(tr.items.get(KEY), st.get("hist") or ())
+        st["stop_ahead"] = None
+        if left is not None and phase == "copy" and _archive_check(tr):
+            # the stop waits for the archiver: the backlog now, beyond the copy's rest
+            st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
+            left += st["stop_ahead"] or 0.0
+        return left, why
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
@@ -345,25 +387,23 @@ class PgBackRest(Driver):
                 "done_bytes": st.get("szCplt"),
                 "lock_file": st.get("lock_file"), "backup_dir": st.get("backup_dir"),
                 "compression": option(argv, "compress-type"),
+                "wait": st.get("wait") if state == "running" else None,
+                "eta_basis": _eta_basis(tr, st) if state == "running" else None,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         st = tr.kind_state.get("backrest") or {}
         phase = st.get("phase")
         if phase in ("starting", "archive-wait"):
-            arch = snap.db.archiver if snap.db else None
-            first = st.get("archiver")
-            failing = bool(arch and arch[3] and (arch[4] is None or arch[3] > arch[4]))
-            if arch and ((first and arch[1] > first[1]) or failing):
-                return Verdict("archiving", "pgBackRest waits for WAL archiving, and "
-                               f"archive_command fails (last failed segment {arch[2]}): fix "
-                               "archive_command (the server log says why)")
-            if phase == "archive-wait":
-                return Verdict("archiving", "waiting for the backup's last WAL segment to be "
-                               "archived (archive_command, archive-push)")
-            return None
+            return _wait_verdict(st.get("wait"), phase, walwait.watch(st).failing())
+        if phase == "finishing":
+            return Verdict("nothing", "pgBackRest finishes the backup (pg_backup_stop, its "
+                           "manifest): no file is copied now")
         if phase != "copy":
             return None
+        if not st.get("active"):  # its local processes, none reading a data file yet
+            return Verdict("starting", f"pgBackRest's local processes are starting (process-max "
+                           f"{tr.job.jobs or 1}): none reads a data file yet")
         cpus = list((st.get("cpu_pct") or {}).values())
         if not cpus:
             return None
@@ -411,6 +451,172 @@ class PgBackRest(Driver):
 
     def exit_reason(self, code: int) -> str:
         return f"pgbackrest exit code {code}"
+
+
+def _archive_check(tr: Tracker) -> bool:
+    """Whether pgBackRest waits for the archive at its start and stop
+    (archive-check, on unless the command line turns it off; a setting in its
+    configuration file is not seen)."""
+    argv = tr.job.command
+    return "--no-archive-check" not in argv and \
+        (option(argv, "archive-check") or "y").lower() not in ("n", "no", "false", "0")
+
+
+def _session(tr: Tracker, snap: Snapshot) -> Backend | None:
+    """Its session on the server (the one that starts and stops the backup)."""
+    members = [b for b in tr.members(snap) if b.backend_type == "client backend"]
+    return next((b for b in members if _START.search(b.query or "")), None) or \
+        (members[0] if members else None)
+
+
+def _waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | None:
+    """What the backup waits on at its start (the checkpoint of
+    pg_backup_start; the archiver, up to the segment pg_backup_start switches
+    out of) and at its stop (the archiver, up to the stop's segment), with
+    their figures (walwait)."""
+    ww = walwait.watch(st)
+    phase = st.get("phase")
+    checks = _archive_check(tr)
+    if phase == "starting":
+        b = _session(tr, snap)
+        m = _START.search(b.query or "") if b is not None else None
+        if m or b is not None and _AFTER_START.search(b.query or ""):
+            st["start_seen"] = True  # pg_backup_start has switched out of the segment
+        ck = None
+        if m and b is not None and b.state == "active":
+            fast = m.group(2).lower() == "true" if m.group(2) else \
+                "--start-fast" in tr.job.command
+            ck = ww.checkpoint(snap, b, fast)
+        arch = None
+        if checks:
+            seen = bool(st.get("start_seen"))
+            ww.aim("start", fixed=seen, ahead=0 if seen else 1)
+            arch = _looking(tr, ww, b)
+        return walwait.wait_doc("start", ck, arch)
+    if phase == "archive-wait" and checks:
+        return walwait.wait_doc("stop", None, ww.archiving("stop"))
+    return None
+
+
+def _aim_stop(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
+    """The segment pgBackRest's stop waits for (every one up to it, each in
+    turn): its manifest's backup-archive-stop once the copy of the manifest
+    it saves before it looks shows it (exact; a posix repository this user
+    can read); before that, once its session is seen in pg_backup_stop, the
+    segment being written (the one pg_backup_stop switches out of), fixed
+    once the statement has run."""
+    ww = walwait.watch(st)
+    segno = walwait.segment_number(st.get("archive_stop"), ww.seg_size)
+    if segno is not None:
+        ww.aim("stop", fixed=True, segno=segno)
+        return
+    b = next((b for b in tr.members(snap) if _STOP.search(b.query or "")), None)
+    if b is not None:
+        running = b.state == "active"
+        ww.aim("stop", fixed=not running, ahead=1 if running else 0)
+
+
+def _archive_timeout(tr: Tracker) -> tuple[float, bool]:
+    """pgBackRest's archive-timeout in seconds, and whether its command line
+    gives it (else its default: a setting in its configuration file is not
+    seen)."""
+    given = option(tr.job.command, "archive-timeout")
+    try:
+        return (float(given), True) if given else (ARCHIVE_TIMEOUT_S, False)
+    except ValueError:
+        return ARCHIVE_TIMEOUT_S, False
+
+
+def _looking(tr: Tracker, ww: walwait.WalWatch, b: Backend | None) -> dict[str, Any] | None:
+    """The archiver's figures for the start's wait, and when pgBackRest sees
+    the segment in its repository (`seen_in_s`). Its session goes idle after
+    its last statement before it looks (the start's pg_database and
+    pg_tablespace lists; a forced switch); from then it looks, then again
+    after ever longer sleeps (walwait.next_look), so it sees the segment up
+    to a sleep after the archiver archived it (after a minute's wait, its
+    next look is 38 s later), or gives up at its archive-timeout
+    (`gives_up`: the backup fails). Only at the start: at its stop it has
+    closed its session, and it looks for each segment up to the stop's in
+    turn, each with its sleeps from 0.1 s again; from a standby it first
+    waits for the standby's replay."""
+    arch = ww.archiving("start")
+    if arch is None or b is None or b.state != "idle" or b.state_change is None \
+            or not _AFTER_START.search(b.query or "") or _from_standby(tr):
+        return arch
+    limit, given = _archive_timeout(tr)
+    seen = ww.polled("start", b.state_change, limit)
+    arch["seen_in_s"] = round(seen, 1) if seen is not None else None
+    arch["archive_timeout_s"] = limit if given else None
+    arch["gives_up"] = ww.gives_up("start", b.state_change, limit)
+    return arch
+
+
+def _from_standby(tr: Tracker) -> bool:
+    """--backup-standby on its command line (a setting in its configuration
+    file is not seen)."""
+    argv = tr.job.command
+    return "--backup-standby" in argv or \
+        (option(argv, "backup-standby") or "n").lower() in ("y", "yes", "true", "1")
+
+
+def _wait_verdict(wait: dict[str, Any] | None, phase: str, failing: str | None) -> Verdict:
+    """The start's and the stop's limit: the checkpoint, then the archiver
+    (`failing`: archive_command fails, as pg_stat_archiver says)."""
+    what = ("the segment before the backup's start" if phase == "starting"
+            else "the backup's last segment")
+    ck = wait["checkpoint"] if wait else None
+    arch = wait["archiving"] if wait else None
+    if failing and arch is None:  # no WAL position read (an older recording)
+        return Verdict("archiving", f"pgBackRest waits for WAL archiving, and {failing}: fix "
+                       f"archive_command (the server log says why), or {TIMES_OUT}")
+    if arch is not None and arch["failing"]:
+        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT))
+    if ck is not None:
+        text = walwait.checkpoint_text(ck, FAST_OPTION, "pgBackRest")
+        if arch is not None and arch["segments"]:
+            text += "; then it checks the archive: " + walwait.archiving_text(arch, what, TIMES_OUT)
+        return Verdict("checkpoint", text)
+    if arch is not None:
+        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT) +
+                       _looks_text(arch))
+    if phase == "starting":
+        return Verdict("starting", "pgBackRest prepares the backup (its checks, "
+                       "pg_backup_start): no file is copied yet")
+    return Verdict("archiving", "waiting for the backup's last WAL segment to be "
+                   "archived (archive_command, archive-push)")
+
+
+def _looks_text(arch: dict[str, Any]) -> str:
+    """When pgBackRest sees the start's segment in its repository, or that
+    its archive-timeout runs out first (nothing where neither is known)."""
+    if arch.get("gives_up"):
+        limit = arch.get("archive_timeout_s")
+        timeout = (f"its archive-timeout ({fmt.duration(limit)}, its command line)" if limit
+                   else f"its archive-timeout ({fmt.duration(ARCHIVE_TIMEOUT_S)} unless its "
+                   "configuration sets another)")
+        return (f"; at this pace {timeout} runs out first and the backup fails: a faster "
+                "archive_command, or a longer --archive-timeout")
+    seen = arch.get("seen_in_s")
+    if not seen:
+        return ""
+    return ("; pgBackRest looks for it in its repository after ever longer sleeps (from "
+            f"0.1 s, each the sum of the two before): it sees it in about {fmt.about(seen)}")
+
+
+def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
+    """What the ETA counts."""
+    phase = st.get("phase")
+    if phase == "starting":
+        return ("the start's wait: the longest of the spread checkpoint's bound and the "
+                "archiver's backlog at its pace; the copy not counted until it runs")
+    if phase == "archive-wait":
+        return "the archiver's backlog up to the backup's last segment, at its pace"
+    if phase == "copy":
+        ahead = st.get("stop_ahead")
+        return ("the copy's rest at its rate over the last 30 s"
+                + (f"; the stop's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
+                   "backlog now at its pace, at least)" if ahead else ""))
+    return None
 
 
 def process_row(st: dict[str, Any], w: WorkerState, c: ClientProc, snap: Snapshot,
@@ -473,6 +679,20 @@ def _listed(backup_dir: str) -> bool | None:
         return None
 
 
+def _archive_stop(backup_dir: str) -> str | None:
+    """The segment the backup's stop waits for, from the copy of its
+    manifest in the repository (its [backup] section, at the top; None: not
+    written yet, encrypted, or not readable here)."""
+    try:
+        with open(os.path.join(backup_dir, MANIFEST_COPY), encoding="utf-8",
+                  errors="replace") as f:
+            head = f.read(16384)
+    except OSError:
+        return None
+    m = _ARCHIVE_STOP.search(head)
+    return m.group(1) if m else None
+
+
 def _type(tr: Tracker) -> str:
     """full | diff | incr (pgBackRest's default: incr, full when there is none yet)."""
     return option(tr.job.command, "type") or "incr"
@@ -516,6 +736,11 @@ def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
         return "copy"
     query = " ".join((b.query or "") for b in tr.members(snap)).lower()
     if "pg_backup_stop" in query or "pg_stop_backup" in query:
+        return "archive-wait"
+    if st.get("copied") and _archive_check(tr) and walwait.watch(st).behind("stop"):
+        # its session closed after pg_backup_stop: it looks in its repository
+        # for every segment up to the stop's, which the archiver has not all
+        # archived yet
         return "archive-wait"
     if st.get("copied") or (st.get("pct") or 0) > 0:
         return "finishing"

@@ -84,9 +84,23 @@ SELECT json_build_object(
       FROM pg_stat_replication r LEFT JOIN pg_replication_slots s ON s.active_pid = r.pid
       WHERE r.application_name ~ '^(pg_basebackup|pg_probackup)') END,
   -- WAL archiving: a backup that waits for its WAL to be archived waits on this
+  -- (archived_count's pace is the archiver's rate; last_archived_wal where it is)
   'arch', CASE WHEN %(backup)s THEN (SELECT json_build_array(archived_count, failed_count, last_failed_wal,
         extract(epoch FROM last_failed_time)::float8,
-        extract(epoch FROM last_archived_time)::float8) FROM pg_stat_archiver) END,
+        extract(epoch FROM last_archived_time)::float8, last_archived_wal) FROM pg_stat_archiver) END,
+  -- where WAL is written (bytes), the segment size (10: in 8 kB pages), and
+  -- the checkpoint's pacing (checkpoint_timeout s, checkpoint_completion_target):
+  -- the segments between the archiver's last and a backup's own are its
+  -- backlog; a spread checkpoint lasts up to the target x the timeout
+  'wal', CASE WHEN %(backup)s THEN (SELECT json_build_array(
+        pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                             ELSE pg_current_wal_lsn() END, '0/0')::int8,
+        max(CASE WHEN name = 'wal_segment_size'
+                 THEN setting::int8 * CASE unit WHEN '8kB' THEN 8192 ELSE 1 END END),
+        max(CASE WHEN name = 'checkpoint_timeout' THEN setting::float8 END),
+        max(CASE WHEN name = 'checkpoint_completion_target' THEN setting::float8 END))
+      FROM pg_settings WHERE name IN ('wal_segment_size', 'checkpoint_timeout',
+                                      'checkpoint_completion_target')) END,
   -- replication slots and the WAL each keeps (a backup's WAL adds to it):
   -- name, type, active, wal_status (13+), bytes retained
   'slots', CASE WHEN %(backup)s THEN (SELECT coalesce(json_agg(json_build_array(

@@ -24,7 +24,7 @@ def _bar(frac: float | None, width: int = 20) -> str:
 def headline(doc: dict[str, Any]) -> str:
     j = doc["job"]
     prog = f"{j['progress']:.1%}" if j.get("progress") is not None else "n/a"
-    eta = fmt.duration(j["eta_s"]) if j.get("eta_s") is not None else (j.get("eta_reason") or "?")
+    eta = fmt.eta(j)
     jobs = f" -j {j['jobs']}" if j.get("jobs") else ""
     where = "whole cluster" if j.get("scope") == "cluster" else (j.get("database") or "")
     phase = f" ({j['phase']})" if j.get("backup") and j.get("phase") else ""

@@ -71,7 +71,7 @@ class JobHeader(TextLines):
         prog = j.get("progress")
         pct = f"{prog:6.1%}" if prog is not None else "   n/a"
         if j.get("eta_s") is not None:
-            eta = f"ETA {fmt.duration(j['eta_s'])}"
+            eta = f"ETA {fmt.eta(j)}"  # "≥ 58.0 s": a part left out (eta_reason says)
         else:
             eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
         tail = (f" {pct}  {eta}  items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
