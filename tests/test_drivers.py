@@ -269,7 +269,7 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
     transaction it belongs to, a session of a worker not linked yet): seen
     once in a pgcopydb clone's first second, attach followed that and
     returned while the tool still ran."""
-    from pgparmon import monitor
+    from pgparmon import open_job
     from pgparmon.discover import DiscoveryError
     from pgparmon.exitcodes import ExitCode
 
@@ -300,17 +300,17 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(monitor, "LiveSource", Looks)
-    monkeypatch.setattr(monitor, "PID_POLL_S", 0.0)
+    monkeypatch.setattr(open_job, "LiveSource", Looks)
+    monkeypatch.setattr(open_job, "PID_POLL_S", 0.0)
     target = ConnTarget(host="/nowhere", port="5432")
     script: list[Any] = [None, fragment, tool, [tool, other], tool, tool]
-    mon = monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+    mon = open_job.wait_for_job(target, None, wait_s=60, interval=0.0)
     assert mon.job == tool and not script  # the first twice in a row: the last two looks
     # found at attach's first look: followed at once (no wait, nothing changing)
     script = [fragment]
-    assert monitor.wait_for_job(target, None, wait_s=60, interval=0.0).job == fragment
+    assert open_job.wait_for_job(target, None, wait_s=60, interval=0.0).job == fragment
     # several, twice in a row: exit 5 as before
     script = [None, [tool, other], [other, tool]]
     with pytest.raises(DiscoveryError) as err:
-        monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+        open_job.wait_for_job(target, None, wait_s=60, interval=0.0)
     assert err.value.code == ExitCode.SEVERAL_JOBS and not script

@@ -26,7 +26,8 @@ from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pgbackrest import _data_path, _how_far, command_of, option
-from pgparmon.monitor import Monitor, wait_for_job
+from pgparmon.monitor import Monitor
+from pgparmon.open_job import wait_for_job
 
 STANZA = "demo"
 
