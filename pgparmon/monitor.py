@@ -13,13 +13,13 @@ open_job.py's.
 
 from __future__ import annotations
 
-import gc
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from .analyze import hostrates
 from .analyze.progress import Tracker
+from .heap import HeapSettler
 from .job_end import JobEnd, Outcome
 from .jobs.base import Job
 from .jobs.statements import copy_target
@@ -42,9 +42,6 @@ class Standing:
     # its members at the last sample that reached the server
 
 
-_HEAP_SETTLED = 0  # times a Monitor froze the heap in this process (_settle_heap)
-
-
 class Monitor:
     """The analysis of one job: feed it a Source (live, recording, replay);
     tick() takes one snapshot and returns the published sample."""
@@ -62,10 +59,10 @@ class Monitor:
         self.host_rates: Any = None
         self.noted = Notes()
         self.samples = 0
-        self._heap_settled: str | None = None  # "started", then "planned" (_settle_heap)
+        self._heap = HeapSettler()
         self.plan_failed = False
         self.databases: set[str] = set()  # databases the job's sessions used so far
-        self.sample = SampleBuilder(self.noted)
+        self.builder = SampleBuilder(self.noted)
         self._summary = Summary()
         self.noted.server(self.facts)
 
@@ -95,7 +92,7 @@ class Monitor:
         self.tracker = Tracker(job, block_size=self.facts.block_size)
         self.end = JobEnd(job, self.noted.say)
         self.noted.discovered(job, self.facts, getattr(self.source, "why", None),
-                                   self.tracker.driver.data_flow)
+                              self.tracker.driver.data_flow)
         return job
 
     def discover_label(self) -> str:
@@ -130,7 +127,6 @@ class Monitor:
                 keys.add(tr.by_relation[ct[1]])
         return keys
 
-
     # ---- one tick -------------------------------------------------------
 
     def tick(self) -> dict[str, Any]:
@@ -155,7 +151,7 @@ class Monitor:
             self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
         end.check(tr, snap, self.source)
-        doc = self.sample.build(Tick(
+        doc = self.builder.build(Tick(
             tr=tr, job=job, facts=self.facts, snap=snap, prev=prev, outcome=end.outcome,
             host_rates=self.host_rates, devices=self.devices, target_dir=self.target_dir,
             databases=self._databases()))
@@ -163,30 +159,12 @@ class Monitor:
         return doc
 
     def _settle_heap(self) -> None:
-        """Python's full garbage collections walk every object that ever
-        survived one: the imports, the screen's widgets, a plan of thousands
-        of items. Measured in the TUI on a small dump, a full collection cost
-        38 ms every ~15 s, 15% of its CPU; at 100,000 items far more. Once the
-        start-up is done (the second sample) and again once the plan is made,
-        what lives then is collected once and frozen (gc.freeze: kept out of
-        later collections; freed by reference counts as before). Garbage is
-        collected first, so none is kept for good. Only where one process
-        follows one job (attach, run, replay: `settle_heap` set by them, and
-        at most twice a process); not in the exporter, whose monitors come
-        and go."""
-        global _HEAP_SETTLED
-        if not self.settle_heap or self.samples < 2 or self._heap_settled == "planned" \
-                or _HEAP_SETTLED >= 2:
+        """Once the start-up is done and again once the plan is made (heap.py)."""
+        if not self.settle_heap or self.samples < 2:
             return
         tr = self.tracker
         planned = (tr is None or tr.planned or self.plan_failed or not tr.driver.plans_work)
-        if self._heap_settled == "started" and not planned:
-            return
-        gc.collect()
-        gc.freeze()
-        _HEAP_SETTLED += 1
-        self._heap_settled = "planned" if planned else "started"
-
+        self._heap.settle(planned)
 
     def _databases(self) -> list[str]:
         """The databases the job's sessions used; before any is seen, the one
