@@ -16,7 +16,7 @@ class Feed(Protocol):
     seekable: bool  # step() and seek() move through the samples (a replay)
 
     @property
-    def outcome(self) -> Any: ...  # monitor.Outcome once the job ended, else None
+    def outcome(self) -> Any: ...  # job_end.Outcome once the job ended, else None
 
     @property
     def replay_position(self) -> tuple[int, int] | None: ...  # (sample, of total)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .exitcodes import ExitCode, Fatal, for_signal
 from .feed import FeedBase
-from .monitor import outcome_exit_code
+from .job_end import outcome_exit_code
 from .record import Recorder, RecordingError
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def attach_command(target: Any, pid: int | None, wait: float | None, interval: f
     with the list in the error line (and as JSON on stdout with --json)."""
     from .connect import ConnectError, check_reachable
     from .discover import DiscoveryError
-    from .monitor import wait_for_job
+    from .open_job import wait_for_job
 
     try:
         check_reachable(copy_source, "--source")

@@ -24,7 +24,8 @@ from .follow import follow, open_recorder
 from .jobs.base import TREE, Job
 from .jobs.copy import CopyLoad
 from .jobs.registry import client_programs, driver_for
-from .monitor import Monitor, job_for_process
+from .monitor import Monitor
+from .open_job import job_for_process
 from .readers import procs
 from .redact import redact_argv, redact_text
 from .source import HostSource, LiveSource, RecordingSource

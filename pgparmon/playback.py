@@ -21,7 +21,7 @@ from .feed import FeedBase
 from .monitor import Monitor
 from .private import open_private
 from .record import Recording, RecordingError, read_recording
-from .source import EndOfRecording, ReplaySource
+from .replay_source import EndOfRecording, ReplaySource
 
 
 class ReplayFeed(FeedBase):

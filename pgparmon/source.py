@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from .client_tree import ClientTree
 from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
@@ -30,19 +31,6 @@ from .readers.db import DbSampler, ServerFacts, host_only_facts
 from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
 from .toc import TocError
-
-
-class EndOfRecording(Exception):
-    pass
-
-
-class ReplayError(RuntimeError):
-    pass
-
-
-def facts_from_dict(d: dict[str, Any]) -> ServerFacts:
-    names = {f.name for f in dataclasses.fields(ServerFacts)}
-    return ServerFacts(**{k: v for k, v in d.items() if k in names})
 
 
 class Source(Protocol):
@@ -72,56 +60,10 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-ERROR_MARKS = ("ERROR:", "FATAL:", "PANIC:", "DETAIL:", "CONTEXT:", "error:", "Error:")
-
-
-def error_lines(path: str, limit: int = 600) -> str | None:
-    """The server's error text in a failed job's output (psql, pg_restore,
-    a driver's exception print the server's ERROR / DETAIL / CONTEXT lines),
-    else its last lines; redacted, one line, at most `limit` characters."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [ln.strip() for ln in f.read().splitlines()[-200:] if ln.strip()]
-    except OSError:
-        return None
-    picked = [ln for ln in lines if any(m in ln for m in ERROR_MARKS)][-4:] or lines[-2:]
-    if not picked:
-        return None
-    text = redact_text(" | ".join(picked))
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-
 LINK_TRIES = 5  # ticks a session that links to no visible process is looked up again
 # ticks between two looks for the idle sessions of a tool that names none
 # (Driver.idle_sessions) while none of them has been found
 IDLE_LOOKUP_EVERY = 5
-
-def client_tree(job: Job, known: set[int], process: subprocess.Popen[Any] | None,
-                log: str | None, tree: bool
-                ) -> tuple[list[int], bool | None, int | None, str | None]:
-    """The job's client processes alive now (its root first; `known`, the
-    pids seen so far, grows), whether it still runs, and, for a process we
-    started, its exit code and error text."""
-    if not job.client_pid:
-        return [], None, None, None
-    if tree:  # the whole tree, and workers orphaned by a root that exited
-        kids = procs.tree_pids(job.client_pid)[1:]
-        kids += [p for p in sorted(known - {job.client_pid, *kids}) if procs.alive(p)]
-    else:
-        kids = procs.children(job.client_pid)
-    known |= set(kids)
-    exit_code: int | None = None
-    exit_error: str | None = None
-    if process is not None:
-        exit_code = process.poll()
-        root_alive: bool | None = exit_code is None
-        if exit_code and log:
-            exit_error = error_lines(log)
-    else:
-        root_alive = procs.alive(job.client_pid) or (tree and any(procs.alive(p)
-                                                                  for p in kids))
-    return [job.client_pid, *kids], root_alive, exit_code, exit_error
 
 
 class LiveSource:
@@ -148,7 +90,7 @@ class LiveSource:
         self.process = process
         self.target_dir: str | None = None
         self.devices: set[str] = set()
-        self.client_pids: set[int] = set()
+        self.clients = ClientTree(None, process=process, log=log)  # set at discovery
         self.known_backends: set[int] = set()  # the job's sessions seen so far
         self.snapshots_taken = 0
         # a session's client never changes: (pid, backend_start) -> client pid,
@@ -200,10 +142,7 @@ class LiveSource:
             (job.database or self.facts.database)
         self.target_dir = self._resolve_target(job)
         self.known_backends = set(job.pid_hint)
-        if job.client_pid:
-            self.client_pids = {job.client_pid, *procs.children(job.client_pid)}
-            if job.grouping == TREE:
-                self.client_pids |= set(procs.tree_pids(job.client_pid)) | set(job.client_pids)
+        self.clients = ClientTree.of(job, job.grouping == TREE, self.process, self.log)
         self._seek_idle = (driver.idle_sessions and job.grouping == TREE
                            and bool(job.client_pid) and self.local)
         if self._seek_idle:
@@ -215,7 +154,7 @@ class LiveSource:
         """A tool whose own session sits idle under no application_name of
         its own (pg_probackup's): its process tree's sessions, found from
         the client side of their sockets, are sampled even while idle."""
-        self.known_backends |= procs.tree_backends(self.client_pids, self.facts.port,
+        self.known_backends |= procs.tree_backends(self.clients.known, self.facts.port,
                                                    procs.unix_peers())
 
     def header(self) -> dict[str, Any]:
@@ -261,14 +200,13 @@ class LiveSource:
         tree = job.grouping == TREE and bool(job.client_pid)
         db = self.sampler.sample(sorted(self.known_backends))
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
-        live, root_alive, exit_code, exit_error = client_tree(
-            job, self.client_pids, self.process, self.log, tree)
-        clients = procs.read_procs(live, files_under=self.target_dir or "/")
+        now = self.clients.read(tree)
+        clients = procs.read_procs(now.live, files_under=self.target_dir or "/")
         backends = db.backends if not db.error else ()
         links: tuple[tuple[int, int], ...] | None = None
         if tree and not db.error:
             pairs = self._backend_links(backends)
-            mine = self.client_pids | set(live)
+            mine = self.clients.known | set(now.live)
             found = tuple(sorted((b, c) for b, c in pairs.items() if c in mine))
             # no `ss` and no TCP link: unknown (the sessions seen at discovery
             # stay the job's), not "no session"
@@ -296,8 +234,8 @@ class LiveSource:
         free = free_space(self.target_dir or (self._tool or {}).get("backup_dir"))
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=db, host=host, clients=clients,
                         backends_os=backends_os, files=files, free_bytes=free,
-                        root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
-                        links=links, tool=tool)
+                        root_alive=now.root_alive, exit_code=now.exit_code,
+                        exit_error=now.exit_error, links=links, tool=tool)
 
     def _backend_links(self, backends: Any) -> dict[int, int]:
         """backend pid -> its client process, for every session linked so
@@ -418,7 +356,7 @@ class HostSource:
         self.facts: ServerFacts = host_only_facts()
         self.target_dir: str | None = None
         self.devices: set[str] = set()
-        self.client_pids: set[int] = set()
+        self.clients = ClientTree(None, process=process, log=log)  # set at discovery
         self.snapshots_taken = 0
         self._tool: dict[str, Any] | None = None
 
@@ -441,9 +379,7 @@ class HostSource:
         job = self.job
         self.facts = host_only_facts(job.target)
         self.target_dir = job.target
-        if job.client_pid:
-            self.client_pids = {job.client_pid, *procs.tree_pids(job.client_pid),
-                                *job.client_pids}
+        self.clients = ClientTree.of(job, True, self.process, self.log)
         if self.target_dir:
             probe = self.target_dir
             while probe and not os.path.exists(probe):
@@ -467,9 +403,8 @@ class HostSource:
         assert job is not None
         driver = driver_for(job.kind)
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
-        live, root_alive, exit_code, exit_error = client_tree(
-            job, self.client_pids, self.process, self.log, True)
-        clients = procs.read_procs(live, files_under="/")
+        now = self.clients.read(True)
+        clients = procs.read_procs(now.live, files_under="/")
         tool = driver.read_status(job, clients, self._tool) if job.client_pid else None
         self._tool = tool or self._tool
         if tool and tool.get("pgdata") and not self.target_dir:
@@ -478,8 +413,8 @@ class HostSource:
         self.snapshots_taken += 1
         return Snapshot(ts=time.monotonic(), wall=time.time(), db=None, host=host,
                         clients=clients, backends_os=(), files=(), free_bytes=free,
-                        root_alive=root_alive, exit_code=exit_code, exit_error=exit_error,
-                        links=None, tool=tool)
+                        root_alive=now.root_alive, exit_code=now.exit_code,
+                        exit_error=now.exit_error, links=None, tool=tool)
 
     def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
         return PlanInputs()
@@ -535,64 +470,6 @@ class RecordingSource:
 
     def close(self) -> None:
         self.live.close()
-
-
-class ReplaySource:
-    """Answers a Monitor's readings from a recording, in recorded order."""
-
-    local = False
-
-    def __init__(self, header: dict[str, Any], events: list[tuple[str, Any]]) -> None:
-        self.facts = facts_from_dict(header["facts"])
-        self.job: Job | None = Job.from_dict(header["job"])
-        self.target_dir = header.get("target_dir")
-        self.devices = set(header.get("devices") or ())
-        self._events = [e for e in events if e[0] in ("snapshot", "plan", "done", "files")]
-        self._pos = 0
-
-    def discover(self) -> Job:
-        assert self.job is not None
-        return self.job
-
-    def _next(self, kind: str) -> Any:
-        if self._pos >= len(self._events):
-            raise EndOfRecording()
-        k, v = self._events[self._pos]
-        if k != kind:
-            raise ReplayError(f"recording out of step: expected {kind}, found {k}")
-        self._pos += 1
-        return v
-
-    def may_ask_again(self, kind: str) -> bool:
-        """The live run asked again only if the recording says so."""
-        return self._pos < len(self._events) and self._events[self._pos][0] == kind
-
-    def pause(self, seconds: float) -> None:
-        pass  # a replay does not wait for the server's statistics
-
-    def snapshot(self) -> Snapshot:
-        return Snapshot.from_dict(self._next("snapshot"))
-
-    def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
-        if not self.may_ask_again("plan"):
-            return PlanInputs()  # recorded before this kind of job planned: no plan
-        v = self._next("plan")
-        return None if v is None else PlanInputs.from_dict(v)
-
-    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
-        v: dict[str, Any] = self._next("done")
-        return v
-
-    def final_files(self) -> tuple[FileSize, ...] | None:
-        v = self._next("files")
-        return None if v is None else tuple(FileSize(**f) for f in v)
-
-    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
-        return {"pid": pid, "locks": [], "client": None,
-                "error": "not in the recording (details are read live, on demand)"}
-
-    def close(self) -> None:
-        pass
 
 
 def _one_off(target: ConnTarget, names: tuple[str, ...]) -> tuple[list[Any], ServerFacts]:

@@ -21,7 +21,7 @@ import psycopg
 from pgparmon.cluster import Cluster
 from pgparmon.monitor import Monitor
 from pgparmon.record import read_recording
-from pgparmon.source import EndOfRecording, ReplaySource
+from pgparmon.replay_source import EndOfRecording, ReplaySource
 
 
 def pgparmon_cmd(*args: str) -> list[str]:

@@ -33,7 +33,8 @@ from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pg_basebackup import INFERRED, PgBasebackup, command_options
 from pgparmon.jobs.walwait import WAIT_ONLY
-from pgparmon.monitor import Monitor, wait_for_job
+from pgparmon.monitor import Monitor
+from pgparmon.open_job import wait_for_job
 from pgparmon.snapshot import Backend, DbSample, Snapshot
 
 

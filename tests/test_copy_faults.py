@@ -20,7 +20,7 @@ from pgparmon.jobs.base import Job
 from pgparmon.jobs.copy import TREE
 from pgparmon.monitor import Monitor
 from pgparmon.snapshot import ClientProc, FileSize, OpenFile, Snapshot
-from pgparmon.source import error_lines
+from pgparmon.client_tree import error_lines
 
 integration = pytest.mark.integration
 

@@ -155,7 +155,8 @@ def test_a_relay_counts_its_load_side_once() -> None:
 
     from pgparmon.jobs.base import Job
     from pgparmon.jobs.copy import TREE
-    from pgparmon.monitor import Monitor, _throughput
+    from pgparmon.monitor import Monitor
+    from pgparmon.sample_doc import throughput as _throughput
     from pgparmon.snapshot import ClientProc
 
     assert _throughput({"from": 10.0, "to": 12.0, None: 0.0}) == 10.0

@@ -16,6 +16,7 @@ import pytest
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
+from pgparmon.analyze.stall import Stall
 from pgparmon.connect import ConnTarget
 from pgparmon.discover import find_jobs
 from pgparmon.jobs import registry
@@ -269,7 +270,7 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
     transaction it belongs to, a session of a worker not linked yet): seen
     once in a pgcopydb clone's first second, attach followed that and
     returned while the tool still ran."""
-    from pgparmon import monitor
+    from pgparmon import open_job
     from pgparmon.discover import DiscoveryError
     from pgparmon.exitcodes import ExitCode
 
@@ -300,19 +301,19 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(monitor, "LiveSource", Looks)
-    monkeypatch.setattr(monitor, "PID_POLL_S", 0.0)
+    monkeypatch.setattr(open_job, "LiveSource", Looks)
+    monkeypatch.setattr(open_job, "PID_POLL_S", 0.0)
     target = ConnTarget(host="/nowhere", port="5432")
     script: list[Any] = [None, fragment, tool, [tool, other], tool, tool]
-    mon = monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+    mon = open_job.wait_for_job(target, None, wait_s=60, interval=0.0)
     assert mon.job == tool and not script  # the first twice in a row: the last two looks
     # found at attach's first look: followed at once (no wait, nothing changing)
     script = [fragment]
-    assert monitor.wait_for_job(target, None, wait_s=60, interval=0.0).job == fragment
+    assert open_job.wait_for_job(target, None, wait_s=60, interval=0.0).job == fragment
     # several, twice in a row: exit 5 as before
     script = [None, [tool, other], [other, tool]]
     with pytest.raises(DiscoveryError) as err:
-        monitor.wait_for_job(target, None, wait_s=60, interval=0.0)
+        open_job.wait_for_job(target, None, wait_s=60, interval=0.0)
     assert err.value.code == ExitCode.SEVERAL_JOBS and not script
 
 
@@ -324,22 +325,21 @@ def test_a_stall_is_counted_from_the_end_of_a_wait_by_design() -> None:
     waiting = {"now": True}
     driver = SimpleNamespace(between_steps=lambda tr: waiting["now"])
     tr = SimpleNamespace(history=[], driver=driver, workers={})
-    mon = Monitor.__new__(Monitor)
-    mon.tracker, mon.outcome, mon.step_since, mon.waited = tr, None, None, False  # type: ignore[assignment]
+    stall = Stall()
     seen = []
     for i in range(81):  # a sample every 0.25 s; one stream, nothing done
         t = i * 0.25
         waiting["now"] = t < 15.0
         tr.history.append((t, 1, 0.0))
-        seen.append((t, mon._stalled()))
+        seen.append((t, stall.stalled(tr, ended=False)))  # type: ignore[arg-type]
     assert [t for t, s in seen if s] == [t for t, _ in seen if t >= 20.0]
     # a job that never waited: from its first sample, as before
     never = SimpleNamespace(history=[], driver=SimpleNamespace(
         between_steps=lambda tr: False), workers={})
-    mon.tracker, mon.step_since, mon.waited = never, None, False  # type: ignore[assignment]
+    stall = Stall()
     first = None
     for i in range(40):
         never.history.append((i * 0.25, 1, 0.0))
-        if mon._stalled() and first is None:
+        if stall.stalled(never, ended=False) and first is None:  # type: ignore[arg-type]
             first = i * 0.25
     assert first == 5.0

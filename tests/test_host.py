@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pgparmon.analyze.advice_live import advise_samples
 from pgparmon.analyze.hostrates import CpuPercent, DiskRates, HostRates, host_rates
 from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
-from pgparmon.monitor import _host_doc
+from pgparmon.sample_doc import host_doc as _host_doc
 from pgparmon.readers import devices
 from pgparmon.readers.devices import device_for_path, rotational, rotational_of, whole_disk
 from pgparmon.readers.host import (

@@ -50,7 +50,8 @@ from pgparmon.jobs.pgbackrest import (
     option,
 )
 from pgparmon.jobs.walwait import WAIT_ONLY
-from pgparmon.monitor import Monitor, wait_for_job
+from pgparmon.monitor import Monitor
+from pgparmon.open_job import wait_for_job
 from pgparmon.snapshot import Backend, DbSample, Snapshot
 
 STANZA = "demo"

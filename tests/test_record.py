@@ -195,7 +195,7 @@ def test_any_bytes_give_a_recording_or_a_clear_error(tmp_path: Path, data: bytes
 
 SETTLE_SCRIPT = r'''
 import gc, json, sys
-from pgparmon import monitor
+from pgparmon import heap
 from pgparmon.playback import ReplayFeed
 from pgparmon.record import read_recording
 feed = ReplayFeed(read_recording(sys.argv[1]), speed=1000.0)
@@ -205,7 +205,7 @@ while not feed.ended and feed.outcome is None:
     feed.tick()
     frozen.append(gc.get_freeze_count())
     planned.append(bool(feed.mon.tracker and feed.mon.tracker.planned))
-print(json.dumps({"frozen": frozen, "planned": planned, "times": monitor._HEAP_SETTLED}))
+print(json.dumps({"frozen": frozen, "planned": planned, "times": heap.SETTLED}))
 '''
 
 

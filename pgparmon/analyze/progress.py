@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jobs.base import Job
+from ..jobs.base import Job, clients_gone
 from ..jobs.registry import driver_for
 from ..jobs.statements import build_target, copy_target, maint_target, norm_rel
 from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
@@ -120,8 +120,7 @@ class Tracker:
         if pids is not None:
             return [b for b in snap.db.backends if b.pid in pids]
         out = [b for b in snap.db.backends if self.driver.belongs(self.job, b)]
-        if snap.root_alive is False and self.job.client_pid and (self.workers
-                                                                 or self.gone_workers):
+        if clients_gone(self.job, snap) and (self.workers or self.gone_workers):
             # the job's client processes are gone: a session never seen before
             # was opened by another client (the next dump of the same idle
             # database shares this one's snapshot xmin), not by this job

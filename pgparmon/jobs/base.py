@@ -222,6 +222,14 @@ def cluster_job(kind: str, members: list[Backend], grouping: str) -> Job:
                grouping=grouping)
 
 
+def clients_gone(job: Job, snap: Snapshot) -> bool:
+    """The snapshot shows the job's client processes gone (its root, and in
+    a process tree every process of it). The Tracker asks it: a session
+    never seen before is then another client's. The job's end itself is
+    decided by job_end.JobEnd alone, from the same evidence."""
+    return bool(job.client_pid) and snap.root_alive is False
+
+
 def tree_member_pids(job: Job, snap: Snapshot) -> set[int] | None:
     """A process-tree job's sessions: those whose client process is in the
     tree this tick (None when the links could not be read: decide by

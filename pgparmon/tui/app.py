@@ -525,10 +525,10 @@ class PgParMonApp(App[int]):
 
 
 def exit_code(feed: Feed) -> int:
-    """The headless rule (monitor.outcome_exit_code): still running (quit
+    """The headless rule (job_end.outcome_exit_code): still running (quit
     early) 0; the job's own exit code when known; else 0 finished, 1 failed,
     6 ended with an outcome this user cannot see."""
-    from ..monitor import outcome_exit_code
+    from ..job_end import outcome_exit_code
 
     return outcome_exit_code(feed.outcome)
 

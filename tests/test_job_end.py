@@ -1,0 +1,117 @@
+"""job_end.JobEnd, the one owner of a job's end, on hand-built snapshots:
+what ends a job with client processes and one of sessions alone, a worker
+that died, and the outcome kept once reached."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgparmon.analyze.items import Item
+from pgparmon.analyze.progress import Tracker
+from pgparmon.job_end import NO_MEMBERS_SAMPLES, JobEnd, Outcome, outcome_exit_code
+from pgparmon.jobs.base import Job
+from pgparmon.snapshot import Backend, ClientProc, DbSample, Snapshot
+
+
+class Catalog:
+    """The end's context: a catalog that shows nothing done, asked once."""
+
+    target_dir = "/nowhere"
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
+        self.asked += 1
+        return {}
+
+    def final_files(self) -> Any:
+        return ()
+
+    def may_ask_again(self, kind: str) -> bool:
+        return False
+
+    def pause(self, seconds: float) -> None:
+        raise AssertionError("no pause where no second answer comes")
+
+
+def _proc(pid: int) -> ClientProc:
+    return ClientProc(pid=pid, ppid=None, name="pg_restore", create_time=None, status="sleeping",
+                      cpu_user=0.0, cpu_system=0.0, read_chars=0, write_chars=0, open_files=())
+
+
+def _session(pid: int) -> Backend:
+    return Backend(pid=pid, datname="shop", usename="loader", application_name="pg_restore",
+                   client_addr=None, client_port=-1, backend_start=0.0, xact_start=0.0,
+                   query_start=0.0, state="active", wait_event_type=None, wait_event=None,
+                   backend_type="client backend", backend_xmin=None, leader_pid=None,
+                   query="COPY public.t FROM stdin")
+
+
+def _snap(t: int, clients: tuple[int, ...] = (), alive: bool | None = None,
+          code: int | None = None, sessions: tuple[int, ...] = (),
+          db_error: str | None = None) -> Snapshot:
+    db = DbSample(server_ts=float(t), backends=tuple(_session(p) for p in sessions),
+                  error=db_error)
+    return Snapshot(ts=float(t), wall=1000.0 + t, db=db, host=None,
+                    clients=tuple(_proc(p) for p in clients), root_alive=alive, exit_code=code)
+
+
+def _restore(client_pid: int | None) -> tuple[Tracker, JobEnd, list[str]]:
+    job = Job(kind="pg_restore", database="shop", client_pid=client_pid, jobs=2,
+              usename="loader")
+    tr = Tracker(job)
+    for key in ("a", "b", "c"):
+        tr.add(Item(key=key, kind="data", relation=f"public.{key}", name=key,
+                    size=1e6, work=1e6))
+    tr.planned = True
+    notes: list[str] = []
+    return tr, JobEnd(job, notes.append), notes
+
+
+def test_a_worker_gone_while_others_work_is_noted_once_and_fails_the_job() -> None:
+    tr, end, notes = _restore(100)
+    ctx = Catalog()
+    assert end.check(tr, _snap(1, (100, 101, 102), alive=True), ctx) is None
+    # 101 gone while 102 works and items wait to start: it died
+    assert end.check(tr, _snap(2, (100, 102), alive=True), ctx) is None
+    assert end.check(tr, _snap(3, (100, 102), alive=True), ctx) is None
+    assert notes == ["worker process 101 died"] and end.died == {101}
+    out = end.check(tr, _snap(4, (), alive=False), ctx)
+    assert out is not None and (out.state, out.reason) == ("failed", "worker process 101 died")
+    assert ctx.asked == 1  # the catalog settled what it could first
+    # reached once, then kept: no second verdict
+    assert end.check(tr, _snap(5, (), alive=False), ctx) is out
+    assert ctx.asked == 1 and end.client_pids == {100, 101, 102}
+
+
+def test_workers_that_exit_together_at_the_end_did_not_die() -> None:
+    tr, end, notes = _restore(100)
+    assert end.check(tr, _snap(1, (100, 101, 102), alive=True), Catalog()) is None
+    # the last worker goes with nothing left waiting: no note
+    for it in list(tr.items.values()):
+        tr.set_state(it, "done")
+    assert end.check(tr, _snap(2, (100, 102), alive=True), Catalog()) is None
+    out = end.check(tr, _snap(3, (), alive=False, code=0), Catalog())
+    assert notes == [] and out == Outcome("finished", "exit code 0", 0)
+    assert outcome_exit_code(out) == 0
+
+
+def test_an_exit_code_names_the_failure() -> None:
+    tr, end, _ = _restore(100)
+    out = end.check(tr, _snap(1, (), alive=False, code=1), Catalog())
+    assert out == Outcome("failed", "exit code 1 (pg_restore ignored errors)", 1)
+    assert outcome_exit_code(out) == 1
+
+
+def test_a_job_of_sessions_alone_ends_after_samples_without_one() -> None:
+    tr, end, _ = _restore(None)
+    ctx = Catalog()
+    assert end.check(tr, _snap(1, sessions=(7,)), ctx) is None
+    for t in range(2, 2 + NO_MEMBERS_SAMPLES - 1):
+        assert end.check(tr, _snap(t), ctx) is None
+        # a sample that cannot reach the server says nothing either way
+        assert end.check(tr, _snap(t, db_error="timeout"), ctx) is None
+    out = end.check(tr, _snap(9), ctx)
+    assert out is not None and out.state == "failed" and "3 item(s) not done" in out.reason
+    assert outcome_exit_code(out) != 0
