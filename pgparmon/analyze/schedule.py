@@ -124,18 +124,24 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
         raise ValueError(f"workers must be >= 1, got {workers}")
     r = _Rates(rate)
     items: list[WorkItem] = [*running, *pending]
-    n_run = len(running)
-    n = len(items)
+    sim = _Sim(items, workers, *_dependencies(items, len(running)))
+    sim.set_off(len(running))
+    while sim.active:
+        sim.next_event(r)
+    return sim.schedule(len(running), now)
 
+
+def _dependencies(items: Sequence[WorkItem], n_run: int) -> tuple[list[int], list[list[int]]]:
+    """(unfinished dependencies per item, who waits on each item). Running
+    items (the first n_run) have started, so their own dependencies no longer
+    matter; a dependency on a key that is not among the items is done."""
+    n = len(items)
     index: dict[str, int] = {}
     for i, it in enumerate(items):
         if it.key in index:
             # Dependencies name items by key; a duplicate would make them ambiguous.
             raise ValueError(f"duplicate work item key {it.key!r}")
         index[it.key] = i
-
-    # Unfinished dependencies per pending item, and who waits on whom. Running
-    # items have started, so their own dependencies no longer matter.
     missing = [0] * n
     dependents: list[list[int]] = [[] for _ in range(n)]
     for i in range(n_run, n):
@@ -145,104 +151,146 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
                 continue  # not pending nor running: done before `now`
             missing[i] += 1  # a self-dependency never clears: reported unschedulable
             dependents[j].append(i)
+    return missing, dependents
 
-    start: list[float | None] = [None] * n
-    end: list[float | None] = [None] * n
-    worker_of = [-1] * n
 
-    ready: list[tuple[float, int]] = []  # (-size, input index): largest first, then input order
-    locked: dict[str, int] = {}  # table -> running exclusive items on it
-    blocked: dict[str, list[int]] = {}  # table -> ready items waiting for its lock
-    active: list[tuple[float, int]] = []  # (finish point on the progress clock, index)
-    free: list[int] = []  # idle worker ids below `workers`, lowest first
-    t = 0.0  # seconds since `now`
-    p = 0.0  # per-stream progress clock (work units)
-    profile: list[tuple[float, int]] = []
+class _Sim:
+    """The state of one simulation: which items wait, run and are done, the
+    workers, the table locks, and the two clocks (t: seconds since `now`; p:
+    the per-stream progress clock, see the module's docstring)."""
 
-    def begin(i: int, w: int) -> None:
-        it = items[i]
-        start[i] = t
-        worker_of[i] = w
-        heapq.heappush(active, (p + it.work, i))
+    __slots__ = ("items", "workers", "missing", "dependents", "start", "end", "worker_of",
+                 "ready", "locked", "blocked", "active", "free", "t", "p", "profile")
+
+    def __init__(self, items: list[WorkItem], workers: int, missing: list[int],
+                 dependents: list[list[int]]) -> None:
+        n = len(items)
+        self.items = items
+        self.workers = workers
+        self.missing = missing
+        self.dependents = dependents
+        self.start: list[float | None] = [None] * n
+        self.end: list[float | None] = [None] * n
+        self.worker_of = [-1] * n
+        # (-size, input index): largest first, then input order
+        self.ready: list[tuple[float, int]] = []
+        self.locked: dict[str, int] = {}  # table -> running exclusive items on it
+        self.blocked: dict[str, list[int]] = {}  # table -> ready items waiting for its lock
+        self.active: list[tuple[float, int]] = []  # (finish point on the progress clock, index)
+        self.free: list[int] = []  # idle worker ids below `workers`, lowest first
+        self.t = 0.0  # seconds since `now`
+        self.p = 0.0  # per-stream progress clock (work units)
+        self.profile: list[tuple[float, int]] = []  # (t, active streams) steps
+
+    def set_off(self, n_run: int) -> None:
+        """t = 0: the running items on workers 0.., the rest of the workers
+        take what is ready."""
+        for i in range(n_run):
+            self._begin(i, i)  # ids >= workers only in the over-full case; never reused
+        self.free = [w for w in range(n_run, self.workers)]
+        heapq.heapify(self.free)
+        for i in range(n_run, len(self.items)):
+            if self.missing[i] == 0:
+                heapq.heappush(self.ready, (-self.items[i].size, i))
+        self._fill()
+        self._record()
+
+    def next_event(self, r: _Rates) -> None:
+        """On to the next finish point: the items ending there end (their
+        workers free, their locks released, their dependents one dependency
+        nearer to ready), idle workers take what is ready."""
+        active, end, worker_of, workers = self.active, self.end, self.worker_of, self.workers
+        f_next = active[0][0]
+        self.t = t = self.t + (f_next - self.p) / r(len(active))
+        self.p = f_next
+        # relative: works may be bytes or fractions of a page
+        limit = f_next + _REL_TOL * abs(f_next)
+        while active and active[0][0] <= limit:
+            _, i = heapq.heappop(active)
+            end[i] = t
+            if worker_of[i] < workers:
+                heapq.heappush(self.free, worker_of[i])
+            it = self.items[i]
+            if it.exclusive and it.table is not None:
+                self._unlock(it.table)
+            self._release(self.dependents[i])
+        self._fill()
+        self._record()
+
+    def _begin(self, i: int, w: int) -> None:
+        """Item i starts now on worker w (and takes its table's lock)."""
+        it = self.items[i]
+        self.start[i] = self.t
+        self.worker_of[i] = w
+        heapq.heappush(self.active, (self.p + it.work, i))
         if it.exclusive and it.table is not None:
-            locked[it.table] = locked.get(it.table, 0) + 1
+            self.locked[it.table] = self.locked.get(it.table, 0) + 1
 
-    def fill() -> None:
+    def _release(self, dependents: list[int]) -> None:
+        """An item these wait on ended: those waiting on nothing more are ready."""
+        missing = self.missing
+        for dep in dependents:
+            missing[dep] -= 1
+            if missing[dep] == 0:
+                heapq.heappush(self.ready, (-self.items[dep].size, dep))
+
+    def _unlock(self, table: str) -> None:
+        """One exclusive item on `table` ended: with the last one, the items
+        parked for its lock are ready again."""
+        left = self.locked[table] - 1
+        if left:
+            self.locked[table] = left
+            return
+        del self.locked[table]
+        for b in self.blocked.pop(table, ()):
+            heapq.heappush(self.ready, (-self.items[b].size, b))
+
+    def _fill(self) -> None:
         # Hand ready items to idle workers. An item whose lock conflicts is
         # parked under its table and comes back when the lock is released, so
         # it is not re-examined at every event.
-        while len(active) < workers and ready:
+        active, ready = self.active, self.ready
+        while len(active) < self.workers and ready:
             _, i = heapq.heappop(ready)
-            it = items[i]
-            if it.exclusive and it.table is not None and locked.get(it.table):
-                blocked.setdefault(it.table, []).append(i)
+            it = self.items[i]
+            if it.exclusive and it.table is not None and self.locked.get(it.table):
+                self.blocked.setdefault(it.table, []).append(i)
                 continue
-            begin(i, heapq.heappop(free))
+            self._begin(i, heapq.heappop(self.free))
 
-    def record() -> None:
-        k = len(active)
+    def _record(self) -> None:
+        """The busy profile's step for now: how many streams are active."""
+        profile, t, k = self.profile, self.t, len(self.active)
         if profile and profile[-1][0] == t:
             profile.pop()  # several events at one instant: only the last state lasts
         if profile and profile[-1][1] == k:
             return
         profile.append((t, k))
 
-    for i in range(n_run):
-        begin(i, i)  # ids >= workers only in the over-full case; never reused
-    free = [w for w in range(n_run, workers)]
-    heapq.heapify(free)
-    for i in range(n_run, n):
-        if missing[i] == 0:
-            heapq.heappush(ready, (-items[i].size, i))
-    fill()
-    record()
+    def schedule(self, n_run: int, now: float) -> Schedule:
+        """The Schedule of a finished simulation, its times made absolute."""
+        items, start, end, worker_of = self.items, self.start, self.end, self.worker_of
+        n = len(items)
+        done = [i for i in range(n) if end[i] is not None]
+        makespan = self.t if done else 0.0
+        unschedulable = tuple(items[i].key for i in range(n_run, n) if start[i] is None)
 
-    while active:
-        k = len(active)
-        f_next = active[0][0]
-        t += (f_next - p) / r(k)
-        p = f_next
-        limit = p + _REL_TOL * abs(p)  # relative: works may be bytes or fractions of a page
-        while active and active[0][0] <= limit:
-            _, i = heapq.heappop(active)
-            end[i] = t
-            if worker_of[i] < workers:
-                heapq.heappush(free, worker_of[i])
-            it = items[i]
-            if it.exclusive and it.table is not None:
-                left = locked[it.table] - 1
-                if left:
-                    locked[it.table] = left
-                else:
-                    del locked[it.table]
-                    for b in blocked.pop(it.table, ()):
-                        heapq.heappush(ready, (-items[b].size, b))
-            for dep in dependents[i]:
-                missing[dep] -= 1
-                if missing[dep] == 0:
-                    heapq.heappush(ready, (-items[dep].size, dep))
-        fill()
-        record()
+        last_item: str | None = None
+        if done:
+            # Among items ending together, name the biggest: it is what the wait is for.
+            last = max(done, key=lambda i: (end[i], items[i].work, -i))
+            last_item = items[last].key
 
-    done = [i for i in range(n) if end[i] is not None]
-    makespan = t if done else 0.0
-    unschedulable = tuple(items[i].key for i in range(n_run, n) if start[i] is None)
+        tail_s = _tail(self.profile, self.workers, makespan,
+                       [s for i, s in enumerate(start) if s is not None and items[i].work > 0])
 
-    last_item: str | None = None
-    if done:
-        # Among items ending together, name the biggest: it is what the wait is for.
-        last = max(done, key=lambda i: (end[i], items[i].work, -i))
-        last_item = items[last].key
-
-    tail_s = _tail(profile, workers, makespan,
-                   [s for i, s in enumerate(start) if s is not None and items[i].work > 0])
-
-    spans = tuple(
-        Span(items[i].key, worker_of[i], now + _f(start[i]), now + _f(end[i]), items[i].label)
-        for i in sorted(done, key=lambda i: (_f(start[i]), worker_of[i], i)))
-    busy = tuple((now + ts, k) for ts, k in profile) if done else ()
-    return Schedule(makespan=makespan, spans=spans, last_item=last_item, tail_s=tail_s,
-                    unschedulable=unschedulable, busy_profile=busy)
+        spans = tuple(
+            Span(items[i].key, worker_of[i], now + _f(start[i]), now + _f(end[i]),
+                 items[i].label)
+            for i in sorted(done, key=lambda i: (_f(start[i]), worker_of[i], i)))
+        busy = tuple((now + ts, k) for ts, k in self.profile) if done else ()
+        return Schedule(makespan=makespan, spans=spans, last_item=last_item, tail_s=tail_s,
+                        unschedulable=unschedulable, busy_profile=busy)
 
 
 def _f(x: float | None) -> float:

@@ -52,6 +52,8 @@ CHECK_RECORDS = 1000
 # A slice is never smaller than this (a range per few kB would measure psql).
 MIN_SLICE = 64 * 1024
 _READ = 1 << 16
+# The file's name in the scratch directory: the slices' dd reads it there.
+INPUT_LINK = "input.dat"
 _QUOTE = b'"'
 
 
@@ -288,11 +290,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     t_start = time.monotonic()
     check_args(budget_s, max_streams)
     psql = checked_psql()
-    dd = shutil.which("dd")
-    if dd is None:
-        raise ProbeError("the COPY probe cuts the file with dd, which is not installed")
-    if not re.match(r"^[A-Za-z0-9_./+-]+$", dd):
-        dd = "dd"  # a path psql's shell would need quoted: PATH finds it
+    dd = _dd()
     env = psql_env(target, statement_timeout_ms=int((budget_s + 30) * 1000), read_only=False)
     notes: list[str] = []
     device = probe_device(cf.path, notes)
@@ -315,25 +313,13 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                         f"{qualified_name(table.schema, table.relname)} "
                         "INCLUDING DEFAULTS INCLUDING GENERATED)")
             created = True
-            built = 0
-            for stmt in table.indexes:
-                ix = index_on_temp(stmt, scratch_sql)
-                if ix is None:
-                    continue
-                cur.execute(ix)
-                built += 1
+            built = _scratch_indexes(cur, table.indexes, scratch_sql)
         if table.indexes:
             notes.append(f"index maintenance measured: the scratch table has {built} of the "
                          f"table's {len(table.indexes)} index(es) (none unique)")
         notes.append("the scratch table is unlogged: the load's own WAL is not in the steps")
-        try:
-            scratch_dir = tempfile.mkdtemp(prefix="pgparmon-copy-probe-")
-            link = "input.dat"
-            os.symlink(os.path.abspath(cf.path), os.path.join(scratch_dir, link))
-        except OSError as exc:
-            raise ProbeError(f"cannot make a scratch directory: {exc.strerror or exc}") \
-                from None
-        source = CopySource(cf, link, scratch_sql, dd)
+        scratch_dir = _linked_input(cf.path)
+        source = CopySource(cf, INPUT_LINK, scratch_sql, dd)
 
         def empty(_k: int) -> None:
             conn.execute(f"TRUNCATE {scratch_sql}")
@@ -356,20 +342,69 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProbeError(f"the probe could not prepare its scratch table: {first}") from None
     finally:
-        if source is not None:
-            source.close()
-        if scratch_dir is not None:
-            shutil.rmtree(scratch_dir, ignore_errors=True)
-        try:
-            if created:
-                drop_scratch(conn, scratch_sql)
-        except ProbeError:
-            if done:
-                raise  # else the error in flight says more
-        finally:
-            conn.close()
+        _clean_up(conn, source, scratch_dir, scratch_sql if created else None, done)
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression="none", ratio=None, device=device, notes=notes, wal=wal)
+
+
+def _dd() -> str:
+    """The dd the slices' scripts run: its path, or plain "dd" (PATH finds
+    it) when the path would need quoting in psql's shell."""
+    dd = shutil.which("dd")
+    if dd is None:
+        raise ProbeError("the COPY probe cuts the file with dd, which is not installed")
+    if not re.match(r"^[A-Za-z0-9_./+-]+$", dd):
+        dd = "dd"  # a path psql's shell would need quoted: PATH finds it
+    return dd
+
+
+def _scratch_indexes(cur: psycopg.Cursor[Any], indexes: list[str], scratch_sql: str) -> int:
+    """The table's indexes built on the scratch table (none unique: see
+    index_on_temp); how many were."""
+    built = 0
+    for stmt in indexes:
+        ix = index_on_temp(stmt, scratch_sql)
+        if ix is None:
+            continue
+        cur.execute(ix)
+        built += 1
+    return built
+
+
+def _linked_input(path: str) -> str:
+    """A new scratch directory holding INPUT_LINK, a link to the file at
+    `path` (the name the slices' dd reads); ProbeError (the directory then
+    removed) when it cannot be made."""
+    scratch_dir: str | None = None
+    try:
+        scratch_dir = tempfile.mkdtemp(prefix="pgparmon-copy-probe-")
+        os.symlink(os.path.abspath(path), os.path.join(scratch_dir, INPUT_LINK))
+    except OSError as exc:
+        if scratch_dir is not None:
+            shutil.rmtree(scratch_dir, ignore_errors=True)
+        raise ProbeError(f"cannot make a scratch directory: {exc.strerror or exc}") \
+            from None
+    return scratch_dir
+
+
+def _clean_up(conn: psycopg.Connection[Any], source: CopySource | None,
+              scratch_dir: str | None, scratch_sql: str | None, done: bool) -> None:
+    """The probe's input closed, its scratch directory removed, its scratch
+    table (scratch_sql, when it was created) dropped and its connection
+    closed.  A failed DROP is raised only after a probe that succeeded
+    (done): otherwise the error in flight says more."""
+    if source is not None:
+        source.close()
+    if scratch_dir is not None:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    try:
+        if scratch_sql is not None:
+            drop_scratch(conn, scratch_sql)
+    except ProbeError:
+        if done:
+            raise
+    finally:
+        conn.close()
 
 
 def drop_scratch(conn: psycopg.Connection[Any], scratch_sql: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ...analyze.saturation import FLAT_GAIN, STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
@@ -99,32 +100,54 @@ def run_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
 
 def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str], t_start: float,
              budget_s: float, max_streams: int, finale: Any = None) -> None:
+    """The warm-up, the doublings, then one more step: the storage knee's
+    (`_knee_again`) or the point between the last two doublings."""
     deadline = t_start + budget_s - CLEANUP_RESERVE_S
+    per_stream = _warm_up(probe, deadline, budget_s, notes, finale)
+    if per_stream is None:
+        return
+    steps = _Steps(probe, points, notes, deadline, per_stream)
+    measured = _doublings(steps, budget_s, max_streams)
+    if measured is None:
+        return
+    doubling, stopped = measured
+    if stopped and _knee_again(points, doubling, notes, steps.step):
+        return
+    _between_last_two(steps, doubling, stopped)
 
-    def left() -> float:
-        return deadline - time.monotonic()
 
-    # Warm-up: one stream, ranges growing from a few blocks, about 5% of the
-    # budget; it also finds a missing table or a lock before anything counts.
+def _warm_up(probe: StepRunner, deadline: float, budget_s: float, notes: list[str],
+             finale: Any) -> float | None:
+    """Warm-up: one stream, ranges growing from a few blocks, about 5% of the
+    budget; it also finds a missing table or a lock before anything counts.
+    The heap bytes per second of one stream it estimates; None (with a
+    note) when the budget ran out during it."""
     warm_s = min(1.0, max(0.2, 0.05 * budget_s))
     try:
         warm = probe.run_step(1, warm_s, WARMUP_FIRST_BYTES, deadline, grow=True,
                               finale=finale)
     except Aborted:
         notes.append("the budget ran out during the warm-up: nothing measured")
-        return
-    per_stream = max(warm.bytes_per_s, 1e6)  # heap bytes/s of one stream, estimated
+        return None
+    return max(warm.bytes_per_s, 1e6)
 
-    plan = stream_plan(max_streams)
-    doubling: list[int] = []  # measured stream counts of the 1, 2, 4, ... sequence
-    stopped = False  # a doubling gained under FLAT_GAIN
-    repeated_one = False
-    extra = 1 if max_streams >= 3 else 0  # room for a point between two doublings
 
-    def step(k: int, ks_left: list[int]) -> ProbePoint | None:
-        """k streams; ks_left: the stream counts still planned, this one first."""
-        nonlocal per_stream
-        avail = left()
+@dataclass
+class _Steps:
+    """The measured steps of one probe (into `points`, with `notes`) and the
+    one-stream rate the next step's ranges are sized by."""
+
+    probe: StepRunner
+    points: dict[int, ProbePoint]
+    notes: list[str]
+    deadline: float
+    per_stream: float  # heap bytes/s of one stream, estimated
+
+    def step(self, k: int, ks_left: list[int]) -> ProbePoint | None:
+        """k streams; ks_left: the stream counts still planned, this one
+        first.  None when no step fits in the budget's time left, or (with a
+        note) the step ran into the deadline."""
+        avail = self.deadline - time.monotonic()
         # a step lasts its time plus the ranges in flight at its end (a
         # range is about 1/RANGES_PER_STEP of it; allow for two)
         stretch = 1 + 2 / RANGES_PER_STEP
@@ -135,61 +158,71 @@ def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str],
             t_step = min(MIN_STEP_S, (avail - STEP_OVERHEAD_S) / stretch)
         if t_step < MIN_STEP_S / 2:
             return None
-        t_step = _fresh_step(t_step, fresh_bytes(probe), per_stream, ks_left)
+        t_step = _fresh_step(t_step, fresh_bytes(self.probe), self.per_stream, ks_left)
         range_s = max(MIN_RANGE_S, t_step / RANGES_PER_STEP)
         try:
-            p = probe.run_step(k, t_step, per_stream * range_s, deadline)
+            p = self.probe.run_step(k, t_step, self.per_stream * range_s, self.deadline)
         except Aborted:
-            notes.append(f"the step with {k} streams ran into the budget and was dropped")
+            self.notes.append(f"the step with {k} streams ran into the budget and was dropped")
             return None
         if p.bytes_per_s > 0:
-            per_stream = p.bytes_per_s / k
+            self.per_stream = p.bytes_per_s / k
         return p
 
-    i = 0
-    while i < len(plan):
-        k = plan[i]
+
+def _doublings(steps: _Steps, budget_s: float, max_streams: int
+               ) -> tuple[list[int], bool] | None:
+    """k = 1, 2, 4, ... up to max_streams, each measured: (the stream counts
+    measured, whether a doubling gained under FLAT_GAIN, where they stopped);
+    None (with a note) when the budget ran out first."""
+    points, notes = steps.points, steps.notes
+    plan = stream_plan(max_streams)
+    doubling: list[int] = []  # measured stream counts of the 1, 2, 4, ... sequence
+    repeated_one = False
+    extra = 1 if max_streams >= 3 else 0  # room for a point between two doublings
+    for i, k in enumerate(plan):
         # steps still planned: this one, the rest of the doublings, a midpoint
-        p = step(k, plan[i:] + midpoint(plan, i, extra))
+        p = steps.step(k, plan[i:] + midpoint(plan, i, extra))
         if p is None:
             if not doubling or k > doubling[-1]:
                 notes.append(f"the budget of {budget_s:g} s allowed up to "
                              f"{max(doubling) if doubling else 0} of {max_streams} streams")
-            return
+            return None
         points[k] = p
-        if doubling:
-            prev = points[doubling[-1]]
-            if (not repeated_one and doubling[-1] == 1 and k == 2
-                    and p.bytes_per_s > SUPERLINEAR * prev.bytes_per_s):
-                # superlinear: k=1 was cold; measure it again, then go on
-                repeated_one = True
-                again = step(1, [1, *plan[i:], *midpoint(plan, i, extra)])
-                if again is not None:
-                    notes.append(f"1 stream measured again: {fmt.rate(prev.bytes_per_s)} the "
-                                 f"first time, then {fmt.rate(again.bytes_per_s)} (cold start)")
-                    points[1] = again
-                    prev = again
+        if not doubling:
             doubling.append(k)
-            if _gain(prev, p) < FLAT_GAIN:
-                stopped = True
-                break
-        else:
-            doubling.append(k)
-        i += 1
+            continue
+        prev = points[doubling[-1]]
+        if (not repeated_one and doubling[-1] == 1 and k == 2
+                and p.bytes_per_s > SUPERLINEAR * prev.bytes_per_s):
+            # superlinear: k=1 was cold; measure it again, then go on
+            repeated_one = True
+            again = steps.step(1, [1, *plan[i:], *midpoint(plan, i, extra)])
+            if again is not None:
+                notes.append(f"1 stream measured again: {fmt.rate(prev.bytes_per_s)} the "
+                             f"first time, then {fmt.rate(again.bytes_per_s)} (cold start)")
+                points[1] = again
+                prev = again
+        doubling.append(k)
+        if _gain(prev, p) < FLAT_GAIN:
+            return doubling, True
+    return doubling, False
 
-    if stopped and _knee_again(points, doubling, notes, step):
+
+def _between_last_two(steps: _Steps, doubling: list[int], stopped: bool) -> None:
+    """One point between the last two doublings, when it tells where the
+    knee is (the curve flattened: stopped) or the fit needs it (fewer than 4
+    points)."""
+    if len(doubling) < 2:
         return
-    # one point between the last two, when it tells where the knee is (the
-    # curve flattened) or the fit needs it (fewer than 4 points)
-    if len(doubling) >= 2:
-        a, b = doubling[-2], doubling[-1]
-        mid = (a + b) // 2
-        if a < mid < b and mid not in points and (stopped or len(points) < 4):
-            p = step(mid, [mid])
-            if p is not None:
-                points[mid] = p
-            elif not any("ran into the budget" in n for n in notes):
-                notes.append(f"no time left in the budget for the point at {mid} streams")
+    a, b = doubling[-2], doubling[-1]
+    mid = (a + b) // 2
+    if a < mid < b and mid not in steps.points and (stopped or len(steps.points) < 4):
+        p = steps.step(mid, [mid])
+        if p is not None:
+            steps.points[mid] = p
+        elif not any("ran into the budget" in n for n in steps.notes):
+            steps.notes.append(f"no time left in the budget for the point at {mid} streams")
 
 
 def midpoint(plan: list[int], i: int, extra: int) -> list[int]:

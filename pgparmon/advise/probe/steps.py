@@ -96,86 +96,19 @@ class StepRunner:
         sel = selectors.DefaultSelector()
         cpu_before = children_cpu()
         try:
-            for i in range(k):
-                path = (os.path.join(self.scratch,
-                                     f"step{self.step_no:02d}_k{k}_{i}.dat{self.comp.suffix}")
-                        if self.comp is not None else None)
-                s = Stream(self.psql, self.comp, self.env, path, cwd=self.scratch)
-                s.want = want_bytes
-                streams.append(s)
-                assert s.psql is not None and s.psql.stderr is not None
-                sel.register(s.psql.stderr, selectors.EVENT_READ, s)
-
-            # 1. every session connected and has told its backend pid
-            wait_s = self.connect_timeout_s + 5
-            connect_deadline = min(deadline, time.monotonic() + wait_s)
-            try:
-                while any(s.pid is None for s in streams):
-                    self._pump(sel, streams, connect_deadline, on_done=None)
-            except Aborted:
-                if time.monotonic() < deadline:
-                    raise ProbeError(f"the probe's psql sessions did not connect within "
-                                     f"{wait_s:g} s") from None
-                raise
-            for s in streams:
-                if self.local and s.pid is not None and looks_like_backend(s.pid):
-                    s.cpu0 = cpu_of(s.pid)
-
-            # 2. the timed part
+            self._open(k, want_bytes, sel, streams)
+            self._connect(sel, streams, deadline)
+            # the timed part
             if self.waits is not None:
                 self.waits.start([s.pid for s in streams if s.pid is not None])
-            h0 = read_host([self.device] if self.device else [])
+            h0 = self._host()
             t0 = time.monotonic()
-            t_stop = t0 + t_step
-            for s in streams:
-                if not s.start_range(self.source.take(s, s.want), t0):
-                    raise self._fail(sel, s)
-
-            def on_done(s: Stream, now: float) -> None:
-                last = now - s.ranges[-1].t0
-                if grow:
-                    # doubling: but tiny tables end ranges at once, and a
-                    # thousand doublings would overflow the size
-                    s.want = min(2 * s.want, MAX_RANGE_BYTES)
-                    last *= 2
-                # another range only while the step's time lasts and the
-                # range (as long as the last one, with room) ends before the
-                # budget's deadline: stop early rather than be cut off
-                if now < t_stop and now + 1.5 * last + STEP_OVERHEAD_S < deadline:
-                    if not s.start_range(self.source.take(s, s.want), now):
-                        raise self._fail(sel, s)
-                    return
-                s.t_end = now
-                if s.cpu0 is not None:
-                    s.cpu1 = cpu_of(s.pid)
-                extra = finale(s) if finale is not None else None
-                if extra and s.send(extra + "\n"):
-                    s.index_wait = True
-                s.close_input()
-
-            while any(s.t_end is None or s.index_wait for s in streams):
-                self._pump(sel, streams, deadline, on_done=on_done)
-
-            # 3. sessions closed, compressors flushed, files on disk
-            for s in streams:
-                for proc in (s.psql, s.comp_proc):
-                    if proc is None:
-                        continue
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise Aborted
-                    try:
-                        rc = proc.wait(timeout=left)
-                    except subprocess.TimeoutExpired:
-                        raise Aborted from None
-                    if rc != 0:
-                        raise self._fail(sel, s)
-                if s.out is not None:
-                    s.out.close()
+            self._copy(sel, streams, t0, t0 + t_step, deadline, grow, finale)
+            self._close(sel, streams, deadline)
             t_sync = time.monotonic()
             sync_all([s.path for s in streams if s.path is not None], self.scratch)
             t_final = time.monotonic()
-            h1 = read_host([self.device] if self.device else [])
+            h1 = self._host()
             cpu_after = children_cpu()
             io_share = self.waits.stop() if self.waits is not None else None
         finally:
@@ -189,6 +122,94 @@ class StepRunner:
         return dataclasses.replace(p, reread=bool(getattr(self.source, "reused", False)),
                                    io_wait_share=io_share,
                                    sync_s=t_final - t_sync if self.comp is not None else None)
+
+    def _host(self) -> HostSample:
+        return read_host([self.device] if self.device else [])
+
+    def _open(self, k: int, want_bytes: float, sel: selectors.BaseSelector,
+              streams: list[Stream]) -> None:
+        """k sessions started (into `streams`, which the caller kills
+        whatever happens), each with its output file and its stderr watched."""
+        for i in range(k):
+            path = (os.path.join(self.scratch,
+                                 f"step{self.step_no:02d}_k{k}_{i}.dat{self.comp.suffix}")
+                    if self.comp is not None else None)
+            s = Stream(self.psql, self.comp, self.env, path, cwd=self.scratch)
+            s.want = want_bytes
+            streams.append(s)
+            assert s.psql is not None and s.psql.stderr is not None
+            sel.register(s.psql.stderr, selectors.EVENT_READ, s)
+
+    def _connect(self, sel: selectors.BaseSelector, streams: list[Stream],
+                 deadline: float) -> None:
+        """Every session connected and has told its backend pid (whose CPU is
+        read from here on when the server is local)."""
+        wait_s = self.connect_timeout_s + 5
+        connect_deadline = min(deadline, time.monotonic() + wait_s)
+        try:
+            while any(s.pid is None for s in streams):
+                self._pump(sel, streams, connect_deadline, on_done=None)
+        except Aborted:
+            if time.monotonic() < deadline:
+                raise ProbeError(f"the probe's psql sessions did not connect within "
+                                 f"{wait_s:g} s") from None
+            raise
+        for s in streams:
+            if self.local and s.pid is not None and looks_like_backend(s.pid):
+                s.cpu0 = cpu_of(s.pid)
+
+    def _copy(self, sel: selectors.BaseSelector, streams: list[Stream], t0: float,
+              t_stop: float, deadline: float, grow: bool, finale: Any) -> None:
+        """Each stream copies ranges from t0 on, one after the other, until
+        t_stop; then runs its finale (if any) and closes its input."""
+        for s in streams:
+            if not s.start_range(self.source.take(s, s.want), t0):
+                raise self._fail(sel, s)
+
+        def on_done(s: Stream, now: float) -> None:
+            last = now - s.ranges[-1].t0
+            if grow:
+                # doubling: but tiny tables end ranges at once, and a
+                # thousand doublings would overflow the size
+                s.want = min(2 * s.want, MAX_RANGE_BYTES)
+                last *= 2
+            # another range only while the step's time lasts and the
+            # range (as long as the last one, with room) ends before the
+            # budget's deadline: stop early rather than be cut off
+            if now < t_stop and now + 1.5 * last + STEP_OVERHEAD_S < deadline:
+                if not s.start_range(self.source.take(s, s.want), now):
+                    raise self._fail(sel, s)
+                return
+            s.t_end = now
+            if s.cpu0 is not None:
+                s.cpu1 = cpu_of(s.pid)
+            extra = finale(s) if finale is not None else None
+            if extra and s.send(extra + "\n"):
+                s.index_wait = True
+            s.close_input()
+
+        while any(s.t_end is None or s.index_wait for s in streams):
+            self._pump(sel, streams, deadline, on_done=on_done)
+
+    def _close(self, sel: selectors.BaseSelector, streams: list[Stream],
+               deadline: float) -> None:
+        """Sessions ended, compressors flushed, output files closed; Aborted
+        at the deadline, ProbeError for one that failed."""
+        for s in streams:
+            for proc in (s.psql, s.comp_proc):
+                if proc is None:
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Aborted
+                try:
+                    rc = proc.wait(timeout=left)
+                except subprocess.TimeoutExpired:
+                    raise Aborted from None
+                if rc != 0:
+                    raise self._fail(sel, s)
+            if s.out is not None:
+                s.out.close()
 
     def _point(self, k: int, streams: list[Stream], t0: float, t_final: float,
                h0: HostSample, h1: HostSample, client_cpu: float) -> ProbePoint:
