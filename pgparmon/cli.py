@@ -200,16 +200,29 @@ def advise(host: str | None = HostOpt, port: str | None = PortOpt,
                                             "format, csv or text"),
            header: bool = typer.Option(False, "--header", help="--copy: the file's first "
                                        "line is a header"),
+           subscription: str | None = typer.Option(None, "--subscription", help="advise "
+                                                   "this subscription's initial sync in -d DB "
+                                                   "(running, or with --publication one to "
+                                                   "create): max_sync_workers_per_subscription"),
+           publication: list[str] | None = typer.Option(None, "--publication", help="a "
+                                                        "publication the subscription to "
+                                                        "create will subscribe (repeat for "
+                                                        "several)"),
+           source: str | None = typer.Option(None, "--source", help="--subscription: the "
+                                             "publisher (conninfo, URI, service=NAME, or a "
+                                             "database name on the same server)"),
            ) -> None:
-    """Advise the job count for a dump, restore or COPY load: predicted time per -j, the
-    limit, the command."""
+    """Advise the job count for a dump, restore, COPY load or a subscription's initial sync:
+    predicted time per -j, the limit, the command."""
     from .advise.command import advise_command
 
     raise typer.Exit(advise_command(
         conn=_target(host, port, username, dbname), dbname=dbname, target=target,
         archive=archive, probe=probe, probe_seconds=probe_seconds, history=list(history or []),
         from_timings=from_timings, compress=compress, max_jobs=max_jobs, as_json=as_json,
-        copy=copy, table=table, copy_format=copy_format, header=header))
+        copy=copy, table=table, copy_format=copy_format, header=header,
+        subscription=subscription, publications=list(publication or []),
+        source=_source(_target(host, port, username, None), source)))
 
 
 @app.command()

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import psycopg
 
-from pgparmon.cluster import Cluster
+from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.monitor import Monitor
 from pgparmon.record import read_recording
 from pgparmon.replay_source import EndOfRecording, ReplaySource
@@ -26,6 +26,27 @@ from pgparmon.replay_source import EndOfRecording, ReplaySource
 
 def pgparmon_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pgparmon", *args]
+
+
+@contextlib.contextmanager
+def publisher_and_subscriber(pub_settings: dict[str, str] | None = None,
+                             sub_settings: dict[str, str] | None = None
+                             ) -> Iterator[tuple[Cluster, Cluster]]:
+    """Two throwaway clusters for logical replication: a publisher
+    (wal_level=logical, and pub_settings) and a subscriber; both stopped at
+    the end."""
+    pub = start_cluster(settings={"wal_level": "logical", **(pub_settings or {})},
+                        prefix="pgparmon-pub-")
+    try:
+        sub = start_cluster(settings=dict(sub_settings or {}), prefix="pgparmon-sub-")
+    except BaseException:
+        pub.stop()
+        raise
+    try:
+        yield pub, sub
+    finally:
+        sub.stop()
+        pub.stop()
 
 
 def wait_for_backends(cluster: Cluster, dbname: str, app_prefix: str, n: int = 1,

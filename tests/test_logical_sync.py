@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support import Lines, monitor_replay, pgparmon_cmd
+from support import Lines, monitor_replay, pgparmon_cmd, publisher_and_subscriber
 
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.exitcodes import ExitCode
@@ -33,18 +33,9 @@ SECRET = "sEcReT-pw-25"
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[Cluster, Cluster]]:
-    pub = start_cluster(settings={"wal_level": "logical"}, prefix="pgparmon-pub-")
-    try:
-        sub = start_cluster(settings={"max_sync_workers_per_subscription": "2"},
-                            prefix="pgparmon-sub-")
-    except BaseException:
-        pub.stop()
-        raise
-    try:
-        yield pub, sub
-    finally:
-        sub.stop()
-        pub.stop()
+    with publisher_and_subscriber(sub_settings={"max_sync_workers_per_subscription": "2"}) \
+            as both:
+        yield both
 
 
 def _schema(with_nap: bool) -> str:

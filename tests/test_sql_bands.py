@@ -42,7 +42,8 @@ from pgparmon.snapshot import DbSample
 DB = "bands"
 # what the product sends, and the parameters it binds
 NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
-         "logical_sync", "logical_conninfo")
+         "logical_sync", "logical_conninfo", "advise_subscriber", "advise_subscriber_tables",
+         "advise_publisher")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -363,6 +364,29 @@ def _check_advise_band(band: int, mon: psycopg.Connection[Any]) -> None:
     s = d["settings"]
     assert s["max_connections"][0] == "60" and s["block_size"] == ["8192", None]
     assert "reserved_connections" not in s  # a 16+ setting: absent on 15, not an error
+
+
+@pytest.mark.integration
+def test_advise_subscription_bands(mon: psycopg.Connection[Any]) -> None:
+    """A subscription's advice (advise/subscription.py) on a server with no
+    subscription and no publication: its shapes, empty where they list;
+    tests/test_advise_subscription.py runs them on a publisher and a
+    subscriber."""
+    (sub,) = mon.execute(_text("advise_subscriber", 100000),  # type: ignore[misc]
+                         {"name": "none"}).fetchone()
+    assert sub["subscription"] is None and sub["others"]["workers"] == 0
+    assert sub["others"]["bgworkers"] >= 1  # the logical replication launcher
+    assert int(sub["settings"]["max_logical_replication_workers"]) >= 1
+    (tables,) = mon.execute(_text("advise_subscriber_tables", 100000),  # type: ignore[misc]
+                            {"tables": ["public.t", "public.nosuch"]}).fetchone()
+    (n,) = mon.execute("SELECT count(*) FROM pg_index "  # type: ignore[misc]
+                       "WHERE indrelid = 'public.t'::regclass").fetchone()
+    assert tables == [{"table": "public.t", "relkind": "r", "indexes": n}] and n >= 1
+    (pub,) = mon.execute(_text("advise_publisher", 100000),  # type: ignore[misc]
+                         {"pubs": ["p"], "slot": None, "appname": None, "sync": None}).fetchone()
+    assert pub["publications"] is None and pub["tables"] == []
+    assert pub["others"] == {"walsenders": 0, "slots": 0}
+    assert {"wal_level", "max_wal_senders", "max_replication_slots"} <= set(pub["settings"])
 
 
 @pytest.mark.integration

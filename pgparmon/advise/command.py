@@ -11,7 +11,7 @@ from ..connect import ConnectError, ConnTarget
 from ..exitcodes import ExitCode, Fatal
 from .advice import advise as run_advise
 from .advice import parse_timings
-from .kinds import COPY, DUMP, RESTORE
+from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION
 from .predict import Compression
 from .request import AdviseError, Request
 
@@ -21,7 +21,18 @@ def advise_command(*, conn: ConnTarget, dbname: str | None, target: str | None,
                    history: list[str], from_timings: str | None, compress: str,
                    max_jobs: int | None, as_json: bool, copy: str | None = None,
                    table: str | None = None, copy_format: str = "csv",
-                   header: bool = False) -> int:
+                   header: bool = False, subscription: str | None = None,
+                   publications: list[str] | None = None,
+                   source: ConnTarget | None = None) -> int:
+    if subscription is not None or publications:
+        return _subscription(conn=conn, dbname=dbname, target=target, archive=archive,
+                             copy=copy, history=history, from_timings=from_timings,
+                             probe=probe, probe_seconds=probe_seconds, max_jobs=max_jobs,
+                             as_json=as_json, subscription=subscription,
+                             publications=list(publications or []), source=source)
+    if source is not None:
+        raise Fatal("--source names a subscription's publisher: give --subscription NAME",
+                    ExitCode.USAGE)
     if copy is not None or table is not None:
         return _copy(conn=conn, dbname=dbname, target=target, archive=archive, probe=probe,
                      probe_seconds=probe_seconds, history=history, from_timings=from_timings,
@@ -76,6 +87,31 @@ def _copy(*, conn: ConnTarget, dbname: str | None, target: str | None, archive: 
                   max_jobs=max_jobs, dbname_for_command=dbname, host=conn.host,
                   port=None if conn.port is None else str(conn.port), user=conn.user,
                   copy_file=copy, copy_table=table, copy_format=fmt_, copy_header=header)
+    return _print(req, as_json)
+
+
+def _subscription(*, conn: ConnTarget, dbname: str | None, target: str | None,
+                  archive: str | None, copy: str | None, history: list[str],
+                  from_timings: str | None, probe: bool, probe_seconds: float | None,
+                  max_jobs: int | None, as_json: bool, subscription: str | None,
+                  publications: list[str], source: ConnTarget | None) -> int:
+    """advise --subscription NAME [--publication P --source CONNINFO]: a
+    subscription's initial sync (docs/advise.md, "A subscription's initial
+    sync")."""
+    if target or archive or copy or history or from_timings:
+        raise Fatal("--subscription advises a subscription's initial sync: leave out "
+                    "--target, --archive, --copy, --history and --from-timings",
+                    ExitCode.USAGE)
+    if not subscription:
+        raise Fatal("--publication needs --subscription NAME (the subscription to create)",
+                    ExitCode.USAGE)
+    if not (dbname or os.environ.get("PGDATABASE")):
+        raise Fatal(f"give the subscriber's database with -d DB (the one to "
+                    f"{SUBSCRIPTION.database_role})", ExitCode.USAGE)
+    req = Request(kind=SUBSCRIPTION.name, conn=conn, probe=probe, probe_seconds=probe_seconds,
+                  max_jobs=max_jobs, dbname_for_command=dbname, host=conn.host,
+                  port=None if conn.port is None else str(conn.port), user=conn.user,
+                  subscription=subscription, publications=publications, source=source)
     return _print(req, as_json)
 
 

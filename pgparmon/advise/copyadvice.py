@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 
-from ..connect import connect
 from ..readers.db import ServerFacts, read_facts
 from ..redact import redact_text
 from .. import units as fmt
@@ -47,7 +46,7 @@ from .probe.copyload import (
     check_copy_file,
     run_copy_probe,
 )
-from .request import AdviseError, Request, refused_queries
+from .request import AdviseError, Request, catalog_session
 
 # Seed: parallel COPY into one table scales best to about half the server's
 # CPUs and worse beyond.
@@ -213,16 +212,11 @@ def read_target(req: Request) -> CopyTarget:
         raise AdviseError(str(exc)) from None
     if req.conn is None:
         raise AdviseError("--copy needs the server: give -d DB (and -h/-p/-U as for psql)")
-    conn = connect(req.conn)
-    try:
+    with catalog_session(req.conn) as conn:
         facts = read_facts(conn)
         afacts = read_advise_facts(conn, facts)
         local = server_is_local(facts)
         table = table_info(conn, req.copy_table, facts.version_num)
-    except psycopg.Error as exc:
-        raise refused_queries(exc) from None
-    finally:
-        conn.close()
     try:
         cf = check_copy_file(path, req.copy_format, req.copy_header, table.columns)
     except CopyInputError as exc:
@@ -238,7 +232,7 @@ def _copy_evidence(req: Request, t: CopyTarget, static: Evidence, cores: int, ma
     ev: Evidence | None = None
     probe_json: dict[str, Any] | None = None
     if req.probe or req.probe_seconds is not None:
-        ev, probe_json = _copy_probe(req, t, static, cores, max_jobs, warnings)
+        ev, probe_json = copy_probe(req, t, static, cores, max_jobs, warnings)
         if ev is not None and ev.fit.n_points < 2:
             ev = calibrated_static(ev, static)
             notes.append(ev.note)
@@ -250,8 +244,8 @@ def _copy_evidence(req: Request, t: CopyTarget, static: Evidence, cores: int, ma
     return ev, probe_json
 
 
-def _copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jobs: int,
-                warnings: list[Caution]) -> tuple[Evidence | None, dict[str, Any] | None]:
+def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jobs: int,
+               warnings: list[Caution]) -> tuple[Evidence | None, dict[str, Any] | None]:
     """The COPY probe within its budget, fitted and bounded; (None, ...) with
     a warning when it was skipped, failed or measured nothing."""
     assert req.conn is not None

@@ -1,6 +1,6 @@
 """The advice as a document: what `advise` says (Advice), its JSON
 (pgparmon.advice/1), and the reasoning lines and confidence every kind of
-advice (dump, restore, COPY load) words the same way."""
+advice (dump, restore, COPY load, a subscription's sync) words the same way."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     server: dict[str, Any] | None = None
     copy: dict[str, Any] | None = None  # kind "copy": the file and the table
+    subscription: dict[str, Any] | None = None  # kind "subscription": its tables and sides
+    # the settings to change, as commands (pgparmon.advice/1 `settings`)
+    settings: list[dict[str, Any]] = field(default_factory=list)
 
     def prediction(self, j: int) -> Prediction | None:
         return next((p for p in self.predictions if p.jobs == j), None)
@@ -65,6 +68,8 @@ class Advice:
             "server": self.server,
             "copy": None if self.copy is None else {
                 k: (redact_text(v) if k == "file" else v) for k, v in self.copy.items()},
+            "subscription": self.subscription,
+            "settings": [{**c, "command": redact_text(c["command"])} for c in self.settings],
             "warnings": [w.to_json() for w in self.warnings],
             "why": [redact_text(s) for s in self.why],
             "notes": [redact_text(s) for s in self.notes],

@@ -1,4 +1,5 @@
-"""The kinds of advice (a dump, a restore, a COPY load) as data: what each
+"""The kinds of advice (a dump, a restore, a COPY load, a subscription's
+initial sync) as data: what each
 one is called, the job it learns from in recordings, and the facts about it
 that the shared models ask (the connections and locks its leader holds, its
 static per-stream model, its per-object costs, how its recordings measure
@@ -107,7 +108,17 @@ COPY = Kind("copy", "copy", "COPY", "load into", HistoryMeasure("COPY bytes", Fa
             writes_target=True, jobs_heading="streams",
             use_words="use {n} parallel stream(s)", whole_items=False)
 
-KINDS = {k.name: k for k in (DUMP, RESTORE, COPY)}
+# Logical replication's initial sync: tablesync workers on the subscriber,
+# one whole table each (COPY TO on the publisher, COPY FROM here); the work
+# is the publisher's heap bytes, the knob a setting of the subscriber.
+SUBSCRIPTION = Kind("subscription", "logical_sync", "subscription sync", "subscribe in",
+                    HistoryMeasure("heap bytes", True),
+                    static=StaticModel(SERVER_COPY_IN, "the subscriber's COPY FROM (one sync "
+                                                       "worker's CPU)"),
+                    writes_target=True, jobs_heading="sync workers",
+                    use_words="set max_sync_workers_per_subscription = {n}")
+
+KINDS = {k.name: k for k in (DUMP, RESTORE, COPY, SUBSCRIPTION)}
 BY_TOOL = {k.tool: k for k in KINDS.values()}
 
 

@@ -4,9 +4,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..connect import ConnTarget
+import psycopg
+
+from ..connect import ConnTarget, connect
 from ..exitcodes import ExitCode
 from ..redact import redact_text
 from .predict import Compression
@@ -27,9 +32,22 @@ def refused_queries(exc: Exception) -> AdviseError:
                        ExitCode.CONNECT)
 
 
+@contextmanager
+def catalog_session(target: ConnTarget) -> Iterator[psycopg.Connection[Any]]:
+    """advise's read-only session on a server: closed at the end; the
+    server's refusal of a query is one line (refused_queries)."""
+    conn = connect(target)
+    try:
+        yield conn
+    except psycopg.Error as exc:
+        raise refused_queries(exc) from None
+    finally:
+        conn.close()
+
+
 @dataclass
 class Request:
-    kind: str  # dump | restore | copy
+    kind: str  # dump | restore | copy | subscription
     conn: ConnTarget | None  # None: no server (timings alone)
     target_dir: str | None = None
     archive: str | None = None
@@ -47,3 +65,6 @@ class Request:
     copy_table: str | None = None  # copy: the table to load it into
     copy_format: str = "csv"  # copy: csv | text
     copy_header: bool = False  # copy: the file's first line is a header
+    subscription: str | None = None  # subscription: its name (one to create, or running)
+    publications: list[str] = field(default_factory=list)  # subscription: what it subscribes
+    source: ConnTarget | None = None  # subscription: the publisher

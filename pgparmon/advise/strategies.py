@@ -1,14 +1,15 @@
-"""One strategy per kind of advice (a dump, a restore, a COPY load): what
-`advise` asks by kind, answered once, by the strategy chosen from the
-request (`strategy_for`).
+"""One strategy per kind of advice (a dump, a restore, a COPY load, a
+subscription's initial sync): what `advise` asks by kind, answered once, by
+the strategy chosen from the request (`strategy_for`).
 
 A dump's and a restore's advice run the same steps (advice.py): each
 strategy says what it reads before the server (the target's checks, the
 archive's inventory), what it reads from the server, how its probe runs,
 which ceilings and warnings apply to it and how its command line reads. A
-COPY load's advice has steps of its own (copyadvice.py); its strategy runs
-them. The kinds' facts as data are in kinds.py; with this module they are
-the only places in advise/ that tell one kind from another.
+COPY load's advice has steps of its own (copyadvice.py), and so has a
+subscription's initial sync (subscription.py); their strategies run them.
+The kinds' facts as data are in kinds.py; with this module they are the
+only places in advise/ that tell one kind from another.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ from .inventory import (
     restore_inventory,
     setting_bytes,
 )
-from .kinds import COPY, DUMP, RESTORE, Kind
+from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION, Kind
 from .predict import Evidence
 from .probe import ProbeResult, ProbeTable, run_probe, run_restore_probe
 from .probe.plan import stream_plan
 from .request import AdviseError, Request
 from .snapshots import check_snapshots, verdict
+from .subscription import advise_subscription
 
 # A restore probe loads whole files up to its range size: with no data file
 # of at least this many heap bytes, each file's fixed cost in the probe (one
@@ -352,11 +354,22 @@ class CopyStrategy:
         return advise_copy(req)
 
 
-STRATEGIES: dict[str, ArchiveStrategy | CopyStrategy] = {
-    s.kind.name: s for s in (DumpStrategy(), RestoreStrategy(), CopyStrategy())}
+class SubscriptionStrategy:
+    """A subscription's initial sync: its own steps (subscription.py)."""
+
+    kind = SUBSCRIPTION
+
+    def advise(self, req: Request, shared: Shared) -> Advice:
+        return advise_subscription(req)
 
 
-def strategy_for(kind: str) -> ArchiveStrategy | CopyStrategy:
+Strategy = ArchiveStrategy | CopyStrategy | SubscriptionStrategy
+STRATEGIES: dict[str, Strategy] = {
+    s.kind.name: s for s in (DumpStrategy(), RestoreStrategy(), CopyStrategy(),
+                             SubscriptionStrategy())}
+
+
+def strategy_for(kind: str) -> Strategy:
     try:
         return STRATEGIES[kind]
     except KeyError:

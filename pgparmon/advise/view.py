@@ -41,11 +41,21 @@ def render(a: Advice) -> RenderableType:
                           f"{c['table']} ({c['indexes']} index(es), "
                           f"{'logged' if c['logged'] else 'unlogged'}); index maintenance "
                           f"{c['index_maintenance']}", style="dim"))
+    if a.subscription is not None:
+        parts.append(_subscription_line(a.subscription))
     if a.lower_bound_s is not None and kind.whole_items:
         parts.append(Text(f"lower bound at -j {a.recommended}: {fmt.duration(a.lower_bound_s)} "
                           "(largest item alone, or all work at full throughput)", style="dim"))
     parts.append(Text(""))
     parts.append(Text("command: ", style="bold").append(redact_text(a.command), style="cyan"))
+    if a.settings:
+        parts.append(Text("settings:", style="bold"))
+        for c in a.settings:
+            need = "needed" if c["required"] else f"to allow {c['for_jobs']}"
+            line = Text(f"  on the {c['side']}: ")
+            line.append(redact_text(c["command"]), style="cyan")
+            line.append(f"  ({need}; now {c['now']})", style="dim")
+            parts.append(line)
     parts.append(Text(""))
 
     t = Table(box=None, pad_edge=False, header_style="bold")
@@ -89,6 +99,17 @@ def render(a: Advice) -> RenderableType:
     for n in a.notes:
         parts.append(Text(f"note: {redact_text(n)}", style="dim"))
     return Group(*parts)
+
+
+def _subscription_line(sub: dict[str, object]) -> Text:
+    """What a subscription's sync copies, from where, and its largest table."""
+    alone = sub.get("largest_alone_s")
+    return Text(f"{sub['tables']} table(s), {fmt.size(sub['bytes'])} from the publisher "
+                f"({sub['publisher']}); largest {sub['largest_table']} "
+                f"{fmt.size(sub['largest_bytes'])}"
+                + (f", about {fmt.duration(alone)} alone on one sync worker" if alone else "")
+                + f"; {sub['tables_with_indexes']} with indexes on the subscriber",
+                style="dim")
 
 
 def print_advice(a: Advice, console: Console | None = None) -> None:
