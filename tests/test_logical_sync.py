@@ -57,6 +57,18 @@ def _schema(with_nap: bool) -> str:
     return "\n".join(out)
 
 
+def _databases(pub: Cluster, sub: Cluster, suffix: str = "", scale: float = 1.0) -> None:
+    """src{suffix} on the publisher (TABLES' rows times scale, publication
+    p{suffix}), dst{suffix} on the subscriber (the same tables, napping)."""
+    pub.psql(f"CREATE DATABASE src{suffix}")
+    sub.psql(f"CREATE DATABASE dst{suffix}")
+    pub.psql(_schema(False) + "".join(
+        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {int(n * scale)}) g;"
+        for t, (n, _c) in TABLES.items())
+        + f"ANALYZE; CREATE PUBLICATION p{suffix} FOR ALL TABLES;", dbname=f"src{suffix}")
+    sub.psql(_schema(True), dbname=f"dst{suffix}")
+
+
 def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(pgparmon_cmd("attach", "-h", str(sub.sockdir), "-p", str(sub.port),
                                          "-U", "postgres", "-d", dbname, "--json",
@@ -70,13 +82,7 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
                                                    tmp_path: Path) -> None:
     pub, sub = servers
     rec = tmp_path / "sync.pgparmon.gz"
-    pub.psql("CREATE DATABASE src")
-    sub.psql("CREATE DATABASE dst")
-    pub.psql(_schema(False) + "".join(
-        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {n}) g;"
-        for t, (n, _c) in TABLES.items()) + "ANALYZE; CREATE PUBLICATION p FOR ALL TABLES;",
-        dbname="src")
-    sub.psql(_schema(True), dbname="dst")
+    _databases(pub, sub)
     # the lock holds every table's sync at its start: two workers (the
     # setting) wait on it, the other two tables wait for a worker
     hold = psycopg.connect(sub.conninfo("dst"))
@@ -212,3 +218,41 @@ def test_sync_failing_and_waiting_for_a_worker_slot(servers: tuple[Cluster, Clus
         if attach is not None and attach.proc.poll() is None:
             attach.proc.kill()
         sub.stop()
+
+
+@integration
+def test_the_exporter_serves_a_sync_of_another_database(servers: tuple[Cluster, Cluster]) -> None:
+    """`pgparmon exporter` connected to the subscriber's postgres database
+    finds a sync of another database from its discovery query (a job the
+    server runs: no process scan), follows it there, and serves its series
+    to the end; held at its start by the test's lock as above."""
+    from test_exporter import exporter
+
+    pub, sub = servers
+    _databases(pub, sub, "3", scale=1 / 3)  # the nap: its COPY is seen as it goes
+    sync = {"kind": "logical_sync", "database": "dst3", "tool": "logical_sync"}
+    hold = psycopg.connect(sub.conninfo("dst3"))
+    hold.execute("LOCK TABLE " + ", ".join(TABLES) + " IN SHARE MODE")
+    try:
+        with exporter(sub, interval="0.3") as exp:
+            exp.wait_for("pgparmon_server_up", server=exp.server)
+            sub.psql(f"CREATE SUBSCRIPTION s3 CONNECTION '{pub.conninfo('src3')}' "
+                     "PUBLICATION p3", dbname="dst3")
+            exp.wait_for("pgparmon_job_state", state="running", **sync)
+            # the sync's own figures: its table count, its sync worker count
+            exp.wait_for("pgparmon_job_items", len(TABLES), **sync)
+            assert exp.value("pgparmon_job_workers", **sync) == 2
+            hold.rollback()
+            exp.wait_for("pgparmon_job_state", state="finished", timeout=120, **sync)
+            assert exp.value("pgparmon_job_progress_ratio", **sync) == 1.0
+            assert exp.value("pgparmon_job_items_done", **sync) == len(TABLES)
+            assert (exp.value("pgparmon_job_bytes", **sync) or 0) > 0
+            assert (exp.value("pgparmon_job_rows", **sync) or 0) > 0
+            assert exp.value("pgparmon_last_success_time_seconds", server=exp.server,
+                             database="dst3", kind="logical_sync") is not None
+            code, err = exp.stop()
+    finally:
+        hold.close()
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    # followed once, from the discovery query
+    assert err.count("following logical_sync of s3") == 1, err[-2000:]

@@ -62,12 +62,14 @@ STARTING = "sync-start"
 DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
 
 
-def subscription(db: DbSample | None, name: str | None) -> dict[str, Any] | None:
-    """The subscription's row of this sample's part (None: not in it: dropped,
-    or the part was not read)."""
-    if db is None or not db.parts or name is None:
+def subscription(db: DbSample | None, job: Job) -> dict[str, Any] | None:
+    """The job's subscription's row of this sample's part (None: not in it:
+    dropped, or the part was not read). A subscription's name is unique in
+    its database only."""
+    if db is None or not db.parts or job.subject is None:
         return None
-    return next((s for s in db.parts.get(PART) or () if s.get("name") == name), None)
+    return next((s for s in db.parts.get(PART) or () if s.get("name") == job.subject
+                 and s.get("datname") in (job.database, None)), None)
 
 
 def sync_workers(sub: dict[str, Any]) -> int:
@@ -96,9 +98,12 @@ class LogicalSync(Driver):
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
         out = []
         for sub in (db.parts or {}).get(PART) or ():
-            if not sub.get("not_ready") or not sub.get("enabled"):
-                continue  # every table ready (replicating), or not running
             pids = frozenset(int(w[0]) for w in sub.get("workers") or () if w[1] is not None)
+            # another database's subscription: its tables' states cannot be
+            # read from here (not_ready NULL), a sync worker running says it syncs
+            syncing = sub.get("not_ready") if sub.get("here", True) else bool(pids)
+            if not syncing or not sub.get("enabled"):
+                continue  # every table ready (replicating), or not running
             out.append(Job(kind=self.kind, database=sub.get("datname") or facts.database,
                            subject=sub["name"], grouping=f"{GROUPING} {sub['name']}",
                            pid_hint=pids,
@@ -106,7 +111,7 @@ class LogicalSync(Driver):
         return out
 
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        sub = subscription(snap.db, job.subject)
+        sub = subscription(snap.db, job)
         if sub is None:
             return set()
         return {int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
@@ -117,7 +122,7 @@ class LogicalSync(Driver):
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         # while a table is not ready, whether or not a worker runs now (one
         # waits for a free slot, or restarts after an error)
-        sub = subscription(snap.db, job.subject)
+        sub = subscription(snap.db, job)
         return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
 
     # ---- plan --------------------------------------------------------------
@@ -195,7 +200,7 @@ class LogicalSync(Driver):
         """A sync worker with no COPY running: opening its slot (its table
         still copying, d) or catching up (f, s, or in the apply worker's
         hands)."""
-        sub = subscription(snap.db, tr.job.subject)
+        sub = subscription(snap.db, tr.job)
         if sub is None:
             return None
         relid = next((w_[1] for w_ in sub.get("workers") or () if w_[0] == b.pid), None)
@@ -223,7 +228,7 @@ class LogicalSync(Driver):
         """Each table's state, from pg_subscription_rel: ready (r) is done;
         past its copy (f, s) its copy is done; copying (d) runs; waiting (i)
         waits (again, when a failed sync starts over)."""
-        sub = subscription(snap.db, tr.job.subject)
+        sub = subscription(snap.db, tr.job)
         if sub is None:
             return
         tr.kind_state["sync_workers"] = sync_workers(sub) if sub.get("settings") else \
@@ -282,7 +287,7 @@ class LogicalSync(Driver):
             return Verdict("sync-failing", f"the sync of {worst} failed {fails[worst]} time(s) "
                            f"and starts over{count}: the subscriber's server log says why "
                            "(a duplicate key, a missing column, a permission)")
-        sub = subscription(snap.db, tr.job.subject)
+        sub = subscription(snap.db, tr.job)
         waiting = sum(1 for st in states.values() if st == "i")
         if sub is None or not waiting:
             return None
