@@ -256,3 +256,56 @@ def test_the_exporter_serves_a_sync_of_another_database(servers: tuple[Cluster, 
     assert code == 0 and "Traceback" not in err, err[-2000:]
     # followed once, from the discovery query
     assert err.count("following logical_sync of s3") == 1, err[-2000:]
+
+
+@integration
+def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster]) -> None:
+    """`attach -d PUBDB` on the publisher finds the sync as one job from its
+    sync walsenders (pg_<suboid>_sync_<relid>_<sysid>, COPY ... TO STDOUT):
+    each table's COPY TO progress against the publisher's own pg_class
+    sizes; the tables still to come are the subscriber's to list (total
+    unknown, no ETA); it ends when no sync walsender is left."""
+    pub, sub = servers
+    _databases(pub, sub, "4")
+    attach = Lines(_attach(pub, "src4", "--wait", "60"))
+    try:
+        sub.psql(f"CREATE SUBSCRIPTION s4 CONNECTION '{pub.conninfo('src4')}' PUBLICATION p4",
+                 dbname="dst4")
+        suboid = sub.psql("SELECT oid FROM pg_subscription WHERE subname = 's4'").strip()
+        copying = attach.wait_for(
+            lambda d: any(t["table"] == "public.big" and (t["progress"] or 0) > 0
+                          for t in d["job"]["tables_not_ready"]),
+            "the big table's COPY TO, with its progress")
+        samples, summary, err = attach.finish(timeout=180)
+    finally:
+        if attach.proc.poll() is None:
+            attach.proc.kill()
+    assert attach.proc.returncode == 0, err[-2000:]
+    job = copying["job"]
+    assert job["kind"] == "logical_sync" and job["side"] == "publisher"
+    assert job["database"] == "src4" and job["subscription"] == f"subscription oid {suboid}"
+    # sizes from the publisher's own catalog
+    size = int(pub.psql("SELECT relpages::int8 * current_setting('block_size')::int8 "
+                        "FROM pg_class WHERE relname = 'big'", dbname="src4"))
+    big = next(t for t in job["tables_not_ready"] if t["table"] == "public.big")
+    assert big["size"] == size and big["rows"] and big["bytes"]
+    assert job["progress_basis"] == "publisher catalog (this server's catalog)"
+    # its walsenders are its workers, copying
+    assert all(w["phase"] == "copy" for w in copying["workers"] if w["relation"])
+    assert "public.big" in {w["relation"] for w in copying["workers"]}
+    # the total is the subscriber's: no job progress, no ETA, said why
+    assert all(d["job"]["progress"] is None and d["job"]["eta_s"] is None for d in samples
+               if d["job"]["state"] == "running"), [(d["job"]["state"], d["job"]["progress"],
+                                                     d["job"]["eta_s"]) for d in samples]
+    assert "total unknown on the publisher" in (job["eta_reason"] or "")
+    # each table's progress only grows
+    by_table: dict[str, list[float]] = {}
+    for d in samples:
+        for t in d["job"]["tables_not_ready"]:
+            if t["progress"] is not None:
+                by_table.setdefault(t["table"], []).append(t["progress"])
+    assert by_table and all(p == sorted(p) and p[-1] <= 1.0 for p in by_table.values())
+    # one job to the end, every table it saw sent
+    assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
+    names = {i["name"] for i in summary["items"]}
+    assert "public.big" in names and names <= {f"public.{t}" for t in TABLES}

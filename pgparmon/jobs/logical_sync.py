@@ -28,6 +28,7 @@ worker count, the tables in the order the apply worker starts them.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -60,6 +61,11 @@ STATES = {"i": "waiting", "d": "copying", "f": "catching up", "s": "catching up"
 CATCH_UP = "catch-up"
 STARTING = "sync-start"
 DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
+# on the publisher, a sync worker is a walsender named after its slot (14+:
+# pg_<subscription oid>_sync_<subscriber relid>_<subscriber system id>;
+# before: <subscription name>_<oid>_sync_<relid>) running COPY ... TO STDOUT
+SYNC_SLOT = re.compile(r"^(?:pg_(\d+)_sync_\d+_(\d+)|.+_(\d+)_sync_\d+)$")
+PUBLISHER = "sync walsenders"  # the grouping of a job found on the publisher
 
 
 def subscription(db: DbSample | None, job: Job) -> dict[str, Any] | None:
@@ -94,6 +100,25 @@ class LogicalSync(Driver):
     waiting_phases = (CATCH_UP, STARTING)
 
     # ---- recognise ---------------------------------------------------------
+    # On the subscriber the job is found from this kind's part (server_jobs);
+    # on the publisher from its sync walsenders (session_key): one job per
+    # subscription (its oid and the subscriber's system id), the tables
+    # copying now each with its COPY TO's progress against this server's
+    # own pg_class sizes, the tables still to come unknown (the subscriber
+    # lists them).
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        m = SYNC_SLOT.match(b.application_name or "") if b.backend_type == "walsender" else None
+        if m is None or not b.datname:
+            return None
+        return (self.kind, b.datname, m.group(1) or m.group(3), m.group(2) or "")
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        key = self.session_key(members[0])
+        assert key is not None
+        return Job(kind=self.kind, database=members[0].datname,
+                   subject=f"subscription oid {key[2]}", grouping=_publisher_grouping(key),
+                   pid_hint=frozenset(b.pid for b in members))
 
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
         out = []
@@ -111,23 +136,31 @@ class LogicalSync(Driver):
         return out
 
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+        if on_publisher(job):
+            return None  # its sync walsenders (session_matches)
         sub = subscription(snap.db, job)
         if sub is None:
             return set()
         return {int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
 
     def session_matches(self, job: Job, b: Backend) -> bool:
-        return False  # member_pids decides
+        key = self.session_key(b)  # on the subscriber, member_pids decides
+        return key is not None and _publisher_grouping(key) == job.grouping
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         # while a table is not ready, whether or not a worker runs now (one
-        # waits for a free slot, or restarts after an error)
+        # waits for a free slot, or restarts after an error); on the
+        # publisher, while a sync walsender runs
+        if on_publisher(job):
+            return bool(members)
         sub = subscription(snap.db, job)
         return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
 
     # ---- plan --------------------------------------------------------------
 
     def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
+        if on_publisher(tr.job):
+            return {"publisher": tr.job.database}  # this server's own catalog
         if not tr.items:
             return None  # the subscription's tables are not listed yet
         return {"subscription": tr.job.subject}
@@ -135,6 +168,9 @@ class LogicalSync(Driver):
     def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         given = getattr(src, "copy_source", None)
         try:
+            if req.get("publisher"):
+                tables, _post, ddir = src.source_catalog(req["publisher"])
+                return _sized(tables, ddir, "this server's catalog")
             if given is not None:
                 tables, _post, ddir = src.source_catalog(None)
                 return _sized(tables, ddir, describe_target(given))
@@ -186,7 +222,8 @@ class LogicalSync(Driver):
         return True
 
     def streams(self, tr: Tracker) -> int | None:
-        return tr.kind_state.get("sync_workers") or tr.job.jobs
+        return (tr.kind_state.get("sync_workers") or tr.kind_state.get("max_walsenders")
+                or tr.job.jobs)
 
     # ---- observe -----------------------------------------------------------
 
@@ -222,12 +259,19 @@ class LogicalSync(Driver):
             it.work = max(it.work, it.done)
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
-        return False  # ready when pg_subscription_rel says so (file_evidence)
+        # the subscriber: ready when pg_subscription_rel says so
+        # (file_evidence); the publisher: its COPY TO has sent the table
+        return on_publisher(tr.job)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         """Each table's state, from pg_subscription_rel: ready (r) is done;
         past its copy (f, s) its copy is done; copying (d) runs; waiting (i)
-        waits (again, when a failed sync starts over)."""
+        waits (again, when a failed sync starts over). On the publisher: how
+        many sync walsenders copy at once (the most seen: the sync workers)."""
+        if on_publisher(tr.job):
+            now = sum(1 for it in tr.items.values() if it.state == "running")
+            tr.kind_state["max_walsenders"] = max(tr.kind_state.get("max_walsenders", 0), now)
+            return
         sub = subscription(snap.db, tr.job)
         if sub is None:
             return
@@ -306,12 +350,16 @@ class LogicalSync(Driver):
         return None
 
     def fraction(self, tr: Tracker) -> float | None:
-        return super().fraction(tr) if tr.planned else None
+        return super().fraction(tr) if self.has_total(tr) else None
 
     def has_total(self, tr: Tracker) -> bool:
-        return tr.planned
+        return tr.planned and not on_publisher(tr.job)
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        if on_publisher(tr.job):
+            return None, ("total unknown on the publisher: the tables still to sync are listed "
+                          "on the subscriber only (attach -d SUBDB there); each copying table's "
+                          "progress is shown")
         if tr.planned:
             return None  # the schedule simulation at the sync worker count
         return None, ("total unknown (the publisher's table sizes were not read; "
@@ -319,6 +367,8 @@ class LogicalSync(Driver):
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
+        if on_publisher(tr.job):
+            return _publisher_fields(tr, workers, state)
         states: dict[str, str] = tr.kind_state.get("states") or {}
         counts = {"waiting": 0, "copying": 0, "catching_up": 0, "ready": 0}
         tables = []
@@ -337,7 +387,7 @@ class LogicalSync(Driver):
             phase = ("copy" if "copy" in phases else CATCH_UP if counts["catching_up"]
                      else "waiting for a sync worker" if counts["waiting"] or counts["copying"]
                      else "all tables ready")
-        return {"phase": phase, "subscription": tr.job.subject,
+        return {"phase": phase, "subscription": tr.job.subject, "side": "subscriber",
                 "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
                                    else "unknown"),
                 "sync_workers": self.streams(tr), "tables": counts,
@@ -352,6 +402,39 @@ class LogicalSync(Driver):
         names = ", ".join(i.name for i in left[:5])
         return "ended", (f"the subscription was dropped or disabled with {len(left)} table(s) "
                          f"not ready: {names}")
+
+
+def on_publisher(job: Job) -> bool:
+    """Whether the job was found on the publisher (from its sync walsenders)."""
+    return (job.grouping or "").startswith(PUBLISHER)
+
+
+def _publisher_grouping(key: tuple[object, ...]) -> str:
+    _kind, _db, suboid, sysid = key
+    return f"{PUBLISHER} pg_{suboid}_sync_*" + (f"_{sysid}" if sysid else "")
+
+
+def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
+                      state: str) -> dict[str, Any]:
+    """The job as the publisher sees it: the tables its sync walsenders
+    copy now (COPY TO: bytes and rows sent, against this server's own
+    sizes) and those they have sent; the rest only the subscriber knows."""
+    copying = [it for it in tr.items.values() if it.state == "running"]
+    tables = [{"table": it.name, "state": "copying", "failures": 0,
+               "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
+               "size": it.heap_bytes,
+               "progress": round(it.fraction, 4) if tr.planned and it.heap_bytes else None}
+              for it in copying]
+    sent = sum(1 for it in tr.items.values() if it.state == "done")
+    return {"phase": ("copy" if any(w["phase"] == "copy" for w in workers) else None)
+            if state == "running" else None,
+            "subscription": tr.job.subject, "side": "publisher",
+            "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
+                               else "unknown"),
+            "sync_workers": max(tr.kind_state.get("max_walsenders", 0), len(copying)) or None,
+            "tables": {"waiting": None, "copying": len(copying), "catching_up": None,
+                       "ready": None, "sent": sent},
+            "tables_not_ready": tables, "sync_errors": None}
 
 
 def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:
