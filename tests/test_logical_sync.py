@@ -69,6 +69,12 @@ def _databases(pub: Cluster, sub: Cluster, suffix: str = "", scale: float = 1.0)
     sub.psql(_schema(True), dbname=f"dst{suffix}")
 
 
+def _subscribe(pub: Cluster, sub: Cluster, suffix: str) -> None:
+    """Subscription s{suffix} of dst{suffix} to publication p{suffix} of src{suffix}."""
+    sub.psql(f"CREATE SUBSCRIPTION s{suffix} CONNECTION '{pub.conninfo('src' + suffix)}' "
+             f"PUBLICATION p{suffix}", dbname=f"dst{suffix}")
+
+
 def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(pgparmon_cmd("attach", "-h", str(sub.sockdir), "-p", str(sub.port),
                                          "-U", "postgres", "-d", dbname, "--json",
@@ -236,8 +242,7 @@ def test_the_exporter_serves_a_sync_of_another_database(servers: tuple[Cluster, 
     try:
         with exporter(sub, interval="0.3") as exp:
             exp.wait_for("pgparmon_server_up", server=exp.server)
-            sub.psql(f"CREATE SUBSCRIPTION s3 CONNECTION '{pub.conninfo('src3')}' "
-                     "PUBLICATION p3", dbname="dst3")
+            _subscribe(pub, sub, "3")
             exp.wait_for("pgparmon_job_state", state="running", **sync)
             # the sync's own figures: its table count, its sync worker count
             exp.wait_for("pgparmon_job_items", len(TABLES), **sync)
@@ -264,13 +269,13 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
     sync walsenders (pg_<suboid>_sync_<relid>_<sysid>, COPY ... TO STDOUT):
     each table's COPY TO progress against the publisher's own pg_class
     sizes; the tables still to come are the subscriber's to list (total
-    unknown, no ETA); it ends when no sync walsender is left."""
+    unknown, no ETA); it ends once no sync walsender is left (for
+    PUBLISHER_GRACE_S: the next table's starts within that)."""
     pub, sub = servers
     _databases(pub, sub, "4")
     attach = Lines(_attach(pub, "src4", "--wait", "60"))
     try:
-        sub.psql(f"CREATE SUBSCRIPTION s4 CONNECTION '{pub.conninfo('src4')}' PUBLICATION p4",
-                 dbname="dst4")
+        _subscribe(pub, sub, "4")
         suboid = sub.psql("SELECT oid FROM pg_subscription WHERE subname = 's4'").strip()
         copying = attach.wait_for(
             lambda d: any(t["table"] == "public.big" and (t["progress"] or 0) > 0
@@ -280,6 +285,7 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
     finally:
         if attach.proc.poll() is None:
             attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s4", dbname="dst4")  # none left syncing
     assert attach.proc.returncode == 0, err[-2000:]
     job = copying["job"]
     assert job["kind"] == "logical_sync" and job["side"] == "publisher"
@@ -309,3 +315,36 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
     assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
     names = {i["name"] for i in summary["items"]}
     assert "public.big" in names and names <= {f"public.{t}" for t in TABLES}
+
+
+@integration
+def test_publisher_restarted_mid_copy(servers: tuple[Cluster, Cluster]) -> None:
+    """The publisher restarts while the big table copies: its sync worker
+    (and the apply worker) lose their connection and start over after
+    wal_retrieve_retry_interval. The job says the table's sync failed, with
+    the apply worker's restart (the connection to the publisher lost), keeps
+    following, and finishes when every table is ready."""
+    pub, sub = servers
+    _databases(pub, sub, "5")
+    attach = Lines(_attach(sub, "dst5", "--wait", "60"))
+    try:
+        _subscribe(pub, sub, "5")
+        attach.wait_for(lambda d: any(w["phase"] == "copy" and w["relation"] == "public.big"
+                                      for w in d["workers"]), "the big table copying")
+        pub.restart("fast")
+        failing = attach.wait_for(
+            lambda d: d["bottleneck"]["kind"] == "sync-failing"
+            and any(t["table"] == "public.big" and t["failures"] >= 1
+                    for t in d["job"]["tables_not_ready"]), "the big table's sync failed")
+        samples, summary, err = attach.finish(timeout=180)
+        states = sub.psql("SELECT string_agg(DISTINCT srsubstate::text, '') FROM "
+                          "pg_subscription_rel", dbname="dst5").strip()
+    finally:
+        if attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s5", dbname="dst5")  # none left syncing
+    assert failing["job"]["state"] == "running" and failing["job"]["apply_restarts"] >= 1
+    assert "connection to the publisher" in failing["bottleneck"]["detail"]
+    assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-2000:]
+    assert samples[-1]["job"]["tables"]["ready"] == len(TABLES)
+    assert states == "r"  # the subscriber's own word, before the subscription went

@@ -66,6 +66,12 @@ DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
 # before: <subscription name>_<oid>_sync_<relid>) running COPY ... TO STDOUT
 SYNC_SLOT = re.compile(r"^(?:pg_(\d+)_sync_\d+_(\d+)|.+_(\d+)_sync_\d+)$")
 PUBLISHER = "sync walsenders"  # the grouping of a job found on the publisher
+# on the publisher, how long after its last sync walsender the job still
+# runs: the next table's sync worker starts within the apply worker's
+# cycle (1 s), a failed one's retry after wal_retrieve_retry_interval (5 s
+# by default); the walsender of a table past its COPY (catching up) is not
+# sampled
+PUBLISHER_GRACE_S = 10.0
 
 
 def subscription(db: DbSample | None, job: Job) -> dict[str, Any] | None:
@@ -98,6 +104,11 @@ class LogicalSync(Driver):
     sample_parts = (PART,)
     backend_types = ("logical replication worker", "logical replication tablesync worker")
     waiting_phases = (CATCH_UP, STARTING)
+
+    def __init__(self) -> None:
+        # on the publisher: when each job's last sync walsender was seen
+        # (the sample's clock), by its database and grouping
+        self._last_seen: dict[tuple[str | None, str | None], float] = {}
 
     # ---- recognise ---------------------------------------------------------
     # On the subscriber the job is found from this kind's part (server_jobs);
@@ -152,7 +163,12 @@ class LogicalSync(Driver):
         # waits for a free slot, or restarts after an error); on the
         # publisher, while a sync walsender runs
         if on_publisher(job):
-            return bool(members)
+            key = (job.database, job.grouping)
+            if members:
+                self._last_seen[key] = snap.wall
+                return True
+            last = self._last_seen.get(key)
+            return last is not None and snap.wall - last < PUBLISHER_GRACE_S
         sub = subscription(snap.db, job)
         return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
 
@@ -328,9 +344,14 @@ class LogicalSync(Driver):
             worst = max(fails, key=lambda k: fails[k])
             total = tr.kind_state.get("sync_errors")
             count = f" (sync_error_count {total})" if total is not None else ""
+            restarts = tr.kind_state.get("apply_restarts", 0)
+            why = (f"; the apply worker restarted too ({restarts} time(s)): the subscriber lost "
+                   "its connection to the publisher (a restart of the publisher, the network), "
+                   "the subscriber's server log says more" if restarts else
+                   ": the subscriber's server log says why (a duplicate key, a missing column, "
+                   "a permission, the publisher's max_wal_senders or max_replication_slots)")
             return Verdict("sync-failing", f"the sync of {worst} failed {fails[worst]} time(s) "
-                           f"and starts over{count}: the subscriber's server log says why "
-                           "(a duplicate key, a missing column, a permission)")
+                           f"and starts over{count}{why}")
         sub = subscription(snap.db, tr.job)
         waiting = sum(1 for st in states.values() if st == "i")
         if sub is None or not waiting:
@@ -391,7 +412,8 @@ class LogicalSync(Driver):
                 "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
                                    else "unknown"),
                 "sync_workers": self.streams(tr), "tables": counts,
-                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors")}
+                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors"),
+                "apply_restarts": tr.kind_state.get("apply_restarts", 0)}
 
     # ---- outcome -----------------------------------------------------------
 
@@ -444,6 +466,13 @@ def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None
     sample, shared by the tables it may be), else each such restart counts
     once."""
     workers = {int(w[1]): int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
+    # the apply worker (relid null) gone or replaced: it exits on an error
+    # too, and both at once is the connection to the publisher lost
+    apply = {int(w[0]) for w in sub.get("workers") or () if w[1] is None}
+    apply_before: set[int] = set(tr.kind_state.get("apply_workers") or ())
+    tr.kind_state["apply_workers"] = sorted(apply)
+    if apply_before and not apply_before <= apply:
+        tr.kind_state["apply_restarts"] = tr.kind_state.get("apply_restarts", 0) + 1
     before: dict[str, int] = tr.kind_state.get("table_workers") or {}
     now = {t[1]: workers[int(t[0])] for t in tables if int(t[0]) in workers}
     tr.kind_state["table_workers"] = now
