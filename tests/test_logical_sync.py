@@ -348,3 +348,29 @@ def test_publisher_restarted_mid_copy(servers: tuple[Cluster, Cluster]) -> None:
     assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-2000:]
     assert samples[-1]["job"]["tables"]["ready"] == len(TABLES)
     assert states == "r"  # the subscriber's own word, before the subscription went
+
+
+@integration
+def test_publisher_max_replication_slots_too_low(servers: tuple[Cluster, Cluster]) -> None:
+    """A publisher whose max_replication_slots leaves one slot beside the
+    apply worker's: the second sync worker cannot create its slot and
+    starts over and over. The job names the publisher's setting, with its
+    value, read with the publisher's table sizes."""
+    _pub, sub = servers
+    pub = start_cluster(settings={"wal_level": "logical", "max_replication_slots": "2"},
+                        prefix="pgparmon-pub6-")
+    attach: Lines | None = None
+    try:
+        _databases(pub, sub, "6")
+        attach = Lines(_attach(sub, "dst6", "--wait", "60"))
+        _subscribe(pub, sub, "6")
+        short = attach.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots"
+                                and "publisher" in d["bottleneck"]["detail"],
+                                "the publisher's slots named")
+        assert "max_replication_slots = 2" in short["bottleneck"]["detail"]
+        assert short["job"]["state"] == "running"
+    finally:
+        if attach is not None and attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s6", dbname="dst6")
+        pub.stop()

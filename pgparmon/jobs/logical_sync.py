@@ -28,6 +28,7 @@ worker count, the tables in the order the apply worker starts them.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -188,8 +189,7 @@ class LogicalSync(Driver):
                 tables, _post, ddir = src.source_catalog(req["publisher"])
                 return _sized(tables, ddir, "this server's catalog")
             if given is not None:
-                tables, _post, ddir = src.source_catalog(None)
-                return _sized(tables, ddir, describe_target(given))
+                return _from_publisher(given, describe_target(given))
             return self._from_subconninfo(src, req["subscription"])
         except (psycopg.Error, ConnectError) as exc:
             return PlanInputs(error=_unsized(f"cannot read the publisher's table sizes "
@@ -207,14 +207,7 @@ class LogicalSync(Driver):
         if not conninfo:
             return PlanInputs(error=_unsized("the subscription has no connection string"))
         target = ConnTarget(dbname=conninfo)
-        sampler = DbSampler(target)
-        try:
-            facts = sampler.open()
-            tables = sampler.query_json("tables") or []
-        finally:
-            sampler.close()
-        ddir = facts.data_directory if server_is_local(facts.backend_pid) else None
-        return _sized(tables, ddir, "subscription's connection: " + describe_target(target))
+        return _from_publisher(target, "subscription's connection: " + describe_target(target))
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         if inputs.tables is None:
@@ -227,6 +220,7 @@ class LogicalSync(Driver):
             heap = float(pages * tr.block_size) if pages > 0 else sizes.get(rel)
             pub[rel] = (heap, float(t[5]) if t[5] is not None and t[5] > 0 else None)
         tr.kind_state["publisher"] = pub
+        tr.kind_state["publisher_limits"] = (inputs.extra or {}).get("publisher_limits")
         tr.planned = True
         tr.plan_source = inputs.source
         for it in list(tr.items.values()):
@@ -340,6 +334,10 @@ class LogicalSync(Driver):
         states: dict[str, str] = tr.kind_state.get("states") or {}
         fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
                  if states.get(k, "r") != "r"}
+        sub = subscription(snap.db, tr.job)
+        short = _publisher_short(tr, sub) if sub is not None else None
+        if short and (fails or any(st == "i" for st in states.values())):
+            return Verdict("worker-slots", short)
         if fails:
             worst = max(fails, key=lambda k: fails[k])
             total = tr.kind_state.get("sync_errors")
@@ -352,7 +350,6 @@ class LogicalSync(Driver):
                    "a permission, the publisher's max_wal_senders or max_replication_slots)")
             return Verdict("sync-failing", f"the sync of {worst} failed {fails[worst]} time(s) "
                            f"and starts over{count}{why}")
-        sub = subscription(snap.db, tr.job)
         waiting = sum(1 for st in states.values() if st == "i")
         if sub is None or not waiting:
             return None
@@ -459,6 +456,28 @@ def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
             "tables_not_ready": tables, "sync_errors": None}
 
 
+def _publisher_short(tr: Tracker, sub: dict[str, Any]) -> str | None:
+    """The publisher's setting that leaves fewer walsenders or slots than
+    the sync workers need (each needs one of each), as read with the plan;
+    None: enough, or not read. What this sync's own sync workers used then
+    counts as free."""
+    limits = tr.kind_state.get("publisher_limits")
+    if not limits:
+        return None
+    wanted = sync_workers(sub)
+    mine = re.compile(rf"^pg_{int(sub['subid'])}_sync_\d+_\d+$")
+    for setting, used in (("max_replication_slots", "slots"), ("max_wal_senders", "walsenders")):
+        others = [n for n in limits.get(used) or () if not mine.match(n or "")]
+        free = int(limits.get(setting) or 0) - len(others)
+        if free < wanted:
+            return (f"tables wait or fail for want of a {used[:-1]} on the publisher: its "
+                    f"{setting} = {limits.get(setting)} with {len(others)} in use by others "
+                    f"(the apply worker's among them) leaves {max(0, free)} for "
+                    f"{wanted} sync worker(s) (as read at the sync's start): raise it on the "
+                    "publisher (a restart)")
+    return None
+
+
 def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:
     """Which tables' syncs fail: a table still copying (d) whose sync worker
     is gone or replaced since the last sample failed; the subscription's
@@ -508,6 +527,21 @@ def _size(tr: Tracker, it: Item) -> None:
     heap = heap or float(tr.block_size)
     it.work, it.heap_bytes, it.reltuples = heap, heap, reltuples
     it.done = it.work if it.state in ("done", "finishing") else 0.0
+
+
+def _from_publisher(target: ConnTarget, described: str) -> PlanInputs:
+    """The publisher's table sizes, and its walsender and slot limits with
+    their use (one short-lived monitor connection)."""
+    sampler = DbSampler(target)
+    try:
+        facts = sampler.open()
+        tables = sampler.query_json("tables") or []
+        limits = sampler.query_json("logical_publisher")
+    finally:
+        sampler.close()
+    ddir = facts.data_directory if server_is_local(facts.backend_pid) else None
+    return dataclasses.replace(_sized(tables, ddir, described),
+                               extra={"publisher_limits": limits} if limits else None)
 
 
 def _sized(tables: Any, ddir: str | None, described: str) -> PlanInputs:
