@@ -83,6 +83,26 @@ def archive_caught_up(cl: Cluster, limit_s: float = 900.0) -> float:
     raise SystemExit("archive_command did not catch up")
 
 
+def eta_point(running: list[dict], t0: float, end: float,
+              frac: float) -> tuple[dict, float, dict[str, object]]:
+    """The running sample nearest `frac` of the run's wall time (t0 to the
+    real end): (the sample, its time, the ETA it gave against the real time
+    left: absolute and signed error, a fraction of the real time left)."""
+    from datetime import datetime
+
+    want = t0 + (end - t0) * frac
+    s = min(running, key=lambda s: abs(datetime.fromisoformat(s["ts"]).timestamp() - want))
+    ts = datetime.fromisoformat(s["ts"]).timestamp()
+    real = end - ts
+    eta = s["job"]["eta_s"]
+    return s, ts, {"at_s": round(ts - t0, 2), "eta_s": eta,
+                   "eta_reason": s["job"].get("eta_reason"),
+                   "real_remaining_s": round(real, 2),
+                   "error": None if eta is None else round(abs(eta - real) / real, 4),
+                   "signed_error": None if eta is None else round((eta - real) / real, 4),
+                   "progress": s["job"]["progress"]}
+
+
 def as_server_user(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
@@ -92,4 +112,4 @@ def machine() -> str:
 
 
 __all__ = ["Cluster", "start_cluster", "pgparmon", "timed", "median", "write_json", "make_csv",
-           "machine", "fill_sql", "archive_caught_up", "as_server_user"]
+           "machine", "fill_sql", "archive_caught_up", "as_server_user", "eta_point"]

@@ -37,7 +37,16 @@ from datetime import datetime
 from pathlib import Path
 
 import psutil
-from common import Cluster, machine, make_csv, median, pgparmon, start_cluster, write_json
+from common import (
+    Cluster,
+    eta_point,
+    machine,
+    make_csv,
+    median,
+    pgparmon,
+    start_cluster,
+    write_json,
+)
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "copy_eta_accuracy.json"
 DB = "copyeta"
@@ -90,19 +99,9 @@ def eta_run(cl: Cluster, work: Path, script: Path, sizes: dict[str, int]) -> dic
     running = [s for s in samples if s["job"]["state"] == "running"]
     points = {}
     for frac in FRACS:
-        want = t0 + total * float(frac)
-        s = min(running, key=lambda s: abs(datetime.fromisoformat(s["ts"]).timestamp() - want))
-        ts = datetime.fromisoformat(s["ts"]).timestamp()
-        real = end - ts
-        eta = s["job"]["eta_s"]
-        points[frac] = {"at_s": round(ts - t0, 2), "eta_s": eta,
-                        "eta_reason": s["job"].get("eta_reason"),
-                        "real_remaining_s": round(real, 2),
-                        "error": None if eta is None else round(abs(eta - real) / real, 4),
-                        "signed_error": None if eta is None else round((eta - real) / real, 4),
-                        "progress": s["job"]["progress"],
-                        "wall_fraction": round((ts - t0) / total, 4),
-                        "est_bytes_fraction": round(est_loaded(ts) / total_bytes, 4)}
+        s, ts, points[frac] = eta_point(running, t0, end, float(frac))
+        points[frac].update(wall_fraction=round((ts - t0) / total, 4),
+                            est_bytes_fraction=round(est_loaded(ts) / total_bytes, 4))
     bases = sorted({s["job"].get("progress_basis") for s in running} - {None})
     return {"total_s": round(total, 2),
             "file_end_s": {n: round(e[n] - t0, 2) for n in sizes},

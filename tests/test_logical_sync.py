@@ -48,6 +48,24 @@ def _schema(with_nap: bool) -> str:
     return "\n".join(out)
 
 
+def _databases(pub: Cluster, sub: Cluster, suffix: str = "", scale: float = 1.0) -> None:
+    """src{suffix} on the publisher (TABLES' rows times scale, publication
+    p{suffix}), dst{suffix} on the subscriber (the same tables, napping)."""
+    pub.psql(f"CREATE DATABASE src{suffix}")
+    sub.psql(f"CREATE DATABASE dst{suffix}")
+    pub.psql(_schema(False) + "".join(
+        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {int(n * scale)}) g;"
+        for t, (n, _c) in TABLES.items())
+        + f"ANALYZE; CREATE PUBLICATION p{suffix} FOR ALL TABLES;", dbname=f"src{suffix}")
+    sub.psql(_schema(True), dbname=f"dst{suffix}")
+
+
+def _subscribe(pub: Cluster, sub: Cluster, suffix: str) -> None:
+    """Subscription s{suffix} of dst{suffix} to publication p{suffix} of src{suffix}."""
+    sub.psql(f"CREATE SUBSCRIPTION s{suffix} CONNECTION '{pub.conninfo('src' + suffix)}' "
+             f"PUBLICATION p{suffix}", dbname=f"dst{suffix}")
+
+
 def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(pgparmon_cmd("attach", "-h", str(sub.sockdir), "-p", str(sub.port),
                                          "-U", "postgres", "-d", dbname, "--json",
@@ -61,13 +79,7 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
                                                    tmp_path: Path) -> None:
     pub, sub = servers
     rec = tmp_path / "sync.pgparmon.gz"
-    pub.psql("CREATE DATABASE src")
-    sub.psql("CREATE DATABASE dst")
-    pub.psql(_schema(False) + "".join(
-        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {n}) g;"
-        for t, (n, _c) in TABLES.items()) + "ANALYZE; CREATE PUBLICATION p FOR ALL TABLES;",
-        dbname="src")
-    sub.psql(_schema(True), dbname="dst")
+    _databases(pub, sub)
     # the lock holds every table's sync at its start: two workers (the
     # setting) wait on it, the other two tables wait for a worker
     hold = psycopg.connect(sub.conninfo("dst"))
@@ -203,3 +215,153 @@ def test_sync_failing_and_waiting_for_a_worker_slot(servers: tuple[Cluster, Clus
         if attach is not None and attach.proc.poll() is None:
             attach.proc.kill()
         sub.stop()
+
+
+@integration
+def test_the_exporter_serves_a_sync_of_another_database(servers: tuple[Cluster, Cluster]) -> None:
+    """`pgparmon exporter` connected to the subscriber's postgres database
+    finds a sync of another database from its discovery query (a job the
+    server runs: no process scan), follows it there, and serves its series
+    to the end; held at its start by the test's lock as above."""
+    from test_exporter import exporter
+
+    pub, sub = servers
+    _databases(pub, sub, "3", scale=1 / 3)  # the nap: its COPY is seen as it goes
+    sync = {"kind": "logical_sync", "database": "dst3", "tool": "logical_sync"}
+    hold = psycopg.connect(sub.conninfo("dst3"))
+    hold.execute("LOCK TABLE " + ", ".join(TABLES) + " IN SHARE MODE")
+    try:
+        with exporter(sub, interval="0.3") as exp:
+            exp.wait_for("pgparmon_server_up", server=exp.server)
+            _subscribe(pub, sub, "3")
+            exp.wait_for("pgparmon_job_state", state="running", **sync)
+            # the sync's own figures: its table count, its sync worker count
+            exp.wait_for("pgparmon_job_items", len(TABLES), **sync)
+            assert exp.value("pgparmon_job_workers", **sync) == 2
+            hold.rollback()
+            exp.wait_for("pgparmon_job_state", state="finished", timeout=120, **sync)
+            assert exp.value("pgparmon_job_progress_ratio", **sync) == 1.0
+            assert exp.value("pgparmon_job_items_done", **sync) == len(TABLES)
+            assert (exp.value("pgparmon_job_bytes", **sync) or 0) > 0
+            assert (exp.value("pgparmon_job_rows", **sync) or 0) > 0
+            assert exp.value("pgparmon_last_success_time_seconds", server=exp.server,
+                             database="dst3", kind="logical_sync") is not None
+            code, err = exp.stop()
+    finally:
+        hold.close()
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    # followed once, from the discovery query
+    assert err.count("following logical_sync of s3") == 1, err[-2000:]
+
+
+@integration
+def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster]) -> None:
+    """`attach -d PUBDB` on the publisher finds the sync as one job from its
+    sync walsenders (pg_<suboid>_sync_<relid>_<sysid>, COPY ... TO STDOUT):
+    each table's COPY TO progress against the publisher's own pg_class
+    sizes; the tables still to come are the subscriber's to list (total
+    unknown, no ETA); it ends once no sync walsender is left (for
+    PUBLISHER_GRACE_S: the next table's starts within that)."""
+    pub, sub = servers
+    _databases(pub, sub, "4")
+    attach = Lines(_attach(pub, "src4", "--wait", "60"))
+    try:
+        _subscribe(pub, sub, "4")
+        suboid = sub.psql("SELECT oid FROM pg_subscription WHERE subname = 's4'").strip()
+        copying = attach.wait_for(
+            lambda d: any(t["table"] == "public.big" and (t["progress"] or 0) > 0
+                          for t in d["job"]["tables_not_ready"]),
+            "the big table's COPY TO, with its progress")
+        samples, summary, err = attach.finish(timeout=180)
+    finally:
+        if attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s4", dbname="dst4")  # none left syncing
+    assert attach.proc.returncode == 0, err[-2000:]
+    job = copying["job"]
+    assert job["kind"] == "logical_sync" and job["side"] == "publisher"
+    assert job["database"] == "src4" and job["subscription"] == f"subscription oid {suboid}"
+    # sizes from the publisher's own catalog
+    size = int(pub.psql("SELECT relpages::int8 * current_setting('block_size')::int8 "
+                        "FROM pg_class WHERE relname = 'big'", dbname="src4"))
+    big = next(t for t in job["tables_not_ready"] if t["table"] == "public.big")
+    assert big["size"] == size and big["rows"] and big["bytes"]
+    assert job["progress_basis"] == "publisher catalog (this server's catalog)"
+    # its walsenders are its workers, copying
+    assert all(w["phase"] == "copy" for w in copying["workers"] if w["relation"])
+    assert "public.big" in {w["relation"] for w in copying["workers"]}
+    # the total is the subscriber's: no job progress, no ETA, said why
+    assert all(d["job"]["progress"] is None and d["job"]["eta_s"] is None for d in samples
+               if d["job"]["state"] == "running"), [(d["job"]["state"], d["job"]["progress"],
+                                                     d["job"]["eta_s"]) for d in samples]
+    assert "total unknown on the publisher" in (job["eta_reason"] or "")
+    # each table's progress only grows
+    by_table: dict[str, list[float]] = {}
+    for d in samples:
+        for t in d["job"]["tables_not_ready"]:
+            if t["progress"] is not None:
+                by_table.setdefault(t["table"], []).append(t["progress"])
+    assert by_table and all(p == sorted(p) and p[-1] <= 1.0 for p in by_table.values())
+    # one job to the end, every table it saw sent
+    assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
+    names = {i["name"] for i in summary["items"]}
+    assert "public.big" in names and names <= {f"public.{t}" for t in TABLES}
+
+
+@integration
+def test_publisher_restarted_mid_copy(servers: tuple[Cluster, Cluster]) -> None:
+    """The publisher restarts while the big table copies: its sync worker
+    (and the apply worker) lose their connection and start over after
+    wal_retrieve_retry_interval. The job says the table's sync failed, with
+    the apply worker's restart (the connection to the publisher lost), keeps
+    following, and finishes when every table is ready."""
+    pub, sub = servers
+    _databases(pub, sub, "5")
+    attach = Lines(_attach(sub, "dst5", "--wait", "60"))
+    try:
+        _subscribe(pub, sub, "5")
+        attach.wait_for(lambda d: any(w["phase"] == "copy" and w["relation"] == "public.big"
+                                      for w in d["workers"]), "the big table copying")
+        pub.restart("fast")
+        failing = attach.wait_for(
+            lambda d: d["bottleneck"]["kind"] == "sync-failing"
+            and any(t["table"] == "public.big" and t["failures"] >= 1
+                    for t in d["job"]["tables_not_ready"]), "the big table's sync failed")
+        samples, summary, err = attach.finish(timeout=180)
+        states = sub.psql("SELECT string_agg(DISTINCT srsubstate::text, '') FROM "
+                          "pg_subscription_rel", dbname="dst5").strip()
+    finally:
+        if attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s5", dbname="dst5")  # none left syncing
+    assert failing["job"]["state"] == "running" and failing["job"]["apply_restarts"] >= 1
+    assert "connection to the publisher" in failing["bottleneck"]["detail"]
+    assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-2000:]
+    assert samples[-1]["job"]["tables"]["ready"] == len(TABLES)
+    assert states == "r"  # the subscriber's own word, before the subscription went
+
+
+@integration
+def test_publisher_max_replication_slots_too_low(servers: tuple[Cluster, Cluster]) -> None:
+    """A publisher whose max_replication_slots leaves one slot beside the
+    apply worker's: the second sync worker cannot create its slot and
+    starts over and over. The job names the publisher's setting, with its
+    value, read with the publisher's table sizes."""
+    _pub, sub = servers
+    pub = start_cluster(settings={"wal_level": "logical", "max_replication_slots": "2"},
+                        prefix="pgparmon-pub6-")
+    attach: Lines | None = None
+    try:
+        _databases(pub, sub, "6")
+        attach = Lines(_attach(sub, "dst6", "--wait", "60"))
+        _subscribe(pub, sub, "6")
+        short = attach.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots"
+                                and "publisher" in d["bottleneck"]["detail"],
+                                "the publisher's slots named")
+        assert "max_replication_slots = 2" in short["bottleneck"]["detail"]
+        assert short["job"]["state"] == "running"
+    finally:
+        if attach is not None and attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s6", dbname="dst6")
+        pub.stop()

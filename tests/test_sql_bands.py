@@ -42,8 +42,8 @@ from pgparmon.snapshot import DbSample
 DB = "bands"
 # what the product sends, and the parameters it binds
 NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
-         "logical_sync", "logical_conninfo", "advise_subscriber", "advise_subscriber_tables",
-         "advise_publisher")
+         "logical_sync", "logical_conninfo", "logical_publisher", "advise_subscriber",
+         "advise_subscriber_tables", "advise_publisher")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -299,6 +299,11 @@ def test_logical_sync_part(band: int, target: ConnTarget, mon: psycopg.Connectio
     (doc,) = mon.execute(_text("logical_sync", band)).fetchone()  # type: ignore[misc]
     assert doc == []
     assert mon.execute(_text("logical_conninfo", 100000)).fetchone() == (None,)
+    # the publisher's limits, read with its table sizes: settings and the
+    # names of the slots and walsenders in use (none here)
+    (limits,) = mon.execute(_text("logical_publisher", 100000)).fetchone()  # type: ignore[misc]
+    assert limits["max_wal_senders"] > 0 and limits["max_replication_slots"] > 0
+    assert limits["slots"] == [] and limits["walsenders"] == []
     sampler = DbSampler(target, database_filter=DB, parts=("logical_sync", "no_such_part"),
                         server_types=("logical replication worker",))
     try:

@@ -5,9 +5,11 @@ samples, and keeps what the collector shows. A Followed reads the samples and
 the Monitor's public standing (Monitor.standing), nothing inside it.
 
 Per server and interval: one discovery query (the sample statement over
-every database, one round trip) and, only when it shows a session some
-driver claims that no followed job owns, one scan of the host's processes
-(discover.find_jobs). Each followed job costs what `attach` costs: its own
+every database, with the drivers' own parts: one round trip) and, only when
+it shows a session some driver claims that no followed job owns, one scan of
+the host's processes (discover.find_jobs). A job the server runs itself (a
+subscription's sync) is found from the same query (Driver.server_jobs),
+with no scan. Each followed job costs what `attach` costs: its own
 monitor connection and one sample per interval.
 """
 
@@ -23,7 +25,7 @@ import psutil
 from ..connect import ConnTarget
 from ..discover import find_host_jobs, find_jobs
 from ..jobs.base import Job
-from ..jobs.registry import drivers
+from ..jobs.registry import drivers, sample_extras
 from ..monitor import Monitor
 from ..readers.db import DbSampler
 from ..record import Recorder, RecordingError
@@ -213,6 +215,12 @@ def _tool(job: Job) -> str:
     return job.kind
 
 
+def _server_job(job: Job) -> tuple[object, ...]:
+    """A job the server runs itself, as the server knows it (its workers
+    change as it goes)."""
+    return (job.kind, job.database, job.subject)
+
+
 def _job_start(job: Job, db: DbSample) -> float:
     """When the job started: its client process, else its first session."""
     if job.client_pid:
@@ -231,7 +239,7 @@ class ServerWatch:
         self.exporter = exporter
         self.target = target
         self.name = name
-        self.sampler = DbSampler(target)
+        self.sampler = DbSampler(target, **sample_extras())
         self.up = False
         self.connected_once = False
         self.last_sample: float | None = None
@@ -282,16 +290,22 @@ class ServerWatch:
             if f.job.client_pid:
                 clients.add(f.job.client_pid)
         # the cheap part: is there any session some driver would claim that
-        # no running job owns? Only then scan the host's processes.
+        # no running job owns? Only then scan the host's processes. A job the
+        # server runs itself is found from the query alone: one not followed
+        # now is new (its workers come and go: it is known by what the
+        # server calls it)
         ds = drivers()
-        new = [b for b in db.backends if b.pid not in running
-               and any(d.session_key(b) is not None for d in ds)]
-        if not new:
-            return
         facts = self.sampler.facts
         assert facts is not None
+        new = [b for b in db.backends if b.pid not in running
+               and any(d.session_key(b) is not None for d in ds)]
+        subjects = {_server_job(f.job) for f in self.jobs if f.running and f.job.subject}
+        served = [j for d in ds for j in d.server_jobs(db, facts)
+                  if _server_job(j) not in subjects]
+        if not new and not served:
+            return
         try:
-            jobs = find_jobs(facts, db, scan_processes=True)
+            jobs = find_jobs(facts, db, scan_processes=True) if new else served
         except Exception as exc:  # noqa: BLE001 - discovery trouble: next pass
             self.errors += 1
             log(f"{self.name}: discovery failed: {type(exc).__name__}: {exc}")
@@ -299,13 +313,17 @@ class ServerWatch:
         now = time.time()
         new_pids = {b.pid for b in new}
         for job in jobs:
-            if job.client_pid:  # a process tree: the same tree is the same job, and
+            if job.subject:  # run by the server: the same subject is the same job
+                if _server_job(job) in subjects:
+                    continue
+            elif job.client_pid:  # a process tree: the same tree is the same job, and
                 # a running job's sessions are its own (found before its tree was)
                 if job.client_pid in clients or job.pid_hint & running:
                     continue
             elif job.pid_hint & claimed or not job.pid_hint & new_pids:
                 continue  # sessions a followed job owns (or owned)
-            key = (job.kind, job.client_pid, tuple(sorted(job.pid_hint)))
+            key = (_server_job(job) if job.subject
+                   else (job.kind, job.client_pid, tuple(sorted(job.pid_hint))))
             if self.retry.get(key, 0.0) > now:
                 continue
             self._follow(job, db, key)

@@ -149,10 +149,13 @@ class PlanInputs:
     # file_sizes' paths in the order the tool works through them, as the tool
     # wrote it (pg_probackup's backup_content.control)
     file_order: list[str] | None = None
+    # what else a driver read with its plan, as JSON values (a logical
+    # sync's publisher limits: its slot and walsender settings and use)
+    extra: dict[str, Any] | None = None
 
     _KEYS: ClassVar[tuple[str, ...]] = ("toc", "tables", "file_sizes", "targets",
                                         "archive_files", "source", "postdata", "error",
-                                        "partitions", "locations", "file_order")
+                                        "partitions", "locations", "file_order", "extra")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None} \

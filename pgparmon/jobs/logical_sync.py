@@ -28,6 +28,8 @@ worker count, the tables in the order the apply worker starts them.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -68,14 +70,27 @@ SYNC_PHASES = (
           fill="#8ecae6"),
 )
 DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
+# on the publisher, a sync worker is a walsender named after its slot (14+:
+# pg_<subscription oid>_sync_<subscriber relid>_<subscriber system id>;
+# before: <subscription name>_<oid>_sync_<relid>) running COPY ... TO STDOUT
+SYNC_SLOT = re.compile(r"^(?:pg_(\d+)_sync_\d+_(\d+)|.+_(\d+)_sync_\d+)$")
+PUBLISHER = "sync walsenders"  # the grouping of a job found on the publisher
+# on the publisher, how long after its last sync walsender the job still
+# runs: the next table's sync worker starts within the apply worker's
+# cycle (1 s), a failed one's retry after wal_retrieve_retry_interval (5 s
+# by default); the walsender of a table past its COPY (catching up) is not
+# sampled
+PUBLISHER_GRACE_S = 10.0
 
 
-def subscription(db: DbSample | None, name: str | None) -> dict[str, Any] | None:
-    """The subscription's row of this sample's part (None: not in it: dropped,
-    or the part was not read)."""
-    if db is None or not db.parts or name is None:
+def subscription(db: DbSample | None, job: Job) -> dict[str, Any] | None:
+    """The job's subscription's row of this sample's part (None: not in it:
+    dropped, or the part was not read). A subscription's name is unique in
+    its database only."""
+    if db is None or not db.parts or job.subject is None:
         return None
-    return next((s for s in db.parts.get(PART) or () if s.get("name") == name), None)
+    return next((s for s in db.parts.get(PART) or () if s.get("name") == job.subject
+                 and s.get("datname") in (job.database, None)), None)
 
 
 def sync_workers(sub: dict[str, Any]) -> int:
@@ -99,14 +114,41 @@ class LogicalSync(Driver):
     backend_types = ("logical replication worker", "logical replication tablesync worker")
     phases = SYNC_PHASES
 
+    def __init__(self) -> None:
+        # on the publisher: when each job's last sync walsender was seen
+        # (the sample's clock), by its database and grouping
+        self._last_seen: dict[tuple[str | None, str | None], float] = {}
+
     # ---- recognise ---------------------------------------------------------
+    # On the subscriber the job is found from this kind's part (server_jobs);
+    # on the publisher from its sync walsenders (session_key): one job per
+    # subscription (its oid and the subscriber's system id), the tables
+    # copying now each with its COPY TO's progress against this server's
+    # own pg_class sizes, the tables still to come unknown (the subscriber
+    # lists them).
+
+    def session_key(self, b: Backend) -> tuple[object, ...] | None:
+        m = SYNC_SLOT.match(b.application_name or "") if b.backend_type == "walsender" else None
+        if m is None or not b.datname:
+            return None
+        return (self.kind, b.datname, m.group(1) or m.group(3), m.group(2) or "")
+
+    def from_sessions(self, members: list[Backend]) -> Job:
+        key = self.session_key(members[0])
+        assert key is not None
+        return Job(kind=self.kind, database=members[0].datname,
+                   subject=f"subscription oid {key[2]}", grouping=_publisher_grouping(key),
+                   pid_hint=frozenset(b.pid for b in members))
 
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
         out = []
         for sub in (db.parts or {}).get(PART) or ():
-            if not sub.get("not_ready") or not sub.get("enabled"):
-                continue  # every table ready (replicating), or not running
             pids = frozenset(int(w[0]) for w in sub.get("workers") or () if w[1] is not None)
+            # another database's subscription: its tables' states cannot be
+            # read from here (not_ready NULL), a sync worker running says it syncs
+            syncing = sub.get("not_ready") if sub.get("here", True) else bool(pids)
+            if not syncing or not sub.get("enabled"):
+                continue  # every table ready (replicating), or not running
             out.append(Job(kind=self.kind, database=sub.get("datname") or facts.database,
                            subject=sub["name"], grouping=f"{GROUPING} {sub['name']}",
                            pid_hint=pids,
@@ -114,23 +156,36 @@ class LogicalSync(Driver):
         return out
 
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        sub = subscription(snap.db, job.subject)
+        if on_publisher(job):
+            return None  # its sync walsenders (session_matches)
+        sub = subscription(snap.db, job)
         if sub is None:
             return set()
         return {int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
 
     def session_matches(self, job: Job, b: Backend) -> bool:
-        return False  # member_pids decides
+        key = self.session_key(b)  # on the subscriber, member_pids decides
+        return key is not None and _publisher_grouping(key) == job.grouping
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         # while a table is not ready, whether or not a worker runs now (one
-        # waits for a free slot, or restarts after an error)
-        sub = subscription(snap.db, job.subject)
+        # waits for a free slot, or restarts after an error); on the
+        # publisher, while a sync walsender runs
+        if on_publisher(job):
+            key = (job.database, job.grouping)
+            if members:
+                self._last_seen[key] = snap.wall
+                return True
+            last = self._last_seen.get(key)
+            return last is not None and snap.wall - last < PUBLISHER_GRACE_S
+        sub = subscription(snap.db, job)
         return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
 
     # ---- plan --------------------------------------------------------------
 
     def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
+        if on_publisher(tr.job):
+            return {"publisher": tr.job.database}  # this server's own catalog
         if not tr.items:
             return None  # the subscription's tables are not listed yet
         return {"subscription": tr.job.subject}
@@ -138,9 +193,11 @@ class LogicalSync(Driver):
     def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         given = getattr(src, "copy_source", None)
         try:
+            if req.get("publisher"):
+                tables, _post, ddir = src.source_catalog(req["publisher"])
+                return _sized(tables, ddir, "this server's catalog")
             if given is not None:
-                tables, _post, ddir = src.source_catalog(None)
-                return _sized(tables, ddir, describe_target(given))
+                return _from_publisher(given, describe_target(given))
             return self._from_subconninfo(src, req["subscription"])
         except (psycopg.Error, ConnectError) as exc:
             return PlanInputs(error=_unsized(f"cannot read the publisher's table sizes "
@@ -158,14 +215,7 @@ class LogicalSync(Driver):
         if not conninfo:
             return PlanInputs(error=_unsized("the subscription has no connection string"))
         target = ConnTarget(dbname=conninfo)
-        sampler = DbSampler(target)
-        try:
-            facts = sampler.open()
-            tables = sampler.query_json("tables") or []
-        finally:
-            sampler.close()
-        ddir = facts.data_directory if server_is_local(facts.backend_pid) else None
-        return _sized(tables, ddir, "subscription's connection: " + describe_target(target))
+        return _from_publisher(target, "subscription's connection: " + describe_target(target))
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         if inputs.tables is None:
@@ -178,6 +228,7 @@ class LogicalSync(Driver):
             heap = float(pages * tr.block_size) if pages > 0 else sizes.get(rel)
             pub[rel] = (heap, float(t[5]) if t[5] is not None and t[5] > 0 else None)
         tr.kind_state["publisher"] = pub
+        tr.kind_state["publisher_limits"] = (inputs.extra or {}).get("publisher_limits")
         tr.planned = True
         tr.plan_source = inputs.source
         for it in list(tr.items.values()):
@@ -189,7 +240,8 @@ class LogicalSync(Driver):
         return True
 
     def streams(self, tr: Tracker) -> int | None:
-        return tr.kind_state.get("sync_workers") or tr.job.jobs
+        return (tr.kind_state.get("sync_workers") or tr.kind_state.get("max_walsenders")
+                or tr.job.jobs)
 
     # ---- observe -----------------------------------------------------------
 
@@ -203,7 +255,7 @@ class LogicalSync(Driver):
         """A sync worker with no COPY running: opening its slot (its table
         still copying, d) or catching up (f, s, or in the apply worker's
         hands)."""
-        sub = subscription(snap.db, tr.job.subject)
+        sub = subscription(snap.db, tr.job)
         if sub is None:
             return None
         relid = next((w_[1] for w_ in sub.get("workers") or () if w_[0] == b.pid), None)
@@ -225,13 +277,20 @@ class LogicalSync(Driver):
             it.work = max(it.work, it.done)
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
-        return False  # ready when pg_subscription_rel says so (file_evidence)
+        # the subscriber: ready when pg_subscription_rel says so
+        # (file_evidence); the publisher: its COPY TO has sent the table
+        return on_publisher(tr.job)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         """Each table's state, from pg_subscription_rel: ready (r) is done;
         past its copy (f, s) its copy is done; copying (d) runs; waiting (i)
-        waits (again, when a failed sync starts over)."""
-        sub = subscription(snap.db, tr.job.subject)
+        waits (again, when a failed sync starts over). On the publisher: how
+        many sync walsenders copy at once (the most seen: the sync workers)."""
+        if on_publisher(tr.job):
+            now = sum(1 for it in tr.items.values() if it.state == "running")
+            tr.kind_state["max_walsenders"] = max(tr.kind_state.get("max_walsenders", 0), now)
+            return
+        sub = subscription(snap.db, tr.job)
         if sub is None:
             return
         tr.kind_state["sync_workers"] = sync_workers(sub) if sub.get("settings") else \
@@ -283,14 +342,22 @@ class LogicalSync(Driver):
         states: dict[str, str] = tr.kind_state.get("states") or {}
         fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
                  if states.get(k, "r") != "r"}
+        sub = subscription(snap.db, tr.job)
+        short = _publisher_short(tr, sub) if sub is not None else None
+        if short and (fails or any(st == "i" for st in states.values())):
+            return Verdict("worker-slots", short)
         if fails:
             worst = max(fails, key=lambda k: fails[k])
             total = tr.kind_state.get("sync_errors")
             count = f" (sync_error_count {total})" if total is not None else ""
+            restarts = tr.kind_state.get("apply_restarts", 0)
+            why = (f"; the apply worker restarted too ({restarts} time(s)): the subscriber lost "
+                   "its connection to the publisher (a restart of the publisher, the network), "
+                   "the subscriber's server log says more" if restarts else
+                   ": the subscriber's server log says why (a duplicate key, a missing column, "
+                   "a permission, the publisher's max_wal_senders or max_replication_slots)")
             return Verdict("sync-failing", f"the sync of {worst} failed {fails[worst]} time(s) "
-                           f"and starts over{count}: the subscriber's server log says why "
-                           "(a duplicate key, a missing column, a permission)")
-        sub = subscription(snap.db, tr.job.subject)
+                           f"and starts over{count}{why}")
         waiting = sum(1 for st in states.values() if st == "i")
         if sub is None or not waiting:
             return None
@@ -309,12 +376,16 @@ class LogicalSync(Driver):
         return None
 
     def fraction(self, tr: Tracker) -> float | None:
-        return super().fraction(tr) if tr.planned else None
+        return super().fraction(tr) if self.has_total(tr) else None
 
     def has_total(self, tr: Tracker) -> bool:
-        return tr.planned
+        return tr.planned and not on_publisher(tr.job)
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+        if on_publisher(tr.job):
+            return None, ("total unknown on the publisher: the tables still to sync are listed "
+                          "on the subscriber only (attach -d SUBDB there); each copying table's "
+                          "progress is shown")
         if tr.planned:
             return None  # the schedule simulation at the sync worker count
         return None, ("total unknown (the publisher's table sizes were not read; "
@@ -322,6 +393,8 @@ class LogicalSync(Driver):
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
+        if on_publisher(tr.job):
+            return _publisher_fields(tr, workers, state)
         states: dict[str, str] = tr.kind_state.get("states") or {}
         counts = {"waiting": 0, "copying": 0, "catching_up": 0, "ready": 0}
         tables = []
@@ -340,11 +413,12 @@ class LogicalSync(Driver):
             phase = ("copy" if "copy" in phases else CATCH_UP if counts["catching_up"]
                      else "waiting for a sync worker" if counts["waiting"] or counts["copying"]
                      else "all tables ready")
-        return {"phase": phase, "subscription": tr.job.subject,
+        return {"phase": phase, "subscription": tr.job.subject, "side": "subscriber",
                 "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
                                    else "unknown"),
                 "sync_workers": self.streams(tr), "tables": counts,
-                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors")}
+                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors"),
+                "apply_restarts": tr.kind_state.get("apply_restarts", 0)}
 
     # ---- outcome -----------------------------------------------------------
 
@@ -357,6 +431,61 @@ class LogicalSync(Driver):
                          f"not ready: {names}")
 
 
+def on_publisher(job: Job) -> bool:
+    """Whether the job was found on the publisher (from its sync walsenders)."""
+    return (job.grouping or "").startswith(PUBLISHER)
+
+
+def _publisher_grouping(key: tuple[object, ...]) -> str:
+    _kind, _db, suboid, sysid = key
+    return f"{PUBLISHER} pg_{suboid}_sync_*" + (f"_{sysid}" if sysid else "")
+
+
+def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
+                      state: str) -> dict[str, Any]:
+    """The job as the publisher sees it: the tables its sync walsenders
+    copy now (COPY TO: bytes and rows sent, against this server's own
+    sizes) and those they have sent; the rest only the subscriber knows."""
+    copying = [it for it in tr.items.values() if it.state == "running"]
+    tables = [{"table": it.name, "state": "copying", "failures": 0,
+               "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
+               "size": it.heap_bytes,
+               "progress": round(it.fraction, 4) if tr.planned and it.heap_bytes else None}
+              for it in copying]
+    sent = sum(1 for it in tr.items.values() if it.state == "done")
+    return {"phase": ("copy" if any(w["phase"] == "copy" for w in workers) else None)
+            if state == "running" else None,
+            "subscription": tr.job.subject, "side": "publisher",
+            "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
+                               else "unknown"),
+            "sync_workers": max(tr.kind_state.get("max_walsenders", 0), len(copying)) or None,
+            "tables": {"waiting": None, "copying": len(copying), "catching_up": None,
+                       "ready": None, "sent": sent},
+            "tables_not_ready": tables, "sync_errors": None}
+
+
+def _publisher_short(tr: Tracker, sub: dict[str, Any]) -> str | None:
+    """The publisher's setting that leaves fewer walsenders or slots than
+    the sync workers need (each needs one of each), as read with the plan;
+    None: enough, or not read. What this sync's own sync workers used then
+    counts as free."""
+    limits = tr.kind_state.get("publisher_limits")
+    if not limits:
+        return None
+    wanted = sync_workers(sub)
+    mine = re.compile(rf"^pg_{int(sub['subid'])}_sync_\d+_\d+$")
+    for setting, used in (("max_replication_slots", "slots"), ("max_wal_senders", "walsenders")):
+        others = [n for n in limits.get(used) or () if not mine.match(n or "")]
+        free = int(limits.get(setting) or 0) - len(others)
+        if free < wanted:
+            return (f"tables wait or fail for want of a {used[:-1]} on the publisher: its "
+                    f"{setting} = {limits.get(setting)} with {len(others)} in use by others "
+                    f"(the apply worker's among them) leaves {max(0, free)} for "
+                    f"{wanted} sync worker(s) (as read at the sync's start): raise it on the "
+                    "publisher (a restart)")
+    return None
+
+
 def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:
     """Which tables' syncs fail: a table still copying (d) whose sync worker
     is gone or replaced since the last sample failed; the subscription's
@@ -364,6 +493,13 @@ def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None
     sample, shared by the tables it may be), else each such restart counts
     once."""
     workers = {int(w[1]): int(w[0]) for w in sub.get("workers") or () if w[1] is not None}
+    # the apply worker (relid null) gone or replaced: it exits on an error
+    # too, and both at once is the connection to the publisher lost
+    apply = {int(w[0]) for w in sub.get("workers") or () if w[1] is None}
+    apply_before: set[int] = set(tr.kind_state.get("apply_workers") or ())
+    tr.kind_state["apply_workers"] = sorted(apply)
+    if apply_before and not apply_before <= apply:
+        tr.kind_state["apply_restarts"] = tr.kind_state.get("apply_restarts", 0) + 1
     before: dict[str, int] = tr.kind_state.get("table_workers") or {}
     now = {t[1]: workers[int(t[0])] for t in tables if int(t[0]) in workers}
     tr.kind_state["table_workers"] = now
@@ -399,6 +535,21 @@ def _size(tr: Tracker, it: Item) -> None:
     heap = heap or float(tr.block_size)
     it.work, it.heap_bytes, it.reltuples = heap, heap, reltuples
     it.done = it.work if it.state in ("done", "finishing") else 0.0
+
+
+def _from_publisher(target: ConnTarget, described: str) -> PlanInputs:
+    """The publisher's table sizes, and its walsender and slot limits with
+    their use (one short-lived monitor connection)."""
+    sampler = DbSampler(target)
+    try:
+        facts = sampler.open()
+        tables = sampler.query_json("tables") or []
+        limits = sampler.query_json("logical_publisher")
+    finally:
+        sampler.close()
+    ddir = facts.data_directory if server_is_local(facts.backend_pid) else None
+    return dataclasses.replace(_sized(tables, ddir, described),
+                               extra={"publisher_limits": limits} if limits else None)
 
 
 def _sized(tables: Any, ddir: str | None, described: str) -> PlanInputs:

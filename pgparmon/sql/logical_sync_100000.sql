@@ -1,15 +1,19 @@
 -- Logical replication's initial sync, on a subscriber (jobs/logical_sync.py),
--- read with every sample: the subscriptions of the connected database
--- (pg_subscription is shared: subdbid), each with how many of its tables are
--- ready, and while any is not, every table's state in the order the apply
--- worker starts their sync workers (pg_subscription_rel's heap order), the
+-- read with every sample: the subscriptions of every database (pg_subscription
+-- is shared: subdbid), each with its workers (pg_stat_subscription is shared
+-- too); for those of the connected database (pg_subscription_rel is not
+-- shared) how many of its tables are ready, and while any is not, every
+-- table's state in the order the apply worker starts their sync workers (pg_subscription_rel's heap order), the
 -- settings that bound those workers; its workers (pg_stat_subscription: relid
 -- set for a table's sync worker) and no sync error count (pg_stat_subscription_stats is 15+). Catalog and
 -- statistics reads only: no lock on a user table; only the pg_subscription
 -- columns every role may read (not subconninfo).
 SELECT coalesce(json_agg(json_build_object(
     'subid', s.oid::int8, 'name', s.subname, 'enabled', s.subenabled,
-    'datname', current_database(), 'not_ready', n.not_ready, 'ready', n.ready,
+    -- another database's: its table states cannot be read from here (NULL)
+    'datname', d.datname, 'here', d.datname = current_database(),
+    'not_ready', CASE WHEN d.datname = current_database() THEN n.not_ready END,
+    'ready', CASE WHEN d.datname = current_database() THEN n.ready END,
     'tables', CASE WHEN n.not_ready > 0 THEN (
         SELECT json_agg(json_build_array(r.srrelid::int8, ns.nspname || '.' || c.relname,
                                          r.srsubstate::text, r.srsublsn::text) ORDER BY r.ctid)
@@ -24,10 +28,10 @@ SELECT coalesce(json_agg(json_build_object(
         SELECT json_object_agg(name, setting) FROM pg_settings
         WHERE name IN ('max_sync_workers_per_subscription', 'max_logical_replication_workers',
                        'max_worker_processes')) END
-  ) ORDER BY s.subname), '[]'::json)
+  ) ORDER BY d.datname, s.subname), '[]'::json)
 FROM pg_subscription s
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE r.srsubstate <> 'r') AS not_ready,
            count(*) FILTER (WHERE r.srsubstate = 'r') AS ready
     FROM pg_subscription_rel r WHERE r.srsubid = s.oid) n
-WHERE s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+JOIN pg_database d ON d.oid = s.subdbid

@@ -35,6 +35,9 @@ SELECT json_build_object(
         -- (a physical walsender has no database)
         AND (a.backend_type IN ('client backend', 'parallel worker')
              OR (a.backend_type = 'walsender' AND a.application_name ~ '^(pg_basebackup|pg_probackup)')
+             -- a walsender running SQL's COPY (a logical walsender: a subscriber's
+             -- table sync reads its table so, COPY ... TO STDOUT)
+             OR (a.backend_type = 'walsender' AND a.query ~* '^\s*copy\s')
              -- server processes that work for a kind of job (Driver.backend_types:
              -- a subscription's sync workers)
              OR a.backend_type = ANY(%(types)s::text[]))
