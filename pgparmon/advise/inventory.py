@@ -29,7 +29,7 @@ from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
 from ..ddl import partition_parents, post_data_targets
 from ..jobs.base import Job
-from ..jobs.pg_dump import plan_tables
+from ..jobs.tables import plan_tables
 from ..jobs.pg_restore import partitions_under, plan_archive
 from ..readers import procs
 from ..readers.db import ServerFacts

@@ -39,9 +39,8 @@ from ..readers.files import table_file_sizes
 from ..readers.procs import is_input_file
 from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
 from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, tree_member_pids
-from .pg_dump import plan_tables, table_progress
-from .pg_restore import DEFAULT_FK_FACTOR
 from .statements import copy_target, norm_rel
+from .tables import DEFAULT_FK_FACTOR, plan_tables, table_progress
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker

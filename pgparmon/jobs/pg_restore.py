@@ -21,14 +21,13 @@ from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .tables import DEFAULT_FK_FACTOR
 from .registry import program_of
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
     from ..readers.procs import ProcInfo
 
-# A foreign key's validation costs about this share of loading its table
-DEFAULT_FK_FACTOR = 0.15
 # a data item this small leaves no trace worth waiting for at the end
 _TINY_WORK = 512
 _DONE_ASKS = 4
