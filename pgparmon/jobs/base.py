@@ -321,6 +321,30 @@ class Driver:
         """Whether a process tree of one of `programs` is a job to follow."""
         return True
 
+    def tree_jobs(self, db: DbSample, claimed: set[int], links: dict[int, int],
+                  forced: int | None, steps: set[int]) -> list[Job]:
+        """Jobs found from the process table and the sessions together, of
+        clients no driver's `programs` name (a COPY loader: the tree of each
+        loading session's client). `claimed`: sessions other jobs hold (add
+        those of the jobs returned); `links`: backend pid -> client pid;
+        `forced`: a pid `attach --pid` names that no job holds yet; `steps`:
+        roots of programs that run a pg_dump / pg_restore as a step of
+        theirs (discover.step_of). Asked of every driver, in order, once
+        the named programs' trees are taken."""
+        return []
+
+    def stale_session(self, b: Backend, now: float | None) -> bool:
+        """A session whose client cannot be seen and that no driver should
+        group into a job (an old session whose last statement, long ago, was
+        a load's COPY)."""
+        return False
+
+    def command_job(self, pid: int, argv: list[str], dbname: str | None) -> Job | None:
+        """The job `pgparmon run` makes of a command it started whose
+        program no driver recognises (a loader, a script); None: not this
+        kind's. The first driver that answers takes it."""
+        return None
+
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
         """For sessions whose client processes cannot be seen: the key that
         groups them into one job, or None when this kind does not claim it."""
@@ -412,6 +436,12 @@ class Driver:
         writes), JSON-able; it travels in the snapshot (`Snapshot.tool`), so
         a recording replays it (`prev`: the last one read). None: nothing."""
         return None
+
+    def client_of(self, tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
+        """The client process that drives a worker's session when the
+        readings link none to it (a dump's or a restore's: the process
+        holding its item's data file open)."""
+        return w.client_pid
 
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:

@@ -13,10 +13,11 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..analyze.items import Item
+from ..analyze.items import Item, WorkerState
 from ..readers.files import table_file_sizes
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file_id, list_archive
+from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
 from .tables import plan_tables, table_progress
 from .registry import program_of
@@ -94,6 +95,9 @@ class PgDump(Driver):
         return True
 
     # ---- observe -----------------------------------------------------------
+
+    def client_of(self, tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
+        return data_file_client(tr, w, snap)
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:

@@ -15,11 +15,12 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..analyze.items import Item
+from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
+from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
 from .tables import DEFAULT_FK_FACTOR
 from .registry import program_of
@@ -91,6 +92,9 @@ class PgRestore(Driver):
         settle_from_catalog(tr, ctx, snap.wall, running)
 
     # ---- observe -----------------------------------------------------------
+
+    def client_of(self, tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
+        return data_file_client(tr, w, snap)
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
