@@ -20,7 +20,6 @@ from ..toc import TocError, TocItem, data_file_id, list_archive
 from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
 from .tables import plan_tables, table_progress
-from .registry import program_of
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -40,7 +39,7 @@ class PgDump(Driver):
     # ---- recognise ---------------------------------------------------------
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        if program_of(b.application_name) != self.kind:
+        if not self.names_app(b.application_name):
             return None
         return (self.kind, b.datname, b.backend_xmin)
 
@@ -57,7 +56,7 @@ class PgDump(Driver):
         return job
 
     def session_matches(self, job: Job, b: Backend) -> bool:
-        if program_of(b.application_name) != self.kind:
+        if not self.names_app(b.application_name):
             return False
         return not (job.xmin and b.backend_xmin and b.backend_xmin != job.xmin)
 

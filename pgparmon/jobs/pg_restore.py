@@ -23,7 +23,6 @@ from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
 from .tables import DEFAULT_FK_FACTOR
-from .registry import program_of
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -46,7 +45,7 @@ class PgRestore(Driver):
         return not args.list_only and bool(args.dbname)
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        if program_of(b.application_name) != self.kind:
+        if not self.names_app(b.application_name):
             return None
         return (self.kind, b.datname, b.usename, b.client_addr)
 
@@ -56,7 +55,7 @@ class PgRestore(Driver):
                    pid_hint=frozenset(b.pid for b in members))
 
     def session_matches(self, job: Job, b: Backend) -> bool:
-        return program_of(b.application_name) == self.kind
+        return self.names_app(b.application_name)
 
     # ---- plan --------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import os
 
 from .. import phases
 from .base import Driver, Job
+from .job import set_kind_lookup
 
 _DRIVERS: list[Driver] = []
 
@@ -90,6 +91,13 @@ def command_job(pid: int, argv: list[str], dbname: str | None) -> Job:
         if job is not None:
             return job
     raise LookupError(f"no driver follows {os.path.basename(argv[0]) if argv else 'a command'}")
+
+
+def _whole_cluster(kind: str) -> bool:
+    return driver_for(kind).whole_cluster
+
+
+set_kind_lookup(_whole_cluster)  # Job.describe's question, answered by the kind's driver
 
 
 def sample_extras() -> dict[str, tuple[str, ...]]:
