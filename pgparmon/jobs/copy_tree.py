@@ -11,7 +11,7 @@ from collections import Counter
 from ..readers import procs
 from ..redact import redact_argv
 from ..snapshot import Backend, DbSample
-from .base import TREE, Job
+from .job import TREE, Job
 from .statements import copy_target
 
 # a remote job whose sessions have all been idle this long has ended (a
