@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
@@ -338,6 +339,23 @@ def _apply_option(res: ClientArgs, key: str, value: str | None) -> str | None:
     elif key in ("list", "data-only", "schema-only", "verbose"):
         _apply_flag(res, key)
     return value if key == "dbname" else None
+
+
+def command_word(argv: list[str] | tuple[str, ...], is_option: Callable[[str], bool],
+                 takes_value: Callable[[str], bool]) -> str | None:
+    """A tool's command word (pgBackRest's `backup`, pg_probackup's
+    `restore`...): the first argument after the program that is neither an
+    option nor the value of an option that takes one as the next argument."""
+    skip = False
+    for a in list(argv)[1:]:
+        if skip:
+            skip = False
+            continue
+        if is_option(a):
+            skip = takes_value(a)
+            continue
+        return a
+    return None
 
 
 def max_rate_bytes(value: str | None) -> int | None:

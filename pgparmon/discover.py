@@ -11,16 +11,13 @@ tree is ours and which client process drives which session.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from .cmdline import ClientArgs, parse_client_cmdline
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Driver, Job
-from .jobs.copy import IDLE_GRACE_S, CopyLoad, copy_candidate, idle_for
 from .jobs.registry import client_programs, driver_for, drivers, program_of
-from .jobs.statements import copy_target
 from .readers import procs
 from .readers.db import ServerFacts
 from .redact import redact_argv
@@ -149,7 +146,8 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
             claimed |= members
             jobs.append(job)
         forced = pid if pid is not None and not any(j.has_pid(pid) for j in jobs) else None
-        jobs.extend(_copy_tree_jobs(facts, db, claimed, links, forced, steps))
+        for d in drivers():  # clients no program names (a COPY loader's tree)
+            jobs.extend(d.tree_jobs(db, claimed, links, forced, steps))
     jobs.extend(_backend_only_jobs(db, claimed, facts))
     return jobs
 
@@ -207,48 +205,6 @@ def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample) -> int | 
     return None
 
 
-def _copy_tree_jobs(facts: ServerFacts, db: DbSample, claimed: set[int],
-                    links: dict[int, int], forced: int | None = None,
-                    steps: set[int] | None = None) -> list[Job]:
-    """COPY loads whose client processes are on this host: each loading (or
-    just loaded, idle between batches) session is linked to its client
-    process, the tree is walked up to the job's root, and every session of
-    that tree, on any database, is one job. `steps`: roots of programs
-    running a pg_dump / pg_restore step (step_of) are jobs too."""
-    roots: dict[int, set[int]] = {root: set() for root in steps or ()}
-    mine = procs.own_ancestors()  # never a job's root: see procs.job_root
-    for b in db.backends:
-        if b.pid in claimed or b.pid not in links or not copy_candidate(b, db.server_ts):
-            continue
-        roots.setdefault(procs.job_root(links[b.pid], mine), set()).add(b.pid)
-    if forced is not None and forced not in claimed and forced not in roots:
-        client = links.get(forced, forced)  # a backend's client, or a client process
-        root = procs.job_root(client, mine)
-        # a job only when some session's client has that same root (not init's
-        # tree, not a process with no session of its own)
-        if any(procs.job_root(c, mine) == root for c in set(links.values())):
-            roots.setdefault(root, set())
-    jobs: list[Job] = []
-    for root in sorted(roots):
-        tree = set(procs.tree_pids(root)) or {root}
-        members = [b for b in db.backends if b.pid not in claimed and links.get(b.pid) in tree
-                   and b.backend_type == "client backend"]
-        if not members:
-            continue
-        info = procs.proc_info(root)
-        dbs = Counter(b.datname for b in members if b.datname)
-        rels = {ct[1] for b in members if (ct := copy_target(b.query)) and ct[0] == "from"}
-        jobs.append(Job(kind=CopyLoad.kind, database=dbs.most_common(1)[0][0] if dbs else None,
-                        databases=tuple(sorted(dbs)), client_pid=root,
-                        client_pids=frozenset(tree), jobs=len(members),
-                        command=tuple(redact_argv(list(info.cmdline))) if info else (),
-                        usename=members[0].usename, client_addr=members[0].client_addr,
-                        relation=rels.pop() if len(rels) == 1 else None,
-                        pid_hint=frozenset(b.pid for b in members), grouping=TREE))
-        claimed |= {b.pid for b in members}
-    return jobs
-
-
 def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> list[Job]:
     """Jobs whose client processes we cannot see: each unclaimed client
     session goes to the first driver whose grouping key accepts it."""
@@ -256,10 +212,10 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
     for b in db.backends:
         if b.pid in claimed or b.backend_type not in ("client backend", "walsender"):
             continue
-        if (b.state != "active" and copy_target(b.query) is not None
-                and idle_for(b, db.server_ts) > IDLE_GRACE_S):
+        ds = drivers()
+        if any(d.stale_session(b, db.server_ts) for d in ds):
             continue  # an old session whose last statement was a COPY: no load now
-        for d in drivers():
+        for d in ds:
             key = d.session_key(b)
             if key is not None:
                 groups.setdefault(key, []).append(b)

@@ -15,7 +15,7 @@ showed; what a tool kind adds comes from its driver's hooks:
   (`leftovers`, `leftover_verdict`).
 
 The outcome it reaches is the Monitor's `outcome`, the sample's job state
-and the summary's. The Tracker asks `clients_gone` (jobs/base.py, so that
+and the summary's. The Tracker asks `clients_gone` (jobs/job.py, so that
 the analysis below needs nothing from here) whether a session never seen
 before may still join the job.
 """

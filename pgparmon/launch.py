@@ -21,9 +21,8 @@ from .connect import ConnectError, ConnTarget, check_reachable
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
-from .jobs.base import TREE, Job
-from .jobs.copy import CopyLoad
-from .jobs.registry import client_programs, driver_for
+from .jobs.base import Job
+from .jobs.registry import client_programs, command_job, driver_for
 from .monitor import Monitor
 from .open_job import job_for_process
 from .readers import procs
@@ -167,14 +166,6 @@ def _wrapped_job(proc: subprocess.Popen[bytes], argv: list[str], inner: list[str
     seen = procs.environ_appname(pid)
     job = job_for_process(pid, inner, tag if tag and seen == tag else "")
     return dataclasses.replace(job, command=tuple(redact_argv(argv)))
-
-
-def command_job(pid: int, argv: list[str], dbname: str | None) -> Job:
-    """The job of any command we started (a loader, a script): its process
-    tree, known exactly, and every session the tree opens, on any database."""
-    db = dbname if dbname and "=" not in dbname and "://" not in dbname else None
-    return Job(kind=CopyLoad.kind, database=db, client_pid=pid, client_pids=frozenset({pid}),
-               command=tuple(redact_argv(argv)), grouping=TREE)
 
 
 def _print_log_tail(log: str) -> None:

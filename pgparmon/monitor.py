@@ -22,6 +22,7 @@ from .analyze.progress import Tracker
 from .heap import HeapSettler
 from .job_end import JobEnd, Outcome
 from .jobs.base import Job
+from .jobs.registry import driver_for
 from .jobs.statements import copy_target
 from .notes import Notes
 from .readers.db import ServerFacts
@@ -89,7 +90,7 @@ class Monitor:
     def discover(self) -> Job:
         job = self.job = self.source.discover()
         self.facts = self.source.facts
-        self.tracker = Tracker(job, block_size=self.facts.block_size)
+        self.tracker = Tracker(job, driver_for(job.kind), block_size=self.facts.block_size)
         self.end = JobEnd(job, self.noted.say)
         self.noted.discovered(job, self.facts, getattr(self.source, "why", None),
                               self.tracker.driver.data_flow)

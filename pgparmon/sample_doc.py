@@ -11,7 +11,6 @@ tick's readings; it reads nothing else.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,7 +23,6 @@ from .jobs.registry import phase_of
 from .jobs.statements import copy_target
 
 if TYPE_CHECKING:
-    from .analyze.items import WorkerState
     from .analyze.progress import Tracker
     from .jobs.base import Job
     from .job_end import Outcome
@@ -85,22 +83,6 @@ def cpu_percent(pid: int, snap: Snapshot, prev: Snapshot | None,
     return max(0.0, (b.cpu_s - a.cpu_s) / dt * 100) if dt > 0 else None
 
 
-def client_of(tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
-    """Which client process drives this backend: the one holding the
-    item's data file open (dump writes it, restore reads it)."""
-    it = tr.items.get(w.item or "")
-    if it is None:
-        return w.client_pid
-    want = it.key
-    for c in snap.clients:
-        for f in c.open_files or ():
-            base = os.path.basename(f.path)
-            if base.split(".")[0] == want:
-                w.client_pid = c.pid
-                return c.pid
-    return w.client_pid
-
-
 @dataclass
 class WorkerRows:
     """The sample's worker rows and what the job's figures sum from them."""
@@ -120,7 +102,7 @@ def worker_rows(tr: Tracker, snap: Snapshot, prev: Snapshot | None) -> WorkerRow
         streaming = phase_of(w.phase).streams
         bps = w.bytes_rate.recent(5.0) if streaming else 0.0
         tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
-        cpid = links.get(w.pid) or client_of(tr, w, snap)
+        cpid = links.get(w.pid) or tr.driver.client_of(tr, w, snap)
         ccpu = cpu_percent(cpid, snap, prev) if cpid else None
         scpu = cpu_percent(w.pid, snap, prev, os_side=True)
         progress = w.progress

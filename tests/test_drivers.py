@@ -16,6 +16,7 @@ import pytest
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
+from pgparmon.jobs.registry import driver_for
 from pgparmon.analyze.stall import Stall
 from pgparmon.connect import ConnTarget
 from pgparmon.discover import find_jobs
@@ -178,7 +179,7 @@ def test_a_job_counts_from_its_own_start_not_the_first_sample(toyload: None,
     job = src.discover()
     if client:
         job = replace(job, client_pid=77)
-    tr = Tracker(job)
+    tr = Tracker(job, driver_for(job.kind))
     proc = ClientProc(pid=77, ppid=1, name="toyload", create_time=960.0, status="running",
                       cpu_user=0.0, cpu_system=0.0, read_chars=0, write_chars=0, open_files=())
     for t in range(3):
@@ -194,7 +195,7 @@ def test_a_job_counts_from_its_own_start_not_the_first_sample(toyload: None,
     else:
         assert (tr.started, tr.started_from) == (970.0, "sessions")
     # never after the first sample, whatever the clocks say
-    late = Tracker(job)
+    late = Tracker(job, driver_for(job.kind))
     db = replace(src._db(0), server_ts=900.0, backends=tuple(
         replace(b, backend_start=905.0) for b in src._db(0).backends))
     late.update(Snapshot(ts=0.0, wall=1000.0, db=db, host=None))

@@ -10,6 +10,7 @@ import pytest
 
 from pgparmon.analyze import eta
 from pgparmon.analyze.progress import Tracker
+from pgparmon.jobs.registry import driver_for
 from pgparmon.jobs.base import Job
 from pgparmon.jobs.pg_restore import plan_archive
 from pgparmon.toc import TocItem
@@ -27,7 +28,7 @@ def _restore(tables: int, indexes: int, seed: int = 5) -> Tracker:
     targets = {10 + tables + j: PostDataTarget("INDEX", "public", f"t{j}_idx",
                                                f"public.t{j % tables}", None, "index")
                for j in range(indexes)}
-    tr = Tracker(Job(kind="pg_restore", database="db", jobs=4))
+    tr = Tracker(Job(kind="pg_restore", database="db", jobs=4), driver_for("pg_restore"))
     plan_archive(tr, toc, files, targets)
     # four streams at 10 MB/s each for 10 s
     tr.history = [(float(t), 4, 4e7 * t) for t in range(11)]

@@ -8,6 +8,7 @@ from typing import Any
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
+from pgparmon.jobs.registry import driver_for
 from pgparmon.job_end import NO_MEMBERS_SAMPLES, JobEnd, Outcome, outcome_exit_code
 from pgparmon.jobs.base import Job
 from pgparmon.snapshot import Backend, ClientProc, DbSample, Snapshot
@@ -60,7 +61,7 @@ def _snap(t: int, clients: tuple[int, ...] = (), alive: bool | None = None,
 def _restore(client_pid: int | None) -> tuple[Tracker, JobEnd, list[str]]:
     job = Job(kind="pg_restore", database="shop", client_pid=client_pid, jobs=2,
               usename="loader")
-    tr = Tracker(job)
+    tr = Tracker(job, driver_for(job.kind))
     for key in ("a", "b", "c"):
         tr.add(Item(key=key, kind="data", relation=f"public.{key}", name=key,
                     size=1e6, work=1e6))

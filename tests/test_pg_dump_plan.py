@@ -10,6 +10,7 @@ import pytest
 from support import pgparmon_cmd, read_jsonl
 
 from pgparmon.analyze.progress import Tracker
+from pgparmon.jobs.registry import driver_for
 from pgparmon.cluster import Cluster
 from pgparmon.jobs.base import Job
 from pgparmon.jobs.pg_dump import _reading_catalog
@@ -25,7 +26,7 @@ def test_the_leader_is_reading_the_catalog(tmp_path: Path) -> None:
 
 
 def test_a_dump_gone_before_its_toc_did_not_complete() -> None:
-    tr = Tracker(Job(kind="pg_dump", database="db"))
+    tr = Tracker(Job(kind="pg_dump", database="db"), driver_for("pg_dump"))
     assert tr.driver.cut_short(tr, None) is None  # type: ignore[arg-type]
     tr.kind_state["toc_written"] = False
     said = tr.driver.cut_short(tr, None)  # type: ignore[arg-type]

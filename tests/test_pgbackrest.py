@@ -40,15 +40,10 @@ from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs import walwait
 from pgparmon.jobs.base import TREE
-from pgparmon.jobs.pgbackrest import (
-    _archive_stop,
-    _data_path,
-    _how_far,
-    _looking,
-    _wait_verdict,
-    command_of,
-    option,
-)
+from pgparmon.jobs.pgbackrest import _how_far
+from pgparmon.jobs.pgbackrest_repo import archive_stop, command_of, data_path, option
+from pgparmon.jobs import pgbackrest_waits
+from pgparmon.jobs.pgbackrest_waits import wait_verdict
 from pgparmon.jobs.walwait import WAIT_ONLY
 from pgparmon.monitor import Monitor
 from pgparmon.open_job import wait_for_job
@@ -686,16 +681,15 @@ def test_run_follows_pgbackrest_to_its_exit_code(repo: Repo, tmp_path: Path) -> 
 
 
 def test_a_read_file_is_named_by_its_path_in_the_data_directory() -> None:
-    tr: Any = None  # the path alone decides
-    assert _data_path("/var/lib/postgresql/15/main/base/16384/16397", tr) == "base/16384/16397"
-    assert _data_path("/srv/pg/main/pg_xact/0000", tr) == "pg_xact/0000"
-    assert _data_path("/srv/pg/main/pg_multixact/members/0000", tr) == \
+    assert data_path("/var/lib/postgresql/15/main/base/16384/16397") == "base/16384/16397"
+    assert data_path("/srv/pg/main/pg_xact/0000") == "pg_xact/0000"
+    assert data_path("/srv/pg/main/pg_multixact/members/0000") == \
         "pg_multixact/members/0000"
-    assert _data_path("/srv/pg/main/global/pg_control", tr) == "global/pg_control"
-    assert _data_path("/srv/pg/main/PG_VERSION", tr) == "PG_VERSION"
+    assert data_path("/srv/pg/main/global/pg_control") == "global/pg_control"
+    assert data_path("/srv/pg/main/PG_VERSION") == "PG_VERSION"
     # a data directory whose own path holds such a name
-    assert _data_path("/mnt/base/data/base/1/1259", tr) == "base/1/1259"
-    assert _data_path("/mnt/global/data/pg_xact/0000", tr) == "pg_xact/0000"
+    assert data_path("/mnt/base/data/base/1/1259") == "base/1/1259"
+    assert data_path("/mnt/global/data/pg_xact/0000") == "pg_xact/0000"
 
 
 def test_pgbackrest_command_lines() -> None:
@@ -737,12 +731,12 @@ def test_when_pgbackrest_sees_the_segment_before_its_start() -> None:
 
     def looking(argv: list[str], b: Backend) -> dict[str, Any]:
         tr = SimpleNamespace(job=SimpleNamespace(command=["pgbackrest", *argv, "backup"]))
-        arch = _looking(tr, ww, b)  # type: ignore[arg-type]
+        arch = pgbackrest_waits.looking(tr, ww, b)  # type: ignore[arg-type]
         assert arch is not None and arch["segments"] == 20 and arch["left_s"] == 10.0
         return arch
 
     def verdict(arch: dict[str, Any]) -> str:
-        v = _wait_verdict(walwait.wait_doc("start", None, arch), "starting", None)
+        v = wait_verdict(walwait.wait_doc("start", None, arch), "starting", None)
         assert v.kind == "archiving"
         return v.detail
 
@@ -781,17 +775,17 @@ def test_the_stop_segment_from_the_manifest_copy(tmp_path: Path) -> None:
     the stop, or where it cannot be read."""
     d = tmp_path / "20250101-000000F"
     d.mkdir()
-    assert _archive_stop(str(d)) is None
+    assert archive_stop(str(d)) is None
     (d / "backup.manifest.copy").write_text(
         '[backrest]\nbackrest-format=5\nbackrest-version="2.45"\n\n[backup]\n'
         'backup-archive-start="000000010000000000000019"\nbackup-label="20250101-000000F"\n')
-    assert _archive_stop(str(d)) is None  # during the copy: no stop yet
+    assert archive_stop(str(d)) is None  # during the copy: no stop yet
     (d / "backup.manifest.copy").write_text(
         '[backrest]\nbackrest-format=5\n\n[backup]\n'
         'backup-archive-start="000000010000000000000019"\n'
         'backup-archive-stop="00000001000000000000002F"\nbackup-label="20250101-000000F"\n'
         '\n[target:file]\npg_data/base/1/1259={"size":8192}\n')
-    assert _archive_stop(str(d)) == "00000001000000000000002F"
+    assert archive_stop(str(d)) == "00000001000000000000002F"
 
 
 def test_restore_options_manifest_and_queue(tmp_path: Path) -> None:

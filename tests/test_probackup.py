@@ -152,7 +152,7 @@ class Host:
                            "main", "-b", "FULL", "-j", "2", *argv),
                   client_pids=frozenset({PID}))
         self.job = self.driver.refine(job, [])
-        self.tr = Tracker(self.job)
+        self.tr = Tracker(self.job, self.driver)
         assert self.driver.plan(self.tr, PlanInputs(
             file_sizes={k: float(v) for k, v in self.SIZES.items()},
             locations={"": str(self.pgdata)}, file_order=order))

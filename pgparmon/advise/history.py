@@ -64,6 +64,7 @@ from typing import Any
 
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..jobs.base import Job, PlanInputs
+from ..jobs.registry import driver_for
 from ..record import Recording, RecordingError, read_recording
 from .kinds import BY_TOOL
 
@@ -257,7 +258,8 @@ def _plan_total(rec: Recording, kind: str) -> float | None:
         return None
     facts = rec.header.get("facts") or {}
     try:
-        tr = Tracker(Job.from_dict(rec.header["job"]),
+        job = Job.from_dict(rec.header["job"])
+        tr = Tracker(job, driver_for(job.kind),
                      block_size=int(facts.get("block_size") or 8192))
         if not tr.driver.plan(tr, PlanInputs.from_dict(plan)):
             return None

@@ -29,8 +29,9 @@ from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
 from ..ddl import partition_parents, post_data_targets
 from ..jobs.base import Job
-from ..jobs.pg_dump import plan_tables
+from ..jobs.tables import plan_tables
 from ..jobs.pg_restore import partitions_under, plan_archive
+from ..jobs.registry import driver_for
 from ..readers import procs
 from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
@@ -140,7 +141,8 @@ def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
                    local: bool) -> Inventory:
     row = conn.execute(sql.load("tables", facts.version_num)).fetchone()
     tables: list[list[Any]] = (row[0] if row else None) or []
-    tr = Tracker(Job(kind=DUMP.tool, database=facts.database), block_size=facts.block_size)
+    tr = Tracker(Job(kind=DUMP.tool, database=facts.database), driver_for(DUMP.tool),
+                 block_size=facts.block_size)
     sizes = table_file_sizes(facts.data_directory if local else None, tables)
     plan_tables(tr, None, tables, sizes)
     info = {f"{t[1]}.{t[2]}": t for t in tables}
@@ -327,7 +329,7 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
                   ref_row_bytes: float = INDEX_REF_ROW_BYTES,
                   parents: dict[str, str] | None = None
                   ) -> tuple[list[WorkItem], list[TableSize]]:
-    tr = Tracker(Job(kind=RESTORE.tool, database=None))
+    tr = Tracker(Job(kind=RESTORE.tool, database=None), driver_for(RESTORE.tool))
     if index_factor is not None and index_factor > 0:
         tr.index_factor = index_factor
     plan_archive(tr, toc, files, targets, parents)

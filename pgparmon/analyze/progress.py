@@ -10,10 +10,9 @@ their table's data, corrected by what finished builds took in this run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from ..jobs.base import Job, clients_gone
-from ..jobs.registry import driver_for
+from ..jobs.job import Job, clients_gone
 from ..jobs.statements import build_target, copy_target, maint_target, norm_rel
 from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
 from .items import Item, WorkerState
@@ -26,12 +25,39 @@ DEFAULT_INDEX_FACTOR = 0.5
 DEFAULT_TEXT_RATIO = 0.85
 
 
+class TrackedDriver(Protocol):
+    """What the Tracker asks of its job's driver (jobs.base.Driver answers
+    it); the Tracker is handed the driver and knows no tool."""
+
+    has_leader: bool
+    host_only: bool
+
+    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None: ...
+    def belongs(self, job: Job, b: Backend) -> bool: ...
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None: ...
+    def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None: ...
+    def build_item(self, tr: Tracker, b: Backend, kind: str, name: str,
+                   ip: IndexProgress | None) -> str | None: ...
+    def maint_item(self, tr: Tracker, b: Backend, kind: str, rel: str | None,
+                   mp: MaintProgress | None) -> str | None: ...
+    def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
+                   snap: Snapshot) -> tuple[str, str | None] | None: ...
+    def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
+                 ip: IndexProgress | None, snap: Snapshot) -> None: ...
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot,
+                         sessions: set[int]) -> bool: ...
+    def on_finish(self, tr: Tracker, it: Item) -> None: ...
+    def fraction(self, tr: Tracker) -> float | None: ...
+
+
 class Tracker:
     """Stateful follower of one job; feed it snapshots in order."""
 
-    def __init__(self, job: Job, block_size: int = 8192) -> None:
+    def __init__(self, job: Job, driver: TrackedDriver, block_size: int = 8192) -> None:
         self.job = job
-        self.driver = driver_for(job.kind)
+        # the job's driver: the Tracker asks it TrackedDriver's questions; the
+        # sample's builders and the job's end, which hold the Tracker, ask more
+        self.driver: Any = driver
         self.block_size = block_size
         self.items: dict[str, Item] = {}
         self.by_relation: dict[str, str] = {}  # relation -> data item key

@@ -1,11 +1,12 @@
-"""The job model: a job is what the DBA started (one tool's process tree and
-every server session it opened), and each tool kind is a driver.
+"""The driver interface: each tool kind is a driver (the Job itself, plain
+data, is in job.py, below the Tracker; it is imported from here too).
 
 A driver answers four questions, and the Monitor and the views never ask
 which tool a job is:
 
-- recognise: which processes (`programs`, `from_tree`) and which server
-  sessions (`session_key`, `from_sessions`, `belongs`) make up a job;
+- recognise: which processes (`programs`, `from_tree`, `tree_jobs`) and
+  which server sessions (`session_key`, `from_sessions`, `belongs`) make
+  up a job;
 - plan: what the work list is built from (`read_plan`, live only: it reads
   the archive, the catalog, files) and the work list itself (`plan`, pure);
 - observe: how an item's progress follows from the readings (`progress`,
@@ -20,7 +21,7 @@ Adding a tool kind is one module with a Driver subclass and a line in
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..cmdline import ClientArgs
@@ -36,6 +37,7 @@ from ..snapshot import (
     Snapshot,
 )
 from ..toc import TocItem
+from .job import TREE, Job  # the job model: drivers and the core import it from here too
 
 if TYPE_CHECKING:
     from ..analyze.bottleneck import Verdict
@@ -43,87 +45,6 @@ if TYPE_CHECKING:
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
-
-
-# Job.grouping of a job whose sessions were linked to its client processes
-# (one process tree on this host); other groupings say what they inferred from
-TREE = "process tree"
-
-
-@dataclass(frozen=True)
-class Job:
-    kind: str  # a registered driver's kind: "pg_dump" | "pg_restore" | "copy"
-    database: str | None
-    client_pid: int | None = None
-    jobs: int | None = None
-    format: str | None = None
-    target: str | None = None  # dump directory / archive path
-    command: tuple[str, ...] = ()  # redacted
-    app_name: str | None = None  # exact application_name when we tagged the job
-    xmin: str | None = None  # a dump's shared snapshot
-    usename: str | None = None
-    client_addr: str | None = None
-    relation: str | None = None  # a COPY pool's target table
-    pid_hint: frozenset[int] = field(default_factory=frozenset)  # backends seen at discovery
-    args: ClientArgs | None = None
-    # how the job's sessions were grouped: "process tree" (its client processes
-    # on this host), or "inferred: ..." (the keys a remote client's sessions share)
-    grouping: str | None = None
-    databases: tuple[str, ...] = ()  # every database its sessions use (a COPY job)
-    client_pids: frozenset[int] = field(default_factory=frozenset)  # the tree at discovery
-    # a COPY job's source server as given with --source (redacted): the copy
-    # is planned from its catalog
-    source: str | None = None
-    # what the server calls a job it runs itself, with no client of its own
-    # (a subscription's name)
-    subject: str | None = None
-
-    def describe(self) -> str:
-        who = (f"pid {self.client_pid}" if self.client_pid
-               else "run by the server" if self.subject else "remote client")
-        if self.grouping:
-            who += f"; {self.grouping}"
-        j = f" -j {self.jobs}" if self.jobs else ""
-        tgt = f" {self.target}" if self.target else ""
-        rel = f" into {self.relation}" if self.relation else ""
-        from .registry import driver_for
-
-        if driver_for(self.kind).whole_cluster:
-            where = "the whole cluster"
-        elif len(self.databases) > 1:
-            where = f"databases {', '.join(self.databases)}"
-        else:
-            where = f"database {self.database or '?'}"
-        src = f" from {self.source}" if self.source else ""
-        subj = f" of {self.subject}" if self.subject else ""
-        return f"{self.kind}{subj}{j}{tgt}{rel}{src} on {where} ({who})"
-
-    def database_list(self) -> list[str]:
-        """Every database of the job (one for a dump or a restore)."""
-        return list(self.databases) or ([self.database] if self.database else [])
-
-    def has_pid(self, pid: int) -> bool:
-        """`--pid`: a process of the job's tree or one of its backends."""
-        return pid == self.client_pid or pid in self.pid_hint or pid in self.client_pids
-
-    def to_dict(self) -> dict[str, Any]:
-        """The job as a recording's header holds it (no parsed argv)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "args"}
-        d["pid_hint"] = sorted(self.pid_hint)
-        d["client_pids"] = sorted(self.client_pids)
-        d["command"] = list(self.command)
-        d["databases"] = list(self.databases)
-        return d
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> Job:
-        names = {f.name for f in dataclasses.fields(Job)} - {"args"}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["pid_hint"] = frozenset(kw.get("pid_hint") or ())
-        kw["client_pids"] = frozenset(kw.get("client_pids") or ())
-        kw["command"] = tuple(kw.get("command") or ())
-        kw["databases"] = tuple(kw.get("databases") or ())
-        return Job(**kw)
 
 
 @dataclass(frozen=True)
@@ -225,14 +146,6 @@ def cluster_job(kind: str, members: list[Backend], grouping: str) -> Job:
                grouping=grouping)
 
 
-def clients_gone(job: Job, snap: Snapshot) -> bool:
-    """The snapshot shows the job's client processes gone (its root, and in
-    a process tree every process of it). The Tracker asks it: a session
-    never seen before is then another client's. The job's end itself is
-    decided by job_end.JobEnd alone, from the same evidence."""
-    return bool(job.client_pid) and snap.root_alive is False
-
-
 def tree_member_pids(job: Job, snap: Snapshot) -> set[int] | None:
     """A process-tree job's sessions: those whose client process is in the
     tree this tick (None when the links could not be read: decide by
@@ -323,6 +236,36 @@ class Driver:
     def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
         """Whether a process tree of one of `programs` is a job to follow."""
         return True
+
+    def tree_jobs(self, db: DbSample, claimed: set[int], links: dict[int, int],
+                  forced: int | None, steps: set[int]) -> list[Job]:
+        """Jobs found from the process table and the sessions together, of
+        clients no driver's `programs` name (a COPY loader: the tree of each
+        loading session's client). `claimed`: sessions other jobs hold (add
+        those of the jobs returned); `links`: backend pid -> client pid;
+        `forced`: a pid `attach --pid` names that no job holds yet; `steps`:
+        roots of programs that run a pg_dump / pg_restore as a step of
+        theirs (discover.step_of). Asked of every driver, in order, once
+        the named programs' trees are taken."""
+        return []
+
+    def stale_session(self, b: Backend, now: float | None) -> bool:
+        """A session whose client cannot be seen and that no driver should
+        group into a job (an old session whose last statement, long ago, was
+        a load's COPY)."""
+        return False
+
+    def command_job(self, pid: int, argv: list[str], dbname: str | None) -> Job | None:
+        """The job `pgparmon run` makes of a command it started whose
+        program no driver recognises (a loader, a script); None: not this
+        kind's. The first driver that answers takes it."""
+        return None
+
+    def names_app(self, app: str | None) -> bool:
+        """Whether an application_name is this kind's program's (pg_dump
+        falls back to its own name; a tag like 'pg_dump/pgparmon-1a2b'
+        starts with it)."""
+        return app is not None and app.startswith(self.programs)
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
         """For sessions whose client processes cannot be seen: the key that
@@ -415,6 +358,12 @@ class Driver:
         writes), JSON-able; it travels in the snapshot (`Snapshot.tool`), so
         a recording replays it (`prev`: the last one read). None: nothing."""
         return None
+
+    def client_of(self, tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
+        """The client process that drives a worker's session when the
+        readings link none to it (a dump's or a restore's: the process
+        holding its item's data file open)."""
+        return w.client_pid
 
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:

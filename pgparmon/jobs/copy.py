@@ -37,22 +37,19 @@ from ..analyze.items import Item
 from ..analyze.rates import WindowRate
 from ..readers.files import table_file_sizes
 from ..readers.procs import is_input_file
-from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
+from ..redact import redact_argv
+from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, MaintProgress, Snapshot
 from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, tree_member_pids
-from .pg_dump import plan_tables, table_progress
-from .pg_restore import DEFAULT_FK_FACTOR
+from .copy_tree import IDLE_GRACE_S, IDLE_STATES, copy_tree_jobs, idle_for
 from .statements import copy_target, norm_rel
+from .tables import DEFAULT_FK_FACTOR, plan_tables, table_progress
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
 
 INFERRED = "inferred: application_name, client address, user"
-# a remote job whose sessions have all been idle this long has ended (a
-# loader parsing its next batch is idle for a few seconds between COPYs)
-IDLE_GRACE_S = 60.0
 # remote sessions of one key that started further apart are separate jobs
 START_GAP_S = 600.0
-IDLE_STATES = ("idle", "idle in transaction", "idle in transaction (aborted)")
 IDLE_PHASE = "idle between batches"
 # bytes a reader may still take at its end beyond its measured reach (its
 # stdio buffer, a last burst)
@@ -60,25 +57,6 @@ READ_SLACK = 256 * 1024
 BUILD_UNMEASURED = ("a step after the copy runs (an index or constraint build, a VACUUM or "
                     "ANALYZE) that no progress view measures yet: no ETA until it does")
 POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
-
-
-def idle_for(b: Backend, now: float | None) -> float:
-    """Seconds the session has been idle (0 when active or not known)."""
-    if b.state not in IDLE_STATES or now is None:
-        return 0.0
-    since = b.state_change or b.query_start
-    return max(0.0, now - since) if since else 0.0
-
-
-def copy_candidate(b: Backend, now: float | None) -> bool:
-    """A session that is loading through COPY, or idle just after one (its
-    last statement is a COPY: a load between batches)."""
-    ct = copy_target(b.query)
-    if ct is None or ct[0] != "from" or b.backend_type != "client backend":
-        return False
-    if b.state == "active":
-        return True
-    return b.state in IDLE_STATES and idle_for(b, now) <= IDLE_GRACE_S
 
 
 class CopyLoad(Driver):
@@ -95,6 +73,23 @@ class CopyLoad(Driver):
     all_databases = True
 
     # ---- recognise ---------------------------------------------------------
+
+    def tree_jobs(self, db: DbSample, claimed: set[int], links: dict[int, int],
+                  forced: int | None, steps: set[int]) -> list[Job]:
+        # the fallback for a local client no named program claims: the
+        # process tree of each loading session's client
+        return copy_tree_jobs(self.kind, db, claimed, links, forced, steps)
+
+    def stale_session(self, b: Backend, now: float | None) -> bool:
+        return b.state != "active" and copy_target(b.query) is not None \
+            and idle_for(b, now) > IDLE_GRACE_S
+
+    def command_job(self, pid: int, argv: list[str], dbname: str | None) -> Job | None:
+        # any command `run` started (a loader, a script): its process tree,
+        # known exactly, and every session it opens, on any database
+        db = dbname if dbname and "=" not in dbname and "://" not in dbname else None
+        return Job(kind=self.kind, database=db, client_pid=pid, client_pids=frozenset({pid}),
+                   command=tuple(redact_argv(argv)), grouping=TREE)
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
         ct = copy_target(b.query)

@@ -45,7 +45,7 @@ from ..readers.procs import server_is_local
 from ..redact import redact_text
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, Snapshot
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
-from .pg_dump import table_progress
+from .tables import table_progress
 
 if TYPE_CHECKING:
     from ..analyze.items import WorkerState

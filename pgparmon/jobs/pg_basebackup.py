@@ -35,7 +35,6 @@ from ..phases import Phase
 from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING, WAL
 from . import walwait
 from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
-from .registry import program_of
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -129,7 +128,7 @@ class PgBasebackup(Driver):
                                    target=None if job.target == "-" else job.target)
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        if b.backend_type != "walsender" or program_of(b.application_name) != self.kind:
+        if b.backend_type != "walsender" or not self.names_app(b.application_name):
             return None
         return (self.kind, b.usename, b.client_addr, b.application_name)
 
@@ -148,7 +147,7 @@ class PgBasebackup(Driver):
         return cluster_job(self.kind, members, INFERRED)
 
     def belongs(self, job: Job, b: Backend) -> bool:
-        if b.backend_type != "walsender" or program_of(b.application_name) != self.kind:
+        if b.backend_type != "walsender" or not self.names_app(b.application_name):
             return False
         if job.app_name and b.application_name != job.app_name:
             return False

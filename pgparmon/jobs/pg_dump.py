@@ -13,12 +13,13 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..analyze.items import Item
+from ..analyze.items import Item, WorkerState
 from ..readers.files import table_file_sizes
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file_id, list_archive
+from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
-from .registry import program_of
+from .tables import plan_tables, table_progress
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -38,7 +39,7 @@ class PgDump(Driver):
     # ---- recognise ---------------------------------------------------------
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        if program_of(b.application_name) != self.kind:
+        if not self.names_app(b.application_name):
             return None
         return (self.kind, b.datname, b.backend_xmin)
 
@@ -55,7 +56,7 @@ class PgDump(Driver):
         return job
 
     def session_matches(self, job: Job, b: Backend) -> bool:
-        if program_of(b.application_name) != self.kind:
+        if not self.names_app(b.application_name):
             return False
         return not (job.xmin and b.backend_xmin and b.backend_xmin != job.xmin)
 
@@ -93,6 +94,9 @@ class PgDump(Driver):
         return True
 
     # ---- observe -----------------------------------------------------------
+
+    def client_of(self, tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
+        return data_file_client(tr, w, snap)
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
@@ -167,39 +171,3 @@ def _reading_catalog(tdir: str) -> bool:
 
 def _toc_dict(t: TocItem) -> dict[str, Any]:
     return {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
-
-
-def table_progress(tr: Tracker, it: Item, cp: CopyProgress) -> None:
-    """A table item sized from pg_class, advanced by one COPY of it: rows
-    over reltuples, else COPY bytes over its heap size times the text/heap
-    ratio learned from finished tables."""
-    if it.reltuples:
-        frac = cp.tuples_processed / it.reltuples
-    else:
-        frac = cp.bytes_processed / max(1.0, (it.heap_bytes or 1.0) * tr.text_ratio)
-    it.done = max(it.done, min(0.99, frac) * it.work)
-
-
-def plan_tables(tr: Tracker, toc: list[TocItem] | None, tables: list[list[Any]],
-                file_sizes: dict[str, float] | None = None) -> None:
-    """Items of a dump: its TOC's TABLE DATA entries (or, when the TOC is not
-    readable, every user table), sized from pg_class like pg_dump does;
-    tables never vacuumed (relpages 0) by their files' size when known."""
-    info: dict[str, list[Any]] = {f"{t[1]}.{t[2]}": t for t in tables}
-    sizes = file_sizes or {}
-    wanted: list[tuple[str, str]] = []
-    if toc is not None:
-        for it in toc:
-            if it.desc == "TABLE DATA" and it.schema is not None:
-                wanted.append((str(it.dump_id), f"{it.schema}.{it.tag}"))
-    else:
-        wanted = [(rel, rel) for rel, t in info.items() if t[3] in ("r", "m")]
-    for key, rel in wanted:
-        t = info.get(rel)
-        relpages = (t[4] or 0) + (t[6] or 0) if t else 0
-        heap = float(relpages * tr.block_size) if relpages > 0 else None
-        heap = heap or sizes.get(rel) or float(tr.block_size)
-        reltuples = float(t[5]) if t and t[5] is not None and t[5] > 0 else None
-        tr.add(Item(key=key, kind="data", relation=rel, name=rel, size=relpages or heap,
-                    work=heap, reltuples=reltuples, heap_bytes=heap))
-    tr.planned = True

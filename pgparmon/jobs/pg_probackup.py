@@ -93,7 +93,7 @@ from .pg_probackup_steps import (
     thread_cpu,
     validates,
 )
-from .pgbackrest import how_far, process_row, prune_rows
+from .backup_rows import how_far, process_row, prune_rows
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from ..cmdline import command_word
+
 DONE_STATES = ("DONE", "OK")
 # what backup.control says that pgparmon shows (never primary_conninfo)
 CONTROL_KEYS = ("status", "backup-mode", "stream", "compress-alg", "compress-level",
@@ -43,16 +45,7 @@ _VALUED = {"-B", "-b", "-j", "-D", "-d", "-h", "-p", "-U", "-S", "--backup-path"
 def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
     """pg_probackup's command (`backup`, `restore`, `validate`...): the
     first argument that is neither an option nor an option's value."""
-    skip = False
-    for a in list(argv)[1:]:
-        if skip:
-            skip = False
-            continue
-        if a.startswith("-"):
-            skip = a in _VALUED
-            continue
-        return a
-    return None
+    return command_word(argv, lambda a: a.startswith("-"), lambda a: a in _VALUED)
 
 
 def opt(argv: list[str] | tuple[str, ...], short: str | None, long: str) -> str | None:

@@ -15,20 +15,19 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..analyze.items import Item
+from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
+from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
-from .registry import program_of
+from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
     from ..readers.procs import ProcInfo
 
-# A foreign key's validation costs about this share of loading its table
-DEFAULT_FK_FACTOR = 0.15
 # a data item this small leaves no trace worth waiting for at the end
 _TINY_WORK = 512
 _DONE_ASKS = 4
@@ -46,7 +45,7 @@ class PgRestore(Driver):
         return not args.list_only and bool(args.dbname)
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        if program_of(b.application_name) != self.kind:
+        if not self.names_app(b.application_name):
             return None
         return (self.kind, b.datname, b.usename, b.client_addr)
 
@@ -56,7 +55,7 @@ class PgRestore(Driver):
                    pid_hint=frozenset(b.pid for b in members))
 
     def session_matches(self, job: Job, b: Backend) -> bool:
-        return program_of(b.application_name) == self.kind
+        return self.names_app(b.application_name)
 
     # ---- plan --------------------------------------------------------------
 
@@ -92,6 +91,9 @@ class PgRestore(Driver):
         settle_from_catalog(tr, ctx, snap.wall, running)
 
     # ---- observe -----------------------------------------------------------
+
+    def client_of(self, tr: Tracker, w: WorkerState, snap: Snapshot) -> int | None:
+        return data_file_client(tr, w, snap)
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:

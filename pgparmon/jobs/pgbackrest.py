@@ -21,14 +21,17 @@ Work is counted in pgBackRest's percentage (full, differential and
 incremental alike: for the latter two it is of what they copy, which only
 pgBackRest knows). A backup run from a repository host (its processes not on
 this host) is seen by its session only: no progress, and it says so.
+
+The driver holds the hooks; its command line, lock file and repository are
+read in pgbackrest_repo.py, its waits around the copy (checkpoint,
+archiver) and their verdicts are in pgbackrest_waits.py, and the rows of
+its processes and the copy's windowed ETA in backup_rows.py, which the
+other backup drivers share.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import re
 from typing import TYPE_CHECKING, Any
 
 from .. import units as fmt
@@ -48,6 +51,10 @@ from .base import (
     cluster_job,
     tree_member_pids,
 )
+from .backup_rows import process_row, prune_rows, window_eta
+from .pgbackrest_repo import backup_type, command_of, data_directory_bytes, data_path, \
+    option, read_lock
+from .pgbackrest_waits import aim_stop, archive_check, waits, wait_verdict
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -59,61 +66,6 @@ INFERRED = ("inferred: user, client address and application_name (pgBackRest's p
 COMMANDS = ("backup",)  # restore runs with the server down: not followed yet
 KEY = "pgbackrest"
 COPY_RATE_WINDOW_S = 30.0  # the ETA's rate: the copy's last seconds
-LOCK_SUFFIX = "-backup.lock"
-# its start: `pg_backup_start('pgBackRest backup started at ' || current_timestamp,
-# true|false ...)` (pg_start_backup before 15): the second argument asks for a
-# fast checkpoint
-_START = re.compile(r"pg_(?:backup_start|start_backup)\s*\(([^,]*),\s*(true|false)?",
-                    re.IGNORECASE)
-# what it asks right after pg_backup_start (its databases, its tablespaces,
-# a forced switch when the segment had not moved): the start is done
-_AFTER_START = re.compile(r"pg_catalog\.pg_(?:database|tablespace|switch_(?:wal|xlog)|"
-                          r"create_restore_point)\b", re.IGNORECASE)
-_STOP = re.compile(r"pg_(?:backup_stop|stop_backup)\s*\(", re.IGNORECASE)
-# the segment its stop waits for (every one up to it), in the manifest's copy
-# it saves in its repository just before it looks for them
-_ARCHIVE_STOP = re.compile(r'^backup-archive-stop="([0-9A-F]{24})"$', re.MULTILINE)
-MANIFEST_COPY = "backup.manifest.copy"
-FAST_OPTION = "--start-fast (start-fast=y in its configuration)"
-TIMES_OUT = "the backup fails when its archive-timeout (60 s unless set) runs out"
-ARCHIVE_TIMEOUT_S = 60.0  # archive-timeout's default
-
-
-def command_of(argv: list[str] | tuple[str, ...]) -> str | None:
-    """pgBackRest's command word (`backup`, `archive-push`, `backup:local`...):
-    the first argument that is not an option or an option's value."""
-    skip = False
-    for a in list(argv)[1:]:
-        if skip:
-            skip = False
-            continue
-        if a.startswith("--"):
-            skip = "=" not in a and not _is_flag(a)
-            continue
-        return a
-    return None
-
-
-def _is_flag(opt: str) -> bool:
-    """Long options pgBackRest takes without a value (negations, booleans
-    given bare): a value-taking option given as `--opt value` takes the next
-    argument instead."""
-    name = opt[2:]
-    return name.startswith(("no-", "reset-")) or name in (
-        "online", "start-fast", "stop-auto", "delta", "force", "archive-check",
-        "archive-copy", "backup-standby", "resume", "checksum-page", "compress",
-        "expire-auto", "dry-run", "set", "beta")
-
-
-def option(argv: list[str] | tuple[str, ...], name: str) -> str | None:
-    """A `--name=value` or `--name value` option's value."""
-    args = list(argv)
-    for i, a in enumerate(args):
-        if a == f"--{name}" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(f"--{name}="):
-            return a.split("=", 1)[1]
-    return None
 
 
 class PgBackRest(Driver):
@@ -188,33 +140,7 @@ class PgBackRest(Driver):
         in a posix repository (the files its processes write), and, once no
         process copies, whether the stanza's backup.info lists it (the
         backup completed)."""
-        prev = prev or {}
-        out: dict[str, Any] = {"lock_file": prev.get("lock_file"), "lock": {},
-                               "backup_dir": prev.get("backup_dir")}
-        opened = [f.path for c in clients for f in c.open_files or ()]
-        paths = sorted({p for p in opened if p.endswith(LOCK_SUFFIX)})
-        for path in paths or ([out["lock_file"]] if out["lock_file"] else []):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read(4096)
-            except OSError:
-                continue
-            try:
-                data = json.loads(text) if text.strip() else {}
-            except ValueError:
-                data = {}  # being rewritten: the next sample reads it
-            out.update(lock_file=path, lock=data if isinstance(data, dict) else {})
-            break
-        copying = False
-        for p in opened:
-            i = p.find("/pg_data/")
-            if i > 0 and "/backup/" in p[:i]:
-                out["backup_dir"] = p[:i]
-                copying = True
-        if out["backup_dir"] and not copying:
-            out["completed"] = _listed(out["backup_dir"])
-            out["archive_stop"] = prev.get("archive_stop") or _archive_stop(out["backup_dir"])
-        return out if out["lock_file"] or out["backup_dir"] else None
+        return read_lock(clients, prev)
 
     # ---- observe -----------------------------------------------------------
 
@@ -222,7 +148,7 @@ class PgBackRest(Driver):
         st = tr.kind_state.setdefault("backrest", {"procs": {}, "cpu": {}})
         it = tr.items.get(KEY)
         if it is None:
-            it = Item(key=KEY, kind="backup", relation=None, name=f"{_type(tr)} backup",
+            it = Item(key=KEY, kind="backup", relation=None, name=f"{backup_type(tr.job.command)} backup",
                       size=1.0, work=1.0, state="running", started=snap.wall)
             tr.add(it)
         walwait.watch(st).observe(snap)
@@ -241,16 +167,16 @@ class PgBackRest(Driver):
         if snap.tool and snap.tool.get("archive_stop"):
             st["archive_stop"] = snap.tool["archive_stop"]
         inflight = self._local_processes(tr, st, snap)
-        _aim_stop(tr, st, snap)
+        aim_stop(tr, st, snap)
         st["phase"] = _phase(tr, st, snap)
-        st["wait"] = _waits(tr, st, snap)
+        st["wait"] = waits(tr, st, snap)
         if it.state == "done":
             return
         # pgBackRest counts a file when it is finished: one large file read
         # for minutes moves its percentage by nothing. In bytes (a full
         # backup's total: the data directory; 2.48+: its own), add how far
         # the local processes are into the files they read now.
-        total = st.get("sz") or (st.get("pgdata") if _type(tr) == "full" else None)
+        total = st.get("sz") or (st.get("pgdata") if backup_type(tr.job.command) == "full" else None)
         if total:
             done = (st.get("pct") or 0.0) / 10000.0 * total + inflight
             if it.work != total:
@@ -293,7 +219,7 @@ class PgBackRest(Driver):
             f = max(reading, key=lambda f: sizes[f.path])
             inflight += sum(min(r.position, sizes[r.path]) for r in reading)
             w.phase = "backup"
-            w.relation = _data_path(f.path, tr)
+            w.relation = data_path(f.path)
             w.progress = min(1.0, f.position / sizes[f.path]) if sizes[f.path] else None
             w.wait_event = None
             w.state = "active"
@@ -349,7 +275,7 @@ class PgBackRest(Driver):
                           "pgBackRest's processes are not on this host: no progress")
         left, why = window_eta(tr.items.get(KEY), st.get("hist") or ())
         st["stop_ahead"] = None
-        if left is not None and phase == "copy" and _archive_check(tr):
+        if left is not None and phase == "copy" and archive_check(tr):
             # the stop waits for the archiver: the backlog now, beyond the copy's rest
             st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
             left += st["stop_ahead"] or 0.0
@@ -382,7 +308,7 @@ class PgBackRest(Driver):
                 "processes_copying": len(st.get("active") or ()),
                 "percent_done": round(st["pct"] / 100.0, 2) if st.get("pct") is not None
                 else None,
-                "total_bytes": st.get("sz") or (st.get("pgdata") if _type(tr) == "full"
+                "total_bytes": st.get("sz") or (st.get("pgdata") if backup_type(tr.job.command) == "full"
                                                 else None),
                 "done_bytes": st.get("szCplt"),
                 "lock_file": st.get("lock_file"), "backup_dir": st.get("backup_dir"),
@@ -395,7 +321,7 @@ class PgBackRest(Driver):
         st = tr.kind_state.get("backrest") or {}
         phase = st.get("phase")
         if phase in ("starting", "archive-wait"):
-            return _wait_verdict(st.get("wait"), phase, walwait.watch(st).failing())
+            return wait_verdict(st.get("wait"), phase, walwait.watch(st).failing())
         if phase == "finishing":
             return Verdict("nothing", "pgBackRest finishes the backup (pg_backup_stop, its "
                            "manifest): no file is copied now")
@@ -453,156 +379,6 @@ class PgBackRest(Driver):
         return f"pgbackrest exit code {code}"
 
 
-def _archive_check(tr: Tracker) -> bool:
-    """Whether pgBackRest waits for the archive at its start and stop
-    (archive-check, on unless the command line turns it off; a setting in its
-    configuration file is not seen)."""
-    argv = tr.job.command
-    return "--no-archive-check" not in argv and \
-        (option(argv, "archive-check") or "y").lower() not in ("n", "no", "false", "0")
-
-
-def _session(tr: Tracker, snap: Snapshot) -> Backend | None:
-    """Its session on the server (the one that starts and stops the backup)."""
-    members = [b for b in tr.members(snap) if b.backend_type == "client backend"]
-    return next((b for b in members if _START.search(b.query or "")), None) or \
-        (members[0] if members else None)
-
-
-def _waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | None:
-    """What the backup waits on at its start (the checkpoint of
-    pg_backup_start; the archiver, up to the segment pg_backup_start switches
-    out of) and at its stop (the archiver, up to the stop's segment), with
-    their figures (walwait)."""
-    ww = walwait.watch(st)
-    phase = st.get("phase")
-    checks = _archive_check(tr)
-    if phase == "starting":
-        b = _session(tr, snap)
-        m = _START.search(b.query or "") if b is not None else None
-        if m or b is not None and _AFTER_START.search(b.query or ""):
-            st["start_seen"] = True  # pg_backup_start has switched out of the segment
-        ck = None
-        if m and b is not None and b.state == "active":
-            fast = m.group(2).lower() == "true" if m.group(2) else \
-                "--start-fast" in tr.job.command
-            ck = ww.checkpoint(snap, b, fast)
-        arch = None
-        if checks:
-            seen = bool(st.get("start_seen"))
-            ww.aim("start", fixed=seen, ahead=0 if seen else 1)
-            arch = _looking(tr, ww, b)
-        return walwait.wait_doc("start", ck, arch)
-    if phase == "archive-wait" and checks:
-        return walwait.wait_doc("stop", None, ww.archiving("stop"))
-    return None
-
-
-def _aim_stop(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
-    """The segment pgBackRest's stop waits for (every one up to it, each in
-    turn): its manifest's backup-archive-stop once the copy of the manifest
-    it saves before it looks shows it (exact; a posix repository this user
-    can read); before that, once its session is seen in pg_backup_stop, the
-    segment being written (the one pg_backup_stop switches out of), fixed
-    once the statement has run."""
-    ww = walwait.watch(st)
-    segno = walwait.segment_number(st.get("archive_stop"), ww.seg_size)
-    if segno is not None:
-        ww.aim("stop", fixed=True, segno=segno)
-        return
-    b = next((b for b in tr.members(snap) if _STOP.search(b.query or "")), None)
-    if b is not None:
-        running = b.state == "active"
-        ww.aim("stop", fixed=not running, ahead=1 if running else 0)
-
-
-def _archive_timeout(tr: Tracker) -> tuple[float, bool]:
-    """pgBackRest's archive-timeout in seconds, and whether its command line
-    gives it (else its default: a setting in its configuration file is not
-    seen)."""
-    given = option(tr.job.command, "archive-timeout")
-    try:
-        return (float(given), True) if given else (ARCHIVE_TIMEOUT_S, False)
-    except ValueError:
-        return ARCHIVE_TIMEOUT_S, False
-
-
-def _looking(tr: Tracker, ww: walwait.WalWatch, b: Backend | None) -> dict[str, Any] | None:
-    """The archiver's figures for the start's wait, and when pgBackRest sees
-    the segment in its repository (`seen_in_s`). Its session goes idle after
-    its last statement before it looks (the start's pg_database and
-    pg_tablespace lists; a forced switch); from then it looks, then again
-    after ever longer sleeps (walwait.next_look), so it sees the segment up
-    to a sleep after the archiver archived it (after a minute's wait, its
-    next look is 38 s later), or gives up at its archive-timeout
-    (`gives_up`: the backup fails). Only at the start: at its stop it has
-    closed its session, and it looks for each segment up to the stop's in
-    turn, each with its sleeps from 0.1 s again; from a standby it first
-    waits for the standby's replay."""
-    arch = ww.archiving("start")
-    if arch is None or b is None or b.state != "idle" or b.state_change is None \
-            or not _AFTER_START.search(b.query or "") or _from_standby(tr):
-        return arch
-    limit, given = _archive_timeout(tr)
-    seen = ww.polled("start", b.state_change, limit)
-    arch["seen_in_s"] = round(seen, 1) if seen is not None else None
-    arch["archive_timeout_s"] = limit if given else None
-    arch["gives_up"] = ww.gives_up("start", b.state_change, limit)
-    return arch
-
-
-def _from_standby(tr: Tracker) -> bool:
-    """--backup-standby on its command line (a setting in its configuration
-    file is not seen)."""
-    argv = tr.job.command
-    return "--backup-standby" in argv or \
-        (option(argv, "backup-standby") or "n").lower() in ("y", "yes", "true", "1")
-
-
-def _wait_verdict(wait: dict[str, Any] | None, phase: str, failing: str | None) -> Verdict:
-    """The start's and the stop's limit: the checkpoint, then the archiver
-    (`failing`: archive_command fails, as pg_stat_archiver says)."""
-    what = ("the segment before the backup's start" if phase == "starting"
-            else "the backup's last segment")
-    ck = wait["checkpoint"] if wait else None
-    arch = wait["archiving"] if wait else None
-    if failing and arch is None:  # no WAL position read (an older recording)
-        return Verdict("archiving", f"pgBackRest waits for WAL archiving, and {failing}: fix "
-                       f"archive_command (the server log says why), or {TIMES_OUT}")
-    if arch is not None and arch["failing"]:
-        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT))
-    if ck is not None:
-        text = walwait.checkpoint_text(ck, FAST_OPTION, "pgBackRest")
-        if arch is not None and arch["segments"]:
-            text += "; then it checks the archive: " + walwait.archiving_text(arch, what, TIMES_OUT)
-        return Verdict("checkpoint", text)
-    if arch is not None:
-        return Verdict("archiving", walwait.archiving_text(arch, what, TIMES_OUT) +
-                       _looks_text(arch))
-    if phase == "starting":
-        return Verdict("starting", "pgBackRest prepares the backup (its checks, "
-                       "pg_backup_start): no file is copied yet")
-    return Verdict("archiving", "waiting for the backup's last WAL segment to be "
-                   "archived (archive_command, archive-push)")
-
-
-def _looks_text(arch: dict[str, Any]) -> str:
-    """When pgBackRest sees the start's segment in its repository, or that
-    its archive-timeout runs out first (nothing where neither is known)."""
-    if arch.get("gives_up"):
-        limit = arch.get("archive_timeout_s")
-        timeout = (f"its archive-timeout ({fmt.duration(limit)}, its command line)" if limit
-                   else f"its archive-timeout ({fmt.duration(ARCHIVE_TIMEOUT_S)} unless its "
-                   "configuration sets another)")
-        return (f"; at this pace {timeout} runs out first and the backup fails: a faster "
-                "archive_command, or a longer --archive-timeout")
-    seen = arch.get("seen_in_s")
-    if not seen:
-        return ""
-    return ("; pgBackRest looks for it in its repository after ever longer sleeps (from "
-            f"0.1 s, each the sum of the two before): it sees it in about {fmt.about(seen)}")
-
-
 def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
     """What the ETA counts."""
     phase = st.get("phase")
@@ -619,113 +395,6 @@ def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
     return None
 
 
-def process_row(st: dict[str, Any], w: WorkerState, c: ClientProc, snap: Snapshot,
-                prev_cpu: tuple[float, float] | None, counted: int | None) -> None:
-    """A pgBackRest process's row: its byte counter (read or written) and
-    its CPU since the last sample."""
-    if counted is not None:
-        w.bytes_done = counted
-        w.bytes_rate.add(snap.ts, counted)
-    if prev_cpu is not None and c.cpu_s is not None and snap.ts > prev_cpu[0]:
-        st.setdefault("cpu_pct", {})[c.pid] = \
-            100.0 * (c.cpu_s - prev_cpu[1]) / (snap.ts - prev_cpu[0])
-    w.last_seen = snap.ts
-
-
-def prune_rows(tr: Tracker, st: dict[str, Any], procs: dict[int, WorkerState],
-               active: set[int]) -> None:
-    """The rows of the processes that copy now; those that stopped go."""
-    for pid in list(procs):
-        if pid not in active:
-            del procs[pid]
-            tr.workers.pop(pid, None)
-            st.get("cpu_pct", {}).pop(pid, None)
-    tr.workers.update(procs)
-    st["active"] = sorted(active)
-
-
-def how_far(it: Item | None, has_total: bool, phase: str | None) -> str:
-    """How far a copy got, in bytes of its total, for a verdict."""
-    if it is None or not has_total:
-        return f"in phase {phase or '?'}"
-    return (f"at {100.0 * it.fraction:.1f}% ({fmt.size(it.done)} of {fmt.size(it.work)}), "
-            f"phase {phase or '?'}")
-
-
-def window_eta(it: Item | None, hist: Any) -> tuple[float | None, str | None]:
-    """The rest of the copy at the rate of its last seconds: hist holds
-    (ts, done, work) samples, those of another total left out.  A rate needs
-    a second of them, or three samples (two intervals) where the samples
-    come faster: a copy that lasts a second or two at a short interval
-    still gets an ETA before its end."""
-    pts = [h for h in hist if it is not None and h[2] == it.work]
-    if it is None or len(pts) < 2 or (len(pts) < 3 and pts[-1][0] - pts[0][0] < 1.0):
-        return None, "measuring"
-    rate = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
-    if rate <= 0:
-        return None, "measuring"
-    return max(0.0, it.work - it.done) / rate, None
-
-
-def _listed(backup_dir: str) -> bool | None:
-    """Whether the stanza's backup.info lists this backup (written when it
-    completes); None: it cannot be read here."""
-    label = os.path.basename(backup_dir.rstrip("/"))
-    try:
-        with open(os.path.join(os.path.dirname(backup_dir.rstrip("/")), "backup.info"),
-                  encoding="utf-8", errors="replace") as f:
-            return any(line.startswith(label + "=") for line in f)
-    except OSError:
-        return None
-
-
-def _archive_stop(backup_dir: str) -> str | None:
-    """The segment the backup's stop waits for, from the copy of its
-    manifest in the repository (its [backup] section, at the top; None: not
-    written yet, encrypted, or not readable here)."""
-    try:
-        with open(os.path.join(backup_dir, MANIFEST_COPY), encoding="utf-8",
-                  errors="replace") as f:
-            head = f.read(16384)
-    except OSError:
-        return None
-    m = _ARCHIVE_STOP.search(head)
-    return m.group(1) if m else None
-
-
-def _type(tr: Tracker) -> str:
-    """full | diff | incr (pgBackRest's default: incr, full when there is none yet)."""
-    return option(tr.job.command, "type") or "incr"
-
-
-def data_directory_bytes(pgdata: str) -> int | None:
-    """The size of the files a full backup copies from the data directory
-    (pg_wal's segments and the server's runtime files are not copied)."""
-    files = data_directory_files(pgdata)
-    return sum(files.values()) or None if files is not None else None
-
-
-def data_directory_files(pgdata: str) -> dict[str, int] | None:
-    """The files a backup copies from the data directory (paths relative to
-    it) and their sizes; None when it cannot be read."""
-    skip = {"pg_wal", "pg_xlog", "pg_replslot", "pg_stat_tmp", "pg_dynshmem", "pg_notify",
-            "pg_serial", "pg_snapshots", "pg_subtrans"}
-    out: dict[str, int] = {}
-    try:
-        for root, dirs, files in os.walk(pgdata):
-            if root == pgdata:
-                dirs[:] = [d for d in dirs if d not in skip]
-            for name in files:
-                path = os.path.join(root, name)
-                try:
-                    out[os.path.relpath(path, pgdata)] = os.stat(path).st_size
-                except OSError:
-                    continue
-    except OSError:
-        return None
-    return out
-
-
 def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
     """starting | copy | archive-wait | finishing, from the local processes
     (children of the main one, alive while files are copied), the session's
@@ -737,7 +406,7 @@ def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
     query = " ".join((b.query or "") for b in tr.members(snap)).lower()
     if "pg_backup_stop" in query or "pg_stop_backup" in query:
         return "archive-wait"
-    if st.get("copied") and _archive_check(tr) and walwait.watch(st).behind("stop"):
+    if st.get("copied") and archive_check(tr) and walwait.watch(st).behind("stop"):
         # its session closed after pg_backup_stop: it looks in its repository
         # for every segment up to the stop's, which the archiver has not all
         # archived yet
@@ -745,23 +414,6 @@ def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
     if st.get("copied") or (st.get("pct") or 0) > 0:
         return "finishing"
     return "starting"
-
-
-# The data directory's sub-directories a backup reads files from
-# (pg_wal and the server's runtime directories are not copied)
-_DATA_DIRS = ("base", "global", "pg_tblspc", "pg_xact", "pg_clog", "pg_multixact",
-              "pg_commit_ts", "pg_logical", "pg_twophase", "pg_stat", "pg_replslot")
-
-
-def _data_path(path: str, tr: Tracker) -> str:
-    """A data file's path relative to the data directory (as pgBackRest
-    names it: base/16384/16397, pg_xact/0000); a file at the directory's top
-    (PG_VERSION, postgresql.auto.conf) by its name. The last such directory
-    in the path counts: the data directory's own path may hold one."""
-    best = -1
-    for d in _DATA_DIRS:
-        best = max(best, path.rfind(f"/{d}/"))
-    return path[best + 1:] if best >= 0 else os.path.basename(path)
 
 
 def _how_far(st: dict[str, Any], it: Item | None = None) -> str:

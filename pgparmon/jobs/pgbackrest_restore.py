@@ -37,7 +37,8 @@ from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .backup_phases import STARTING
 from .base import TREE, Driver, EndContext, Job, tree_member_pids
-from .pgbackrest import command_of, how_far, option, process_row, prune_rows, window_eta
+from .backup_rows import how_far, process_row, prune_rows, window_eta
+from .pgbackrest_repo import command_of, option
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 from .. import phases
-from .base import Driver
+from .base import Driver, Job
+from .job import set_kind_lookup
 
 _DRIVERS: list[Driver] = []
 
@@ -80,6 +81,23 @@ def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Driver | None:
     root = ProcInfo(0, 0, prog, tuple(argv), 0.0, None)
     args = parse_client_cmdline(list(argv))
     return next((d for d in mine if d.from_tree(root, args)), mine[0] if mine else None)
+
+
+def command_job(pid: int, argv: list[str], dbname: str | None) -> Job:
+    """The job of a command `pgparmon run` started whose program no driver
+    recognises: the first driver's that answers (`Driver.command_job`)."""
+    for d in _load():
+        job = d.command_job(pid, argv, dbname)
+        if job is not None:
+            return job
+    raise LookupError(f"no driver follows {os.path.basename(argv[0]) if argv else 'a command'}")
+
+
+def _whole_cluster(kind: str) -> bool:
+    return driver_for(kind).whole_cluster
+
+
+set_kind_lookup(_whole_cluster)  # Job.describe's question, answered by the kind's driver
 
 
 def sample_extras() -> dict[str, tuple[str, ...]]:
