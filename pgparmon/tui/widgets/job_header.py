@@ -74,12 +74,13 @@ class JobHeader(TextLines):
             eta = f"ETA {fmt.eta(j)}"  # "≥ 58.0 s": a part left out (eta_reason says)
         else:
             eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
-        tail = f" {pct}  {eta}  {items(j)}  {fmt.rate(j.get('bytes_per_s'))}"
-        rows = f"  {fmt.count(j.get('tuples_per_s'))} rows/s"
         # a physical backup moves files, not rows; on a narrow screen the
-        # bar keeps ten cells and rows/s gives way first
-        if not j.get("backup") and w - len(tail) - len(rows) >= 10:
-            tail += rows
+        # bar keeps ten cells: rows/s gives way first, then the tables'
+        # label, then their states (the items done stay)
+        rows = "" if j.get("backup") else f"  {fmt.count(j.get('tuples_per_s'))} rows/s"
+        rate = fmt.rate(j.get("bytes_per_s"))
+        tails = [f" {pct}  {eta}  {part}  {rate}{r}" for part in items(j) for r in (rows, "")]
+        tail = next((t for t in tails if w - len(t) >= 10), tails[-1])
         l2 = Text(no_wrap=True, overflow="ellipsis")
         bw = max(10, w - len(tail))
         l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
@@ -87,13 +88,14 @@ class JobHeader(TextLines):
         return Text("\n").join([l1, l2])
 
 
-def items(j: Doc) -> str:
-    """The items done of the total, or where the job counts its tables by
+def items(j: Doc) -> list[str]:
+    """What the job has done, longest first: where it counts its tables by
     state (job.tables, e.g. a logical sync's waiting, copying, catching up
-    and ready), those counts: what waits and what runs, not only what is
-    done. A count of 0 or null (a state not known from this side) is left out."""
-    tables = [f"{n} {state.replace('_', ' ')}" for state, n in (j.get("tables") or {}).items()
-              if isinstance(n, int) and n > 0]
-    if tables:
-        return "tables " + " · ".join(tables)
-    return f"items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
+    and ready), those counts (what waits and what runs, not only what is
+    done), with and without their label; last the items done of the total.
+    A count of 0 or null (a state not known from this side) is left out."""
+    done = f"items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
+    tables = " · ".join(f"{n} {state.replace('_', ' ')}"
+                        for state, n in (j.get("tables") or {}).items()
+                        if isinstance(n, int) and n > 0)
+    return [f"tables {tables}", tables, done] if tables else [done]
