@@ -1,8 +1,10 @@
 """Make docs/img/tui-copy-120x36.svg and .png from a real recording of a COPY load
-(and tui-backup-120x36 from one of a pg_basebackup, tui-end-120x36 from the demo).
+(and tui-backup-120x36 from one of a pg_basebackup, tui-sync-120x36 from a
+logical replication's initial sync, tui-end-120x36 from the demo).
 
     PYTHONPATH=. python tests/docs_images.py copy        # from the repository root
     PYTHONPATH=. python tests/docs_images.py backup
+    PYTHONPATH=. python tests/docs_images.py sync
     PYTHONPATH=. python tests/docs_images.py end
 
 On a throwaway cluster (pgparmon/cluster.py) a shell script runs two
@@ -19,6 +21,15 @@ SVG into the PNG (`./run test` installs chromium when missing).
 that streaming lasts about 8 s; the samples up to a mid-run one (streaming,
 with an ETA) are kept as tests/golden/tui/backup_mid.json
 (test_snapshot_backup).
+
+`sync`: two throwaway clusters (tests/support.py publisher_and_subscriber:
+the publisher with wal_level=logical), six tables of uneven sizes published
+FOR ALL TABLES, four with indexes on the subscriber, where a trigger enabled
+ALWAYS (it fires in the sync workers) naps 1 ms a row; a subscription with
+copy_data (max_sync_workers_per_subscription = 2) followed by `pgparmon
+attach -d shop --json --record FILE` on the subscriber until every table is
+ready. The samples up to a mid-run one (two tables copying, tables waiting,
+an ETA) are kept as tests/golden/tui/sync_mid.json (test_snapshot_sync).
 
 `end`: `pgparmon demo --plain --record FILE` (its own throwaway cluster,
 pg_dump -Fd -j 4 and pg_restore -j 4 of the sample database, a sample a
@@ -46,7 +57,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from support import pgparmon_cmd, read_jsonl
+from support import pgparmon_cmd, publisher_and_subscriber, read_jsonl
 
 from pgparmon.cluster import start_cluster
 from pgparmon.record import read_recording
@@ -128,6 +139,53 @@ def record_basebackup(work: Path) -> list[dict[str, Any]]:
         return read_recording(str(rec)).samples
 
 
+# logical replication's initial sync: tables of uneven sizes (rows), some
+# with indexes to maintain on the subscriber; every row naps there (the
+# trigger is enabled ALWAYS, so it fires in the sync workers), 1 ms a row
+SYNC_TABLES = {
+    "orders": (9000, "id int PRIMARY KEY, customer_id int, note text"),
+    "order_items": (7000, "id int PRIMARY KEY, order_id int, note text"),
+    "customers": (4000, "id int, customer_id int, note text"),
+    "invoices": (2500, "id int UNIQUE, customer_id int, note text"),
+    "products": (800, "id int, customer_id int, note text"),
+    "regions": (40, "id int, customer_id int, note text"),
+}
+SYNC_INDEXES = "CREATE INDEX ON order_items (order_id); CREATE INDEX ON customers (customer_id);"
+SYNC_NAP = ("CREATE FUNCTION nap() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN PERFORM pg_sleep(0.001); RETURN NEW; END$$;")
+SYNC_DB, SUBSCRIPTION = "shop", "shop_sub"
+
+
+def record_logical_sync(work: Path) -> list[dict[str, Any]]:
+    """A subscription's initial sync (two sync workers, six tables) under
+    `pgparmon attach --record` on the subscriber; the samples."""
+    with publisher_and_subscriber(sub_settings={"max_sync_workers_per_subscription": "2"}) \
+            as (pub, sub):
+        schema = "".join(f"CREATE TABLE {t} ({cols});" for t, (_n, cols) in SYNC_TABLES.items())
+        for cl in (pub, sub):
+            cl.psql(f"CREATE DATABASE {SYNC_DB}")
+        pub.psql(schema + "".join(
+            f"INSERT INTO {t} SELECT g, g % 997, repeat('x', 120) "
+            f"FROM generate_series(1, {n}) g;" for t, (n, _c) in SYNC_TABLES.items())
+            + "ANALYZE; CREATE PUBLICATION shop_pub FOR ALL TABLES;", dbname=SYNC_DB)
+        sub.psql(schema + SYNC_INDEXES + SYNC_NAP + "".join(
+            f"CREATE TRIGGER nap BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION nap();"
+            f"ALTER TABLE {t} ENABLE ALWAYS TRIGGER nap;" for t in SYNC_TABLES), dbname=SYNC_DB)
+        sub.psql(f"CREATE SUBSCRIPTION {SUBSCRIPTION} CONNECTION '{pub.conninfo(SYNC_DB)}' "
+                 "PUBLICATION shop_pub", dbname=SYNC_DB)
+        rec = work / "sync.pgparmon.gz"
+        res = subprocess.run(pgparmon_cmd("attach", "-d", SYNC_DB, "--json", "--interval", "0.5",
+                                          "--record", str(rec)),
+                             capture_output=True, text=True, env=sub.env(), timeout=300,
+                             check=False, cwd=work)
+        if res.returncode != 0:
+            sys.exit(f"pgparmon attach failed ({res.returncode}): {res.stderr[-2000:]}")
+        samples = read_recording(str(rec)).samples
+        if samples[-1]["job"]["state"] != "finished":
+            sys.exit(f"the sync did not finish: {samples[-1]['job'].get('outcome')}")
+        return samples
+
+
 def record_demo(work: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`pgparmon demo --plain --record`: the dump's and the restore's samples,
     each followed by its summary."""
@@ -162,6 +220,19 @@ def mid_run(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and s["job"].get("eta_s") is not None]
     if not both:
         sys.exit("no sample with both streams copying and an ETA: the load was too short")
+    return samples[:both[len(both) // 2] + 1]
+
+
+def mid_sync(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples up to the middle one of those where two sync workers
+    copy, tables wait for one, and there is an ETA."""
+    both = [i for i, s in enumerate(samples) if s["job"]["state"] == "running"
+            and sum(w["phase"] == "copy" for w in s["workers"]) >= 2
+            and (s["job"].get("tables") or {}).get("waiting")
+            and s["job"].get("eta_s") is not None]
+    if not both:
+        sys.exit("no sample with two tables copying, tables waiting and an ETA: "
+                 "the sync was too short")
     return samples[:both[len(both) // 2] + 1]
 
 
@@ -200,11 +271,12 @@ def png(svg: Path, out: Path, cols: int, rows: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("which", choices=["copy", "backup", "end"])
+    ap.add_argument("which", choices=["copy", "backup", "sync", "end"])
     ap.add_argument("--from-golden", action="store_true",
                     help="redraw from the golden samples (tests/golden/tui/), no new recording")
     args = ap.parse_args()
-    name = {"copy": "copy_mid", "backup": "backup_mid", "end": "restore_end"}[args.which]
+    name = {"copy": "copy_mid", "backup": "backup_mid", "sync": "sync_mid",
+            "end": "restore_end"}[args.which]
     if args.from_golden:
         docs = json.loads(GOLDEN.joinpath(f"{name}.json").read_text())
     else:
@@ -214,11 +286,14 @@ def main() -> None:
             if args.which == "end":
                 dump, docs = record_demo(work)
                 GOLDEN.joinpath("dump_end.json").write_text(json.dumps(dump, indent=1) + "\n")
+            elif args.which == "sync":
+                docs = mid_sync(record_logical_sync(work))
             else:
                 docs = (mid_run(record_copy_load(work)) if args.which == "copy"
                         else mid_backup(record_basebackup(work)))
     title = {"copy": "pgparmon run -- sh load.sh",
              "backup": "pgparmon run -- pg_basebackup -D base -c fast -r RATE",
+             "sync": f"pgparmon attach -d {SYNC_DB} (subscription {SUBSCRIPTION})",
              "end": "pgparmon demo: the restore's end"}[args.which]
     svg = IMG / f"tui-{args.which}-{SIZE[0]}x{SIZE[1]}.svg"
     svg.write_text(asyncio.run(_svg(docs, name, title)))

@@ -4,11 +4,12 @@ Textual's pilot, plus SVG snapshots of fixed docs (tests/golden/tui/)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ from pgparmon.pick import FoundJob
 from pgparmon.tui import PgParMonApp, exit_code
 from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
+from pgparmon.tui.widgets.job_header import items as header_items
 from pgparmon.tui.picker import PickerApp, after_pick, run_picker
 from pgparmon.tui.screens import DetailsScreen, HelpScreen
 from pgparmon.tui.widgets import (
@@ -130,6 +132,18 @@ async def wait_for(pilot: Pilot[Any], cond: Callable[[], bool], timeout: float =
 
 def status_text(app: PgParMonApp) -> str:
     return app.query_one("#status", StatusLine).text.plain
+
+
+@contextlib.asynccontextmanager
+async def drawn(docs: list[Doc], size: tuple[int, int]) -> AsyncIterator[PgParMonApp]:
+    """The screen at this size once it has taken in every doc (the last
+    one held: the job still runs)."""
+    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    async with app.run_test(size=size) as pilot:
+        for d in docs:
+            app.ingest(d)
+        await pilot.pause()
+        yield app
 
 
 def header_text(app: PgParMonApp) -> str:
@@ -686,11 +700,7 @@ async def test_header_says_how_a_copy_job_was_grouped_and_measured() -> None:
     gives instead: how its sessions were grouped and where progress comes
     from. The stream rows show their own input file's progress."""
     docs = golden("copy_mid")
-    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
-    async with app.run_test(size=(120, 36)) as pilot:
-        for d in docs:
-            app.ingest(d)
-        await pilot.pause()
+    async with drawn(docs, (120, 36)) as app:
         head = header_text(app)
         assert head.startswith("copy  load  process tree  progress: client input files")
         assert "-j" not in head and "ETA " in head and "ETA ?" not in head
@@ -700,21 +710,13 @@ async def test_header_says_how_a_copy_job_was_grouped_and_measured() -> None:
     inferred = copy.deepcopy(docs)
     inferred[-1]["job"].update(grouping="inferred: application_name, client address, user",
                                progress_basis="unknown", databases=["load", "other"])
-    app = PgParMonApp(ListFeed(inferred, hold=True), 1.0, "t", autostart=False)
-    async with app.run_test(size=(120, 36)) as pilot:
-        for d in inferred:
-            app.ingest(d)
-        await pilot.pause()
+    async with drawn(inferred, (120, 36)) as app:
         assert header_text(app).startswith("copy  load, other  inferred  progress: unknown ")
     # a dump's target comes first: its grouping only where there is room left
     dump = copy.deepcopy(golden("dump_mid"))
     dump[-1]["job"]["grouping"] = "process tree"
     for size, grouped in (((80, 24), False), ((160, 50), True)):
-        app = PgParMonApp(ListFeed(dump, hold=True), 1.0, "t", autostart=False)
-        async with app.run_test(size=size) as pilot:
-            for d in dump:
-                app.ingest(d)
-            await pilot.pause()
+        async with drawn(dump, size) as app:
             head = header_text(app)
             assert "/tmp/tmpy3c97bgj/x" in head and ("process tree" in head) == grouped
 
@@ -742,11 +744,7 @@ async def test_header_of_a_backup_says_cluster_phase_and_estimate() -> None:
     for d in docs:  # a short target: room for the phase and the progress basis
         d["job"]["target"] = "/backup/base"
         d["job"]["progress_basis"] = "server's estimate (pg_stat_progress_basebackup)"
-    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
-    async with app.run_test(size=(200, 36)) as pilot:
-        for d in docs:
-            app.ingest(d)
-        await pilot.pause()
+    async with drawn(docs, (200, 36)) as app:
         head = header_text(app)
         assert head.startswith("pg_basebackup  whole cluster"), head
         assert "phase: streaming database files" in head
@@ -761,11 +759,7 @@ async def test_a_host_only_restore_says_so_and_shows_its_processes() -> None:
     header says there is no server, its phase and its progress; each local
     process is a row with the file it writes."""
     docs = golden("pbr_restore_mid")
-    app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
-    async with app.run_test(size=(200, 36)) as pilot:
-        for d in docs:
-            app.ingest(d)
-        await pilot.pause()
+    async with drawn(docs, (200, 36)) as app:
         head = header_text(app)
         assert head.startswith("pgbackrest-restore -j 2  whole cluster · host only, no server")
         assert "phase: restoring files" in head and "rows/s" not in head
@@ -773,6 +767,42 @@ async def test_a_host_only_restore_says_so_and_shows_its_processes() -> None:
         rows = table_rows(app.query_one("#workers", WorkersTable))
         assert rows and all(r[2] == "restore" for r in rows), rows
         assert any("base/" in " ".join(r) for r in rows), rows
+
+
+@sync
+async def test_a_logical_sync_shows_its_tables_by_state_and_no_client() -> None:
+    """A real subscription's initial sync mid-run (tests/docs_images.py
+    sync): the header names the subscription and counts the tables waiting,
+    copying and ready (not only those done); the rows are its two sync
+    workers, with no client column (the server runs the sync itself). The
+    same reading on the publisher's side leaves out the states it cannot
+    know (null), and a job without table states keeps its items done."""
+    docs = golden("sync_mid")
+    for size, states in (((120, 36), "tables 2 waiting · 2 copying · 2 ready  "),
+                         ((80, 24), "ETA 14.4 s  2 waiting · 2 copying · 2 ready  125.4 kB/s")):
+        async with drawn(docs, size) as app:
+            head = header_text(app)
+            assert head.startswith("logical_sync -j 2  shop  subscription shop_sub"), head
+            line2 = head.split("\n")[1]
+            assert states in line2 and "catching" not in line2, line2
+            assert Text(line2).cell_len <= app.query_one("#header", JobHeader).content_size.width
+            table = app.query_one("#workers", WorkersTable)
+            labels = [str(c.label) for c in table.columns.values()]
+            assert "client" not in labels and labels[:2] == ["pid", "phase"], labels
+            rows = table_rows(table)
+            assert sorted(r[2].removeprefix("public.") for r in rows) == ["order_items",
+                                                                          "orders"]
+            assert all(r[1] == "copy" for r in rows), rows
+    job = docs[-1]["job"]
+    assert header_items(dict(job, tables={"waiting": None, "copying": 1, "catching_up": None,
+                                          "ready": None, "sent": 3}))[0] \
+        == "tables 1 copying · 3 sent"
+    assert header_items(dict(job, tables=None)) == ["items 2/6"]
+    # a job with a client keeps its client column
+    cp = golden("copy_mid")
+    async with drawn(cp, (120, 36)) as app:
+        table = app.query_one("#workers", WorkersTable)
+        assert "client" in [str(c.label) for c in table.columns.values()]
 
 
 # ---- snapshots ----------------------------------------------------------------
@@ -845,6 +875,15 @@ def test_snapshot_copy(snap_compare: Any) -> None:
     """A real COPY load (two psql \\copy streams) mid-run: the same screen
     as docs/img/tui-copy-120x36.svg (tests/docs_images.py makes both)."""
     app, run_before = _snapshot_app("copy_mid")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
+
+
+@needs_snapshot_textual
+def test_snapshot_sync(snap_compare: Any) -> None:
+    """A real subscription's initial sync (two sync workers, six tables)
+    mid-run: the same screen as docs/img/tui-sync-120x36.svg
+    (tests/docs_images.py sync makes both)."""
+    app, run_before = _snapshot_app("sync_mid")
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
 

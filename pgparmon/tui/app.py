@@ -331,7 +331,11 @@ class PgParMonApp(App[int]):
     def _show_workers(self) -> None:
         table = self.query_one("#workers", WorkersTable)
         workers = (self.last or {}).get("workers") or []
-        table.show(workers, self.size.width)
+        # a job with no client process (a logical sync, a remote client)
+        # would fill a client column with dashes
+        job = (self.last or {}).get("job") or {}
+        clients = bool(job.get("client_pid")) or any(w.get("client_pid") for w in workers)
+        table.show(workers, self.size.width, clients)
         table.border_title = f"workers ({len(workers)}, sort: {table.sort_by})"
 
     def _show_summary(self, summary: Doc | None, err: str | None) -> None:

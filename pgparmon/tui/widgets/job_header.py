@@ -74,12 +74,28 @@ class JobHeader(TextLines):
             eta = f"ETA {fmt.eta(j)}"  # "≥ 58.0 s": a part left out (eta_reason says)
         else:
             eta = f"ETA ? ({j.get('eta_reason') or 'unknown'})"
-        tail = (f" {pct}  {eta}  items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
-                f"  {fmt.rate(j.get('bytes_per_s'))}")
-        if not j.get("backup"):  # a physical backup moves files, not rows
-            tail += f"  {fmt.count(j.get('tuples_per_s'))} rows/s"
+        # a physical backup moves files, not rows; on a narrow screen the
+        # bar keeps ten cells: rows/s gives way first, then the tables'
+        # label, then their states (the items done stay)
+        rows = "" if j.get("backup") else f"  {fmt.count(j.get('tuples_per_s'))} rows/s"
+        rate = fmt.rate(j.get("bytes_per_s"))
+        tails = [f" {pct}  {eta}  {part}  {rate}{r}" for part in items(j) for r in (rows, "")]
+        tail = next((t for t in tails if w - len(t) >= 10), tails[-1])
         l2 = Text(no_wrap=True, overflow="ellipsis")
         bw = max(10, w - len(tail))
         l2.append_text(draw.bar(prog, bw, "bold green" if state != "failed" else "red"))
         l2.append(tail)
         return Text("\n").join([l1, l2])
+
+
+def items(j: Doc) -> list[str]:
+    """What the job has done, longest first: where it counts its tables by
+    state (job.tables, e.g. a logical sync's waiting, copying, catching up
+    and ready), those counts (what waits and what runs, not only what is
+    done), with and without their label; last the items done of the total.
+    A count of 0 or null (a state not known from this side) is left out."""
+    done = f"items {j.get('items_done', 0)}/{j.get('items_total', 0)}"
+    tables = " · ".join(f"{n} {state.replace('_', ' ')}"
+                        for state, n in (j.get("tables") or {}).items()
+                        if isinstance(n, int) and n > 0)
+    return [f"tables {tables}", tables, done] if tables else [done]

@@ -31,7 +31,7 @@ class WorkersTable(DataTable[Any]):
         self.cursor_type = "row"
         self.zebra_stripes = True
         self.cell_padding = 0
-        self._cols_for: int | None = None
+        self._cols_for: tuple[int, bool] | None = None  # the columns' width and client
         self._shown: dict[str, list[Any]] = {}  # the cells shown, by pid, in row order
         # rendered cells that outlive a sample: DataTable keys its cell cache
         # on a counter every update_cell moves, so one changed cell made it
@@ -64,19 +64,21 @@ class WorkersTable(DataTable[Any]):
         self._cells.clear()
         self._cell_version.clear()
 
-    def _columns(self, width: int) -> dict[str, int]:
+    def _columns(self, width: int, clients: bool = True) -> dict[str, int]:
         """Column widths for this screen width. Cells carry their own one
         space gap (cell_padding 0): DataTable's two-cell padding per column
         would not leave an 80-column screen room for the item name. Below
-        100 columns the client pid moves to the details dialog only."""
+        100 columns the client pid moves to the details dialog only; a job
+        with no client process (a logical sync, a remote client) has no
+        client column."""
         widths = {"pid": 8, "client": 8, "phase": 11, "bps": 10, "tps": 7,
                   "prog": 11 if width < 120 else 24}
-        if width < 100:
+        if width < 100 or not clients:
             del widths["client"]
         rest = max(22, width - sum(widths.values()) - SCROLLBARS)
         widths["item"] = min(48, max(12, rest * 3 // 5))
         widths["wait"] = max(9, rest - widths["item"])
-        if self._cols_for != width:
+        if self._cols_for != (width, clients):
             self._relaid()
             self.clear(columns=True)
             for key, label in (("pid", "pid"), ("client", "client"), ("phase", "phase"),
@@ -84,7 +86,7 @@ class WorkersTable(DataTable[Any]):
                                ("tps", "rows/s"), ("prog", "progress"), ("wait", "wait")):
                 if key in widths:
                     self.add_column(label, width=widths[key], key=key)
-            self._cols_for = width
+            self._cols_for = (width, clients)
         return widths
 
     def highlighted_pid(self) -> int | None:
@@ -96,16 +98,18 @@ class WorkersTable(DataTable[Any]):
             return None
         return int(key.value) if key.value is not None else None
 
-    def show(self, workers: Sequence[Mapping[str, Any]], width: int) -> None:
+    def show(self, workers: Sequence[Mapping[str, Any]], width: int,
+             clients: bool = True) -> None:
         """The workers as rows. When the same workers come in the same order
         (most samples), only the cells whose text changed are updated: a
-        rebuilt table re-measures and redraws every row."""
+        rebuilt table re-measures and redraws every row. clients: whether
+        the job has a client process (else no client column)."""
         cols_for = self._cols_for
-        widths = self._columns(width)
+        widths = self._columns(width, clients)
         rows = self._row_cells(workers, widths, width < 100)
         keys = [k for k, _ in rows]
         shown = self._shown
-        if cols_for == width and keys == list(shown) and \
+        if cols_for == self._cols_for and keys == list(shown) and \
                 keys == [r.key.value for r in self.ordered_rows]:
             order = [c for c in COLUMN_ORDER if c in widths]
             for i, (key, cells) in enumerate(rows):
