@@ -30,15 +30,18 @@ def pgparmon_cmd(*args: str) -> list[str]:
 
 @contextlib.contextmanager
 def publisher_and_subscriber(pub_settings: dict[str, str] | None = None,
-                             sub_settings: dict[str, str] | None = None
+                             sub_settings: dict[str, str] | None = None,
+                             bindir: Path | None = None
                              ) -> Iterator[tuple[Cluster, Cluster]]:
     """Two throwaway clusters for logical replication: a publisher
-    (wal_level=logical, and pub_settings) and a subscriber; both stopped at
-    the end."""
-    pub = start_cluster(settings={"wal_level": "logical", **(pub_settings or {})},
+    (wal_level=logical, and pub_settings) and a subscriber, both of the
+    server binaries in bindir (None: the machine's, cluster.find_bindir);
+    both stopped at the end."""
+    pub = start_cluster(bindir=bindir, settings={"wal_level": "logical", **(pub_settings or {})},
                         prefix="pgparmon-pub-")
     try:
-        sub = start_cluster(settings=dict(sub_settings or {}), prefix="pgparmon-sub-")
+        sub = start_cluster(bindir=bindir, settings=dict(sub_settings or {}),
+                            prefix="pgparmon-sub-")
     except BaseException:
         pub.stop()
         raise

@@ -15,19 +15,27 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support import Lines, monitor_replay, pgparmon_cmd, publisher_and_subscriber
+from logical import (
+    LOCK_ALL,
+    TABLES,
+    big_copying_on_publisher,
+    check_publisher_run,
+    check_subscriber_run,
+    databases,
+    failing_databases,
+    follow_failing_sync,
+    server_major,
+    start_attach,
+    subscribe,
+    table_states,
+)
+from support import Lines, monitor_replay, pgparmon_cmd, publisher_and_subscriber, wait_for_monitor
 
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.exitcodes import ExitCode
 
 integration = pytest.mark.integration
 
-# rows per table: uneven sizes, the largest with a primary key (an index to
-# maintain), one small with an index, the others without
-TABLES = {"big": (6000, "id int PRIMARY KEY, v text"), "mid": (2500, "id int, v text"),
-          "small1": (300, "id int, v text"), "small2": (300, "id int UNIQUE, v text")}
-NAP = ("CREATE FUNCTION nap() RETURNS trigger LANGUAGE plpgsql AS "
-       "$$BEGIN PERFORM pg_sleep(0.001); RETURN NEW; END$$;")
 SECRET = "sEcReT-pw-25"
 
 
@@ -38,57 +46,20 @@ def servers() -> Iterator[tuple[Cluster, Cluster]]:
         yield both
 
 
-def _schema(with_nap: bool) -> str:
-    out = [f"CREATE TABLE {t} ({cols});" for t, (_n, cols) in TABLES.items()]
-    if with_nap:
-        out.append(NAP)
-        for t in TABLES:
-            out.append(f"CREATE TRIGGER nap BEFORE INSERT ON {t} FOR EACH ROW "
-                       f"EXECUTE FUNCTION nap(); ALTER TABLE {t} ENABLE ALWAYS TRIGGER nap;")
-    return "\n".join(out)
-
-
-def _databases(pub: Cluster, sub: Cluster, suffix: str = "", scale: float = 1.0) -> None:
-    """src{suffix} on the publisher (TABLES' rows times scale, publication
-    p{suffix}), dst{suffix} on the subscriber (the same tables, napping)."""
-    pub.psql(f"CREATE DATABASE src{suffix}")
-    sub.psql(f"CREATE DATABASE dst{suffix}")
-    pub.psql(_schema(False) + "".join(
-        f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {int(n * scale)}) g;"
-        for t, (n, _c) in TABLES.items())
-        + f"ANALYZE; CREATE PUBLICATION p{suffix} FOR ALL TABLES;", dbname=f"src{suffix}")
-    sub.psql(_schema(True), dbname=f"dst{suffix}")
-
-
-def _subscribe(pub: Cluster, sub: Cluster, suffix: str) -> None:
-    """Subscription s{suffix} of dst{suffix} to publication p{suffix} of src{suffix}."""
-    sub.psql(f"CREATE SUBSCRIPTION s{suffix} CONNECTION '{pub.conninfo('src' + suffix)}' "
-             f"PUBLICATION p{suffix}", dbname=f"dst{suffix}")
-
-
-def _attach(sub: Cluster, dbname: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(pgparmon_cmd("attach", "-h", str(sub.sockdir), "-p", str(sub.port),
-                                         "-U", "postgres", "-d", dbname, "--json",
-                                         "--interval", "0.3", *extra),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=sub.env())
-
-
 @integration
 def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Cluster],
                                                    tmp_path: Path) -> None:
     pub, sub = servers
     rec = tmp_path / "sync.pgparmon.gz"
-    _databases(pub, sub)
+    databases(pub, sub)
     # the lock holds every table's sync at its start: two workers (the
     # setting) wait on it, the other two tables wait for a worker
     hold = psycopg.connect(sub.conninfo("dst"))
-    hold.execute("LOCK TABLE " + ", ".join(TABLES) + " IN SHARE MODE")
+    hold.execute(LOCK_ALL)
     attach: Lines | None = None
     try:
-        sub.psql(f"CREATE SUBSCRIPTION s CONNECTION '{pub.conninfo('src')} password={SECRET}' "
-                 "PUBLICATION p", dbname="dst")
-        attach = Lines(_attach(sub, "dst", "--record", str(rec)))
+        subscribe(pub, sub, "", f"password={SECRET}")
+        attach = Lines(start_attach(sub, "dst", "--record", str(rec)))
         first = attach.wait_for(lambda d: (d["job"].get("tables") or {}).get("waiting") == 2
                                 and len(d["workers"]) == 2,
                                 "two tables waiting while two sync workers hold a table each")
@@ -103,38 +74,16 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
         if attach is not None and attach.proc.poll() is None:
             attach.proc.kill()
     assert attach.proc.returncode == 0, err[-2000:]
-    # the end: every table ready on the subscriber, and the job said finished
-    states = sub.psql("SELECT string_agg(DISTINCT srsubstate::text, '') FROM "
-                      "pg_subscription_rel", dbname="dst").strip()
-    assert states == "r"
-    assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
-    assert {i["name"] for i in summary["items"]} == {f"public.{t}" for t in TABLES}
-    for d in samples:
-        counts = d["job"]["tables"]
-        assert sum(counts.values()) == len(TABLES), counts
-        if d["job"]["state"] == "finished":
-            assert counts["ready"] == len(TABLES)
-        else:  # never finished while a table is not ready
-            assert d["job"]["state"] == "running"
-    assert samples[-1]["job"]["state"] == "finished"
-    # every table's state as it went: waiting, copying (the workers' COPY,
-    # with its bytes and rows), ready
-    seen: dict[str, set[str]] = {}
-    for d in samples:
-        for t in d["job"]["tables_not_ready"]:
-            seen.setdefault(t["table"], set()).add(t["state"])
-    assert {"waiting", "copying"} <= set().union(*seen.values())
-    copying = [w for d in samples for w in d["workers"] if w["phase"] == "copy"]
-    assert {w["relation"] for w in copying} >= {"public.big", "public.mid"}
-    assert any(w["bytes_done"] and w["tuples_done"] for w in copying)
+    # the end: every table ready on the subscriber, and the job said finished;
+    # every table's state as it went; progress only grows, to 1
+    assert table_states(sub, "dst") == "r"
+    check_subscriber_run(samples, summary)
     # sizes from the publisher's catalog through the subscription's own
     # connection string, which is shown nowhere (its password least of all)
     basis = samples[-1]["job"]["progress_basis"]
     assert basis.startswith("publisher catalog (subscription's connection")
     assert SECRET not in "".join(str(d) for d in samples) + err
-    # progress only grows, reaches 1; an ETA by half the run
-    prog = [d["job"]["progress"] for d in samples if d["job"]["progress"] is not None]
-    assert prog and prog == sorted(prog) and prog[-1] == 1.0
+    # an ETA by half the run
     half = [d for d in samples if d["job"]["progress"] is not None
             and 0.0 < d["job"]["progress"] <= 0.5]
     assert any(d["job"]["eta_s"] is not None for d in half), \
@@ -154,7 +103,7 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
 def test_no_subscription_is_no_job(servers: tuple[Cluster, Cluster]) -> None:
     _pub, sub = servers
     sub.psql("CREATE DATABASE nosub")
-    p = _attach(sub, "nosub")
+    p = start_attach(sub, "nosub")
     out, err = p.communicate(timeout=120)
     assert p.returncode == ExitCode.NO_JOB
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -175,42 +124,20 @@ def test_sync_failing_and_waiting_for_a_worker_slot(servers: tuple[Cluster, Clus
                         prefix="pgparmon-sub2-")
     attach: Lines | None = None
     try:
-        pub.psql("CREATE DATABASE src2")
-        sub.psql("CREATE DATABASE dst2")
-        schema = ("CREATE TABLE one (id int, v text); CREATE TABLE two (id int, v text); "
-                  "CREATE TABLE dup (id int UNIQUE, v text);")
-        pub.psql(schema + "INSERT INTO one SELECT g, 'x' FROM generate_series(1, 500) g; "
-                 "INSERT INTO two SELECT g, 'x' FROM generate_series(1, 500) g; "
-                 "INSERT INTO dup SELECT g, 'x' FROM generate_series(1, 50) g; ANALYZE; "
-                 "CREATE PUBLICATION p2 FOR ALL TABLES", dbname="src2")
-        sub.psql(schema + "INSERT INTO dup VALUES (7, 'the subscriber''s own')", dbname="dst2")
+        failing_databases(pub, sub, "2")
         hold = psycopg.connect(sub.conninfo("dst2"))
         hold.execute("LOCK TABLE one, two, dup IN SHARE MODE")
         try:
-            sub.psql(f"CREATE SUBSCRIPTION s2 CONNECTION '{pub.conninfo('src2')}' "
-                     "PUBLICATION p2", dbname="dst2")
-            attach = Lines(_attach(sub, "dst2"))
+            subscribe(pub, sub, "2")
+            attach = Lines(start_attach(sub, "dst2"))
             slots = attach.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots",
                                     "tables waiting for a worker slot, named")
         finally:
             hold.close()
         assert "max_logical_replication_workers = 2" in slots["bottleneck"]["detail"]
         assert slots["job"]["tables"]["waiting"] == 2 and len(slots["workers"]) == 1
-        failing = attach.wait_for(
-            lambda d: any(t["table"] == "public.dup" and t["failures"] >= 2
-                          for t in d["job"]["tables_not_ready"])
-            and d["bottleneck"]["kind"] == "sync-failing", "the failing table, named")
-        assert "public.dup" in failing["bottleneck"]["detail"]
-        assert failing["job"]["sync_errors"] >= 2 and failing["job"]["state"] == "running"
-        # the other tables got through; the failing one keeps the job running
-        done = attach.wait_for(lambda d: d["job"]["tables"]["ready"] == 2,
-                               "the other two tables ready")
-        assert done["job"]["state"] == "running"
-        assert [t["table"] for t in done["job"]["tables_not_ready"]] == ["public.dup"]
-        # the subscriber's row goes: the sync gets through, the job finishes
-        sub.psql("DELETE FROM dup", dbname="dst2")
-        samples, summary, err = attach.finish(timeout=120)
-        assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-1000:]
+        # the failing table, named; the others get through; the row goes
+        follow_failing_sync(attach, sub, "dst2", server_major(sub))
     finally:
         if attach is not None and attach.proc.poll() is None:
             attach.proc.kill()
@@ -226,14 +153,14 @@ def test_the_exporter_serves_a_sync_of_another_database(servers: tuple[Cluster, 
     from test_exporter import exporter
 
     pub, sub = servers
-    _databases(pub, sub, "3", scale=1 / 3)  # the nap: its COPY is seen as it goes
+    databases(pub, sub, "3", scale=1 / 3)  # the nap: its COPY is seen as it goes
     sync = {"kind": "logical_sync", "database": "dst3", "tool": "logical_sync"}
     hold = psycopg.connect(sub.conninfo("dst3"))
-    hold.execute("LOCK TABLE " + ", ".join(TABLES) + " IN SHARE MODE")
+    hold.execute(LOCK_ALL)
     try:
         with exporter(sub, interval="0.3") as exp:
             exp.wait_for("pgparmon_server_up", server=exp.server)
-            _subscribe(pub, sub, "3")
+            subscribe(pub, sub, "3")
             exp.wait_for("pgparmon_job_state", state="running", **sync)
             # the sync's own figures: its table count, its sync worker count
             exp.wait_for("pgparmon_job_items", len(TABLES), **sync)
@@ -263,49 +190,23 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
     unknown, no ETA); it ends once no sync walsender is left (for
     PUBLISHER_GRACE_S: the next table's starts within that)."""
     pub, sub = servers
-    _databases(pub, sub, "4")
-    attach = Lines(_attach(pub, "src4", "--wait", "60"))
+    databases(pub, sub, "4")
+    attach = Lines(start_attach(pub, "src4", "--wait", "60"))
     try:
-        _subscribe(pub, sub, "4")
+        # attach samples the publisher before the sync starts: it sees the
+        # big table's COPY TO however slow its own start
+        wait_for_monitor(pub, attach.proc, "src4")
+        subscribe(pub, sub, "4")
         suboid = sub.psql("SELECT oid FROM pg_subscription WHERE subname = 's4'").strip()
-        copying = attach.wait_for(
-            lambda d: any(t["table"] == "public.big" and (t["progress"] or 0) > 0
-                          for t in d["job"]["tables_not_ready"]),
-            "the big table's COPY TO, with its progress")
+        copying = attach.wait_for(big_copying_on_publisher,
+                                  "the big table's COPY TO, with its progress")
         samples, summary, err = attach.finish(timeout=180)
     finally:
         if attach.proc.poll() is None:
             attach.proc.kill()
         sub.psql("DROP SUBSCRIPTION IF EXISTS s4", dbname="dst4")  # none left syncing
     assert attach.proc.returncode == 0, err[-2000:]
-    job = copying["job"]
-    assert job["kind"] == "logical_sync" and job["side"] == "publisher"
-    assert job["database"] == "src4" and job["subscription"] == f"subscription oid {suboid}"
-    # sizes from the publisher's own catalog
-    size = int(pub.psql("SELECT relpages::int8 * current_setting('block_size')::int8 "
-                        "FROM pg_class WHERE relname = 'big'", dbname="src4"))
-    big = next(t for t in job["tables_not_ready"] if t["table"] == "public.big")
-    assert big["size"] == size and big["rows"] and big["bytes"]
-    assert job["progress_basis"] == "publisher catalog (this server's catalog)"
-    # its walsenders are its workers, copying
-    assert all(w["phase"] == "copy" for w in copying["workers"] if w["relation"])
-    assert "public.big" in {w["relation"] for w in copying["workers"]}
-    # the total is the subscriber's: no job progress, no ETA, said why
-    assert all(d["job"]["progress"] is None and d["job"]["eta_s"] is None for d in samples
-               if d["job"]["state"] == "running"), [(d["job"]["state"], d["job"]["progress"],
-                                                     d["job"]["eta_s"]) for d in samples]
-    assert "total unknown on the publisher" in (job["eta_reason"] or "")
-    # each table's progress only grows
-    by_table: dict[str, list[float]] = {}
-    for d in samples:
-        for t in d["job"]["tables_not_ready"]:
-            if t["progress"] is not None:
-                by_table.setdefault(t["table"], []).append(t["progress"])
-    assert by_table and all(p == sorted(p) and p[-1] <= 1.0 for p in by_table.values())
-    # one job to the end, every table it saw sent
-    assert summary["state"] == "finished" and summary["kind"] == "logical_sync"
-    names = {i["name"] for i in summary["items"]}
-    assert "public.big" in names and names <= {f"public.{t}" for t in TABLES}
+    check_publisher_run(pub, "src4", suboid, copying, samples, summary)
 
 
 @integration
@@ -316,10 +217,10 @@ def test_publisher_restarted_mid_copy(servers: tuple[Cluster, Cluster]) -> None:
     the apply worker's restart (the connection to the publisher lost), keeps
     following, and finishes when every table is ready."""
     pub, sub = servers
-    _databases(pub, sub, "5")
-    attach = Lines(_attach(sub, "dst5", "--wait", "60"))
+    databases(pub, sub, "5")
+    attach = Lines(start_attach(sub, "dst5", "--wait", "60"))
     try:
-        _subscribe(pub, sub, "5")
+        subscribe(pub, sub, "5")
         attach.wait_for(lambda d: any(w["phase"] == "copy" and w["relation"] == "public.big"
                                       for w in d["workers"]), "the big table copying")
         pub.restart("fast")
@@ -328,8 +229,7 @@ def test_publisher_restarted_mid_copy(servers: tuple[Cluster, Cluster]) -> None:
             and any(t["table"] == "public.big" and t["failures"] >= 1
                     for t in d["job"]["tables_not_ready"]), "the big table's sync failed")
         samples, summary, err = attach.finish(timeout=180)
-        states = sub.psql("SELECT string_agg(DISTINCT srsubstate::text, '') FROM "
-                          "pg_subscription_rel", dbname="dst5").strip()
+        states = table_states(sub, "dst5")
     finally:
         if attach.proc.poll() is None:
             attach.proc.kill()
@@ -352,9 +252,9 @@ def test_publisher_max_replication_slots_too_low(servers: tuple[Cluster, Cluster
                         prefix="pgparmon-pub6-")
     attach: Lines | None = None
     try:
-        _databases(pub, sub, "6")
-        attach = Lines(_attach(sub, "dst6", "--wait", "60"))
-        _subscribe(pub, sub, "6")
+        databases(pub, sub, "6")
+        attach = Lines(start_attach(sub, "dst6", "--wait", "60"))
+        subscribe(pub, sub, "6")
         short = attach.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots"
                                 and "publisher" in d["bottleneck"]["detail"],
                                 "the publisher's slots named")
