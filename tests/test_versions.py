@@ -125,6 +125,36 @@ def test_run_basebackup(versioned: tuple[int, Cluster, Path]) -> None:
     _monotone_to_one(samples)
 
 
+def _attach_held(cl: Cluster, proc: subprocess.Popen[bytes], dbname: str) -> Any:
+    """`pgparmon attach --json -d dbname`, started while the job of proc is
+    held (found mid-run however slow its start), followed to its end."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    att = attach_while_held(proc.pid, pgparmon_cmd(
+        "attach", "-h", str(cl.sockdir), "-p", str(cl.port), "-U", "postgres", "-d", dbname,
+        "--json", "--interval", "0.3"), env)
+    return att, *att.finish(timeout=180)
+
+
+def test_attach_dump(versioned: tuple[int, Cluster, Path]) -> None:
+    """A plain `pg_dump -Fd -j 2` of this version found by attach from its
+    sessions (this version's sample band), followed to its end."""
+    major, cl, work = versioned
+    dump = subprocess.Popen([cl.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                             str(work / f"ad{time.monotonic_ns()}"), "sample"], env=cl.env())
+    wait_for_backends(cl, "sample", "pg_dump", proc=dump)
+    att, samples, summary, err = _attach_held(cl, dump, "sample")
+    assert dump.wait() == 0
+    assert att.proc.returncode == 0, err
+    job = samples[0]["job"]
+    assert job["kind"] == "pg_dump" and job["jobs"] == 2 and job["client_pid"] == dump.pid
+    assert samples[0]["server"]["version"].startswith(str(major))
+    assert summary["state"] == "finished"
+    assert all(i["state"] == "done" for i in summary["items"])
+    assert "public.orders" in {w["relation"] for s in samples for w in s["workers"]
+                               if w["phase"] == "copy"}
+    _monotone_to_one(samples)
+
+
 def test_attach_restore(versioned: tuple[int, Cluster, Path]) -> None:
     major, cl, work = versioned
     cl.psql("DROP DATABASE IF EXISTS restored")
@@ -132,12 +162,7 @@ def test_attach_restore(versioned: tuple[int, Cluster, Path]) -> None:
     rest = subprocess.Popen([cl.client("pg_restore"), "-j", "2", "-d", "restored",
                              str(work / "a")], env=cl.env())
     wait_for_backends(cl, "restored", "pg_restore", proc=rest)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    # started while the restore is held: found mid-run however slow its start
-    att = attach_while_held(rest.pid, pgparmon_cmd(
-        "attach", "-h", str(cl.sockdir), "-p", str(cl.port), "-U", "postgres", "-d", "restored",
-        "--json", "--interval", "0.3"), env)
-    samples, summary, err = att.finish(timeout=180)
+    att, samples, summary, err = _attach_held(cl, rest, "restored")
     assert rest.wait() == 0
     assert att.proc.returncode == 0, err
     assert samples[0]["job"]["kind"] == "pg_restore"
