@@ -33,6 +33,7 @@ from support import Lines, monitor_replay, pgparmon_cmd, publisher_and_subscribe
 
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.exitcodes import ExitCode
+from pgparmon.jobs.logical_sync_limits import origins_short
 
 integration = pytest.mark.integration
 
@@ -265,3 +266,20 @@ def test_publisher_max_replication_slots_too_low(servers: tuple[Cluster, Cluster
             attach.proc.kill()
         sub.psql("DROP SUBSCRIPTION IF EXISTS s6", dbname="dst6")
         pub.stop()
+
+
+def test_origins_short_reads_the_versions_setting() -> None:
+    """The subscriber's origin limit by the name its version reads (the
+    sample part asks for both names; a server has one of them). With real
+    servers of both kinds: tests/test_logical_sync_versions.py (16, 18)."""
+    part = {"subid": 1, "origins": 3,
+            "settings": {"max_replication_slots": "10", "max_active_replication_origins": "4"}}
+    short = origins_short(part, 2)
+    assert short and "max_active_replication_origins = 4 with 3 other" in short
+    assert "leaves 1 for 2 sync worker(s)" in short and "before PostgreSQL 18" not in short
+    part["settings"] = {"max_replication_slots": "4"}  # before 18
+    short = origins_short(part, 2)
+    assert short and "max_replication_slots = 4 (max_replication_slots counts" in short
+    assert origins_short(part, 1) is None
+    assert origins_short({**part, "origins": None}, 2) is None  # not read
+    assert origins_short({**part, "settings": None}, 2) is None

@@ -45,6 +45,7 @@ from ..readers.procs import server_is_local
 from ..redact import redact_text
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, Snapshot
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .logical_sync_limits import origins_short, publisher_short
 from .tables import table_progress
 
 if TYPE_CHECKING:
@@ -343,7 +344,9 @@ class LogicalSync(Driver):
         fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
                  if states.get(k, "r") != "r"}
         sub = subscription(snap.db, tr.job)
-        short = _publisher_short(tr, sub) if sub is not None else None
+        short = None if sub is None else (
+            publisher_short(tr.kind_state.get("publisher_limits"), sub, sync_workers(sub))
+            or origins_short(sub, sync_workers(sub)))
         if short and (fails or any(st == "i" for st in states.values())):
             return Verdict("worker-slots", short)
         if fails:
@@ -462,28 +465,6 @@ def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
             "tables": {"waiting": None, "copying": len(copying), "catching_up": None,
                        "ready": None, "sent": sent},
             "tables_not_ready": tables, "sync_errors": None}
-
-
-def _publisher_short(tr: Tracker, sub: dict[str, Any]) -> str | None:
-    """The publisher's setting that leaves fewer walsenders or slots than
-    the sync workers need (each needs one of each), as read with the plan;
-    None: enough, or not read. What this sync's own sync workers used then
-    counts as free."""
-    limits = tr.kind_state.get("publisher_limits")
-    if not limits:
-        return None
-    wanted = sync_workers(sub)
-    mine = re.compile(rf"^pg_{int(sub['subid'])}_sync_\d+_\d+$")
-    for setting, used in (("max_replication_slots", "slots"), ("max_wal_senders", "walsenders")):
-        others = [n for n in limits.get(used) or () if not mine.match(n or "")]
-        free = int(limits.get(setting) or 0) - len(others)
-        if free < wanted:
-            return (f"tables wait or fail for want of a {used[:-1]} on the publisher: its "
-                    f"{setting} = {limits.get(setting)} with {len(others)} in use by others "
-                    f"(the apply worker's among them) leaves {max(0, free)} for "
-                    f"{wanted} sync worker(s) (as read at the sync's start): raise it on the "
-                    "publisher (a restart)")
-    return None
 
 
 def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:

@@ -4,7 +4,8 @@
 -- too); for those of the connected database (pg_subscription_rel is not
 -- shared) how many of its tables are ready, and while any is not, every
 -- table's state in the order the apply worker starts their sync workers (pg_subscription_rel's heap order), the
--- settings that bound those workers; its workers (pg_stat_subscription: relid
+-- settings that bound those workers and the replication origins that
+-- exist (pg_replication_origin: every role may read it); its workers (pg_stat_subscription: relid
 -- set for a table's sync worker) and its sync errors (15+). Catalog and
 -- statistics reads only: no lock on a user table; only the pg_subscription
 -- columns every role may read (not subconninfo).
@@ -27,7 +28,15 @@ SELECT coalesce(json_agg(json_build_object(
     'settings', CASE WHEN n.not_ready > 0 THEN (
         SELECT json_object_agg(name, setting) FROM pg_settings
         WHERE name IN ('max_sync_workers_per_subscription', 'max_logical_replication_workers',
-                       'max_worker_processes')) END
+                       'max_worker_processes', 'max_replication_slots',
+                       'max_active_replication_origins')) END,
+    -- the replication origins besides this subscription's sync workers'
+    -- (pg_<subid>_<relid>): its apply worker's (pg_<subid>) and every other
+    -- one's; each sync worker needs one more (the subscriber's limit:
+    -- max_active_replication_origins, 18+; max_replication_slots before)
+    'origins', CASE WHEN n.not_ready > 0 THEN (
+        SELECT count(*) FROM pg_replication_origin o
+        WHERE o.roname !~ ('^pg_' || s.oid || '_[0-9]+$')) END
   ) ORDER BY d.datname, s.subname), '[]'::json)
 FROM pg_subscription s
 CROSS JOIN LATERAL (
