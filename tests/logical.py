@@ -182,3 +182,48 @@ def follow_failing_sync(att: Lines, sub: Cluster, dbname: str, major: int) -> No
 
 def server_major(cl: Cluster) -> int:
     return int(cl.psql("SHOW server_version_num").strip()) // 10000
+
+
+def origins_setting(major: int) -> str:
+    """The subscriber's limit on replication origins: its own setting from
+    18 on, max_replication_slots before."""
+    return "max_active_replication_origins" if major >= 18 else "max_replication_slots"
+
+
+def follow_origins_short(pub: Cluster, sub: Cluster, suffix: str, major: int) -> None:
+    """A sync whose subscriber has one replication origin left for its sync
+    workers beside the apply worker's: the test holds all the others
+    (origins made and advanced, each taking a slot of the limit), so the
+    second sync worker fails to get one and starts over. attach names the
+    version's setting with its value; once the test lets its origins go,
+    the sync runs to its end."""
+    name = origins_setting(major)
+    limit = int(sub.psql(f"SHOW {name}").strip())
+    held = int(sub.psql("SELECT count(*) FROM pg_replication_origin").strip())
+    holders = [f"pgparmon_holder_{suffix}_{i}" for i in range(limit - 2 - held)]
+    databases(pub, sub, suffix, scale=0.3)
+    sub.psql("".join(f"SELECT pg_replication_origin_create('{h}'); "
+                     f"SELECT pg_replication_origin_advance('{h}', '0/1'); " for h in holders))
+    att = Lines(start_attach(sub, f"dst{suffix}", "--wait", "60"))
+    try:
+        subscribe(pub, sub, suffix)
+        short = att.wait_for(lambda d: d["bottleneck"]["kind"] == "worker-slots" and any(
+            t["failures"] >= 1 for t in d["job"]["tables_not_ready"]),
+            "a sync worker failing for want of a replication origin, named")
+        detail = short["bottleneck"]["detail"]
+        assert f"{name} = {limit} " in detail and "origin on the subscriber" in detail, detail
+        # the apply worker's among the others: one left for two sync workers
+        assert f"with {limit - 1} other origin(s)" in detail and "leaves 1 for 2" in detail
+        assert ("before PostgreSQL 18" in detail) == (major < 18), detail
+        assert short["job"]["state"] == "running"
+        sub.psql("".join(f"SELECT pg_replication_origin_drop('{h}'); " for h in holders))
+        holders = []
+        samples, summary, err = att.finish(timeout=120)
+        assert att.proc.returncode == 0 and summary["state"] == "finished", err[-1000:]
+        assert table_states(sub, f"dst{suffix}") == "r"
+    finally:
+        if att.proc.poll() is None:
+            att.proc.kill()
+        for h in holders:
+            sub.psql(f"SELECT pg_replication_origin_drop('{h}')")
+        sub.psql(f"DROP SUBSCRIPTION IF EXISTS s{suffix}", dbname=f"dst{suffix}")

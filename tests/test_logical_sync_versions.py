@@ -24,6 +24,7 @@ from logical import (
     databases,
     failing_databases,
     follow_failing_sync,
+    follow_origins_short,
     start_attach,
     subscribe,
     table_states,
@@ -80,11 +81,14 @@ def test_sync_from_both_sides(pair: tuple[int, Cluster, Cluster]) -> None:
         pub_samples, pub_summary, pub_err = on_pub.finish(timeout=180)
         suboid = sub.psql("SELECT oid FROM pg_subscription WHERE subname = 's'").strip()
         version_num = int(sub.psql("SHOW server_version_num").strip())
+        states = table_states(sub, "dst")  # before the subscription goes
     finally:
         hold.close()
         for att in (on_sub, on_pub):
             if att is not None and att.proc.poll() is None:
                 att.proc.kill()
+        # its apply worker would hold a worker slot and an origin in the next tests
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s", dbname="dst")
     assert types == ("logical replication tablesync worker" if major >= 17
                      else "logical replication worker")
     assert version_num // 10000 == major
@@ -100,7 +104,7 @@ def test_sync_from_both_sides(pair: tuple[int, Cluster, Cluster]) -> None:
     # no sync failed: a count of none from 15 on, no count before
     assert job["sync_errors"] == (0 if major >= 15 else None)
     assert on_sub.proc.returncode == 0, err[-2000:]
-    assert table_states(sub, "dst") == "r"
+    assert states == "r"
     check_subscriber_run(samples, summary)
     assert samples[-1]["job"]["progress_basis"].startswith(
         "publisher catalog (subscription's connection")
@@ -122,3 +126,14 @@ def test_failing_sync(pair: tuple[int, Cluster, Cluster]) -> None:
     finally:
         if att.proc.poll() is None:
             att.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS sf", dbname="dstf")
+
+
+def test_replication_origins_short(pair: tuple[int, Cluster, Cluster]) -> None:
+    """The subscriber's replication origins (18+: max_active_replication_origins;
+    before: max_replication_slots) leave one sync worker an origin: the
+    other's sync fails and starts over, named with the version's setting.
+    (The tests before drop their subscriptions: their apply workers would
+    take the worker slots the second sync worker needs.)"""
+    major, pub, sub = pair
+    follow_origins_short(pub, sub, "o", major)
