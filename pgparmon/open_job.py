@@ -17,7 +17,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
 from .jobs.base import Job
-from .jobs.registry import driver_for_argv
+from .jobs.registry import driver_for_argv, parse_argv
 from .monitor import Monitor
 from .source import HostSource, LiveSource, RecordingSource
 
@@ -135,10 +135,9 @@ def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bo
 
 def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:
     """The job of a client process we started ourselves (`pgparmon run`)."""
-    from .cmdline import parse_client_cmdline
     from .redact import redact_argv
 
-    args = parse_client_cmdline(argv)
+    args = parse_argv(argv)
     driver = driver_for_argv(argv)
     assert driver is not None
     job = Job(kind=driver.kind, database=args.dbname or os.environ.get("PGDATABASE"),

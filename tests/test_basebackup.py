@@ -28,7 +28,8 @@ from support import (
 
 from pgparmon import units as fmt
 from pgparmon.cluster import Cluster, start_cluster
-from pgparmon.cmdline import max_rate_bytes, parse_client_cmdline
+from pgparmon.cmdline import max_rate_bytes
+from pgparmon.jobs.registry import parse_argv as parse_client_cmdline
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pg_basebackup import INFERRED, PgBasebackup, command_options

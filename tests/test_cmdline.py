@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgparmon.cmdline import ClientArgs, parse_client_cmdline
+from pgparmon.cmdline import ClientArgs
+from pgparmon.jobs.registry import parse_argv as parse_client_cmdline
 
 SECRET = "Sup3r$ecret"
 

@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..cmdline import ClientArgs
+from ..cmdline import ClientArgs, ClientSpec
 from ..ddl import PostDataTarget
 from ..phases import Phase
 from ..snapshot import (
@@ -165,6 +165,9 @@ class Driver:
     kind: ClassVar[str] = ""
     # client programs recognised in the process table (basename of argv[0])
     programs: ClassVar[tuple[str, ...]] = ()
+    # what the command lines of the clients it follows mean, by program
+    # (cmdline.ClientSpec: options, format letters, positional arguments)
+    client_specs: ClassVar[dict[str, ClientSpec]] = {}
     # "out": the server sends the data to the client (a dump); "in": the
     # client feeds the server (a restore, a load)
     data_flow: ClassVar[str] = "in"

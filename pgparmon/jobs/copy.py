@@ -41,6 +41,7 @@ from ..redact import redact_argv
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, MaintProgress, Snapshot
 from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, tree_member_pids
 from .copy_tree import IDLE_GRACE_S, IDLE_STATES, copy_tree_jobs, idle_for
+from .psql_options import PSQL
 from .statements import copy_target, norm_rel
 from .tables import DEFAULT_FK_FACTOR, plan_tables, table_progress
 
@@ -61,6 +62,7 @@ POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
 
 class CopyLoad(Driver):
     kind = "copy"
+    client_specs = {"psql": PSQL}  # a load run as psql -c "\\copy ..." or -f script
     names_source = True  # a copy between databases: --source
     joins_sessions_live = True
     plans_work = True  # only a copy between databases: see plan_request

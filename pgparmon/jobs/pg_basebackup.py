@@ -35,6 +35,7 @@ from ..phases import Phase
 from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING, WAL
 from . import walwait
 from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
+from .basebackup_options import CLIENT
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -103,6 +104,7 @@ ETA_WINDOW_S = 30.0  # the ETA's rate: the stream's last seconds
 class PgBasebackup(Driver):
     kind = "pg_basebackup"
     programs = ("pg_basebackup",)
+    client_specs = {"pg_basebackup": CLIENT}
     data_flow = "out"
     plans_work = False  # one item: the backup, sized by the server's estimate
     needs_plan = False
@@ -424,7 +426,9 @@ def _args(job: Job) -> ClientArgs:
     """The command's options (a recording keeps its redacted argv only)."""
     if job.args is not None:
         return job.args
-    return parse_client_cmdline(list(job.command)) if job.command else ClientArgs(program="")
+    if not job.command:
+        return ClientArgs(program="")
+    return parse_client_cmdline(list(job.command), PgBasebackup.client_specs)
 
 
 def _fast(tr: Tracker) -> bool:

@@ -18,7 +18,9 @@ from ..readers.files import table_file_sizes
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file_id, list_archive
 from .archive_files import data_file_client
+from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .dump_options import DUMP_FORMATS, DUMP_RESTORE_COMMON
 from .tables import plan_tables, table_progress
 
 if TYPE_CHECKING:
@@ -27,10 +29,35 @@ if TYPE_CHECKING:
 # tables bigger than this teach the text/heap ratio
 _RATIO_MIN_HEAP = 64 * 1024
 
+_OPTIONS: Opts = {
+    **DUMP_RESTORE_COMMON, "Z": ("compress", True), "E": ("encoding", True),
+    "e": ("extension", True), "T": ("exclude-table", True), "b": ("blobs", False),
+    "B": ("no-blobs", False),
+    **args("compress", "encoding", "extension", "exclude-table", "exclude-table-data",
+           "exclude-extension", "lock-wait-timeout", "snapshot", "rows-per-insert",
+           "include-foreign-data", "extra-float-digits", "exclude-table-and-children",
+           "exclude-table-data-and-children", "table-and-children", "sync-method"),
+    **flags("blobs", "large-objects", "no-blobs", "no-large-objects", "binary-upgrade",
+            "column-inserts", "attribute-inserts", "disable-dollar-quoting", "inserts",
+            "load-via-partition-root", "no-toast-compression", "no-unlogged-table-data",
+            "on-conflict-do-nothing", "quote-all-identifiers", "serializable-deferrable",
+            "no-sync", "no-synchronized-snapshots", "with-data", "with-schema",
+            "with-statistics", "sequence-data"),
+}
+
+
+def _positional(res: ClientArgs, pos: list[str], dbname: str | None) -> str | None:
+    return pos[0] if pos else dbname  # the positional dbname overrides -d
+
+
+CLIENT = ClientSpec(options=_OPTIONS, values={"format": choices(DUMP_FORMATS)},
+                    positional=_positional)
+
 
 class PgDump(Driver):
     kind = "pg_dump"
     programs = ("pg_dump",)
+    client_specs = {"pg_dump": CLIENT}
     data_flow = "out"
     has_leader = True
     fails_on_lock_queue = True

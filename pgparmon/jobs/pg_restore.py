@@ -16,12 +16,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item, WorkerState
-from ..cmdline import ClientArgs
+from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
@@ -32,10 +33,32 @@ if TYPE_CHECKING:
 _TINY_WORK = 512
 _DONE_ASKS = 4
 
+_OPTIONS: Opts = {
+    **DUMP_RESTORE_COMMON, "l": ("list", False), "L": ("use-list", True),
+    "I": ("index", True), "P": ("function", True), "T": ("trigger", True),
+    "e": ("exit-on-error", False), "1": ("single-transaction", False),
+    **args("use-list", "index", "function", "trigger", "transaction-size",
+           "exclude-database"),
+    **flags("list", "exit-on-error", "single-transaction", "no-data-for-failed-tables",
+            "globals-only"),
+}
+
+
+def _positional(res: ClientArgs, pos: list[str], dbname: str | None) -> str | None:
+    if pos:
+        res.file = pos[0]  # the archive
+    return dbname
+
+
+# -f is where the SQL goes (the output); the archive is the positional
+CLIENT = ClientSpec(options=_OPTIONS, values={"format": choices(RESTORE_FORMATS, True)},
+                    fields={"file": "output"}, lists=True, positional=_positional)
+
 
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
+    client_specs = {"pg_restore": CLIENT}
     warns_early_foreign_keys = True  # its data loads and FK builds follow the TOC
 
     # ---- recognise ---------------------------------------------------------

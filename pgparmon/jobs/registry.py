@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from .. import phases
+from ..cmdline import ClientArgs, ClientSpec, parse_client_cmdline
 from .base import Driver, Job
 from .job import set_kind_lookup
 
@@ -73,13 +74,12 @@ def driver_for(kind: str) -> Driver:
 def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Driver | None:
     """The driver of a command line: of those for its program, the first
     whose tool it is (pgBackRest's backup and restore are two kinds)."""
-    from ..cmdline import parse_client_cmdline
     from ..readers.procs import ProcInfo
 
     prog = os.path.basename(argv[0]) if argv else ""
     mine = [d for d in _load() if prog in d.programs]
     root = ProcInfo(0, 0, prog, tuple(argv), 0.0, None)
-    args = parse_client_cmdline(list(argv))
+    args = parse_argv(argv)
     return next((d for d in mine if d.from_tree(root, args)), mine[0] if mine else None)
 
 
@@ -106,6 +106,17 @@ def sample_extras() -> dict[str, tuple[str, ...]]:
     ds = _load()
     return {"parts": tuple(dict.fromkeys(p for d in ds for p in d.sample_parts)),
             "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
+
+
+def client_specs() -> dict[str, ClientSpec]:
+    """What each client program's command line means, from the drivers
+    that follow it (pg_dump, pg_restore, psql, pg_basebackup...)."""
+    return {prog: spec for d in _load() for prog, spec in d.client_specs.items()}
+
+
+def parse_argv(argv: list[str] | tuple[str, ...]) -> ClientArgs:
+    """A client command line read by its program's spec (never raises)."""
+    return parse_client_cmdline(argv, client_specs())
 
 
 def client_programs() -> tuple[str, ...]:
