@@ -128,3 +128,29 @@ def test_a_work_list_changed_at_the_same_length_makes_the_batches_again() -> Non
     assert eta.estimate(tr).seconds is not None
     assert tr.eta_tail is not tail and "new" in tr.eta_tail.batch_of
     assert gone not in tr.eta_tail.batch_of
+
+
+def test_a_key_waits_for_the_referenced_keys_through_their_attachments() -> None:
+    """pg_restore -j starts a foreign key only once its archive dependencies
+    are done: on a partitioned referenced table, the parent's key (ON ONLY)
+    and each partition's key through its INDEX ATTACH entry, which is no work
+    item of its own and is followed; pre-data entries are not items."""
+    from pgparmon.ddl import PostDataTarget
+    from pgparmon.jobs.pg_restore import post_data_order
+
+    def t(dump_id: int, desc: str, deps: tuple[int, ...]) -> PostDataTarget:
+        return PostDataTarget(desc, "public", f"x{dump_id}", None, None, "other",
+                              dump_id, deps)
+
+    targets = {20: t(20, "CONSTRAINT", (5,)),          # orders_pkey ON ONLY (5: TABLE)
+               21: t(21, "CONSTRAINT", (6, 20)),       # orders_p1_pkey
+               22: t(22, "CONSTRAINT", (7, 20)),       # orders_p2_pkey
+               31: t(31, "INDEX ATTACH", (21, 20, 6)),
+               32: t(32, "INDEX ATTACH", (22, 20, 7)),
+               40: t(40, "FK CONSTRAINT", (31, 32, 20, 5, 8)),
+               41: t(41, "INDEX", (8,))}               # nothing post-data before it
+    planned = {"20", "21", "22", "40", "41", "100", "101"}  # 100, 101: data items
+    order = post_data_order(targets, planned)
+    assert order["40"] == frozenset({"20", "21", "22"})
+    assert order["21"] == order["22"] == frozenset({"20"})
+    assert "41" not in order and "20" not in order

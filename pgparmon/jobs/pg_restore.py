@@ -240,4 +240,34 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         tr.add(Item(key=str(it.dump_id), kind=kind, relation=table, name=name, size=base,
                     work=max(base * factor, 1.0), deps=frozenset(deps),
                     exclusive=kind != "index"))
+    for key, after in post_data_order(targets, set(tr.items)).items():
+        tr.items[key].deps = tr.items[key].deps | after
     tr.planned = True
+
+
+def post_data_order(targets: dict[int, PostDataTarget], planned: set[str]
+                    ) -> dict[str, frozenset[str]]:
+    """The post-data items each planned item waits for, from the archive's
+    own dependencies (pg_restore -j starts an item only when they are done):
+    a foreign key waits for the referenced key's build, and on a partitioned
+    table for every partition's key build, through the INDEX ATTACH entries
+    (not work items themselves: their dependencies are followed)."""
+    out: dict[str, frozenset[str]] = {}
+    for dump_id, tgt in targets.items():
+        if str(dump_id) not in planned:
+            continue
+        found: set[str] = set()
+        seen = {dump_id}
+        todo = list(tgt.dependencies)
+        while todo:
+            d = todo.pop()
+            if d in seen:
+                continue
+            seen.add(d)
+            if str(d) in planned:
+                found.add(str(d))
+            elif d in targets:  # a post-data entry that is no work item
+                todo.extend(targets[d].dependencies)
+        if found:
+            out[str(dump_id)] = frozenset(found)
+    return out
