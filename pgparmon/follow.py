@@ -51,7 +51,7 @@ class Follower(FeedBase):
     # -- the feed protocol ---------------------------------------------------
 
     def tick(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.mon.tick()
+        doc: dict[str, Any] = self.mon.tick().to_json()  # the views read documents
         self.last = doc
         self.first = self.first or doc
         self.times.append(float(doc.get("elapsed_s") or 0.0))

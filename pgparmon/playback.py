@@ -53,7 +53,7 @@ class ReplayFeed(FeedBase):
 
     def _advance(self) -> dict[str, Any] | None:
         try:
-            doc = self.mon.tick()
+            doc = self.mon.tick().to_json()  # the views read documents
         except EndOfRecording:
             self.ended = True
             return None

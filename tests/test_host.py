@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pgparmon.analyze.advice_live import advise_samples
 from pgparmon.analyze.hostrates import CpuPercent, DiskRates, HostRates, host_rates
 from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
-from pgparmon.sample_doc import host_doc as _host_doc
+from pgparmon.sample_doc import host_load
 from pgparmon.readers import devices
 from pgparmon.readers.devices import device_for_path, rotational, rotational_of, whole_disk
 from pgparmon.readers.host import (
@@ -699,7 +699,7 @@ def _busy_run(rot: dict[str, bool]) -> list[dict[str, Any]]:
                          "job": {"jobs": 4, "state": "running", "active_workers": streams,
                                  "items_total": 100, "items_done": 0},
                          "workers": workers, "server": {"error": None},
-                         "host": _host_doc(hr, disks)})
+                         "host": host_load(hr, disks).to_json()})
             t += 1
     return docs
 

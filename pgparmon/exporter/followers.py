@@ -135,7 +135,7 @@ class Followed:
 
     def tick(self) -> None:
         try:
-            doc = self.mon.tick()
+            doc = self.mon.tick().to_json()
         except Exception as exc:  # noqa: BLE001 - one job's trouble never stops the rest
             self.failures += 1
             self.server.errors += 1
