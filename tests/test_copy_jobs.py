@@ -424,7 +424,7 @@ def test_run_any_command_exits_with_its_code(cluster: Cluster, copydb: str, work
     replayed = []
     while not feed.ended and feed.outcome is None:
         replayed.append(feed.tick())
-    assert replayed == r.samples and feed.summary() == r.summary
+    assert [s.to_json() for s in replayed] == r.samples and feed.summary() == r.summary
     assert "s3cr3t-pass" not in res.stdout + res.stderr  # the command shown is redacted
     samples, summary = _docs(res.stdout)
     assert samples[0]["job"]["kind"] == "copy"
