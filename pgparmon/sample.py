@@ -418,6 +418,10 @@ class Sample:
     def ended(self) -> bool:
         return self.job.state in ("finished", "failed", "ended")
 
+    def has(self, part: str) -> bool:
+        """Whether the document held this part (a partial or older one may not)."""
+        return part not in self.missing
+
     def worker(self, pid: int) -> WorkerRow | None:
         return next((w for w in self.workers if w.pid == pid), None)
 
