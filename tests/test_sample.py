@@ -165,3 +165,26 @@ def test_an_ended_job_keeps_its_outcome_and_its_kind_fields_in_order() -> None:
 def test_a_document_that_is_no_sample_says_what(doc: Any, says: str) -> None:
     with pytest.raises(SampleError, match=says):
         Sample.from_json(doc)
+
+
+def test_report_of_a_recording_whose_sample_is_no_sample_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recording is read back through from_json at its edge: a sample
+    that is not one (its workers an object) is one line and exit 2, not a
+    traceback; the same recording with the sample whole is reported."""
+    from pgparmon.playback import report_command
+    from pgparmon.record import Recorder
+
+    good = _recorded(GOLDEN / "monitor" / "dump_fd_j2.rec.gz")
+    header = read_recording(str(GOLDEN / "monitor" / "dump_fd_j2.rec.gz")).header
+    for name, bad in (("ok", None), ("bad", {"pid": 1})):
+        rec = Recorder(str(tmp_path / f"{name}.rec.gz"))
+        rec.header({k: v for k, v in header.items() if k not in ("schema", "created")})
+        for doc in good:
+            rec.event("sample", dict(doc, workers=bad) if bad is not None else doc)
+        rec.close()
+    assert report_command(str(tmp_path / "ok.rec.gz"), None) == 0
+    capsys.readouterr()
+    assert report_command(str(tmp_path / "bad.rec.gz"), None) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "workers is a dict" in err and "Traceback" not in err
