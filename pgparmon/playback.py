@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -72,7 +73,7 @@ class ReplayFeed(FeedBase):
             if self.last is None:
                 raise RecordingError("the recording holds no samples")
             return self.last
-        wall = self.mon.snaps[-1].wall if self.mon.snaps else None
+        wall = _wall(doc)
         if wall is not None and self._last_wall is not None:
             time.sleep(max(0.0, min(5.0, (wall - self._last_wall) / self.speed)))
         self._last_wall = wall
@@ -122,6 +123,14 @@ class ReplayFeed(FeedBase):
 
     def close(self) -> None:
         pass
+
+
+def _wall(sample: Sample) -> float | None:
+    """When the sample was taken (its `ts`, to the ms): the pace to replay at."""
+    try:
+        return datetime.fromisoformat(sample.ts).timestamp() if sample.ts else None
+    except ValueError:
+        return None
 
 
 def _err(msg: str) -> int:
