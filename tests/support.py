@@ -77,7 +77,7 @@ def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Mo
     samples = []
     while mon.outcome is None:
         try:
-            samples.append(mon.tick())
+            samples.append(mon.tick().to_json())
         except EndOfRecording:
             break
     return samples, mon.summary(), mon
@@ -162,7 +162,7 @@ def tick_until(mon: Any, done: Callable[[dict[str, Any]], bool], ticks: int = 40
     machine, and fails after `ticks` samples saying where the job was."""
     docs = []
     for _ in range(ticks):
-        docs.append(mon.tick())
+        docs.append(mon.tick().to_json())
         if done(docs[-1]):
             return docs
         time.sleep(pause)

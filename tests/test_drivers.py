@@ -142,17 +142,18 @@ def test_a_new_kind_is_followed_through_its_driver_alone(toyload: None) -> None:
     mon = Monitor(src)
     job = mon.discover()
     assert job.kind == "toyload" and job.jobs == 2
-    docs = []
-    while mon.outcome is None and len(docs) < 30:
-        docs.append(mon.tick())
+    samples = []
+    while mon.outcome is None and len(samples) < 30:
+        samples.append(mon.tick())
     assert src.plans == 1  # planned once, from the source's recorded-style inputs
-    mid = docs[5]
-    assert mid["job"]["kind"] == "toyload" and mid["job"]["items_total"] == 2
-    assert 0.4 < mid["job"]["progress"] < 0.6  # 500 kB of 2 x 1 MB through progress()
-    assert {w["relation"] for w in mid["workers"]} == {"public.a", "public.b"}
-    assert mid["job"]["eta_s"] is not None
+    mid = samples[5]
+    assert mid.job.kind == "toyload" and mid.job.items_total == 2
+    assert mid.job.progress is not None
+    assert 0.4 < mid.job.progress < 0.6  # 500 kB of 2 x 1 MB through progress()
+    assert {w.relation for w in mid.workers} == {"public.a", "public.b"}
+    assert mid.job.eta_s is not None
     assert "toyload" in plain_line(mid)
-    assert docs[-1]["job"]["state"] == "finished" and mon.outcome is not None
+    assert samples[-1].job.state == "finished" and mon.outcome is not None
     assert mon.summary()["kind"] == "toyload"
 
 
@@ -211,7 +212,7 @@ def test_published_times_count_from_the_jobs_start(toyload: None) -> None:
         backends=tuple(replace(b, backend_start=990.0 + t) for b in real(t).backends))
     mon = Monitor(src)
     mon.discover()
-    docs = [mon.tick() for _ in range(3)]
+    docs = [mon.tick().to_json() for _ in range(3)]
     assert [d["elapsed_s"] for d in docs] == [10.0, 11.0, 12.0]
     assert docs[0]["job"]["started"] == "1970-01-01T00:16:30.000+00:00"
     assert docs[0]["job"]["started_from"] == "sessions"

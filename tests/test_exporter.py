@@ -46,6 +46,7 @@ from pgparmon.exporter.collector import (
 from pgparmon.exporter.daemon import Exporter, Options, SafeRecorder, server_name, targets
 from pgparmon.record import Recorder, read_recording
 from pgparmon.jobs.registry import all_phases
+from pgparmon.sample import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "contrib" / "prometheus" / "pgparmon.rules.yml"
@@ -56,8 +57,8 @@ ALLOWED_LABELS = {"server", "database", "kind", "tool", "state", "phase", "bottl
 # ---- the collector, without a server --------------------------------------------
 
 def _doc(state: str = "running", bottleneck: str = "client-cpu",
-         warnings: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
+         warnings: tuple[str, ...] = ()) -> Sample:
+    return Sample.from_json({
         "schema": "pgparmon.sample/1", "ts": "2026-11-26T01:00:00.000+00:00",
         "job": {"kind": "pg_dump", "state": state, "client_pid": 48213, "jobs": 4,
                 "progress": 0.42, "eta_s": 310.5, "bytes_per_s": 52e6, "items_total": 13,
@@ -71,7 +72,7 @@ def _doc(state: str = "running", bottleneck: str = "client-cpu",
         "warnings": [{"code": c, "message": "..."} for c in warnings],
         "free_bytes": 123456789,
         "host": {"cpu_percent": 87.5, "iowait_percent": 4.0, "per_cpu": [80.0, 95.0]},
-    }
+    })
 
 
 def _job(**kw: Any) -> JobView:

@@ -333,7 +333,7 @@ def test_a_spread_checkpoint_at_the_start_says_its_bound(gated: tuple[Repo, Arch
             "checkpoint") is not None, ticks=200)
         for _ in range(4):  # a few more samples of the wait
             time.sleep(0.25)
-            waiting.append(mon.tick())
+            waiting.append(mon.tick().to_json())
         cl.psql("CHECKPOINT")
         docs = waiting + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
@@ -390,7 +390,7 @@ def test_the_stop_behind_the_archivers_backlog_says_how_long(
                           and archive_wait(d).get("wal") is not None)
         for _ in range(4):  # held: the wait goes on
             time.sleep(0.25)
-            held.append(mon.tick())
+            held.append(mon.tick().to_json())
         gate.release()
         docs += held + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..jobs.registry import all_phases
+from ..sample import Sample
 
 PREFIX = "pgparmon_"
 JOB_LABELS = ("server", "database", "kind", "tool")
@@ -46,7 +46,7 @@ class JobView:
     database: str
     kind: str
     tool: str
-    doc: dict[str, Any]  # the last published sample
+    doc: Sample  # the last published sample
     started: float  # wall clock, seconds since the epoch
     ended: float | None = None
     bytes_done: float = 0.0  # monotonic over the job's life
@@ -59,7 +59,7 @@ class JobView:
 
     @property
     def state(self) -> str:
-        return str(self.doc.get("job", {}).get("state") or "running")
+        return str(self.doc.job.state or "running")
 
 
 @dataclass(frozen=True)
@@ -208,31 +208,31 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
     worker_phases = tuple(p.name for p in all_phases())
     for j in jobs:
         lv = list(j.labels)
-        d = j.doc.get("job", {})
+        d = j.doc.job
         info.add_metric(lv, 1.0)
         for s in STATES:
             state.add_metric([*lv, s], 1.0 if j.state == s else 0.0)
-        if d.get("progress") is not None:
-            progress.add_metric(lv, float(d["progress"]))
-        if d.get("eta_s") is not None:
-            eta.add_metric(lv, float(d["eta_s"]))
+        if d.progress is not None:
+            progress.add_metric(lv, float(d.progress))
+        if d.eta_s is not None:
+            eta.add_metric(lv, float(d.eta_s))
         bytes_total.add_metric(lv, j.bytes_done, created=j.started)
         rows_total.add_metric(lv, j.rows_done, created=j.started)
-        tput.add_metric(lv, float(d.get("bytes_per_s") or 0.0))
-        if d.get("jobs"):
-            workers.add_metric(lv, float(d["jobs"]))
+        tput.add_metric(lv, float(d.bytes_per_s or 0.0))
+        if d.jobs:
+            workers.add_metric(lv, float(d.jobs))
         counts: dict[str, int] = {}
-        for w in j.doc.get("workers") or ():
-            ph = str(w.get("phase") or "other")
+        for w in j.doc.workers:
+            ph = str(w.phase or "other")
             counts[ph] = counts.get(ph, 0) + 1
         for ph in _values(worker_phases, counts):
             active.add_metric([*lv, ph], float(counts.get(ph, 0)))
-        items.add_metric(lv, float(d.get("items_total") or 0))
-        items_done.add_metric(lv, float(d.get("items_done") or 0))
-        kind = (j.doc.get("bottleneck") or {}).get("kind") if j.state == "running" else None
+        items.add_metric(lv, float(d.items_total or 0))
+        items_done.add_metric(lv, float(d.items_done or 0))
+        kind = j.doc.bottleneck.kind if j.state == "running" else None
         for b in _values(BOTTLENECKS, [kind] if kind else []):
             neck.add_metric([*lv, b], 1.0 if b == kind else 0.0)
-        codes = {str(w.get("code")) for w in j.doc.get("warnings") or ()}
+        codes = {str(w.code) for w in j.doc.warnings}
         for c in _values(WARNING_CODES, codes):
             warn.add_metric([*lv, c], 1.0 if c in codes else 0.0)
         started.add_metric(lv, j.started)
@@ -240,8 +240,8 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
             ended.add_metric(lv, j.ended)
         if j.last_progress is not None:
             moved.add_metric(lv, j.last_progress)
-        if j.doc.get("free_bytes") is not None:
-            free.add_metric(lv, float(j.doc["free_bytes"]))
+        if j.doc.free_bytes is not None:
+            free.add_metric(lv, float(j.doc.free_bytes))
     return [info, state, progress, eta, bytes_total, rows_total, tput, workers, active, items,
             items_done, neck, warn, started, ended, moved, free]
 
@@ -253,13 +253,13 @@ def _host_families(jobs: Iterable[JobView]) -> list[Metric]:
              "a job is followed", (), unit="ratio")
     iowait = _g("host_iowait_ratio", "Host CPU time in iowait over the last sample interval "
                 "(0 to 1), while a job is followed", (), unit="ratio")
-    running = [j for j in jobs if j.state == "running" and j.doc.get("host")]
+    running = [j for j in jobs if j.state == "running" and j.doc.has("host")]
     if running:
-        host = max(running, key=lambda j: j.started).doc["host"]
-        if host.get("cpu_percent") is not None:
-            cpu.add_metric([], float(host["cpu_percent"]) / 100)
-        if host.get("iowait_percent") is not None:
-            iowait.add_metric([], float(host["iowait_percent"]) / 100)
+        host = max(running, key=lambda j: j.started).doc.host
+        if host.cpu_percent is not None:
+            cpu.add_metric([], float(host.cpu_percent) / 100)
+        if host.iowait_percent is not None:
+            iowait.add_metric([], float(host.iowait_percent) / 100)
     return [cpu, iowait]
 
 

@@ -40,11 +40,14 @@ from ..toc import TocItem
 from .job import TREE, Job  # the job model: drivers and the core import it from here too
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.bottleneck import Verdict
     from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
+    from ..sample import WorkerRow
 
 
 @dataclass(frozen=True)
@@ -427,10 +430,12 @@ class Driver:
         wait events (a backup waiting for a checkpoint); None: judge them."""
         return None
 
-    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         """Fields of the published job object this kind adds (the phase,
-        where progress comes from)."""
+        where progress comes from), in the order the document shows them
+        (the sample's `JobStatus.kind_fields`); `workers`: the sample's
+        worker rows."""
         return {}
 
     # ---- outcome -----------------------------------------------------------

@@ -46,7 +46,10 @@ from .statements import copy_target, norm_rel
 from .tables import DEFAULT_FK_FACTOR, plan_tables, table_progress
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.progress import Tracker
+    from ..sample import WorkerRow
 
 INFERRED = "inferred: application_name, client address, user"
 # remote sessions of one key that started further apart are separate jobs
@@ -414,9 +417,9 @@ class CopyLoad(Driver):
                 worst = max(worst, (size - pos) / r)
         return worst
 
-    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
-        phases = {w["phase"] for w in workers}
+        phases = {w.phase for w in workers}
         phase: str | None = None
         if state == "running":
             if "copy" in phases:

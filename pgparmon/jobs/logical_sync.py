@@ -48,9 +48,12 @@ from .base import Driver, EndContext, Job, PlanInputs, PlanReader
 from .tables import table_progress
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.items import WorkerState
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
+    from ..sample import WorkerRow
 
 PART = "logical_sync"
 GROUPING = "subscription"
@@ -391,7 +394,7 @@ class LogicalSync(Driver):
         return None, ("total unknown (the publisher's table sizes were not read; "
                       "--source CONNINFO gives them): rates only")
 
-    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         if on_publisher(tr.job):
             return _publisher_fields(tr, workers, state)
@@ -407,7 +410,7 @@ class LogicalSync(Driver):
                                "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
                                "size": it.heap_bytes,
                                "progress": round(it.fraction, 4) if tr.planned else None})
-        phases = {w["phase"] for w in workers}
+        phases = {w.phase for w in workers}
         phase = None
         if state == "running":
             phase = ("copy" if "copy" in phases else CATCH_UP if counts["catching_up"]
@@ -441,7 +444,7 @@ def _publisher_grouping(key: tuple[object, ...]) -> str:
     return f"{PUBLISHER} pg_{suboid}_sync_*" + (f"_{sysid}" if sysid else "")
 
 
-def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
+def _publisher_fields(tr: Tracker, workers: Sequence[WorkerRow],
                       state: str) -> dict[str, Any]:
     """The job as the publisher sees it: the tables its sync walsenders
     copy now (COPY TO: bytes and rows sent, against this server's own
@@ -453,7 +456,7 @@ def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
                "progress": round(it.fraction, 4) if tr.planned and it.heap_bytes else None}
               for it in copying]
     sent = sum(1 for it in tr.items.values() if it.state == "done")
-    return {"phase": ("copy" if any(w["phase"] == "copy" for w in workers) else None)
+    return {"phase": ("copy" if any(w.phase == "copy" for w in workers) else None)
             if state == "running" else None,
             "subscription": tr.job.subject, "side": "publisher",
             "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
