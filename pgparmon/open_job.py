@@ -17,7 +17,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
 from .jobs.base import Job
-from .jobs.registry import driver_for_argv
+from .jobs.registry import driver_for_argv, sample_extras
 from .monitor import Monitor
 from .source import HostSource, LiveSource, RecordingSource
 
@@ -108,11 +108,13 @@ def _signature(job: Job) -> tuple[object, ...]:
 
 def _look_at_all_sessions(live: LiveSource | HostSource) -> None:
     """Undo what a look that found a job set for following it (the sampler
-    filtered to the job's database, without the bands only a backup needs)."""
+    filtered to the job's database, without the bands only a backup needs,
+    reading that job's driver's parts alone)."""
     sampler = getattr(live, "sampler", None)
     if sampler is not None:
         sampler.database_filter = None
         sampler.backup_bands = True
+        sampler.read_extras(**sample_extras())
 
 
 def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bool) -> str:

@@ -23,7 +23,7 @@ from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
-from .jobs.registry import driver_for, sample_extras
+from .jobs.registry import driver_for, job_extras, sample_extras
 from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
@@ -122,12 +122,15 @@ class LiveSource:
                 raise
         job = self.job
         driver = driver_for(job.kind)
+        # the job is known: its samples read its driver's parts and server
+        # types alone (a dump's runs no subscription query)
+        self.sampler.read_extras(**job_extras(job.kind))
         if job.database is None and not driver.whole_cluster:
             job = self.job = dataclasses.replace(job, database=self.facts.database)
         if job.database is not None and job.database != self.facts.database:
             self.sampler.close()
             self.sampler = DbSampler(self.target.with_dbname(job.database or ""),
-                                     **sample_extras())
+                                     **job_extras(job.kind))
             try:
                 self.facts = self.sampler.open()
             except Exception as exc:  # noqa: BLE001 - one line to the user

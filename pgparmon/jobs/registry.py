@@ -101,9 +101,19 @@ set_kind_lookup(_whole_cluster)  # Job.describe's question, answered by the kind
 
 
 def sample_extras() -> dict[str, tuple[str, ...]]:
-    """What every sample reads for the drivers (a DbSampler's keywords):
-    their parts and the server process types that work for their jobs."""
-    ds = _load()
+    """What a sample reads for the drivers while jobs are looked for (a
+    DbSampler's keywords): every driver's parts and the server process types
+    that work for their jobs (discovery, the exporter's watch for new jobs)."""
+    return _extras(_load())
+
+
+def job_extras(kind: str) -> dict[str, tuple[str, ...]]:
+    """What a sample reads for one known job: its driver's parts and server
+    process types alone (a pg_dump's sample runs no subscription query)."""
+    return _extras([driver_for(kind)])
+
+
+def _extras(ds: list[Driver]) -> dict[str, tuple[str, ...]]:
     return {"parts": tuple(dict.fromkeys(p for d in ds for p in d.sample_parts)),
             "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
 
