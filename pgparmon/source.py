@@ -153,6 +153,16 @@ class LiveSource:
         self._find_devices()
         return job
 
+    def look_again(self) -> None:
+        """Forget the job found and undo what following it set (the sampler
+        filtered to its database, without the bands only a backup needs,
+        reading its driver's parts alone): the next discover looks at every
+        session, with every driver's parts (attach --wait's second look)."""
+        self.job = None
+        self.sampler.database_filter = None
+        self.sampler.backup_bands = True
+        self.sampler.read_extras(**sample_extras())
+
     def _idle_sessions(self) -> None:
         """A tool whose own session sits idle under no application_name of
         its own (pg_probackup's): its process tree's sessions, found from
@@ -368,6 +378,9 @@ class HostSource:
 
     def pause(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def look_again(self) -> None:
+        self.job = None
 
     def discover(self) -> Job:
         if self.job is None:
