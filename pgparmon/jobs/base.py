@@ -213,6 +213,10 @@ class Driver:
     # the worker phases the driver sets on its rows beyond those of any job's
     # SQL sessions (pgparmon.phases): the driver registry registers them
     phases: ClassVar[tuple[Phase, ...]] = ()
+    # the verdict kinds `verdict` returns, those the core's judge gives among
+    # them (pgparmon.verdicts): the driver registry registers them, so that
+    # the exporter has a series for each before it happens
+    verdicts: ClassVar[tuple[str, ...]] = ()
     # the tool's own session sits idle most of the run under no
     # application_name of its own (pg_probackup's between its backup start
     # and stop): the sessions of its process tree are looked up from the

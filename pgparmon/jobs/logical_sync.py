@@ -113,6 +113,7 @@ class LogicalSync(Driver):
     sample_parts = (PART,)
     backend_types = ("logical replication worker", "logical replication tablesync worker")
     phases = SYNC_PHASES
+    verdicts = ("worker-slots", "sync-failing")
 
     def __init__(self) -> None:
         # on the publisher: when each job's last sync walsender was seen

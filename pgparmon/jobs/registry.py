@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .. import phases
+from .. import phases, verdicts
 from .base import Driver, Job
 from .job import set_kind_lookup
 
@@ -28,8 +28,14 @@ def _load() -> list[Driver]:
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
                          PgBackRestRestore(), PgProbackup(), LogicalSync(), CopyLoad()])
         for d in _DRIVERS:
-            phases.register(*d.phases)
+            _register_vocabulary(d)
     return _DRIVERS
+
+
+def _register_vocabulary(d: Driver) -> None:
+    """The worker phases and the verdict kinds a driver adds."""
+    phases.register(*d.phases)
+    verdicts.register_verdicts(*d.verdicts)
 
 
 def drivers() -> list[Driver]:
@@ -42,7 +48,7 @@ def register(driver: Driver, first: bool = False) -> None:
     _load()
     if any(d.kind == driver.kind for d in _DRIVERS):
         raise ValueError(f"a driver for {driver.kind!r} is registered already")
-    phases.register(*driver.phases)
+    _register_vocabulary(driver)
     _DRIVERS.insert(0, driver) if first else _DRIVERS.append(driver)
 
 
@@ -61,6 +67,23 @@ def all_phases() -> list[phases.Phase]:
     """Every worker phase, the drivers' among them, in display order."""
     _load()
     return phases.ordered()
+
+
+def all_verdicts() -> tuple[str, ...]:
+    """Every verdict kind a sample's bottleneck can have: the core's
+    judge's, then the drivers' own."""
+    from ..analyze import bottleneck  # noqa: F401 - registers the judge's kinds
+
+    _load()
+    return verdicts.verdict_kinds()
+
+
+def all_warnings() -> tuple[str, ...]:
+    """Every warning code a sample can carry."""
+    from ..analyze import warnings  # noqa: F401 - registers the core's codes
+
+    _load()
+    return verdicts.warning_codes()
 
 
 def driver_for(kind: str) -> Driver:
