@@ -13,6 +13,7 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -29,6 +30,8 @@ from support import (
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.connect import ConnTarget
 from pgparmon.exitcodes import ExitCode
+from pgparmon.job_end import NO_MEMBERS_SAMPLES
+from pgparmon.jobs.logical_sync_publisher import HANDOVER_S
 from pgparmon.jobs.registry import driver_for
 from pgparmon.open_job import wait_for_job
 from pgparmon.pick import list_jobs
@@ -276,8 +279,8 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
     sync walsenders (pg_<suboid>_sync_<relid>_<sysid>, COPY ... TO STDOUT):
     each table's COPY TO progress against the publisher's own pg_class
     sizes; the tables still to come are the subscriber's to list (total
-    unknown, no ETA); it ends once no sync walsender is left (for
-    PUBLISHER_GRACE_S: the next table's starts within that)."""
+    unknown, no ETA); it ends once no sync walsender and no sync slot of
+    its is left (test_a_publisher_side_sync_ends_once_its_slots_are_gone)."""
     pub, sub = servers
     _databases(pub, sub, "4")
     attach = Lines(_attach(pub, "src4", "--wait", "60"))
@@ -441,8 +444,8 @@ def test_a_known_job_samples_its_own_drivers_parts_alone(servers: tuple[Cluster,
                 assert sync.job is not None and sync.job.kind == "logical_sync"
                 sampler = sync.source.sampler
                 own = driver_for("logical_sync")
-                assert (sampler.parts, sampler.server_types) == (own.sample_parts,
-                                                                 own.backend_types)
+                assert (sampler.parts, sampler.server_types) == (
+                    (*own.sample_parts, *own.follow_parts), own.backend_types)
                 doc = tick_until(sync, lambda d: d["job"]["tables"]["waiting"] is not None
                                  and len(d["workers"]) == 2, ticks=100, pause=0.3)[-1]
                 assert doc["job"]["subscription"] == "s7"
@@ -456,6 +459,72 @@ def test_a_known_job_samples_its_own_drivers_parts_alone(servers: tuple[Cluster,
                 sync.close()
     finally:
         sub.psql("DROP SUBSCRIPTION IF EXISTS s7", dbname="dst7")
+
+
+@integration
+def test_a_publisher_side_sync_ends_once_its_slots_are_gone(
+        servers: tuple[Cluster, Cluster]) -> None:
+    """On the publisher a table's sync slot lives from its sync's start to
+    its end, a failed sync's until its retry (14+), while no walsender of
+    its is left. A table whose sync keeps failing on the subscriber (a row
+    of the subscriber's own violates its unique key; retried after
+    wal_retrieve_retry_interval, 5 s): the publisher's job keeps running
+    between the attempts on its slot alone, and once the row goes and the
+    table is synced, ends HANDOVER_S after its last slot went (and
+    NO_MEMBERS_SAMPLES samples), not PUBLISHER_GRACE_S."""
+    pub, sub = servers
+    # the nap: one's walsender is seen for seconds (the job found), dup's
+    # attempts are short (no walsender of its for most of the retry's wait)
+    rows = {"one": 1500, "dup": 100}
+    pub.psql("CREATE DATABASE src8")
+    sub.psql("CREATE DATABASE dst8")
+    schema = "".join(f"CREATE TABLE {t} (id int UNIQUE, v text);" for t in rows)
+    pub.psql(schema + "".join(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, {n}) g;"
+                              for t, n in rows.items())
+             + "ANALYZE; CREATE PUBLICATION p8 FOR ALL TABLES;", dbname="src8")
+    sub.psql(schema + NAP + "".join(
+        f"CREATE TRIGGER nap BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION nap(); "
+        f"ALTER TABLE {t} ENABLE ALWAYS TRIGGER nap;" for t in rows)
+        + "INSERT INTO dup VALUES (90, 'the subscriber''s own')", dbname="dst8")
+    attach = Lines(_attach(pub, "src8", "--wait", "60"))
+    try:
+        _subscribe(pub, sub, "8")
+        attach.wait_for(lambda d: d["job"].get("side") == "publisher", "the sync, found")
+        # the subscriber's word: the other table synced, then dup's sync
+        # failed twice more (a retry's wait with no other table syncing)
+        _wait_on(sub, "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate = 'r'", 1)
+        errors = "SELECT sync_error_count FROM pg_stat_subscription_stats WHERE subname = 's8'"
+        _wait_on(sub, errors, int(sub.psql(errors, dbname="dst8").strip() or 0) + 2)
+        fixed = time.time()
+        sub.psql("DELETE FROM dup WHERE id = 90", dbname="dst8")
+        samples, summary, err = attach.finish(timeout=180)
+    finally:
+        if attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s8", dbname="dst8")
+    assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-2000:]
+    # running until the failing table got through (after the fix), never before
+    trail = [(d["elapsed_s"], d["job"]["state"], len(d["workers"]), d["job"]["sync_slots"])
+             for d in samples]
+    assert datetime.fromisoformat(samples[-1]["ts"]).timestamp() > fixed, trail[-20:]
+    assert all(d["job"]["state"] == "running" for d in samples[:-1])
+    # between two attempts no walsender of its: the slot kept it running
+    assert any(not d["workers"] and (d["job"]["sync_slots"] or 0) >= 1 for d in samples)
+    # the end: HANDOVER_S after the last sample with a walsender or a slot,
+    # then NO_MEMBERS_SAMPLES samples with neither
+    last = max(i for i, d in enumerate(samples) if d["workers"] or d["job"]["sync_slots"])
+    past = next((i for i in range(last + 1, len(samples))
+                 if samples[i]["elapsed_s"] - samples[last]["elapsed_s"] >= HANDOVER_S), None)
+    assert past is not None and len(samples) - 1 == past + NO_MEMBERS_SAMPLES - 1, trail[last:]
+
+
+def _wait_on(sub: Cluster, sql: str, at_least: int) -> None:
+    """Until the subscriber's dst8 answers sql with a count of at least that."""
+    for _ in range(900):
+        if int(sub.psql(sql, dbname="dst8").strip() or 0) >= at_least:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"never {at_least}: {sql}")
 
 
 @contextlib.contextmanager

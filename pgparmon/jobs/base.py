@@ -229,6 +229,9 @@ class Driver:
     # for its jobs (background workers), sampled with the client sessions
     sample_parts: ClassVar[tuple[str, ...]] = ()
     backend_types: ClassVar[tuple[str, ...]] = ()
+    # parts read only while one of its jobs is followed, not while jobs are
+    # looked for (a publisher's sync slots: when a sync seen there is over)
+    follow_parts: ClassVar[tuple[str, ...]] = ()
 
     # ---- recognise ---------------------------------------------------------
 

@@ -131,13 +131,15 @@ def sample_extras() -> dict[str, tuple[str, ...]]:
 
 
 def job_extras(kind: str) -> dict[str, tuple[str, ...]]:
-    """What a sample reads for one known job: its driver's parts and server
-    process types alone (a pg_dump's sample runs no subscription query)."""
-    return _extras([driver_for(kind)])
+    """What a sample reads for one known job: its driver's parts (those it
+    reads while following among them) and server process types alone (a
+    pg_dump's sample runs no subscription query)."""
+    return _extras([driver_for(kind)], following=True)
 
 
-def _extras(ds: list[Driver]) -> dict[str, tuple[str, ...]]:
-    return {"parts": tuple(dict.fromkeys(p for d in ds for p in d.sample_parts)),
+def _extras(ds: list[Driver], following: bool = False) -> dict[str, tuple[str, ...]]:
+    parts = (p for d in ds for p in (*d.sample_parts, *(d.follow_parts if following else ())))
+    return {"parts": tuple(dict.fromkeys(parts)),
             "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
 
 
