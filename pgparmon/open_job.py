@@ -64,8 +64,7 @@ def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | Non
     while True:
         try:
             if waited:
-                live.job = None
-                _look_at_all_sessions(live)
+                live.look_again()
                 found = _signature(live.discover())
                 if found != seen and time.monotonic() < deadline:
                     seen = found
@@ -104,15 +103,6 @@ def _signature(job: Job) -> tuple[object, ...]:
     if job.client_pid:
         return (job.kind, job.client_pid)
     return (job.kind, job.database, job.grouping, tuple(sorted(job.pid_hint)))
-
-
-def _look_at_all_sessions(live: LiveSource | HostSource) -> None:
-    """Undo what a look that found a job set for following it (the sampler
-    filtered to the job's database, without the bands only a backup needs)."""
-    sampler = getattr(live, "sampler", None)
-    if sampler is not None:
-        sampler.database_filter = None
-        sampler.backup_bands = True
 
 
 def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bool) -> str:

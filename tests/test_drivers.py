@@ -300,6 +300,10 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
                 self.sampler.database_filter = found.database  # what following sets
             return self.job
 
+        def look_again(self) -> None:
+            self.job = None
+            self.sampler.database_filter = None
+
         def close(self) -> None:
             pass
 

@@ -7,8 +7,9 @@ server (tests/test_exporter.py). Every metric is listed in docs/metrics.md.
 
 Cardinality: jobs are labelled by `server`, `database`, `kind` and `tool`
 only (never a pid, a table, a path or a time); the one-hot families add one
-label whose values come from a fixed list (`state`, `phase`, `bottleneck`,
-`code`). Two jobs that would share the same labels (two dumps of one
+label whose values come from a fixed list (`state`) or a registry the core
+and the drivers fill (`phase`: pgparmon.phases; `bottleneck`, `code`:
+pgparmon.verdicts). Two jobs that would share the same labels (two dumps of one
 database at once) are shown as one: the running one that started last.
 """
 
@@ -20,20 +21,18 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..jobs.registry import all_phases
+from ..jobs.registry import all_phases, all_verdicts, all_warnings
 from ..sample import Sample
 
 PREFIX = "pgparmon_"
 JOB_LABELS = ("server", "database", "kind", "tool")
 SUCCESS_LABELS = ("server", "database", "kind")
 
-# the values of the one-hot families: fixed lists, so that a series exists
-# (at 0) before its value first happens and alerts can compare
+# the values of the one-hot families are known before they happen, so that a
+# series exists (at 0) from a job's first sample and alerts can compare: the
+# job's states here; phases, verdict kinds and warning codes from their
+# registries, which the drivers extend
 STATES = ("running", "finished", "failed", "ended")
-BOTTLENECKS = ("client-cpu", "client-feed", "server-cpu", "host-cpu", "disk-read",
-               "disk-write", "wal", "locks", "one-table", "stalled", "starting", "nothing",
-               "checkpoint", "archiving", "throttled")
-WARNING_CODES = ("exclusive-lock-waiter", "disk-full-soon", "disk-full", "checkpoints")
 
 
 @dataclass(frozen=True)
@@ -194,8 +193,7 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
     items = _g("job_items", "Work items of the job (tables, indexes, files)", L)
     items_done = _g("job_items_done", "Work items the job has finished", L)
     neck = _g("job_bottleneck", "What limits the job now, one-hot", (*L, "bottleneck"))
-    warn = _g("job_warning", "Warnings about the job now, one-hot by code "
-              "(exclusive-lock-waiter, disk-full-soon, disk-full, checkpoints)", (*L, "code"))
+    warn = _g("job_warning", "Warnings about the job now, one-hot by code", (*L, "code"))
     started = _g("job_start_time_seconds", "Wall time (Unix seconds) the job started (its "
                  "client process, else its first session)", L, unit="seconds")
     ended = _g("job_end_time_seconds", "Wall time (Unix seconds) the job ended; absent "
@@ -204,8 +202,10 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
                "made progress (bytes, rows or progress ratio went up)", L, unit="seconds")
     free = _g("job_target_free_bytes", "Free space on the filesystem of the job's target "
               "(a dump's directory)", L, unit="bytes")
-    # every registered phase (pgparmon.phases), a series at 0 before it happens
+    # every registered phase, verdict kind and warning code, a series at 0
+    # before it happens
     worker_phases = tuple(p.name for p in all_phases())
+    necks, codes_known = all_verdicts(), all_warnings()
     for j in jobs:
         lv = list(j.labels)
         d = j.doc.job
@@ -230,10 +230,10 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
         items.add_metric(lv, float(d.items_total or 0))
         items_done.add_metric(lv, float(d.items_done or 0))
         kind = j.doc.bottleneck.kind if j.state == "running" else None
-        for b in _values(BOTTLENECKS, [kind] if kind else []):
+        for b in _values(necks, [kind] if kind else []):
             neck.add_metric([*lv, b], 1.0 if b == kind else 0.0)
         codes = {str(w.code) for w in j.doc.warnings}
-        for c in _values(WARNING_CODES, codes):
+        for c in _values(codes_known, codes):
             warn.add_metric([*lv, c], 1.0 if c in codes else 0.0)
         started.add_metric(lv, j.started)
         if j.ended is not None:
@@ -264,6 +264,7 @@ def _host_families(jobs: Iterable[JobView]) -> list[Metric]:
 
 
 def _values(known: tuple[str, ...], seen: Iterable[str]) -> list[str]:
-    """The fixed list, and any value the code produced that the list lacks
-    (a new phase in a later driver: shown, not dropped)."""
+    """The registered values, and any value a sample holds that is not
+    registered (a recording of another version, a plug-in that registered
+    none: shown, not dropped)."""
     return list(known) + sorted({v for v in seen if v not in known})

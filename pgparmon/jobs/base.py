@@ -219,6 +219,10 @@ class Driver:
     # the worker phases the driver sets on its rows beyond those of any job's
     # SQL sessions (pgparmon.phases): the driver registry registers them
     phases: ClassVar[tuple[Phase, ...]] = ()
+    # the verdict kinds `verdict` returns, those the core's judge gives among
+    # them (pgparmon.verdicts): the driver registry registers them, so that
+    # the exporter has a series for each before it happens
+    verdicts: ClassVar[tuple[str, ...]] = ()
     # the tool's own session sits idle most of the run under no
     # application_name of its own (pg_probackup's between its backup start
     # and stop): the sessions of its process tree are looked up from the
@@ -231,6 +235,9 @@ class Driver:
     # for its jobs (background workers), sampled with the client sessions
     sample_parts: ClassVar[tuple[str, ...]] = ()
     backend_types: ClassVar[tuple[str, ...]] = ()
+    # parts read only while one of its jobs is followed, not while jobs are
+    # looked for (a publisher's sync slots: when a sync seen there is over)
+    follow_parts: ClassVar[tuple[str, ...]] = ()
 
     # ---- recognise ---------------------------------------------------------
 

@@ -24,6 +24,9 @@ the text ratio); a table past its copy (f, s) has its copy done and waits
 for the apply worker (catch-up, not measured); the job ends when every table
 is ready, and never before. The ETA is the schedule simulation at the sync
 worker count, the tables in the order the apply worker starts them.
+
+The same sync found on the publisher (its sync walsenders), and when it
+ends there: logical_sync_publisher.py.
 """
 
 from __future__ import annotations
@@ -45,6 +48,15 @@ from ..readers.procs import server_is_local
 from ..redact import redact_text
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, Snapshot
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .logical_sync_publisher import (
+    SLOTS_PART,
+    PublisherEnd,
+    grouping,
+    on_publisher,
+    publisher_fields,
+    session_key,
+    sync_slots,
+)
 from .tables import table_progress
 
 if TYPE_CHECKING:
@@ -73,17 +85,6 @@ SYNC_PHASES = (
           fill="#8ecae6"),
 )
 DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
-# on the publisher, a sync worker is a walsender named after its slot (14+:
-# pg_<subscription oid>_sync_<subscriber relid>_<subscriber system id>;
-# before: <subscription name>_<oid>_sync_<relid>) running COPY ... TO STDOUT
-SYNC_SLOT = re.compile(r"^(?:pg_(\d+)_sync_\d+_(\d+)|.+_(\d+)_sync_\d+)$")
-PUBLISHER = "sync walsenders"  # the grouping of a job found on the publisher
-# on the publisher, how long after its last sync walsender the job still
-# runs: the next table's sync worker starts within the apply worker's
-# cycle (1 s), a failed one's retry after wal_retrieve_retry_interval (5 s
-# by default); the walsender of a table past its COPY (catching up) is not
-# sampled
-PUBLISHER_GRACE_S = 10.0
 
 
 def subscription(db: DbSample | None, job: Job) -> dict[str, Any] | None:
@@ -114,13 +115,13 @@ class LogicalSync(Driver):
     needs_plan = False  # sized only where the publisher can be read
     fixed_workers = False
     sample_parts = (PART,)
+    follow_parts = (SLOTS_PART,)  # on the publisher: when the job is over
     backend_types = ("logical replication worker", "logical replication tablesync worker")
     phases = SYNC_PHASES
+    verdicts = ("worker-slots", "sync-failing")
 
     def __init__(self) -> None:
-        # on the publisher: when each job's last sync walsender was seen
-        # (the sample's clock), by its database and grouping
-        self._last_seen: dict[tuple[str | None, str | None], float] = {}
+        self._publisher_end = PublisherEnd()  # on the publisher: when a job is over
 
     # ---- recognise ---------------------------------------------------------
     # On the subscriber the job is found from this kind's part (server_jobs);
@@ -131,16 +132,13 @@ class LogicalSync(Driver):
     # lists them).
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        m = SYNC_SLOT.match(b.application_name or "") if b.backend_type == "walsender" else None
-        if m is None or not b.datname:
-            return None
-        return (self.kind, b.datname, m.group(1) or m.group(3), m.group(2) or "")
+        return session_key(self.kind, b)
 
     def from_sessions(self, members: list[Backend]) -> Job:
         key = self.session_key(members[0])
         assert key is not None
         return Job(kind=self.kind, database=members[0].datname,
-                   subject=f"subscription oid {key[2]}", grouping=_publisher_grouping(key),
+                   subject=f"subscription oid {key[2]}", grouping=grouping(key),
                    pid_hint=frozenset(b.pid for b in members))
 
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
@@ -168,19 +166,14 @@ class LogicalSync(Driver):
 
     def session_matches(self, job: Job, b: Backend) -> bool:
         key = self.session_key(b)  # on the subscriber, member_pids decides
-        return key is not None and _publisher_grouping(key) == job.grouping
+        return key is not None and grouping(key) == job.grouping
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         # while a table is not ready, whether or not a worker runs now (one
         # waits for a free slot, or restarts after an error); on the
-        # publisher, while a sync walsender runs
+        # publisher, while a sync walsender or slot of its is there
         if on_publisher(job):
-            key = (job.database, job.grouping)
-            if members:
-                self._last_seen[key] = snap.wall
-                return True
-            last = self._last_seen.get(key)
-            return last is not None and snap.wall - last < PUBLISHER_GRACE_S
+            return self._publisher_end.still_working(job, members, snap)
         sub = subscription(snap.db, job)
         return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
 
@@ -292,6 +285,8 @@ class LogicalSync(Driver):
         if on_publisher(tr.job):
             now = sum(1 for it in tr.items.values() if it.state == "running")
             tr.kind_state["max_walsenders"] = max(tr.kind_state.get("max_walsenders", 0), now)
+            slots = sync_slots(snap.db, tr.job)
+            tr.kind_state["sync_slots"] = len(slots) if slots is not None else None
             return
         sub = subscription(snap.db, tr.job)
         if sub is None:
@@ -397,7 +392,7 @@ class LogicalSync(Driver):
     def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         if on_publisher(tr.job):
-            return _publisher_fields(tr, workers, state)
+            return publisher_fields(tr, workers, state)
         states: dict[str, str] = tr.kind_state.get("states") or {}
         counts = {"waiting": 0, "copying": 0, "catching_up": 0, "ready": 0}
         tables = []
@@ -432,39 +427,6 @@ class LogicalSync(Driver):
         names = ", ".join(i.name for i in left[:5])
         return "ended", (f"the subscription was dropped or disabled with {len(left)} table(s) "
                          f"not ready: {names}")
-
-
-def on_publisher(job: Job) -> bool:
-    """Whether the job was found on the publisher (from its sync walsenders)."""
-    return (job.grouping or "").startswith(PUBLISHER)
-
-
-def _publisher_grouping(key: tuple[object, ...]) -> str:
-    _kind, _db, suboid, sysid = key
-    return f"{PUBLISHER} pg_{suboid}_sync_*" + (f"_{sysid}" if sysid else "")
-
-
-def _publisher_fields(tr: Tracker, workers: Sequence[WorkerRow],
-                      state: str) -> dict[str, Any]:
-    """The job as the publisher sees it: the tables its sync walsenders
-    copy now (COPY TO: bytes and rows sent, against this server's own
-    sizes) and those they have sent; the rest only the subscriber knows."""
-    copying = [it for it in tr.items.values() if it.state == "running"]
-    tables = [{"table": it.name, "state": "copying", "failures": 0,
-               "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
-               "size": it.heap_bytes,
-               "progress": round(it.fraction, 4) if tr.planned and it.heap_bytes else None}
-              for it in copying]
-    sent = sum(1 for it in tr.items.values() if it.state == "done")
-    return {"phase": ("copy" if any(w.phase == "copy" for w in workers) else None)
-            if state == "running" else None,
-            "subscription": tr.job.subject, "side": "publisher",
-            "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
-                               else "unknown"),
-            "sync_workers": max(tr.kind_state.get("max_walsenders", 0), len(copying)) or None,
-            "tables": {"waiting": None, "copying": len(copying), "catching_up": None,
-                       "ready": None, "sent": sent},
-            "tables_not_ready": tables, "sync_errors": None}
 
 
 def _publisher_short(tr: Tracker, sub: dict[str, Any]) -> str | None:

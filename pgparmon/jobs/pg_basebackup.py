@@ -117,6 +117,7 @@ class PgBasebackup(Driver):
                       "its speed is set by --max-rate, the storage it reads, the client's "
                       "compression (-z) and the network: the limit line says which")
     phases = (STARTING, CHECKPOINT, ESTIMATING, BACKUP, ARCHIVE_WAIT, WAL_FILES, WAL)
+    verdicts = ("nothing", "checkpoint", "archiving")
 
     # ---- recognise ---------------------------------------------------------
 

@@ -124,6 +124,7 @@ class PgProbackup(Driver):
     all_databases = True  # its WAL stream is a walsender, with no database
     idle_sessions = True  # its session: no application_name, idle between start and stop
     phases = (BACKUP, SYNC, VALIDATE, WAL)
+    verdicts = ("wal", "disk-write", "client-cpu", "archiving", "checkpoint")
 
     # ---- recognise ---------------------------------------------------------
 

@@ -78,6 +78,7 @@ class PgBackRest(Driver):
     fixed_workers = False  # local processes start after the backup's start
     whole_cluster = True
     phases = (STARTING, BACKUP, ARCHIVE_WAIT)
+    verdicts = ("nothing", "starting", "client-cpu", "archiving", "checkpoint")
     advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
     # ---- recognise ---------------------------------------------------------

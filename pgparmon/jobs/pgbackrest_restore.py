@@ -68,6 +68,7 @@ class PgBackRestRestore(Driver):
     whole_cluster = True
     host_only = True
     phases = (STARTING, RESTORE, FINISHING)
+    verdicts = ("client-cpu",)
     advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
     # ---- recognise ---------------------------------------------------------

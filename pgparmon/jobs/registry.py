@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .. import phases
+from .. import phases, verdicts
 from ..cmdline import ClientArgs, ClientSpec, parse_client_cmdline
 from .base import Driver, Job
 from .job import set_kind_lookup
@@ -29,8 +29,14 @@ def _load() -> list[Driver]:
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
                          PgBackRestRestore(), PgProbackup(), LogicalSync(), CopyLoad()])
         for d in _DRIVERS:
-            phases.register(*d.phases)
+            _register_vocabulary(d)
     return _DRIVERS
+
+
+def _register_vocabulary(d: Driver) -> None:
+    """The worker phases and the verdict kinds a driver adds."""
+    phases.register(*d.phases)
+    verdicts.register_verdicts(*d.verdicts)
 
 
 def drivers() -> list[Driver]:
@@ -43,7 +49,7 @@ def register(driver: Driver, first: bool = False) -> None:
     _load()
     if any(d.kind == driver.kind for d in _DRIVERS):
         raise ValueError(f"a driver for {driver.kind!r} is registered already")
-    phases.register(*driver.phases)
+    _register_vocabulary(driver)
     _DRIVERS.insert(0, driver) if first else _DRIVERS.append(driver)
 
 
@@ -62,6 +68,23 @@ def all_phases() -> list[phases.Phase]:
     """Every worker phase, the drivers' among them, in display order."""
     _load()
     return phases.ordered()
+
+
+def all_verdicts() -> tuple[str, ...]:
+    """Every verdict kind a sample's bottleneck can have: the core's
+    judge's, then the drivers' own."""
+    from ..analyze import bottleneck  # noqa: F401 - registers the judge's kinds
+
+    _load()
+    return verdicts.verdict_kinds()
+
+
+def all_warnings() -> tuple[str, ...]:
+    """Every warning code a sample can carry."""
+    from ..analyze import warnings  # noqa: F401 - registers the core's codes
+
+    _load()
+    return verdicts.warning_codes()
 
 
 def driver_for(kind: str) -> Driver:
@@ -101,10 +124,22 @@ set_kind_lookup(_whole_cluster)  # Job.describe's question, answered by the kind
 
 
 def sample_extras() -> dict[str, tuple[str, ...]]:
-    """What every sample reads for the drivers (a DbSampler's keywords):
-    their parts and the server process types that work for their jobs."""
-    ds = _load()
-    return {"parts": tuple(dict.fromkeys(p for d in ds for p in d.sample_parts)),
+    """What a sample reads for the drivers while jobs are looked for (a
+    DbSampler's keywords): every driver's parts and the server process types
+    that work for their jobs (discovery, the exporter's watch for new jobs)."""
+    return _extras(_load())
+
+
+def job_extras(kind: str) -> dict[str, tuple[str, ...]]:
+    """What a sample reads for one known job: its driver's parts (those it
+    reads while following among them) and server process types alone (a
+    pg_dump's sample runs no subscription query)."""
+    return _extras([driver_for(kind)], following=True)
+
+
+def _extras(ds: list[Driver], following: bool = False) -> dict[str, tuple[str, ...]]:
+    parts = (p for d in ds for p in (*d.sample_parts, *(d.follow_parts if following else ())))
+    return {"parts": tuple(dict.fromkeys(parts)),
             "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
 
 
