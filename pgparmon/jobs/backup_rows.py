@@ -36,9 +36,10 @@ def prune_rows(tr: Tracker, st: dict[str, Any], procs: dict[int, WorkerState],
     for pid in list(procs):
         if pid not in active:
             del procs[pid]
-            tr.workers.pop(pid, None)
+            tr.drop_worker(pid)
             st.get("cpu_pct", {}).pop(pid, None)
-    tr.workers.update(procs)
+    for w in procs.values():
+        tr.add_worker(w)
     st["active"] = sorted(active)
 
 

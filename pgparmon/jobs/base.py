@@ -14,6 +14,13 @@ which tool a job is:
 - outcome: how the end is judged (`settle_at_end`, `leftovers`,
   `exit_reason`).
 
+What a driver keeps about one job beyond the Tracker's items and workers is
+a state object of its own (`new_state`, a dataclass the driver declares),
+which the Tracker holds in `driver_state` and never reads; the driver reads
+it back with `state_of`. What a driver changes of the Tracker itself goes
+through its named methods (progress.Tracker: add, set_state, finish,
+mark_planned, restart_rates, add_worker...).
+
 Adding a tool kind is one module with a Driver subclass and a line in
 `registry.py`.
 """
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ..cmdline import ClientArgs, ClientSpec
 from ..ddl import PostDataTarget
@@ -45,6 +52,18 @@ if TYPE_CHECKING:
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
+
+
+S = TypeVar("S")
+
+
+def state_of(tr: Tracker, kind: type[S]) -> S:
+    """The state a job's driver keeps (Driver.new_state), as its own type."""
+    st = tr.driver_state
+    if not isinstance(st, kind):
+        raise TypeError(f"the {tr.job.kind} job's driver state is a {type(st).__name__}, "
+                        f"not a {kind.__name__}")
+    return st
 
 
 @dataclass(frozen=True)
@@ -228,6 +247,15 @@ class Driver:
     # for its jobs (background workers), sampled with the client sessions
     sample_parts: ClassVar[tuple[str, ...]] = ()
     backend_types: ClassVar[tuple[str, ...]] = ()
+
+    # ---- state -------------------------------------------------------------
+
+    def new_state(self) -> object:
+        """What this driver keeps about one job (made once per Tracker, held
+        in its `driver_state`, which the Tracker never reads): a dataclass
+        of the driver's own, read back with state_of. None: nothing beyond
+        the Tracker's items and workers."""
+        return None
 
     # ---- recognise ---------------------------------------------------------
 

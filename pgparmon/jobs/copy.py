@@ -175,8 +175,7 @@ class CopyLoad(Driver):
             tr.remove(key)
         # the work done so far was counted in COPY bytes: rates start over
         # in the plan's unit (heap bytes)
-        tr.history.clear()
-        tr.work_done_rate = WindowRate()
+        tr.restart_rates()
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
@@ -515,7 +514,7 @@ def plan_postdata(tr: Tracker, post: dict[str, Any]) -> None:
                     work=max(base * tr.index_factor, 1.0),
                     deps=frozenset({dkey}) if dkey else frozenset()))
         if conname and conname != index:  # built as ALTER TABLE ... ADD CONSTRAINT
-            tr.by_name.setdefault(conname, key)
+            tr.alias(conname, key)
     for schema, table, conname, ref in post.get("fks") or ():
         rel = f"{schema}.{table}"
         deps = {tr.by_relation[r] for r in (rel, ref) if r in tr.by_relation}

@@ -36,7 +36,6 @@ import psycopg
 
 from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item
-from ..analyze.rates import WindowRate
 from ..phases import Phase
 from ..connect import ConnectError, ConnTarget, describe_target
 from ..readers.db import DbSampler
@@ -229,14 +228,13 @@ class LogicalSync(Driver):
             pub[rel] = (heap, float(t[5]) if t[5] is not None and t[5] > 0 else None)
         tr.kind_state["publisher"] = pub
         tr.kind_state["publisher_limits"] = (inputs.extra or {}).get("publisher_limits")
-        tr.planned = True
+        tr.mark_planned()
         tr.plan_source = inputs.source
         for it in list(tr.items.values()):
             _size(tr, it)
         # work was counted in COPY bytes until now: rates start over in the
         # plan's unit (the publisher's heap bytes)
-        tr.history.clear()
-        tr.work_done_rate = WindowRate()
+        tr.restart_rates()
         return True
 
     def streams(self, tr: Tracker) -> int | None:

@@ -195,7 +195,7 @@ class PgBasebackup(Driver):
             if key not in tr.items:
                 tr.add(Item(key=key, kind="backup", relation=None, name="base backup",
                             size=1.0, work=1.0))
-                tr.planned = True  # the work list is this one backup
+                tr.mark_planned()  # the work list is this one backup
                 state.update(key=key, options=command_options(b.query))
             state["seen"] = snap.wall
             if bp is None:  # no progress view (< 13): streaming, how far unknown

@@ -138,7 +138,7 @@ class PgDump(Driver):
                       if i.kind == "data" and i.state == "done" and i.heap_bytes
                       and i.bytes_done and i.heap_bytes > _RATIO_MIN_HEAP]
             if ratios:
-                tr.text_ratio = sorted(ratios)[len(ratios) // 2]
+                tr.set_text_ratio(sorted(ratios)[len(ratios) // 2])
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         """pg_dump writes each item's file from start to end: a data file that

@@ -214,7 +214,7 @@ class PgProbackup(Driver):
             st["files"] = len(order) - st["empty"]
             # the longest location first: a tablespace inside the data directory
             st["roots"] = sorted((inputs.locations or {}).items(), key=lambda kv: -len(kv[1]))
-        tr.planned = True
+        tr.mark_planned()
         return True
 
     # ---- the tool's own status ------------------------------------------------

@@ -128,7 +128,7 @@ class PgBackRest(Driver):
         size = (inputs.file_sizes or {}).get("pg_data")
         if size:
             tr.kind_state.setdefault("backrest", {"procs": {}, "cpu": {}})["pgdata"] = size
-        tr.planned = True  # the work list: this one backup
+        tr.mark_planned()  # the work list: this one backup
         return True
 
     # ---- the tool's own status (live) ----------------------------------------
