@@ -79,22 +79,6 @@ class Tracker:
         self.leader_pid: int | None = None
         self.gone_workers: set[int] = set()
         self.build_spb: list[float] = []
-        # a loader's input files: path -> [size, furthest read position]
-        self.inputs: dict[str, list[float]] = {}
-        self.input_rate = WindowRate()
-        # each input file's own read rate (key as in input_seen), and the keys
-        # seen open at the last reading: a parallel loader ends with its
-        # slowest reader
-        self.input_rates: dict[str, WindowRate] = {}
-        self.inputs_open: set[str] = set()
-        # the same files as last seen open: key -> (ts, position, bytes/s, table)
-        self.input_seen: dict[str, tuple[float, float, float, str | None]] = {}
-        # databases where the job's sessions read (COPY TO) and load (COPY
-        # FROM): a copy tool's source and target
-        self.copy_reads: set[str] = set()
-        self.copy_writes: set[str] = set()
-        self.plan_source: str | None = None  # the database a copy was planned from
-        self.kind_state: dict[str, Any] = {}  # what a driver keeps about this job
         # what the driver keeps about this job, of a type of its own
         # (Driver.new_state): held for it, never read here
         self.driver_state: object = driver.new_state()
@@ -356,13 +340,6 @@ class Tracker:
                 if f.path == it.file:
                     return float(f.position)
         return None
-
-    def input_fraction(self, client_pid: int) -> float | None:
-        """How far one client process has read its input files (a loader's
-        stream: read position over size), None when it reads none."""
-        ents = [e for k, e in self.inputs.items() if k.split(":", 1)[0] == str(client_pid)]
-        size = sum(e[0] for e in ents)
-        return min(1.0, sum(e[1] for e in ents) / size) if size > 0 else None
 
     def _idle_evidence(self, b: Backend) -> None:
         """A worker idle between items still shows its last statement: that item is done."""

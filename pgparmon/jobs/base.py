@@ -396,6 +396,12 @@ class Driver:
         holding its item's data file open)."""
         return w.client_pid
 
+    def client_progress(self, tr: Tracker, client_pid: int) -> float | None:
+        """How far one client process is through its own input where its
+        session's COPY has no total (a loader's files, read from the host),
+        0..1; None: not known."""
+        return None
+
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:
         """An active session doing work that is no COPY, build or
