@@ -83,7 +83,6 @@ class Tracker:
         # (Driver.new_state): held for it, never read here
         self.driver_state: object = driver.new_state()
         self.left_pending: list[str] = []  # items' keys as they left "pending" (set_state)
-        self.eta_tail: Any = None  # the ETA's batches of a large work list (eta._Tail)
         # items running or finishing, in the order they started (set_state)
         self.in_flight: dict[str, None] = {}
         self.counts: dict[str, int] = {}  # items by state (set_state)
