@@ -106,7 +106,7 @@ def worker_rows(tr: Tracker, snap: Snapshot, prev: Snapshot | None) -> WorkerRow
         scpu = cpu_percent(w.pid, snap, prev, os_side=True)
         progress = w.progress
         if progress is None and w.phase == "copy" and cpid:
-            progress = tr.input_fraction(cpid)  # a stream from a file the server can't see
+            progress = tr.driver.client_progress(tr, cpid)  # a file the server can't see
         direction = None
         if w.phase == "copy":
             ct = copy_target(w.query)

@@ -14,6 +14,13 @@ which tool a job is:
 - outcome: how the end is judged (`settle_at_end`, `leftovers`,
   `exit_reason`).
 
+What a driver keeps about one job beyond the Tracker's items and workers is
+a state object of its own (`new_state`, a dataclass the driver declares),
+which the Tracker holds in `driver_state` and never reads; the driver reads
+it back with `state_of`. What a driver changes of the Tracker itself goes
+through its named methods (progress.Tracker: add, set_state, finish,
+mark_planned, restart_rates, add_worker...).
+
 Adding a tool kind is one module with a Driver subclass and a line in
 `registry.py`.
 """
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ..cmdline import ClientArgs, ClientSpec
 from ..ddl import PostDataTarget
@@ -48,6 +55,18 @@ if TYPE_CHECKING:
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
     from ..sample import WorkerRow
+
+
+S = TypeVar("S")
+
+
+def state_of(tr: Tracker, kind: type[S]) -> S:
+    """The state a job's driver keeps (Driver.new_state), as its own type."""
+    st = tr.driver_state
+    if not isinstance(st, kind):
+        raise TypeError(f"the {tr.job.kind} job's driver state is a {type(st).__name__}, "
+                        f"not a {kind.__name__}")
+    return st
 
 
 @dataclass(frozen=True)
@@ -239,6 +258,15 @@ class Driver:
     # looked for (a publisher's sync slots: when a sync seen there is over)
     follow_parts: ClassVar[tuple[str, ...]] = ()
 
+    # ---- state -------------------------------------------------------------
+
+    def new_state(self) -> object:
+        """What this driver keeps about one job (made once per Tracker, held
+        in its `driver_state`, which the Tracker never reads): a dataclass
+        of the driver's own, read back with state_of. None: nothing beyond
+        the Tracker's items and workers."""
+        return None
+
     # ---- recognise ---------------------------------------------------------
 
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
@@ -377,6 +405,12 @@ class Driver:
         readings link none to it (a dump's or a restore's: the process
         holding its item's data file open)."""
         return w.client_pid
+
+    def client_progress(self, tr: Tracker, client_pid: int) -> float | None:
+        """How far one client process is through its own input where its
+        session's COPY has no total (a loader's files, read from the host),
+        0..1; None: not known."""
+        return None
 
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:

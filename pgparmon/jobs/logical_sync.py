@@ -39,7 +39,6 @@ import psycopg
 
 from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item
-from ..analyze.rates import WindowRate
 from ..phases import Phase
 from ..connect import ConnectError, ConnTarget, describe_target
 from ..readers.db import DbSampler
@@ -47,7 +46,7 @@ from ..readers.files import table_file_sizes
 from ..readers.procs import server_is_local
 from ..redact import redact_text
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, Snapshot
-from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader, state_of
 from .logical_sync_publisher import (
     SLOTS_PART,
     PublisherEnd,
@@ -57,6 +56,7 @@ from .logical_sync_publisher import (
     session_key,
     sync_slots,
 )
+from .logical_sync_state import SyncState
 from .tables import table_progress
 
 if TYPE_CHECKING:
@@ -122,6 +122,9 @@ class LogicalSync(Driver):
 
     def __init__(self) -> None:
         self._publisher_end = PublisherEnd()  # on the publisher: when a job is over
+
+    def new_state(self) -> SyncState:
+        return SyncState()
 
     # ---- recognise ---------------------------------------------------------
     # On the subscriber the job is found from this kind's part (server_jobs);
@@ -223,21 +226,21 @@ class LogicalSync(Driver):
             pages = (t[4] or 0) + (t[6] or 0)
             heap = float(pages * tr.block_size) if pages > 0 else sizes.get(rel)
             pub[rel] = (heap, float(t[5]) if t[5] is not None and t[5] > 0 else None)
-        tr.kind_state["publisher"] = pub
-        tr.kind_state["publisher_limits"] = (inputs.extra or {}).get("publisher_limits")
-        tr.planned = True
-        tr.plan_source = inputs.source
+        st = _st(tr)
+        st.publisher = pub
+        st.publisher_limits = (inputs.extra or {}).get("publisher_limits")
+        tr.mark_planned()
+        st.plan_source = inputs.source
         for it in list(tr.items.values()):
             _size(tr, it)
         # work was counted in COPY bytes until now: rates start over in the
         # plan's unit (the publisher's heap bytes)
-        tr.history.clear()
-        tr.work_done_rate = WindowRate()
+        tr.restart_rates()
         return True
 
     def streams(self, tr: Tracker) -> int | None:
-        return (tr.kind_state.get("sync_workers") or tr.kind_state.get("max_walsenders")
-                or tr.job.jobs)
+        st = _st(tr)
+        return st.sync_workers or st.max_walsenders or tr.job.jobs
 
     # ---- observe -----------------------------------------------------------
 
@@ -282,73 +285,73 @@ class LogicalSync(Driver):
         past its copy (f, s) its copy is done; copying (d) runs; waiting (i)
         waits (again, when a failed sync starts over). On the publisher: how
         many sync walsenders copy at once (the most seen: the sync workers)."""
+        st = _st(tr)
         if on_publisher(tr.job):
             now = sum(1 for it in tr.items.values() if it.state == "running")
-            tr.kind_state["max_walsenders"] = max(tr.kind_state.get("max_walsenders", 0), now)
+            st.max_walsenders = max(st.max_walsenders, now)
             slots = sync_slots(snap.db, tr.job)
-            tr.kind_state["sync_slots"] = len(slots) if slots is not None else None
+            st.sync_slots = len(slots) if slots is not None else None
             return
         sub = subscription(snap.db, tr.job)
         if sub is None:
             return
-        tr.kind_state["sync_workers"] = sync_workers(sub) if sub.get("settings") else \
-            tr.kind_state.get("sync_workers")
+        if sub.get("settings"):
+            st.sync_workers = sync_workers(sub)
         if sub.get("sync_errors") is not None:
-            tr.kind_state["sync_errors"] = int(sub["sync_errors"])
+            st.sync_errors = int(sub["sync_errors"])
         tables = sub.get("tables")
         if tables is None:
             if not sub.get("not_ready"):  # every table is ready
                 for it in tr.unfinished():
                     tr.finish(it, snap.wall)
-                tr.kind_state["states"] = {k: "r" for k in tr.items}
+                st.states = {k: "r" for k in tr.items}
             return
         states: dict[str, str] = {}
         n = len(tables)
         _failures(tr, sub, tables)
-        for rank, (_relid, rel, st, _lsn) in enumerate(tables):
+        for rank, (_relid, rel, srstate, _lsn) in enumerate(tables):
             it = _item(tr, rel)
             # the apply worker starts waiting tables in this order: the
             # schedule's ordering key
             it.size = float(n - rank)
-            states[it.key] = st
-            if st == "r":
+            states[it.key] = srstate
+            if srstate == "r":
                 if it.state != "done":
                     tr.finish(it, snap.wall)
-            elif st in ("f", "s"):
+            elif srstate in ("f", "s"):
                 if it.state != "finishing":
                     tr.set_state(it, "finishing")
                     it.started = it.started or snap.wall
                 it.done = it.work  # its copy is done; catch-up is not measured
-            elif st == "d":
+            elif srstate == "d":
                 if it.state != "running":
                     tr.set_state(it, "running")
                     it.started = it.started or snap.wall
             elif it.state != "pending":
                 tr.set_state(it, "pending")
-        tr.kind_state["states"] = states
+        st.states = states
         copying = {int(w[1]) for w in sub.get("workers") or () if w[1] is not None}
-        tr.kind_state["blocked"] = not copying and any(st != "r" for st in states.values())
+        st.blocked = not copying and any(s != "r" for s in states.values())
 
     def between_steps(self, tr: Tracker) -> bool:
         # no sync worker runs while tables are not ready: each waits for a
         # retry after a failure, or for a free worker slot (the verdict says)
-        return bool(tr.kind_state.get("blocked"))
+        return _st(tr).blocked
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         """A table whose sync keeps failing; tables waiting for a worker
         slot the settings do not leave (named, with the setting)."""
-        states: dict[str, str] = tr.kind_state.get("states") or {}
-        fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
-                 if states.get(k, "r") != "r"}
+        states = _st(tr).states
+        fails = {k: n for k, n in _st(tr).failures.items() if states.get(k, "r") != "r"}
         sub = subscription(snap.db, tr.job)
         short = _publisher_short(tr, sub) if sub is not None else None
         if short and (fails or any(st == "i" for st in states.values())):
             return Verdict("worker-slots", short)
         if fails:
             worst = max(fails, key=lambda k: fails[k])
-            total = tr.kind_state.get("sync_errors")
+            total = _st(tr).sync_errors
             count = f" (sync_error_count {total})" if total is not None else ""
-            restarts = tr.kind_state.get("apply_restarts", 0)
+            restarts = _st(tr).apply_restarts
             why = (f"; the apply worker restarted too ({restarts} time(s)): the subscriber lost "
                    "its connection to the publisher (a restart of the publisher, the network), "
                    "the subscriber's server log says more" if restarts else
@@ -393,7 +396,8 @@ class LogicalSync(Driver):
                    state: str) -> dict[str, Any]:
         if on_publisher(tr.job):
             return publisher_fields(tr, workers, state)
-        states: dict[str, str] = tr.kind_state.get("states") or {}
+        st = _st(tr)
+        states = st.states
         counts = {"waiting": 0, "copying": 0, "catching_up": 0, "ready": 0}
         tables = []
         for key, it in tr.items.items():
@@ -401,7 +405,7 @@ class LogicalSync(Driver):
             counts[name.replace(" ", "_")] += 1
             if name != "ready":
                 tables.append({"table": it.name, "state": name,
-                               "failures": (tr.kind_state.get("failures") or {}).get(key, 0),
+                               "failures": st.failures.get(key, 0),
                                "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
                                "size": it.heap_bytes,
                                "progress": round(it.fraction, 4) if tr.planned else None})
@@ -412,11 +416,11 @@ class LogicalSync(Driver):
                      else "waiting for a sync worker" if counts["waiting"] or counts["copying"]
                      else "all tables ready")
         return {"phase": phase, "subscription": tr.job.subject, "side": "subscriber",
-                "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
+                "progress_basis": (f"publisher catalog ({st.plan_source})" if tr.planned
                                    else "unknown"),
                 "sync_workers": self.streams(tr), "tables": counts,
-                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors"),
-                "apply_restarts": tr.kind_state.get("apply_restarts", 0)}
+                "tables_not_ready": tables, "sync_errors": st.sync_errors,
+                "apply_restarts": st.apply_restarts}
 
     # ---- outcome -----------------------------------------------------------
 
@@ -429,12 +433,16 @@ class LogicalSync(Driver):
                          f"not ready: {names}")
 
 
+def _st(tr: Tracker) -> SyncState:
+    return state_of(tr, SyncState)
+
+
 def _publisher_short(tr: Tracker, sub: dict[str, Any]) -> str | None:
     """The publisher's setting that leaves fewer walsenders or slots than
     the sync workers need (each needs one of each), as read with the plan;
     None: enough, or not read. What this sync's own sync workers used then
     counts as free."""
-    limits = tr.kind_state.get("publisher_limits")
+    limits = _st(tr).publisher_limits
     if not limits:
         return None
     wanted = sync_workers(sub)
@@ -461,19 +469,20 @@ def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None
     # the apply worker (relid null) gone or replaced: it exits on an error
     # too, and both at once is the connection to the publisher lost
     apply = {int(w[0]) for w in sub.get("workers") or () if w[1] is None}
-    apply_before: set[int] = set(tr.kind_state.get("apply_workers") or ())
-    tr.kind_state["apply_workers"] = sorted(apply)
+    st = _st(tr)
+    apply_before = set(st.apply_workers)
+    st.apply_workers = sorted(apply)
     if apply_before and not apply_before <= apply:
-        tr.kind_state["apply_restarts"] = tr.kind_state.get("apply_restarts", 0) + 1
-    before: dict[str, int] = tr.kind_state.get("table_workers") or {}
+        st.apply_restarts += 1
+    before = st.table_workers
     now = {t[1]: workers[int(t[0])] for t in tables if int(t[0]) in workers}
-    tr.kind_state["table_workers"] = now
+    st.table_workers = now
     lost = [t[1] for t in tables if t[2] == "d" and t[1] in before
             and now.get(t[1]) != before[t[1]]]
     errors = sub.get("sync_errors")
-    last = tr.kind_state.get("errors_seen")
-    tr.kind_state["errors_seen"] = errors
-    fails: dict[str, int] = tr.kind_state.setdefault("failures", {})
+    last = st.errors_seen
+    st.errors_seen = errors
+    fails = st.failures
     if errors is not None and last is not None and errors > last:
         blame = lost or [t[1] for t in tables if t[2] == "d" and t[1] not in now]
         for rel in blame:
@@ -496,7 +505,7 @@ def _item(tr: Tracker, rel: str) -> Item:
 
 
 def _size(tr: Tracker, it: Item) -> None:
-    heap, reltuples = tr.kind_state.get("publisher", {}).get(it.relation or "", (None, None))
+    heap, reltuples = _st(tr).publisher.get(it.relation or "", (None, None))
     heap = heap or float(tr.block_size)
     it.work, it.heap_bytes, it.reltuples = heap, heap, reltuples
     it.done = it.work if it.state in ("done", "finishing") else 0.0

@@ -27,7 +27,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..snapshot import Backend, DbSample, Snapshot
-from .base import Job
+from .base import Job, state_of
+from .logical_sync_state import SyncState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -107,6 +108,7 @@ def publisher_fields(tr: Tracker, workers: Sequence[WorkerRow],
     """The job as the publisher sees it: the tables its sync walsenders
     copy now (COPY TO: bytes and rows sent, against this server's own
     sizes) and those they have sent; the rest only the subscriber knows."""
+    st = state_of(tr, SyncState)
     copying = [it for it in tr.items.values() if it.state == "running"]
     tables = [{"table": it.name, "state": "copying", "failures": 0,
                "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
@@ -117,10 +119,10 @@ def publisher_fields(tr: Tracker, workers: Sequence[WorkerRow],
     return {"phase": ("copy" if any(w.phase == "copy" for w in workers) else None)
             if state == "running" else None,
             "subscription": tr.job.subject, "side": "publisher",
-            "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
+            "progress_basis": (f"publisher catalog ({st.plan_source})" if tr.planned
                                else "unknown"),
-            "sync_workers": max(tr.kind_state.get("max_walsenders", 0), len(copying)) or None,
-            "sync_slots": tr.kind_state.get("sync_slots"),
+            "sync_workers": max(st.max_walsenders, len(copying)) or None,
+            "sync_slots": st.sync_slots,
             "tables": {"waiting": None, "copying": len(copying), "catching_up": None,
                        "ready": None, "sent": sent},
             "tables_not_ready": tables, "sync_errors": None}

@@ -242,7 +242,7 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
                     exclusive=kind != "index"))
     for key, after in post_data_order(targets, set(tr.items)).items():
         tr.items[key].deps = tr.items[key].deps | after
-    tr.planned = True
+    tr.mark_planned()
 
 
 def post_data_order(targets: dict[int, PostDataTarget], planned: set[str]
