@@ -4,6 +4,7 @@ vacuumdb found by `attach` from its process and followed by `run`."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import time
@@ -243,7 +244,7 @@ def test_rounds_followed_from_samples_alone() -> None:
         "vacuumdb", 2, 12, 3)
     assert first["stage"] == "1/3: minimal optimizer statistics (1 target)"
     assert {(w["item"], w["phase"]) for w in docs[0]["workers"]} == {
-        ("public.a (stage 1)", "analyze-sample"), ("public.b (stage 1)", "analyze-sample")}
+        ("public.a (stage 1)", "sampling"), ("public.b (stage 1)", "sampling")}
     # b and c ran between samples: the statistics say so (c ties with d: no order
     # evidence); the stage's end settles the rest
     assert jobs[1]["tables"] == {"waiting": 0, "running": 2, "done": 2}
@@ -277,6 +278,92 @@ def test_the_eta_simulates_round_after_round() -> None:
     # 300 blocks each, c and d 10 each after them (310); at 10 and at the
     # default a's 1000 blocks outlast b, c and d on the other stream
     assert three[0] == pytest.approx(310 + 1000 + 1000)
+
+
+def _vacuuming(pid: int, relid: int, phase: str, done: int, total: int,
+               db: str = "a1") -> MaintProgress:
+    return MaintProgress(pid=pid, datname=db, relid=relid, relation=None, command="VACUUM",
+                         phase=phase, blocks_total=total, blocks_done=done)
+
+
+class _End:
+    """An EndContext whose statistics show what `done` says, per database."""
+
+    def __init__(self, done: dict[str, list[list[Any]]]) -> None:
+        self.done = done
+
+    def catalog_done(self, database: str | None = None) -> dict[str, Any]:
+        rows = self.done.get(database or "")
+        return {"maintained": rows} if rows is not None else {}
+
+
+def test_databases_in_turn_its_phases_and_its_end() -> None:
+    """vacuumdb -a -z: a table's heap, its TOAST table, its indexes; the next
+    database's session ends the first database's round; at the end, what
+    the statistics show and what they do not."""
+    dbs = [{"name": n, "target": 100, "tables": ROWS[:4], "sizes": {}} for n in ("a1", "b2")]
+    tr = _planned(["vacuumdb", "-a", "-j", "2", "-z"], dbs)
+    st: VacState = tr.kind_state["vacuumdb"]
+    q = "VACUUM (ANALYZE) public.a;"
+    steps = [  # (session's database, progress row)
+        ("a1", _vacuuming(11, 101, "scanning heap", 250, 1000)),
+        ("a1", _vacuuming(11, 1101, "scanning heap", 100, 200)),  # its TOAST table
+        ("a1", _vacuuming(11, 101, "vacuuming indexes", 1000, 1000)),
+    ]
+    a = tr.items["0:a1:public.a"]
+    phases, done = [], []
+    for t, (db, mp) in enumerate(steps):
+        b = dataclasses.replace(_session(11, T0, q), datname=db)
+        tr.update(Snapshot(ts=float(t), wall=T0 + t, host=None, links=((11, 100),),
+                           db=DbSample(server_ts=T0 + t, backends=(b,), maint=(mp,))))
+        phases.append(tr.workers[11].phase)
+        done.append(a.done / 8192)
+    assert phases == ["heap-scan", "heap-scan", "vac-index"]
+    # 90% of the heap's scan is its VACUUM (the index passes the rest), then its TOAST
+    assert done[0] == pytest.approx(0.9 * 0.25 * 1000)
+    assert done[1] == pytest.approx(1000 + 0.9 * 0.5 * 200)
+    assert tr.workers[11].bytes_rate.rate() is not None  # its bytes are the job's throughput
+    b2 = dataclasses.replace(_session(21, T0 + 5, "VACUUM (ANALYZE) public.b;"), datname="b2")
+    tr.update(Snapshot(ts=5.0, wall=T0 + 5, host=None, links=((21, 100),),
+                       db=DbSample(server_ts=T0 + 5, backends=(b2,))))
+    assert st.cur == 1 and all(tr.items[k].state == "done" for k in st.rounds[0].keys)
+    assert driver_for("vacuumdb").job_fields(tr, [], "running")["current_database"] == "b2"
+    # gone: a was handed out before b (larger), the statistics show b and c done, not d
+    assert tr.items["1:b2:public.a"].state == "done"
+    rows = [[OIDS[t], f"public.{t}", T0 + 6, T0 + 6] for t in ("b", "c")]
+    driver = driver_for("vacuumdb")
+    driver.settle_at_end(tr, _End({"b2": rows}), Snapshot(ts=7.0, wall=T0 + 7, db=None,
+                                                           host=None))
+    left = tr.unfinished()
+    assert [i.name for i in left] == ["b2: public.d"]
+    state, why = driver.leftover_verdict(tr, left)
+    assert state == "failed" and "b2: public.d" in why
+    # statistics that do not show this run at all (track_counts off, no privilege): unknown
+    st.evidence = False
+    assert driver.leftover_verdict(tr, left)[0] == "ended"
+
+
+def test_a_remote_vacuumdb_is_found_by_its_sessions() -> None:
+    """No process on this host: its sessions (application_name, user, client
+    address) make one job; its statements say what it runs."""
+    from pgparmon.discover import find_jobs
+
+    remote = [dataclasses.replace(_session(pid, T0, q), client_addr="10.0.0.5")
+              for pid, q in ((41, "VACUUM (ANALYZE) public.a;"), (42, "VACUUM"))]
+    other = dataclasses.replace(_session(43, T0, "VACUUM"), client_addr="10.0.0.6")
+    jobs = find_jobs(FACTS, DbSample(server_ts=T0, backends=(*remote, other)),
+                     scan_processes=False)
+    job = next(j for j in jobs if j.client_addr == "10.0.0.5")
+    assert (job.kind, job.jobs, job.pid_hint) == ("vacuumdb", 2, frozenset({41, 42}))
+    assert job.grouping is not None and job.grouping.startswith("inferred")
+    assert len(jobs) == 2  # the other address: another vacuumdb
+    tr = Tracker(job, driver_for("vacuumdb"))
+    assert driver_for("vacuumdb").plan_request(tr) is None  # no statement seen yet
+    tr.update(Snapshot(ts=0.0, wall=T0, host=None, db=DbSample(server_ts=T0, backends=(
+        *remote, other))))
+    req = driver_for("vacuumdb").plan_request(tr)
+    assert req is not None and req["inferred"] and req["options"]["analyze"]
+    assert set(tr.workers) == {41, 42}
 
 
 # ---- live: attach finds it, run follows it ------------------------------------------

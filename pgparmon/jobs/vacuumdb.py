@@ -56,15 +56,15 @@ INFERRED = ("inferred: user, client address and application_name (vacuumdb's pro
 # the workers' phases beyond the SQL sessions' vacuum / analyze: while a
 # progress row says what the statement reads (its bytes are the job's
 # throughput), and while it does what no view measures (a job in those is
-# not stalled)
-VACUUM_SCAN = Phase("vacuum-scan", 52, busy=True, streams=True, legend="vacuum/analyze",
-                    tui=("white on magenta", "black on bright_magenta"), fill="#9b5de5")
-ANALYZE_SAMPLE = Phase("analyze-sample", 53, busy=True, streams=True, legend="vacuum/analyze",
-                       tui=("white on magenta", "black on bright_magenta"), fill="#9b5de5")
-VACUUM_INDEXES = Phase("vacuum-indexes", 54, busy=True, waits=True,
-                       tui=("white on purple4", "black on medium_purple"), fill="#6a4c93")
-VACUUM_FULL = Phase("vacuum-full", 55, busy=True, waits=True,
-                    tui=("white on dark_magenta", "black on orchid"), fill="#b5179e")
+# not stalled); short, as the workers table shows them
+HEAP_SCAN = Phase("heap-scan", 52, busy=True, streams=True, legend="vacuum/analyze",
+                  tui=("white on magenta", "black on bright_magenta"), fill="#9b5de5")
+SAMPLING = Phase("sampling", 53, busy=True, streams=True, legend="vacuum/analyze",
+                 tui=("white on magenta", "black on bright_magenta"), fill="#9b5de5")
+VAC_INDEX = Phase("vac-index", 54, busy=True, waits=True,
+                  tui=("white on purple4", "black on medium_purple"), fill="#6a4c93")
+VAC_FULL = Phase("vac-full", 55, busy=True, waits=True,
+                 tui=("white on dark_magenta", "black on orchid"), fill="#b5179e")
 # this kind's part of every sample: what the followed vacuumdb finished since
 # its round began (sql/vacuumdb_done_*.sql; nothing unless it is followed)
 PART = "vacuumdb_done"
@@ -84,7 +84,13 @@ class VacuumDb(Driver):
     # client side of their sockets, so that the sample keeps them while idle
     idle_sessions = True
     sample_parts = (PART,)
-    phases = (VACUUM_SCAN, ANALYZE_SAMPLE, VACUUM_INDEXES, VACUUM_FULL)
+    phases = (HEAP_SCAN, SAMPLING, VAC_INDEX, VAC_FULL)
+    # the live advice compares COPY throughput at each worker count: none here
+    no_jobs_advice = ("no -j advice for vacuumdb yet",
+                      "the advice compares COPY throughput at different worker counts, and "
+                      "vacuumdb copies nothing: the limit line (disk, CPU, locks, one table "
+                      "left) and the timeline's idle share say whether more connections "
+                      "would help")
 
     # ---- recognise ---------------------------------------------------------
 
@@ -190,13 +196,13 @@ class VacuumDb(Driver):
             if mp.command == "VACUUM":
                 toast = p.toast_oid is not None and mp.relid == p.toast_oid
                 done = p.heap + f * p.toast if toast else f * p.heap
-                phase = VACUUM_SCAN if "scanning heap" in ph else VACUUM_INDEXES
+                phase = HEAP_SCAN if "scanning heap" in ph else VAC_INDEX
             else:
                 done = p.heap + p.toast + f * p.sample
-                phase = ANALYZE_SAMPLE if "acquiring" in ph else None
+                phase = SAMPLING if "acquiring" in ph else None
             it.done = max(it.done, min(0.99 * it.work, done))
         elif st.opts.full and w is not None and w.phase == "vacuum":
-            phase = VACUUM_FULL  # pg_stat_progress_cluster's, which the sample does not read
+            phase = VAC_FULL  # pg_stat_progress_cluster's, which the sample does not read
         if w is None or phase is None or w.phase not in ("vacuum", "analyze"):
             return
         w.phase = phase.name
