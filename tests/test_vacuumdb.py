@@ -523,3 +523,20 @@ def test_run_follows_the_stages(cluster: Cluster, vacdb: str, gate: psycopg.Conn
     replayed, again, _ = monitor_replay(rec)
     assert [s["job"] for s in replayed] == [s["job"] for s in samples]
     assert again["state"] == "finished"
+
+
+def test_missing_stats_only_takes_the_tables_never_analyzed() -> None:
+    rows = [r[:] + [None] for r in ROWS[:4]]
+    rows[0][13] = T0  # analyzed by hand
+    rows[1][14] = T0  # by autovacuum
+    rows[2][5] = 0.0  # empty: vacuumdb leaves it out (reltuples 0)
+    o = options_of(["vacuumdb", "-Z", "--missing-stats-only"])
+    assert [r[2] for r in chosen(rows, o)] == ["d"]
+    # an estimate: tables left at the end are not a failure it can tell
+    from pgparmon.jobs.vacuumdb_rounds import leftover_verdict
+
+    tr = _planned(["vacuumdb", "-Z", "--missing-stats-only"],
+                  [{"name": "shop", "target": 100, "tables": rows, "sizes": {}}])
+    st = tr.kind_state["vacuumdb"]
+    st.evidence = True
+    assert leftover_verdict(st, tr.unfinished())[0] == "ended"

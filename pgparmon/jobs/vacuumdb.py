@@ -115,6 +115,8 @@ class VacuumDb(Driver):
             return False
         if job.app_name:
             return b.application_name == job.app_name  # we tagged its sessions
+        if job.grouping == TREE and job.pid_hint:  # links unread this tick: those seen linked
+            return b.pid in job.pid_hint
         return self.session_matches(job, b)
 
     def session_matches(self, job: Job, b: Backend) -> bool:
@@ -123,7 +125,9 @@ class VacuumDb(Driver):
                 and (job.grouping == TREE or b.client_addr == job.client_addr))
 
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+        # its sessions linked to its process this sample; none linked (another
+        # OS user's process, whose sockets this user cannot read): belongs()
+        return tree_member_pids(job, snap) or None
 
     # ---- plan --------------------------------------------------------------
 

@@ -37,7 +37,7 @@ DEFAULT_TARGET = 100
 DEFAULT_KINDS = ("r", "m")
 # columns of a row of sql/vacuumdb_tables_*.sql
 OID, NSP, REL, KIND, RELPAGES, RELTUPLES, TOAST_PAGES, PATH, TOAST_OID, PART_PAGES, \
-    XID_AGE, MXID_AGE, LAST_VACUUM, LAST_ANALYZE = range(14)
+    XID_AGE, MXID_AGE, LAST_VACUUM, LAST_ANALYZE, LAST_AUTOANALYZE = range(15)
 
 
 @dataclass
@@ -127,7 +127,9 @@ def chosen(rows: list[list[Any]], opts: VacOptions) -> list[list[Any]]:
     rows come ORDER BY relpages DESC): those -t names (any kind; unqualified
     by the default search_path: pg_catalog, the user's schema, public), else
     its tables and materialized views, within -n / outside -N, as old as
-    --min-xid-age / --min-mxid-age ask."""
+    --min-xid-age / --min-mxid-age ask; with --missing-stats-only those
+    never analyzed (vacuumdb reads pg_statistic, which the monitor may not:
+    the list is an estimate)."""
     if opts.tables:
         by = {(r[NSP], r[REL]): r for r in rows}
         search = ("pg_catalog", *((opts.user,) if opts.user else ()), "public")
@@ -142,6 +144,9 @@ def chosen(rows: list[list[Any]], opts: VacOptions) -> list[list[Any]]:
         out = [r for r in out if r[XID_AGE] is not None and r[XID_AGE] >= opts.min_xid_age]
     if opts.min_mxid_age:
         out = [r for r in out if r[MXID_AGE] is not None and r[MXID_AGE] >= opts.min_mxid_age]
+    if opts.missing_stats_only:  # never analyzed: pgparmon's reading of "missing statistics"
+        out = [r for r in out if r[RELTUPLES] != 0 and r[LAST_ANALYZE] is None
+               and (len(r) <= LAST_AUTOANALYZE or r[LAST_AUTOANALYZE] is None)]
     return out
 
 

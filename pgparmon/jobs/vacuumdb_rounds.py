@@ -296,6 +296,9 @@ def leftover_verdict(st: VacState, left: list[Item]) -> tuple[str, str]:
     if st.inferred:
         return "ended", (f"vacuumdb's sessions are gone with {n}; its command line (which "
                          "tables, how many stages) could not be read: the work list was a guess")
+    if st.opts.missing_stats_only:
+        return "ended", (f"vacuumdb's process is gone with {n}: which tables miss statistics "
+                         "(--missing-stats-only) pgparmon can only estimate (never analyzed)")
     if st.uncertain and unseen:
         return "ended", (f"vacuumdb's process is gone with {n}: attached during "
                          "--analyze-in-stages, the stage then running could not be seen, and "

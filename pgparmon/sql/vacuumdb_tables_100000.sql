@@ -5,9 +5,10 @@
 -- (relpages) and what sizes their work (TOAST relpages, a partitioned
 -- table's partitions' relpages, the file for the size of one never
 -- vacuumed), what --min-xid-age / --min-mxid-age filter on (the greater of
--- the table's and its TOAST table's age), and when each was last vacuumed
--- and analyzed by hand (what finished before the monitor looked), with the
--- statistics target ANALYZE samples for. The first eight columns are the
+-- the table's and its TOAST table's age), when each was last vacuumed and
+-- analyzed by hand and last analyzed by autovacuum (never analyzed: what
+-- --missing-stats-only takes), with the statistics target ANALYZE samples
+-- for. The first eight columns are the
 -- `tables` query's. pg_class, pg_inherits and statistics only: no lock on a
 -- user table (pg_partition_tree() would take one).
 WITH RECURSIVE parts (root, oid) AS (
@@ -29,7 +30,8 @@ SELECT json_build_object(
            THEN greatest(age(c.relfrozenxid), age(t.relfrozenxid)) END,
       CASE WHEN c.relminmxid::text <> '0'
            THEN greatest(mxid_age(c.relminmxid), mxid_age(t.relminmxid)) END,
-      extract(epoch FROM s.last_vacuum)::float8, extract(epoch FROM s.last_analyze)::float8)
+      extract(epoch FROM s.last_vacuum)::float8, extract(epoch FROM s.last_analyze)::float8,
+      extract(epoch FROM s.last_autoanalyze)::float8)
       ORDER BY c.relpages DESC, c.oid), '[]'::json)
     FROM pg_class c
     JOIN pg_namespace n ON n.oid = c.relnamespace
