@@ -44,8 +44,8 @@ from .vacuumdb_rounds import (
     settle_by_order,
     settle_from_part,
     stage_words,
-    state,
 )
+from .vacuumdb_rounds import state as vac_state
 
 if TYPE_CHECKING:
     from ..analyze.items import Item, WorkerState
@@ -175,19 +175,19 @@ class VacuumDb(Driver):
         return bool(st.rounds)
 
     def streams(self, tr: Tracker) -> int | None:
-        st = state(tr)
+        st = vac_state(tr)
         return tr.job.jobs or (st.max_sessions if st is not None else 0) or 1
 
     # ---- observe -----------------------------------------------------------
 
     def maint_item(self, tr: Tracker, b: Backend, kind: str, rel: str | None,
                    mp: MaintProgress | None) -> str | None:
-        st = state(tr)
+        st = vac_state(tr)
         return locate(tr, st, b, rel, mp) if st is not None else None
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
-        st = state(tr)
+        st = vac_state(tr)
         p = st.parts.get(it.key) if st is not None else None
         if st is None or p is None:
             return
@@ -215,7 +215,7 @@ class VacuumDb(Driver):
             w.bytes_rate.add(snap.ts, it.done)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
-        st = state(tr)
+        st = vac_state(tr)
         if st is None:
             return
         settle_from_part(tr, st, (snap.db.parts or {}).get(PART) if snap.db else None)
@@ -225,7 +225,7 @@ class VacuumDb(Driver):
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         """The schedule simulation, round after round: each round's tables
         at -j, largest first, the next round once its last table is done."""
-        st = state(tr)
+        st = vac_state(tr)
         if st is None or not tr.planned:
             return None
         rate = per_stream_rate(tr)
@@ -249,7 +249,7 @@ class VacuumDb(Driver):
         waiting = [w for w in active if w.phase == "lock-wait" and w.blocked_by
                    and not set(w.blocked_by) <= mine]
         if waiting:
-            st = state(tr)
+            st = vac_state(tr)
             skip = st is None or not st.opts.skip_locked
             return Verdict("locks", lock_words(waiting[0], snap, len(active), skip))
         delayed = [w for w in active if w.wait_event == "Timeout:VacuumDelay"]
@@ -262,8 +262,8 @@ class VacuumDb(Driver):
         return None
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
-                   state_: str) -> dict[str, Any]:
-        st = state(tr)
+                   state: str) -> dict[str, Any]:
+        st = vac_state(tr)
         opts = st.opts if st is not None else job_options(tr.job)
         out: dict[str, Any] = {"progress_basis": "catalog sizes" if tr.planned else "unknown",
                                "statement": opts.words()}
@@ -279,13 +279,13 @@ class VacuumDb(Driver):
     # ---- outcome -----------------------------------------------------------
 
     def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
-        st = state(tr)
+        st = vac_state(tr)
         if st is None or snap.exit_code is not None:
             return None  # its exit status says
         return settle_at_end(tr, st, ctx)
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
-        st = state(tr)
+        st = vac_state(tr)
         return leftover_verdict(st, left) if st is not None else super().leftover_verdict(tr, left)
 
     def exit_reason(self, code: int) -> str:
