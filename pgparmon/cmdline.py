@@ -55,6 +55,10 @@ class ClientArgs:
     wal_method: str | None = None      # -X: fetch | stream | none
     checkpoint: str | None = None      # -c: fast | spread
     no_estimate: bool = False          # --no-estimate-size: no total on the server
+    # every option the program's spec knows, as given and in order: (key,
+    # value or None), values redacted. What no field above holds (vacuumdb's
+    # -t, -z, --analyze-in-stages) its driver reads here
+    options: tuple[tuple[str, str | None], ...] = ()
 
 
 # Options: name -> (key, takes_argument).  Short names are one letter.
@@ -356,6 +360,7 @@ def _parse(argv: list[str], specs: Mapping[str, ClientSpec]) -> ClientArgs:
     if spec.positional is not None:
         dbname = spec.positional(res, parsed.positional, dbname)
     _apply_dbname(res, dbname)
+    res.options = tuple((k, redact_text(v) if v is not None else None) for k, v in parsed.options)
     res.positional = tuple(redact_argv(parsed.positional))
     res.unknown_options = tuple(redact_argv(parsed.unknown))
     _redact_fields(res)

@@ -83,6 +83,28 @@ def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Mo
     return samples, mon.summary(), mon
 
 
+class QuietSource:
+    """What a scripted Source (a test's) has nothing to answer: no files at
+    the end, no second look at the catalog, no pause, no worker details."""
+
+    local = False
+
+    def final_files(self) -> tuple[()]:
+        return ()
+
+    def may_ask_again(self, kind: str) -> bool:
+        return False
+
+    def pause(self, seconds: float) -> None:
+        pass
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 def read_jsonl(text: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support import QuietSource
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
@@ -26,7 +27,7 @@ from pgparmon.jobs.base import Driver, Job, PlanInputs, state_of
 from pgparmon.monitor import Monitor
 from pgparmon.readers.db import ServerFacts
 from pgparmon.sample import WorkerRow
-from pgparmon.snapshot import Backend, ClientProc, CopyProgress, DbSample, FileSize, Snapshot
+from pgparmon.snapshot import Backend, ClientProc, CopyProgress, DbSample, Snapshot
 from pgparmon.views.text import plain_line
 
 FACTS = ServerFacts(version_num=150000, version="15.0", database="shop", user="postgres",
@@ -93,7 +94,7 @@ def _backend(pid: int, table: str | None) -> Backend:
                    query=f"COPY {table} FROM STDIN" if table else "COMMIT")
 
 
-class ScriptSource:
+class ScriptSource(QuietSource):
     """A Source that plays a scripted load: two sessions COPY into a and b
     (1 MB each, 100 kB per tick), then leave."""
 
@@ -134,21 +135,6 @@ class ScriptSource:
 
     def catalog_done(self) -> dict[str, Any]:
         return {}
-
-    def final_files(self) -> tuple[FileSize, ...] | None:
-        return ()
-
-    def may_ask_again(self, kind: str) -> bool:
-        return False
-
-    def pause(self, seconds: float) -> None:
-        pass
-
-    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture()

@@ -43,8 +43,8 @@ DB = "bands"
 # what the product sends, and the parameters it binds
 NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
          "logical_sync", "logical_slots", "logical_conninfo", "logical_publisher",
-         "advise_subscriber",
-         "advise_subscriber_tables", "advise_publisher")
+         "advise_subscriber", "advise_subscriber_tables", "advise_publisher",
+         "vacuumdb_tables", "vacuumdb_databases", "vacuumdb_done")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -339,8 +339,11 @@ def test_tables(band: int, mon: psycopg.Connection[Any]) -> None:
 @pytest.mark.parametrize("band", [v for n, v in BANDS if n == "done"])
 def test_done(band: int, mon: psycopg.Connection[Any]) -> None:
     (d,) = mon.execute(_text("done", band)).fetchone()  # type: ignore[misc]
-    assert set(d) == {"loaded", "relations", "constraints"}
+    assert set(d) == {"loaded", "relations", "constraints", "maintained"}
     assert "public.t_pkey" in d["relations"]
+    # the fixture's ANALYZE: when each table was last vacuumed / analyzed by hand
+    by_name = {r[1]: r for r in d["maintained"]}
+    assert by_name["public.t"][3] is not None and isinstance(by_name["public.t"][0], int)
     assert {"public.t_pkey", "public.loading_fk"} <= set(d["constraints"])
 
 

@@ -24,10 +24,12 @@ def _load() -> list[Driver]:
         from .pg_restore import PgRestore
         from .pgbackrest import PgBackRest
         from .pgbackrest_restore import PgBackRestRestore
+        from .vacuumdb import VacuumDb
 
         # one line per tool kind
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
-                         PgBackRestRestore(), PgProbackup(), LogicalSync(), CopyLoad()])
+                         PgBackRestRestore(), PgProbackup(), LogicalSync(), VacuumDb(),
+                         CopyLoad()])
         for d in _DRIVERS:
             _register_vocabulary(d)
     return _DRIVERS
