@@ -166,7 +166,7 @@ def replayed(path: Path, same: bool = True) -> tuple[list[dict[str, Any]], Any]:
     if rec.truncated:
         raise SystemExit(f"{path}: recording is cut short")
     feed = ReplayFeed(rec, speed=1e9)
-    out = feed.play_out()
+    out = [s.to_json() for s in feed.play_out()]  # the documents, as recorded
     if same and (out != rec.samples or feed.summary() != rec.summary):
         raise SystemExit(f"{path}: the replay does not give the recorded samples")
     return out, feed.outcome

@@ -1,8 +1,10 @@
-"""What a pg_dump / pg_restore / psql process was asked to do, from its argv.
+"""What a client process (pg_dump, pg_restore, psql...) was asked to do, from its argv.
 
 The monitor reads command lines of processes it did not start (psutil), so
 the parser must accept anything: it never raises, keeps what it does not
-understand, and never keeps a password (see redact.py).  Option handling
+understand, and never keeps a password (see redact.py).  Each program's
+options come from the driver that follows it (a ClientSpec); this module
+holds the getopt rules and libpq's connection options.  Option handling
 follows the clients' getopt_long: attached or separate values (-j4, -j 4,
 --jobs=4, --jobs 4), bundled flags (-vj4), unambiguous long-option prefixes
 (--jo=4), arguments anywhere (GNU permutation) and ``--``.
@@ -12,14 +14,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
 from pgparmon.redact import redact_argv, redact_text
 
-CLIENTS = ("pg_dump", "pg_restore", "psql", "pg_basebackup")
 _INTERPRETERS = ("perl", "python", "python3", "sh", "bash", "env")
 
 
@@ -54,12 +55,17 @@ class ClientArgs:
     wal_method: str | None = None      # -X: fetch | stream | none
     checkpoint: str | None = None      # -c: fast | spread
     no_estimate: bool = False          # --no-estimate-size: no total on the server
+    # every option the program's spec knows, as given and in order: (key,
+    # value or None), values redacted. What no field above holds (vacuumdb's
+    # -t, -z, --analyze-in-stages) its driver reads here
+    options: tuple[tuple[str, str | None], ...] = ()
 
 
 # Options: name -> (key, takes_argument).  Short names are one letter.
-_Opts = dict[str, tuple[str, bool]]
+Opts = dict[str, tuple[str, bool]]
 
-_CONN: _Opts = {
+# libpq's connection options, which every PostgreSQL client takes
+CONN: Opts = {
     "d": ("dbname", True), "h": ("host", True), "p": ("port", True), "U": ("user", True),
     "w": ("no-password", False), "W": ("password-prompt", False), "?": ("help", False),
     "V": ("version", False), "v": ("verbose", False),
@@ -70,91 +76,42 @@ _CONN: _Opts = {
 }
 
 
-def _flags(*names: str) -> _Opts:
+def flags(*names: str) -> Opts:
+    """Long options that take no value, each its own key."""
     return {n: (n, False) for n in names}
 
 
-def _args(*names: str) -> _Opts:
+def args(*names: str) -> Opts:
+    """Long options that take a value, each its own key."""
     return {n: (n, True) for n in names}
 
 
-_DUMP_RESTORE_COMMON: _Opts = {
-    **_CONN, "f": ("file", True), "F": ("format", True), "j": ("jobs", True),
-    "n": ("schema", True), "N": ("exclude-schema", True), "S": ("superuser", True),
-    "t": ("table", True), "a": ("data-only", False), "s": ("schema-only", False),
-    "c": ("clean", False), "C": ("create", False), "O": ("no-owner", False),
-    "x": ("no-privileges", False), "R": ("no-reconnect", False),
-    "file": ("file", True), "format": ("format", True), "jobs": ("jobs", True),
-    "section": ("section", True), "filter": ("filter", True),
-    **_args("schema", "exclude-schema", "superuser", "table", "restrict-key"),
-    **_flags("data-only", "schema-only", "clean", "create", "no-owner", "no-privileges",
-             "no-acl", "no-reconnect", "disable-triggers", "enable-row-security", "if-exists",
-             "no-comments", "no-publications", "no-security-labels", "no-subscriptions",
-             "no-table-access-method", "no-tablespaces", "strict-names",
-             "use-set-session-authorization", "no-data", "no-schema", "no-statistics",
-             "statistics-only", "no-policies"),
-}
+Positional = Callable[[ClientArgs, list[str], "str | None"], "str | None"]
 
-_PG_DUMP: _Opts = {
-    **_DUMP_RESTORE_COMMON, "Z": ("compress", True), "E": ("encoding", True),
-    "e": ("extension", True), "T": ("exclude-table", True), "b": ("blobs", False),
-    "B": ("no-blobs", False),
-    **_args("compress", "encoding", "extension", "exclude-table", "exclude-table-data",
-            "exclude-extension", "lock-wait-timeout", "snapshot", "rows-per-insert",
-            "include-foreign-data", "extra-float-digits", "exclude-table-and-children",
-            "exclude-table-data-and-children", "table-and-children", "sync-method"),
-    **_flags("blobs", "large-objects", "no-blobs", "no-large-objects", "binary-upgrade",
-             "column-inserts", "attribute-inserts", "disable-dollar-quoting", "inserts",
-             "load-via-partition-root", "no-toast-compression", "no-unlogged-table-data",
-             "on-conflict-do-nothing", "quote-all-identifiers", "serializable-deferrable",
-             "no-sync", "no-synchronized-snapshots", "with-data", "with-schema",
-             "with-statistics", "sequence-data"),
-}
 
-_PG_RESTORE: _Opts = {
-    **_DUMP_RESTORE_COMMON, "l": ("list", False), "L": ("use-list", True),
-    "I": ("index", True), "P": ("function", True), "T": ("trigger", True),
-    "e": ("exit-on-error", False), "1": ("single-transaction", False),
-    **_args("use-list", "index", "function", "trigger", "transaction-size",
-            "exclude-database"),
-    **_flags("list", "exit-on-error", "single-transaction", "no-data-for-failed-tables",
-             "globals-only"),
-}
+@dataclass(frozen=True)
+class ClientSpec:
+    """What one client program's command line means: its options, how some
+    option values read (a format's letters), which field an option fills
+    where it is not the option's own (pg_restore's -f is its output), and
+    what its positional arguments are.  The drivers declare these for the
+    programs they follow (Driver.client_specs); this module knows none."""
 
-_PSQL: _Opts = {
-    **_CONN, "c": ("command", True), "f": ("file", True), "o": ("output", True),
-    "v": ("variable", True), "F": ("field-separator", True), "R": ("record-separator", True),
-    "P": ("pset", True), "T": ("table-attr", True), "L": ("log-file", True),
-    "command": ("command", True), "file": ("file", True), "output": ("output", True),
-    "set": ("variable", True), "variable": ("variable", True),
-    **_args("field-separator", "record-separator", "pset", "table-attr", "log-file"),
-    **_flags("echo-all", "no-align", "echo-errors", "echo-queries", "echo-hidden", "html",
-             "list", "no-readline", "quiet", "single-step", "single-line", "tuples-only",
-             "expanded", "no-psqlrc", "field-separator-zero", "record-separator-zero",
-             "single-transaction", "csv"),
-    **{c: (c, False) for c in "aAbeEHlnqsStxXz01"},
-}
+    options: Opts
+    values: Mapping[str, Callable[[str], str | None]] = field(default_factory=dict)
+    fields: Mapping[str, str] = field(default_factory=dict)
+    lists: bool = False  # its --list only lists (no server work)
+    positional: Positional | None = None
 
-_PG_BASEBACKUP: _Opts = {
-    **_CONN, "D": ("file", True), "F": ("format", True), "r": ("max-rate", True),
-    "R": ("write-recovery-conf", False), "T": ("tablespace-mapping", True),
-    "X": ("wal-method", True), "z": ("gzip", False), "Z": ("compress", True),
-    "c": ("checkpoint", True), "C": ("create-slot", False), "l": ("label", True),
-    "n": ("no-clean", False), "N": ("no-sync", False), "P": ("progress", False),
-    "S": ("slot", True), "s": ("status-interval", True), "t": ("target", True),
-    "i": ("incremental", True),
-    "pgdata": ("file", True), "format": ("format", True), "max-rate": ("max-rate", True),
-    "wal-method": ("wal-method", True), "compress": ("compress", True),
-    "checkpoint": ("checkpoint", True), "gzip": ("gzip", False),
-    **_args("tablespace-mapping", "waldir", "label", "slot", "status-interval", "target",
-            "incremental", "manifest-checksums", "sync-method"),
-    **_flags("write-recovery-conf", "create-slot", "no-clean", "no-sync", "progress",
-             "no-estimate-size", "no-manifest", "no-slot", "no-verify-checksums",
-             "manifest-force-encode"),
-}
 
-_SPECS: dict[str, _Opts] = {"pg_dump": _PG_DUMP, "pg_restore": _PG_RESTORE, "psql": _PSQL,
-                            "pg_basebackup": _PG_BASEBACKUP}
+def choices(table: Mapping[str, str], first_letter: bool = False,
+            keep_unknown: bool = False) -> Callable[[str], str | None]:
+    """A value read through a table, case-insensitively (by its first letter
+    where the program looks at no more); an unknown value is None unless kept."""
+    def read(value: str) -> str | None:
+        key = value[:1].lower() if first_letter else value.lower()
+        return table.get(key, value if keep_unknown else None)
+    return read
 
 
 # ------------------------------------------------------------- tokenizer
@@ -167,7 +124,7 @@ class _Parsed:
     unknown: list[str] = field(default_factory=list)
 
 
-def _long_option(name: str, spec: _Opts) -> tuple[str, bool] | None:
+def _long_option(name: str, spec: Opts) -> tuple[str, bool] | None:
     """Exact long name, else a unique prefix (getopt_long accepts those)."""
     if len(name) > 1 and name in spec:
         return spec[name]
@@ -175,7 +132,7 @@ def _long_option(name: str, spec: _Opts) -> tuple[str, bool] | None:
     return hits.pop() if len(hits) == 1 else None
 
 
-def _take_long(argv: list[str], i: int, spec: _Opts, out: _Parsed) -> int:
+def _take_long(argv: list[str], i: int, spec: Opts, out: _Parsed) -> int:
     name, eq, value = argv[i][2:].partition("=")
     opt = _long_option(name, spec) if name else None
     if opt is None:
@@ -192,7 +149,7 @@ def _take_long(argv: list[str], i: int, spec: _Opts, out: _Parsed) -> int:
     return i + 2
 
 
-def _take_short(argv: list[str], i: int, spec: _Opts, out: _Parsed) -> int:
+def _take_short(argv: list[str], i: int, spec: Opts, out: _Parsed) -> int:
     arg = argv[i]
     for pos in range(1, len(arg)):
         letter = arg[pos]
@@ -212,7 +169,7 @@ def _take_short(argv: list[str], i: int, spec: _Opts, out: _Parsed) -> int:
     return i + 1
 
 
-def _tokenize(argv: list[str], spec: _Opts) -> _Parsed:
+def _tokenize(argv: list[str], spec: Opts) -> _Parsed:
     out = _Parsed()
     i = 0
     while i < len(argv):
@@ -233,13 +190,13 @@ def _tokenize(argv: list[str], spec: _Opts) -> _Parsed:
 # ------------------------------------------------------------ semantics
 
 
-def _program(argv: list[str]) -> tuple[str, list[str]]:
+def _program(argv: list[str], known: Mapping[str, ClientSpec]) -> tuple[str, list[str]]:
     """(program, its arguments); looks through `perl /usr/bin/pg_dump ...`
     (Debian's pg_wrapper) and similar interpreter launches."""
     if not argv:
         return "", []
     name = _basename(argv[0])
-    if name.startswith(_INTERPRETERS) and len(argv) > 1 and _basename(argv[1]) in CLIENTS:
+    if name.startswith(_INTERPRETERS) and len(argv) > 1 and _basename(argv[1]) in known:
         return _basename(argv[1]), argv[2:]
     return name, argv[1:]
 
@@ -247,25 +204,6 @@ def _program(argv: list[str]) -> tuple[str, list[str]]:
 def _basename(path: str) -> str:
     name = os.path.basename(path.replace("\\", "/"))
     return name[:-4] if name.lower().endswith(".exe") else name
-
-
-_DUMP_FORMATS = {"c": "custom", "custom": "custom", "d": "directory", "directory": "directory",
-                 "t": "tar", "tar": "tar", "p": "plain", "plain": "plain", "a": "plain",
-                 "append": "plain"}
-_RESTORE_FORMATS = {"c": "custom", "d": "directory", "t": "tar"}
-_BASEBACKUP_FORMATS = {"p": "plain", "plain": "plain", "t": "tar", "tar": "tar"}
-_WAL_METHODS = {"n": "none", "none": "none", "f": "fetch", "fetch": "fetch",
-                "s": "stream", "stream": "stream"}
-
-
-def _format(program: str, value: str | None) -> str | None:
-    if not value:
-        return None
-    if program == "pg_basebackup":
-        return _BASEBACKUP_FORMATS.get(value.lower())
-    if program == "pg_restore":  # pg_restore looks at the first letter only
-        return _RESTORE_FORMATS.get(value[0].lower())
-    return _DUMP_FORMATS.get(value.lower())
 
 
 def _positive_int(value: str | None, upper: int = 1 << 31) -> int | None:
@@ -306,14 +244,18 @@ def _apply_dbname(res: ClientArgs, value: str | None) -> None:
         res.port = _positive_int(fields["port"], 65535)
 
 
-def _apply_option(res: ClientArgs, key: str, value: str | None) -> str | None:
+def _apply_option(res: ClientArgs, spec: ClientSpec, key: str,
+                  value: str | None) -> str | None:
     """Set the field an option maps to; returns a dbname value to expand last."""
+    read = spec.values.get(key)
+    if read is not None and value:
+        value = read(value)
     if key == "jobs":
         res.jobs = _positive_int(value)
     elif key == "format":
-        res.format = _format(res.program, value)
+        res.format = value or None
     elif key in ("file", "output"):
-        setattr(res, _file_field(res.program, key), value)
+        setattr(res, spec.fields.get(key, key), value)
     elif key == "host":
         res.host = value
     elif key == "port":
@@ -327,7 +269,7 @@ def _apply_option(res: ClientArgs, key: str, value: str | None) -> str | None:
     elif key == "max-rate":
         res.max_rate = max_rate_bytes(value)
     elif key == "wal-method" and value:
-        res.wal_method = _WAL_METHODS.get(value.lower(), value)
+        res.wal_method = value
     elif key == "checkpoint" and value:
         res.checkpoint = value.lower()
     elif key == "no-estimate-size":
@@ -337,7 +279,7 @@ def _apply_option(res: ClientArgs, key: str, value: str | None) -> str | None:
     elif key == "command" and value is not None:
         res.commands += (redact_text(value),)
     elif key in ("list", "data-only", "schema-only", "verbose"):
-        _apply_flag(res, key)
+        _apply_flag(res, spec, key)
     return value if key == "dbname" else None
 
 
@@ -376,9 +318,9 @@ def max_rate_bytes(value: str | None) -> int | None:
     return int(n * mult) if n > 0 else None
 
 
-def _apply_flag(res: ClientArgs, key: str) -> None:
+def _apply_flag(res: ClientArgs, spec: ClientSpec, key: str) -> None:
     if key == "list":
-        res.list_only = res.program == "pg_restore"
+        res.list_only = spec.lists
     elif key == "data-only":
         res.data_only = True
     elif key == "schema-only":
@@ -387,30 +329,12 @@ def _apply_flag(res: ClientArgs, key: str) -> None:
         res.verbose = True
 
 
-def _file_field(program: str, key: str) -> str:
-    # pg_restore's -f is where the SQL goes; its input archive is positional
-    return "output" if program == "pg_restore" and key == "file" else key
-
-
-def _apply_positional(res: ClientArgs, pos: list[str], dbname: str | None) -> str | None:
-    if res.program == "pg_dump" and pos:
-        return pos[0]  # pg_dump: the positional dbname overrides -d
-    if res.program == "pg_restore" and pos:
-        res.file = pos[0]
-    if res.program == "psql":
-        if len(pos) > 1 and res.user is None:
-            res.user = pos[1]
-        if pos and dbname is None:
-            return pos[0]
-    return dbname
-
-
-def parse_client_cmdline(argv: list[str]) -> ClientArgs:
-    """Parse a pg_dump / pg_restore / psql command line (argv[0] included).
-    Never raises; other programs get only program, positional, unknown
-    options and redacted_argv."""
+def parse_client_cmdline(argv: list[str] | tuple[str, ...], specs: Mapping[str, ClientSpec]) -> ClientArgs:
+    """Parse a client's command line (argv[0] included) by its program's
+    spec.  Never raises; a program without one gets only program,
+    positional, unknown options and redacted_argv."""
     try:
-        return _parse(list(argv))
+        return _parse(list(argv), specs)
     except Exception:  # belt and braces: a monitor must not die on odd argv
         return ClientArgs(program="", redacted_argv=_safe_redact(argv))
 
@@ -422,15 +346,21 @@ def _safe_redact(argv: Any) -> list[str]:
         return []
 
 
-def _parse(argv: list[str]) -> ClientArgs:
-    program, args = _program(argv)
+_NO_SPEC = ClientSpec(options={})
+
+
+def _parse(argv: list[str], specs: Mapping[str, ClientSpec]) -> ClientArgs:
+    program, rest = _program(argv, specs)
+    spec = specs.get(program, _NO_SPEC)
     res = ClientArgs(program=program, redacted_argv=redact_argv(argv))
-    parsed = _tokenize(args, _SPECS.get(program, {}))
+    parsed = _tokenize(rest, spec.options)
     dbname: str | None = None
     for key, value in parsed.options:
-        dbname = _apply_option(res, key, value) or dbname
-    dbname = _apply_positional(res, parsed.positional, dbname)
+        dbname = _apply_option(res, spec, key, value) or dbname
+    if spec.positional is not None:
+        dbname = spec.positional(res, parsed.positional, dbname)
     _apply_dbname(res, dbname)
+    res.options = tuple((k, redact_text(v) if v is not None else None) for k, v in parsed.options)
     res.positional = tuple(redact_argv(parsed.positional))
     res.unknown_options = tuple(redact_argv(parsed.unknown))
     _redact_fields(res)

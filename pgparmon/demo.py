@@ -118,6 +118,7 @@ def closing(console: Console, ran: list[tuple[str, str, int]], steps: int) -> No
     are, and how to look at them again. Lines are not wrapped: commands
     and paths stay whole, to copy."""
     from .record import RecordingError, read_recording
+    from .sample import SampleError, read_samples
     from .views.summary import end_summary, limits
     from .views.text import summary_head
 
@@ -126,15 +127,16 @@ def closing(console: Console, ran: list[tuple[str, str, int]], steps: int) -> No
     for i, (what, path, code) in enumerate(ran, 1):
         try:
             rec = read_recording(path)
-        except (OSError, RecordingError) as exc:
+            samples = read_samples(rec.samples)
+        except (OSError, RecordingError, SampleError) as exc:
             console.print(f"  {i}/{steps} {what}: exit code {code}; no recording ({exc})",
                           markup=False, soft_wrap=True)
             continue
         kept.append(path)
-        es = end_summary(rec.summary, rec.samples)
+        es = end_summary(rec.summary, samples)
         console.print(f"  {i}/{steps} ", summary_head(es), sep="", soft_wrap=True)
-        if rec.samples:
-            console.print(f"      limited by: {limits(rec.samples, 3)}")
+        if samples:
+            console.print(f"      limited by: {limits(samples, 3)}")
     if not kept:
         return
     console.print("recordings (kept):")

@@ -14,10 +14,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from .cmdline import ClientArgs, parse_client_cmdline
+from .cmdline import ClientArgs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Driver, Job
-from .jobs.registry import client_programs, driver_for, drivers, program_of
+from .jobs.registry import client_programs, driver_for, drivers, parse_argv, program_of
 from .readers import procs
 from .readers.db import ServerFacts
 from .redact import redact_argv
@@ -106,7 +106,7 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
                     by_program.setdefault(p, []).append(d)
         links = procs.backend_clients(facts.port, db.backends, peers)
         steps: set[int] = set()  # roots of programs running a pg_dump / pg_restore step
-        parsed = {pid: parse_client_cmdline(list(tree[0].cmdline)) for pid, tree in trees.items()
+        parsed = {pid: parse_argv(list(tree[0].cmdline)) for pid, tree in trees.items()
                   if tree[0].name in by_program}
         for root_pid, tree in sorted(trees.items()):
             root = tree[0]
@@ -115,7 +115,7 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
             if parent is not None:
                 steps.add(parent)
                 continue
-            args = parsed.get(root_pid) or parse_client_cmdline(list(root.cmdline))
+            args = parsed.get(root_pid) or parse_argv(list(root.cmdline))
             found = next((d for d in mine if d.from_tree(root, args)), None)
             if found is None:
                 continue
@@ -165,7 +165,7 @@ def find_host_jobs(pid: int | None = None) -> list[Job]:
         root = tree[0]
         if pid is not None and pid not in {p.pid for p in tree}:
             continue
-        args = parse_client_cmdline(list(root.cmdline))
+        args = parse_argv(list(root.cmdline))
         driver = next((d for d in host_drivers if root.name in d.programs
                        and d.from_tree(root, args)), None)
         if driver is None:

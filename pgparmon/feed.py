@@ -1,11 +1,16 @@
 """The feed a view pulls published samples from: a live job being followed
 (follow.Follower), a recording played back (playback.ReplayFeed), or a test's
 list of samples. Views use only this protocol; `FeedBase` gives the defaults
-of a feed that cannot seek, show details or be stopped by a signal."""
+of a feed that cannot seek, show details or be stopped by a signal.
+
+Samples are typed (`sample.Sample`); the summary (pgparmon.summary/1) and
+a worker's details are documents."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from .sample import Sample
 
 Doc = dict[str, Any]
 
@@ -21,15 +26,15 @@ class Feed(Protocol):
     @property
     def replay_position(self) -> tuple[int, int] | None: ...  # (sample, of total)
 
-    def tick(self) -> Doc: ...
+    def tick(self) -> Sample: ...
 
     def summary(self) -> Doc: ...
 
     def details(self, pid: int) -> Doc | None: ...  # None: not available from this feed
 
-    def step(self) -> Doc | None: ...
+    def step(self) -> Sample | None: ...
 
-    def seek(self, index: int) -> Doc | None: ...
+    def seek(self, index: int) -> Sample | None: ...
 
 
 class FeedBase:
@@ -44,8 +49,8 @@ class FeedBase:
     def details(self, pid: int) -> Doc | None:
         return None
 
-    def step(self) -> Doc | None:
+    def step(self) -> Sample | None:
         return None
 
-    def seek(self, index: int) -> Doc | None:
+    def seek(self, index: int) -> Sample | None:
         return None

@@ -15,6 +15,7 @@ from .exitcodes import ExitCode, Fatal, for_signal
 from .feed import FeedBase
 from .job_end import outcome_exit_code
 from .record import Recorder, RecordingError
+from .sample import Sample
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,8 +42,9 @@ class Follower(FeedBase):
             console = Console(highlight=False)
         self.console = console
         self.stop = False
-        self.last: dict[str, Any] | None = None
-        self.first: dict[str, Any] | None = None  # with last and times: the end summary's
+        self.last: Sample | None = None
+        self.last_json: dict[str, Any] | None = None  # last's document, when written
+        self.first: Sample | None = None  # with last and times: the end summary's
         # elapsed_s of every sample (groups short items): 8 bytes a sample
         self.times = array("d")
         self.closed = False
@@ -50,14 +52,17 @@ class Follower(FeedBase):
 
     # -- the feed protocol ---------------------------------------------------
 
-    def tick(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.mon.tick()
-        self.last = doc
-        self.first = self.first or doc
-        self.times.append(float(doc.get("elapsed_s") or 0.0))
+    def tick(self) -> Sample:
+        sample: Sample = self.mon.tick()
+        self.last = sample
+        self.first = self.first or sample
+        self.times.append(float(sample.elapsed_s or 0.0))
+        # the document, once, where it is written (the recording, JSON Lines)
+        self.last_json = sample.to_json() if self.recorder is not None or self.as_json \
+            else None
         if self.recorder is not None:
-            self.recorder.event("sample", doc)
-        return doc
+            self.recorder.event("sample", self.last_json)
+        return sample
 
     @property
     def outcome(self) -> Any:
@@ -103,15 +108,15 @@ class Follower(FeedBase):
                 live.start()
             nxt = time.monotonic()
             while not self.stop:
-                doc = self.tick()
+                sample = self.tick()
                 if self.as_json:
-                    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+                    sys.stdout.write(json.dumps(self.last_json, separators=(",", ":")) + "\n")
                     sys.stdout.flush()
                 elif live is not None:
-                    live.update(render.screen(doc), refresh=True)
+                    live.update(render.screen(sample), refresh=True)
                 else:
                     assert self.console is not None
-                    self.console.print(render.plain_line(doc), markup=False)
+                    self.console.print(render.plain_line(sample), markup=False)
                 if self.mon.outcome is not None:
                     break
                 if self.duration is not None and time.monotonic() - start >= self.duration:

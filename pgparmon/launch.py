@@ -16,13 +16,13 @@ import uuid
 
 from rich.console import Console
 
-from .cmdline import CLIENTS, ClientArgs, parse_client_cmdline
+from .cmdline import ClientArgs
 from .connect import ConnectError, ConnTarget, check_reachable
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
 from .jobs.base import Job
-from .jobs.registry import client_programs, command_job, driver_for
+from .jobs.registry import client_programs, client_specs, command_job, driver_for, parse_argv
 from .monitor import Monitor
 from .open_job import job_for_process
 from .readers import procs
@@ -71,7 +71,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     # pg_dump / pg_restore: their own options say the server; any other
     # command: the -h/-p/-U/-d given to pgparmon, else the PG* environment
     # (psql too: a load run as `psql -c "\\copy ..."` names its server)
-    args = (parse_client_cmdline(inner) if known or tool in CLIENTS
+    args = (parse_argv(inner) if known or tool in client_specs()
             else ClientArgs(program=prog))
     if target is None:  # watch the server the job talks to, found the way libpq finds it
         e = os.environ if env is None else env

@@ -26,6 +26,7 @@ from .jobs.registry import driver_for
 from .jobs.statements import copy_target
 from .notes import Notes
 from .readers.db import ServerFacts
+from .sample import Sample
 from .sample_doc import SampleBuilder, Tick
 from .snapshot import Snapshot
 from .source import Source
@@ -45,7 +46,8 @@ class Standing:
 
 class Monitor:
     """The analysis of one job: feed it a Source (live, recording, replay);
-    tick() takes one snapshot and returns the published sample."""
+    tick() takes one snapshot and returns the published sample (typed:
+    sample.Sample; its to_json() is the document)."""
 
     settle_heap = False  # see _settle_heap
 
@@ -130,7 +132,7 @@ class Monitor:
 
     # ---- one tick -------------------------------------------------------
 
-    def tick(self) -> dict[str, Any]:
+    def tick(self) -> Sample:
         if self.job is None or self.tracker is None or self.end is None:
             self.discover()
         tr, job, end = self.tracker, self.job, self.end
@@ -152,12 +154,12 @@ class Monitor:
             self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
         end.check(tr, snap, self.source)
-        doc = self.builder.build(Tick(
+        sample = self.builder.build(Tick(
             tr=tr, job=job, facts=self.facts, snap=snap, prev=prev, outcome=end.outcome,
             host_rates=self.host_rates, devices=self.devices, target_dir=self.target_dir,
             databases=self._databases()))
         self._settle_heap()
-        return doc
+        return sample
 
     def _settle_heap(self) -> None:
         """Once the start-up is done and again once the plan is made (heap.py)."""

@@ -17,7 +17,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
 from .jobs.base import Job
-from .jobs.registry import driver_for_argv
+from .jobs.registry import driver_for_argv, parse_argv
 from .monitor import Monitor
 from .source import HostSource, LiveSource, RecordingSource
 
@@ -64,8 +64,7 @@ def wait_for_job(target: ConnTarget | None, pid: int | None, wait_s: float | Non
     while True:
         try:
             if waited:
-                live.job = None
-                _look_at_all_sessions(live)
+                live.look_again()
                 found = _signature(live.discover())
                 if found != seen and time.monotonic() < deadline:
                     seen = found
@@ -106,15 +105,6 @@ def _signature(job: Job) -> tuple[object, ...]:
     return (job.kind, job.database, job.grouping, tuple(sorted(job.pid_hint)))
 
 
-def _look_at_all_sessions(live: LiveSource | HostSource) -> None:
-    """Undo what a look that found a job set for following it (the sampler
-    filtered to the job's database, without the bands only a backup needs)."""
-    sampler = getattr(live, "sampler", None)
-    if sampler is not None:
-        sampler.database_filter = None
-        sampler.backup_bands = True
-
-
 def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bool) -> str:
     """Why `attach --pid` found no job of a live process it waited for."""
     what = f"process {proc.pid} ({proc.name})"
@@ -135,10 +125,9 @@ def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bo
 
 def job_for_process(pid: int, argv: list[str], app_name: str) -> Job:
     """The job of a client process we started ourselves (`pgparmon run`)."""
-    from .cmdline import parse_client_cmdline
     from .redact import redact_argv
 
-    args = parse_client_cmdline(argv)
+    args = parse_argv(argv)
     driver = driver_for_argv(argv)
     assert driver is not None
     job = Job(kind=driver.kind, database=args.dbname or os.environ.get("PGDATABASE"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -22,6 +23,7 @@ from .monitor import Monitor
 from .private import open_private
 from .record import Recording, RecordingError, read_recording
 from .replay_source import EndOfRecording, ReplaySource
+from .sample import Sample, SampleError, read_samples
 
 
 class ReplayFeed(FeedBase):
@@ -42,7 +44,7 @@ class ReplayFeed(FeedBase):
         self.mon.discover()
         self.position = 0
         self._last_wall: float | None = None
-        self.last: dict[str, Any] | None = None
+        self.last: Sample | None = None
         self.ended = False
 
     @property
@@ -51,7 +53,7 @@ class ReplayFeed(FeedBase):
         # there is nothing more to show
         return self.mon.outcome
 
-    def _advance(self) -> dict[str, Any] | None:
+    def _advance(self) -> Sample | None:
         try:
             doc = self.mon.tick()
         except EndOfRecording:
@@ -61,7 +63,7 @@ class ReplayFeed(FeedBase):
         self.last = doc
         return doc
 
-    def tick(self) -> dict[str, Any]:
+    def tick(self) -> Sample:
         if self.ended or self.mon.outcome is not None:
             if self.last is None:
                 raise RecordingError("the recording holds no samples")
@@ -71,13 +73,13 @@ class ReplayFeed(FeedBase):
             if self.last is None:
                 raise RecordingError("the recording holds no samples")
             return self.last
-        wall = self.mon.snaps[-1].wall if self.mon.snaps else None
+        wall = _wall(doc)
         if wall is not None and self._last_wall is not None:
             time.sleep(max(0.0, min(5.0, (wall - self._last_wall) / self.speed)))
         self._last_wall = wall
         return doc
 
-    def play_out(self) -> list[dict[str, Any]]:
+    def play_out(self) -> list[Sample]:
         """Every sample left, at once (no waiting): the whole replay through
         this analysis, for the tools that check recordings."""
         out = []
@@ -94,14 +96,14 @@ class ReplayFeed(FeedBase):
     def replay_position(self) -> tuple[int, int] | None:
         return (self.position, self.total_samples)
 
-    def step(self) -> dict[str, Any] | None:
+    def step(self) -> Sample | None:
         """One sample forward, without waiting."""
         if self.ended or self.mon.outcome is not None:
             return self.last
         self._last_wall = None
         return self._advance() or self.last
 
-    def seek(self, index: int) -> dict[str, Any] | None:
+    def seek(self, index: int) -> Sample | None:
         """Jump to sample `index` (0-based) by re-deriving from the start:
         the analysis is cheap, and the state then matches a live run's."""
         index = max(0, min(index, self.total_samples - 1))
@@ -121,6 +123,14 @@ class ReplayFeed(FeedBase):
 
     def close(self) -> None:
         pass
+
+
+def _wall(sample: Sample) -> float | None:
+    """When the sample was taken (its `ts`, to the ms): the pace to replay at."""
+    try:
+        return datetime.fromisoformat(sample.ts).timestamp() if sample.ts else None
+    except ValueError:
+        return None
 
 
 def _err(msg: str) -> int:
@@ -156,7 +166,7 @@ def _replay_plain(feed: ReplayFeed) -> int:
 
     console = Console(highlight=False)
     last = None
-    seen: list[dict[str, Any]] = []
+    seen: list[Sample] = []
     while True:
         doc = feed.tick()
         if doc is last:  # the recording ran out before the job ended
@@ -181,7 +191,10 @@ def report_command(path: str, html: str | None) -> int:
         return _err(str(exc))
     except OSError as exc:
         return _err(f"cannot read {path}: {exc.strerror or exc}")
-    samples = list(rec.samples)
+    try:
+        samples = read_samples(rec.samples)
+    except SampleError as exc:
+        return _err(f"{path}: {exc}: not a recording this version can report on")
     if not samples:
         return _err(f"{path} holds no samples: nothing to report")
     summary = rec.summary

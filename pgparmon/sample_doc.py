@@ -4,9 +4,10 @@ one tick's snapshot and the Tracker's state.
 `SampleBuilder.build` is the whole of it: a row per worker (its rates, its
 client's and its backend's CPU), the job's throughput, the verdict of what
 limits the run, the ETA, the warnings, the host's rates and the job's
-standing. It keeps what spans samples: the bottleneck's window of worker
-observations and the job's warnings' state. The Monitor hands it the
-tick's readings; it reads nothing else.
+standing, as a typed `sample.Sample` (the document is its `to_json()`). It
+keeps what spans samples: the bottleneck's window of worker observations
+and the job's warnings' state. The Monitor hands it the tick's readings; it
+reads nothing else.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .analyze.job_warnings import JobWarnings
 from .analyze.stall import Stall
 from .jobs.registry import phase_of
 from .jobs.statements import copy_target
+from .sample import NO_HOST, DiskLoad, Ending, HostLoad, JobStatus, Sample, ServerStatus, \
+    WorkerRow
 
 if TYPE_CHECKING:
     from .analyze.progress import Tracker
@@ -30,7 +33,6 @@ if TYPE_CHECKING:
     from .readers.db import ServerFacts
     from .snapshot import Snapshot
 
-SCHEMA = "pgparmon.sample/1"
 OBS_WINDOW = 5  # samples of worker observations the bottleneck judge reads
 
 
@@ -51,20 +53,17 @@ def _r(x: float | None) -> float | None:
     return round(x, 1) if x is not None else None
 
 
-def host_doc(hr: Any, disks: dict[str, Any]) -> dict[str, Any]:
+def host_load(hr: Any, disks: dict[str, Any]) -> HostLoad:
+    """The sample's host part from the host rates between the last two host
+    samples (hostrates.HostRates; None: no two yet) and the job's disks."""
     if hr is None:
-        return {"cpu_percent": None, "per_cpu": [], "iowait_percent": None, "disks": {}}
-    return {
-        "cpu_percent": _r(hr.cpu_percent),
-        "per_cpu": [_r(c.busy) for c in hr.per_cpu],
-        "iowait_percent": _r(hr.iowait_percent),
-        "mem_used_percent": _r(getattr(hr, "mem_used_percent", None)),
-        "disks": {n: {"read_bytes_per_s": _r(d.read_bytes_per_s),
-                      "write_bytes_per_s": _r(d.write_bytes_per_s),
-                      "util_percent": _r(d.util_percent), "await_ms": _r(d.await_ms),
-                      "queue_depth": _r(d.queue_depth), "rotational": d.rotational}
-                  for n, d in disks.items()},
-    }
+        return NO_HOST
+    return HostLoad(
+        _r(hr.cpu_percent), tuple(_r(c.busy) for c in hr.per_cpu), _r(hr.iowait_percent),
+        _r(getattr(hr, "mem_used_percent", None)),
+        {n: DiskLoad(_r(d.read_bytes_per_s), _r(d.write_bytes_per_s), _r(d.util_percent),
+                     _r(d.await_ms), _r(d.queue_depth), d.rotational)
+         for n, d in disks.items()})
 
 
 def cpu_percent(pid: int, snap: Snapshot, prev: Snapshot | None,
@@ -87,7 +86,7 @@ def cpu_percent(pid: int, snap: Snapshot, prev: Snapshot | None,
 class WorkerRows:
     """The sample's worker rows and what the job's figures sum from them."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[WorkerRow] = field(default_factory=list)
     obs: list[bottleneck.WorkerObs] = field(default_factory=list)
     bps_by_dir: dict[str | None, float] = field(default_factory=dict)
     tps_by_dir: dict[str | None, float] = field(default_factory=dict)
@@ -107,7 +106,7 @@ def worker_rows(tr: Tracker, snap: Snapshot, prev: Snapshot | None) -> WorkerRow
         scpu = cpu_percent(w.pid, snap, prev, os_side=True)
         progress = w.progress
         if progress is None and w.phase == "copy" and cpid:
-            progress = tr.input_fraction(cpid)  # a stream from a file the server can't see
+            progress = tr.driver.client_progress(tr, cpid)  # a file the server can't see
         direction = None
         if w.phase == "copy":
             ct = copy_target(w.query)
@@ -117,20 +116,19 @@ def worker_rows(tr: Tracker, snap: Snapshot, prev: Snapshot | None) -> WorkerRow
         out.bps_by_dir[direction] = out.bps_by_dir.get(direction, 0.0) + (bps or 0.0)
         out.tps_by_dir[direction] = out.tps_by_dir.get(direction, 0.0) + (tps or 0.0)
         out.obs.append(bottleneck.WorkerObs(w.phase, w.wait_event, ccpu, scpu, direction))
-        out.rows.append({
-            "pid": w.pid, "client_pid": cpid, "phase": w.phase, "direction": direction,
-            "relation": w.relation,
-            "item": tr.items[w.item].name if w.item in tr.items else None,
-            "bytes_done": w.bytes_done if streaming else None,
-            "tuples_done": w.tuples_done if w.phase == "copy" else None,
-            "bytes_per_s": round(bps, 1) if bps is not None else None,
-            "tuples_per_s": round(tps, 1) if tps is not None else None,
-            "progress": round(progress, 4) if progress is not None else None,
-            "wait_event": w.wait_event, "blocked_by": list(w.blocked_by),
-            "client_cpu_percent": _r(ccpu), "server_cpu_percent": _r(scpu),
-            "state": w.state, "query": w.query,
-            "waiting_for": list(w.waiting_for) if w.waiting_for else None,
-        })
+        out.rows.append(WorkerRow(
+            pid=w.pid, client_pid=cpid, phase=w.phase, direction=direction,
+            relation=w.relation,
+            item=tr.items[w.item].name if w.item in tr.items else None,
+            bytes_done=w.bytes_done if streaming else None,
+            tuples_done=w.tuples_done if w.phase == "copy" else None,
+            bytes_per_s=round(bps, 1) if bps is not None else None,
+            tuples_per_s=round(tps, 1) if tps is not None else None,
+            progress=round(progress, 4) if progress is not None else None,
+            wait_event=w.wait_event, blocked_by=tuple(w.blocked_by),
+            client_cpu_percent=_r(ccpu), server_cpu_percent=_r(scpu),
+            state=w.state, query=w.query,
+            waiting_for=tuple(w.waiting_for) if w.waiting_for else None))
     return out
 
 
@@ -159,7 +157,7 @@ class SampleBuilder:
         self.warnings = JobWarnings(notes.say)
         self.stall = Stall()
 
-    def build(self, t: Tick) -> dict[str, Any]:
+    def build(self, t: Tick) -> Sample:
         tr, job, snap = t.tr, t.job, t.snap
         rows = worker_rows(tr, snap, t.prev)
         self.obs_window.append(rows.obs)
@@ -175,25 +173,18 @@ class SampleBuilder:
             warns = self.warnings.running(tr, snap, t.facts.settings, est.seconds)
         else:
             warns = self.warnings.ended(snap)
-        doc: dict[str, Any] = {
-            "schema": SCHEMA,
-            "ts": iso(snap.wall),
-            "elapsed_s": round(snap.wall - (tr.started or snap.wall), 3),
-            "job": self._job_part(t, rows, est, state),
-            "workers": rows.rows,
-            "host": host_doc(hr, disks),
-            "bottleneck": {"kind": verdict.kind, "detail": verdict.detail},
-            "server": {"latency_ms": _r(snap.db.latency_ms) if snap.db else None,
-                       "error": snap.db.error if snap.db else None,
-                       "version": t.facts.version},
-            "free_bytes": snap.free_bytes,
-            "warnings": [{"code": w.code, "message": w.message} for w in warns],
-            "notes": list(self.notes.said),
-        }
-        if t.outcome:
-            doc["job"]["outcome"] = t.outcome.reason
-            doc["job"]["exit_code"] = t.outcome.exit_code
-        return doc
+        return Sample(
+            ts=iso(snap.wall),
+            elapsed_s=round(snap.wall - (tr.started or snap.wall), 3),
+            job=self._job_part(t, rows, est, state),
+            workers=tuple(rows.rows),
+            host=host_load(hr, disks),
+            bottleneck=verdict,
+            server=ServerStatus(_r(snap.db.latency_ms) if snap.db else None,
+                                snap.db.error if snap.db else None, t.facts.version),
+            free_bytes=snap.free_bytes,
+            warnings=tuple(warns),
+            notes=tuple(self.notes.said))
 
     def _verdict(self, t: Tick, disks: dict[str, Any], stuck: bool,
                  stopped: int) -> bottleneck.Verdict:
@@ -211,29 +202,29 @@ class SampleBuilder:
             host=t.host_rates, devices=disks, stalled=stuck, stopped_clients=stopped)
 
     def _job_part(self, t: Tick, rows: WorkerRows, est: eta.Eta,
-                  state: str) -> dict[str, Any]:
-        tr, job = t.tr, t.job
+                  state: str) -> JobStatus:
+        tr, job, outcome = t.tr, t.job, t.outcome
         progress = tr.fraction()
-        if t.outcome and t.outcome.state == "finished" and progress is not None:
+        if outcome and outcome.state == "finished" and progress is not None:
             progress = 1.0
-        return {
-            "kind": job.kind, "state": state, "client_pid": job.client_pid,
-            "started": iso(tr.started) if tr.started else None,
-            "started_from": tr.started_from,
-            "jobs": job.jobs, "format": job.format, "target": t.target_dir,
-            "database": job.database, "command": list(job.command),
-            "progress": round(progress, 4) if progress is not None else None,
-            "eta_s": round(est.seconds, 1) if est.seconds is not None and state == "running"
+        return JobStatus(
+            kind=job.kind, state=state, client_pid=job.client_pid,
+            started=iso(tr.started) if tr.started else None,
+            started_from=tr.started_from,
+            jobs=job.jobs, format=job.format, target=t.target_dir,
+            database=job.database, command=tuple(job.command),
+            progress=round(progress, 4) if progress is not None else None,
+            eta_s=round(est.seconds, 1) if est.seconds is not None and state == "running"
             else (0.0 if state == "finished" else None),
-            "eta_reason": est.reason, "last_item": est.last_item,
-            "bytes_per_s": round(throughput(rows.bps_by_dir), 1),
-            "tuples_per_s": round(throughput(rows.tps_by_dir), 1),
-            "items_total": len(tr.items),
-            "items_done": tr.count("done"),
-            "active_workers": sum(1 for w in rows.rows if w["phase"] not in ("idle",)),
-            "grouping": job.grouping,
-            "databases": t.databases,
-            "client_pids": sorted({c.pid for c in t.snap.clients}
-                                  | ({job.client_pid} if job.client_pid else set())),
-            **tr.driver.job_fields(tr, rows.rows, state),
-        }
+            eta_reason=est.reason, last_item=est.last_item,
+            bytes_per_s=round(throughput(rows.bps_by_dir), 1),
+            tuples_per_s=round(throughput(rows.tps_by_dir), 1),
+            items_total=len(tr.items),
+            items_done=tr.count("done"),
+            active_workers=sum(1 for w in rows.rows if w.phase != "idle"),
+            grouping=job.grouping,
+            databases=tuple(t.databases),
+            client_pids=tuple(sorted({c.pid for c in t.snap.clients}
+                                     | ({job.client_pid} if job.client_pid else set()))),
+            kind_fields=tr.driver.job_fields(tr, rows.rows, state),
+            ending=Ending(outcome.reason, outcome.exit_code) if outcome else None)

@@ -23,7 +23,7 @@ from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
-from .jobs.registry import driver_for, sample_extras
+from .jobs.registry import driver_for, job_extras, sample_extras
 from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
@@ -122,12 +122,15 @@ class LiveSource:
                 raise
         job = self.job
         driver = driver_for(job.kind)
+        # the job is known: its samples read its driver's parts and server
+        # types alone (a dump's runs no subscription query)
+        self.sampler.read_extras(**job_extras(job.kind))
         if job.database is None and not driver.whole_cluster:
             job = self.job = dataclasses.replace(job, database=self.facts.database)
         if job.database is not None and job.database != self.facts.database:
             self.sampler.close()
             self.sampler = DbSampler(self.target.with_dbname(job.database or ""),
-                                     **sample_extras())
+                                     **job_extras(job.kind))
             try:
                 self.facts = self.sampler.open()
             except Exception as exc:  # noqa: BLE001 - one line to the user
@@ -149,6 +152,16 @@ class LiveSource:
             self._idle_sessions()
         self._find_devices()
         return job
+
+    def look_again(self) -> None:
+        """Forget the job found and undo what following it set (the sampler
+        filtered to its database, without the bands only a backup needs,
+        reading its driver's parts alone): the next discover looks at every
+        session, with every driver's parts (attach --wait's second look)."""
+        self.job = None
+        self.sampler.database_filter = None
+        self.sampler.backup_bands = True
+        self.sampler.read_extras(**sample_extras())
 
     def _idle_sessions(self) -> None:
         """A tool whose own session sits idle under no application_name of
@@ -365,6 +378,9 @@ class HostSource:
 
     def pause(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def look_again(self) -> None:
+        self.job = None
 
     def discover(self) -> Job:
         if self.job is None:

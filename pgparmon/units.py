@@ -17,8 +17,6 @@ A missing value (None) is "-" everywhere.
 
 from __future__ import annotations
 
-from typing import Any
-
 SIZE_UNITS = ("B", "kB", "MB", "GB", "TB")
 
 
@@ -55,11 +53,11 @@ def duration(s: float | None) -> str:
     return f"{h} h {m:02d} min"
 
 
-def eta(job: dict[str, Any]) -> str:
-    """A published job's ETA: its duration; "≥ " before it when the ETA
-    leaves a part out and says which (`eta_reason` beside `eta_s`: a backup
-    waiting before its copy counts the wait only); without one, why."""
-    s, why = job.get("eta_s"), job.get("eta_reason")
+def eta(s: float | None, why: str | None) -> str:
+    """A published job's ETA (`job.eta_s`, `job.eta_reason`): its duration;
+    "≥ " before it when the ETA leaves a part out and says which (a reason
+    beside the seconds: a backup waiting before its copy counts the wait
+    only); without one, why."""
     if s is None:
         return str(why or "?")
     return ("≥ " if why else "") + duration(float(s))

@@ -80,10 +80,32 @@ def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Mo
     samples = []
     while mon.outcome is None:
         try:
-            samples.append(mon.tick())
+            samples.append(mon.tick().to_json())
         except EndOfRecording:
             break
     return samples, mon.summary(), mon
+
+
+class QuietSource:
+    """What a scripted Source (a test's) has nothing to answer: no files at
+    the end, no second look at the catalog, no pause, no worker details."""
+
+    local = False
+
+    def final_files(self) -> tuple[()]:
+        return ()
+
+    def may_ask_again(self, kind: str) -> bool:
+        return False
+
+    def pause(self, seconds: float) -> None:
+        pass
+
+    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
 
 
 def read_jsonl(text: str) -> list[dict[str, object]]:
@@ -165,7 +187,7 @@ def tick_until(mon: Any, done: Callable[[dict[str, Any]], bool], ticks: int = 40
     machine, and fails after `ticks` samples saying where the job was."""
     docs = []
     for _ in range(ticks):
-        docs.append(mon.tick())
+        docs.append(mon.tick().to_json())
         if done(docs[-1]):
             return docs
         time.sleep(pause)

@@ -1019,6 +1019,10 @@ def test_a_foreign_key_on_a_partitioned_table_checks_all_its_partitions(
     assert fk2.work == pytest.approx(FK_ROW_FACTOR / DEFAULT_INDEX_FACTOR * 0.2 * c_row
                                      * (rows + 3 * 1000), rel=0.01)
     assert {data[t].key for t in leaves} <= fk.deps
+    # it also waits for the referenced key's build (the archive's own
+    # dependency: pg_restore -j starts it only once c's key exists)
+    (c_key,) = [it for it in inv.items if it.table == "public.c" and it.exclusive]
+    assert c_key.key in fk.deps
     # ... but the archive makes it wait only for the parent and c's key, so
     # pg_restore -j 2+ may add it before the partitions load (measured on a
     # larger database: -j 2 slower than -j 1): the advice says so and gives

@@ -30,6 +30,7 @@ from pgparmon import units as fmt
 from pgparmon.analyze.timeline import build
 from pgparmon.cluster import Cluster
 from pgparmon.record import read_recording
+from pgparmon.sample import read_samples
 from pgparmon.views.summary import end_summary
 
 pytestmark = pytest.mark.integration
@@ -153,12 +154,12 @@ def test_attach_late_counts_from_the_jobs_start(cluster: Cluster, sample_db: str
 
     # the views: the end summary, the timeline and the report of the recording
     r = read_recording(str(rec))
-    es = end_summary(r.summary, r.samples)
+    es = end_summary(r.summary, read_samples(r.samples))
     assert es.facts.started == first["job"]["started"]
     assert es.facts.wall_s == summary["wall_s"]
     assert all(row.start_s is not None and row.start_s >= first["elapsed_s"] - 0.35
                for row in es.items)
-    tl = build(r.samples)
+    tl = build(read_samples(r.samples))
     assert tl.t_first == first["elapsed_s"] and tl.t_end == summary["wall_s"]
     rep = subprocess.run(pgparmon_cmd("report", str(rec)), capture_output=True, text=True,
                          timeout=60, env={**os.environ, "COLUMNS": "120"})

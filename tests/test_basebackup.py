@@ -28,7 +28,8 @@ from support import (
 
 from pgparmon import units as fmt
 from pgparmon.cluster import Cluster, start_cluster
-from pgparmon.cmdline import max_rate_bytes, parse_client_cmdline
+from pgparmon.cmdline import max_rate_bytes
+from pgparmon.jobs.registry import parse_argv as parse_client_cmdline
 from pgparmon.connect import ConnTarget
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pg_basebackup import INFERRED, PgBasebackup, command_options
@@ -195,7 +196,7 @@ def test_checkpoint_wait_is_explained_and_not_a_stall(cluster: Cluster, sample_d
         docs = tick_until(mon, lambda d: d["job"]["phase"] == phase, ticks=100, pause=0.4)
         for _ in range(5):  # and stays there: the spread checkpoint lasts minutes
             time.sleep(0.4)
-            docs.append(mon.tick())
+            docs.append(mon.tick().to_json())
         waiting = docs[-6:]
         assert all(d["job"]["phase"] == phase for d in waiting), [d["job"]["phase"] for d in docs]
         v = waiting[-1]["bottleneck"]
@@ -376,7 +377,7 @@ def test_a_failing_archive_command_is_named_while_the_backup_waits(workdir: Path
             mon = wait_for_job(_target(cl), pid=None, wait_s=10, interval=0.3)
             doc = None
             for _ in range(60):
-                doc = mon.tick()
+                doc = mon.tick().to_json()
                 if doc["job"]["phase"] == "waiting for wal archiving to finish" and \
                         "fails" in doc["bottleneck"]["detail"] and doc["warnings"]:
                     break

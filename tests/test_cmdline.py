@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgparmon.cmdline import ClientArgs, parse_client_cmdline
+from pgparmon.cmdline import ClientArgs
+from pgparmon.jobs.registry import parse_argv as parse_client_cmdline
 
 SECRET = "Sup3r$ecret"
 
@@ -146,6 +147,16 @@ def test_missing_values_at_the_end() -> None:
         assert isinstance(parse_client_cmdline(argv), ClientArgs)
 
 
+def test_every_known_option_is_kept_in_order_redacted() -> None:
+    """What no field holds, a driver reads from `options` (vacuumdb's -t, -z...)."""
+    r = parse_client_cmdline(["vacuumdb", "-zj4", "-t", "a", "--table=b(x)", "--analyze-in",
+                              "-d", f"host=h dbname=d password={SECRET}", "--frob"])
+    assert r.options[:4] == (("analyze", None), ("jobs", "4"), ("table", "a"), ("table", "b(x)"))
+    assert r.options[4] == ("analyze-in-stages", None)
+    assert r.options[5][0] == "dbname" and SECRET not in r.options[5][1]
+    assert len(r.options) == 6 and r.unknown_options == ("--frob",) and r.dbname == "d"
+
+
 def test_data_and_schema_only_flags() -> None:
     r = parse_client_cmdline(["pg_restore", "-a", "--schema-only", "x"])
     assert r.data_only and r.schema_only
@@ -157,7 +168,7 @@ OPTIONISH = ["-j", "-j4", "-F", "-Fd", "--jobs", "--jobs=", "--format=d", "-d", 
              "-f", "-", "--", "-Z", "--compress=zstd:3", "-l", "-vj", "--section", "-p",
              "host=h port=x", "postgresql://", "postgresql://u:pw@h:bad/db", "'", "=", "-?",
              "--jo", "--no-", "dbname='x", "\x00", "-d\x00", "port=0"]
-programs = st.sampled_from(["pg_dump", "pg_restore", "psql", "/usr/bin/perl", "x", "",
+programs = st.sampled_from(["pg_dump", "pg_restore", "psql", "vacuumdb", "/usr/bin/perl", "x", "",
                             "/usr/lib/postgresql/15/bin/pg_dump"])
 elements = st.one_of(st.text(max_size=30), st.sampled_from(OPTIONISH))
 

@@ -199,7 +199,7 @@ def _end_of(positions: list[int]) -> dict[str, Any]:
     snaps.append(_reading((len(positions) + 1) * 0.3, 0, alive=False))
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    return [mon.tick() for _ in snaps][-1]["job"]  # type: ignore[no-any-return]
+    return [mon.tick().to_json() for _ in snaps][-1]["job"]  # type: ignore[no-any-return]
 
 
 def test_a_loader_gone_far_from_its_files_end_failed() -> None:

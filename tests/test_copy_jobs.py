@@ -424,7 +424,7 @@ def test_run_any_command_exits_with_its_code(cluster: Cluster, copydb: str, work
     replayed = []
     while not feed.ended and feed.outcome is None:
         replayed.append(feed.tick())
-    assert replayed == r.samples and feed.summary() == r.summary
+    assert [s.to_json() for s in replayed] == r.samples and feed.summary() == r.summary
     assert "s3cr3t-pass" not in res.stdout + res.stderr  # the command shown is redacted
     samples, summary = _docs(res.stdout)
     assert samples[0]["job"]["kind"] == "copy"
@@ -523,7 +523,7 @@ def test_remote_job_runs_through_idle_gaps_and_ends_after_the_grace() -> None:
     snaps += [_snap(t, (_b(1, state="idle", since=3.5),)) for t in range(70, 80)]
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    docs = [mon.tick() for _ in range(len(snaps)) if mon.outcome is None]
+    docs = [mon.tick().to_json() for _ in range(len(snaps)) if mon.outcome is None]
     gap = [d for d in docs if d["job"]["phase"] == "idle between batches"]
     assert len(gap) >= 30 and all(d["job"]["state"] == "running" for d in gap)
     assert docs[-1]["job"]["state"] == "finished" and docs[-1]["elapsed_s"] >= 70 - 1
@@ -555,7 +555,7 @@ def test_tree_job_members_and_file_progress_come_from_the_snapshot() -> None:
     for source in (snaps, replayed):
         mon = Monitor(Scripted(job, list(source)))
         mon.discover()
-        docs = [mon.tick() for _ in source]
+        docs = [mon.tick().to_json() for _ in source]
         last = docs[-1]["job"]
         assert {w["pid"] for w in docs[-1]["workers"]} == {1, 2}
         assert {w["client_pid"] for w in docs[-1]["workers"]} == {51, 52}
@@ -590,7 +590,7 @@ def test_eta_waits_for_the_slowest_reader_not_the_job_rate() -> None:
                            links=tuple((p - 50, p) for p in readers)))
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    last = [mon.tick() for _ in snaps][-1]["job"]
+    last = [mon.tick().to_json() for _ in snaps][-1]["job"]
     assert last["progress"] == 0.625 and last["state"] == "running"
     assert last["eta_s"] == pytest.approx(15.0, rel=0.1)
 
@@ -667,7 +667,7 @@ def test_a_loaders_index_build_is_an_item_with_its_own_eta() -> None:
     snaps += [_snap(t, ()) for t in range(17, 21)]
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    docs = [mon.tick() for _ in range(len(snaps)) if mon.outcome is None]
+    docs = [mon.tick().to_json() for _ in range(len(snaps)) if mon.outcome is None]
     loading = docs[1]
     assert loading["job"]["eta_s"] is None and "total unknown" in loading["job"]["eta_reason"]
     # t=8: 4.5 s into the build (it began at 3.5), 50% of the heap scanned (f = 0.3):
@@ -705,7 +705,7 @@ def test_a_loaders_vacuum_analyze_is_an_item_with_its_progress() -> None:
     snaps += [_snap(t, ()) for t in range(12, 16)]
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    docs = [mon.tick() for _ in range(len(snaps)) if mon.outcome is None]
+    docs = [mon.tick().to_json() for _ in range(len(snaps)) if mon.outcome is None]
     vac = next(d for d in docs if d["elapsed_s"] == 4.0)  # t=5: 40% of the heap scanned
     (w,) = vac["workers"]
     assert w["phase"] == "vacuum" and w["item"] == "VACUUM public.t"
@@ -731,7 +731,7 @@ def test_a_session_whose_copy_failed_is_said_once() -> None:
               for t in range(4, 8)]
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    docs = [mon.tick() for _ in snaps]
+    docs = [mon.tick().to_json() for _ in snaps]
     assert not any("aborted" in n for n in docs[2]["notes"])
     said = [n for n in docs[-1]["notes"] if "aborted" in n]
     assert said == [said[0]] and "session 2" in said[0] and "COPY into u" in said[0], said

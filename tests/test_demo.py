@@ -17,6 +17,7 @@ from support import in_terminal, pgparmon_cmd
 
 from pgparmon.record import read_recording
 from pgparmon import units as fmt
+from pgparmon.sample import read_samples
 from pgparmon.views.summary import end_summary, limits
 
 pytestmark = pytest.mark.integration
@@ -60,12 +61,13 @@ def test_demo_in_a_terminal_ends_with_what_ran_and_where_to_look_again(tmp_path:
             r = read_recording(rec)
             assert not r.truncated and r.summary is not None
             assert r.summary["state"] == "finished"
-            es = end_summary(r.summary, r.samples)
+            samples = read_samples(r.samples)
+            es = end_summary(r.summary, samples)
             head = next(ln for ln in lines if ln.startswith(f"{i}/2 {kind} -j 2 on {db}:"))
             assert f"finished (exit code 0) in {fmt.duration(es.facts.wall_s)};" in head
             assert f"{es.facts.items_done}/{es.facts.items_total} items" in head
             k = lines.index(head)
-            assert lines[k + 1] == f"limited by: {limits(r.samples, 3)}"
+            assert lines[k + 1] == f"limited by: {limits(samples, 3)}"
             assert f"pgparmon replay {rec}" in lines
             name = "dump" if i == 1 else "restore"
             assert f"pgparmon report {rec} --html {name}.html" in lines

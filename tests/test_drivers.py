@@ -5,14 +5,16 @@ no change to the Monitor or the views (no server needed)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support import QuietSource
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
@@ -21,10 +23,11 @@ from pgparmon.analyze.stall import Stall
 from pgparmon.connect import ConnTarget
 from pgparmon.discover import find_jobs
 from pgparmon.jobs import registry
-from pgparmon.jobs.base import Driver, Job, PlanInputs
+from pgparmon.jobs.base import Driver, Job, PlanInputs, state_of
 from pgparmon.monitor import Monitor
 from pgparmon.readers.db import ServerFacts
-from pgparmon.snapshot import Backend, ClientProc, CopyProgress, DbSample, FileSize, Snapshot
+from pgparmon.sample import WorkerRow
+from pgparmon.snapshot import Backend, ClientProc, CopyProgress, DbSample, Snapshot
 from pgparmon.views.text import plain_line
 
 FACTS = ServerFacts(version_num=150000, version="15.0", database="shop", user="postgres",
@@ -33,10 +36,21 @@ FACTS = ServerFacts(version_num=150000, version="15.0", database="shop", user="p
                     has_copy_progress=True, has_index_progress=True)
 
 
+@dataclasses.dataclass
+class ToyState:
+    """What the toy driver keeps about one job: the bytes each table's COPY
+    reported last."""
+
+    copied: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
 class ToyLoad(Driver):
     """A loader that names itself 'toyload' and loads two known tables."""
 
     kind = "toyload"
+
+    def new_state(self) -> object:
+        return ToyState()
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
         return (self.kind, b.datname) if b.application_name == "toyload" else None
@@ -54,13 +68,21 @@ class ToyLoad(Driver):
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         for name, size in (inputs.file_sizes or {}).items():
             tr.add(Item(key=name, kind="data", relation=name, name=name, size=size, work=size))
-        tr.planned = True
+        tr.mark_planned()
         return True
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None, ip: Any,
                  snap: Snapshot) -> None:
         if cp is not None:
             it.done = min(float(cp.bytes_processed), 0.99 * it.work)
+            self.keep(tr, it, cp)
+
+    def keep(self, tr: Tracker, it: Item, cp: CopyProgress) -> None:
+        state_of(tr, ToyState).copied[it.key] = float(cp.bytes_processed)
+
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
+                   state: str) -> dict[str, Any]:
+        return {"toy_copied": sum(state_of(tr, ToyState).copied.values())}
 
 
 def _backend(pid: int, table: str | None) -> Backend:
@@ -72,7 +94,7 @@ def _backend(pid: int, table: str | None) -> Backend:
                    query=f"COPY {table} FROM STDIN" if table else "COMMIT")
 
 
-class ScriptSource:
+class ScriptSource(QuietSource):
     """A Source that plays a scripted load: two sessions COPY into a and b
     (1 MB each, 100 kB per tick), then leave."""
 
@@ -114,21 +136,6 @@ class ScriptSource:
     def catalog_done(self) -> dict[str, Any]:
         return {}
 
-    def final_files(self) -> tuple[FileSize, ...] | None:
-        return ()
-
-    def may_ask_again(self, kind: str) -> bool:
-        return False
-
-    def pause(self, seconds: float) -> None:
-        pass
-
-    def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
-
 
 @pytest.fixture()
 def toyload() -> Iterator[None]:
@@ -142,18 +149,117 @@ def test_a_new_kind_is_followed_through_its_driver_alone(toyload: None) -> None:
     mon = Monitor(src)
     job = mon.discover()
     assert job.kind == "toyload" and job.jobs == 2
-    docs = []
-    while mon.outcome is None and len(docs) < 30:
-        docs.append(mon.tick())
+    samples = []
+    while mon.outcome is None and len(samples) < 30:
+        samples.append(mon.tick())
     assert src.plans == 1  # planned once, from the source's recorded-style inputs
-    mid = docs[5]
-    assert mid["job"]["kind"] == "toyload" and mid["job"]["items_total"] == 2
-    assert 0.4 < mid["job"]["progress"] < 0.6  # 500 kB of 2 x 1 MB through progress()
-    assert {w["relation"] for w in mid["workers"]} == {"public.a", "public.b"}
-    assert mid["job"]["eta_s"] is not None
+    mid = samples[5]
+    assert mid.job.kind == "toyload" and mid.job.items_total == 2
+    assert mid.job.progress is not None
+    assert 0.4 < mid.job.progress < 0.6  # 500 kB of 2 x 1 MB through progress()
+    assert {w.relation for w in mid.workers} == {"public.a", "public.b"}
+    assert mid.job.eta_s is not None
+    assert mid.job.kind_fields["toy_copied"] == 1_000_000  # from the driver's own state
     assert "toyload" in plain_line(mid)
-    assert docs[-1]["job"]["state"] == "finished" and mon.outcome is not None
+    assert samples[-1].job.state == "finished" and mon.outcome is not None
     assert mon.summary()["kind"] == "toyload"
+
+
+class Untouchable:
+    """A driver's state that fails whoever reads anything of it."""
+
+    def __getattribute__(self, name: str) -> Any:
+        raise AssertionError(f"the driver's state was read ({name})")
+
+
+class BlindLoad(ToyLoad):
+    """The toy loader with a state that nobody but it may read (and it
+    never does)."""
+
+    def new_state(self) -> object:
+        return Untouchable()
+
+    def keep(self, tr: Tracker, it: Item, cp: CopyProgress) -> None:
+        pass
+
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
+                   state: str) -> dict[str, Any]:
+        return {}
+
+
+def test_the_tracker_holds_the_drivers_state_without_reading_it() -> None:
+    registry.register(BlindLoad(), first=True)
+    try:
+        mon = Monitor(ScriptSource())
+        mon.discover()
+        samples = []
+        while mon.outcome is None and len(samples) < 30:
+            samples.append(mon.tick())
+        summary = mon.summary()
+    finally:
+        registry.unregister("toyload")
+    assert samples[-1].job.state == "finished" and summary["kind"] == "toyload"
+    assert mon.tracker is not None and type(mon.tracker.driver_state) is Untouchable
+
+
+# what a Tracker attribute's value may be changed with; a driver calls the
+# Tracker's own methods instead (its state, driver_state's, is its own)
+_MUTATORS = {"append", "extend", "insert", "pop", "popitem", "remove", "discard", "add",
+             "clear", "update", "setdefault", "sort", "reverse", "__setitem__"}
+
+
+def _tracker_writes(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where code writes a Tracker (a name `tr` or `tracker`) directly: an
+    attribute assigned or deleted, an item of one assigned or deleted, or a
+    mutating method called on one."""
+
+    def of_tracker(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("tr", "tracker"):
+            return node.attr
+        return None
+
+    out = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for t in targets:
+            for e in t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]:
+                if (attr := of_tracker(e)) is not None:
+                    out.append((node.lineno, f"tr.{attr} written"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _MUTATORS:
+            attr = of_tracker(node.func.value)
+            if attr is not None and attr != "driver_state":
+                out.append((node.lineno, f"tr.{attr}.{node.func.attr}()"))
+    return sorted(out)
+
+
+def test_drivers_change_the_tracker_only_through_its_methods() -> None:
+    """No driver module writes a Tracker's fields (it calls add, set_state,
+    finish, mark_planned, restart_rates, add_worker...), and none keeps its
+    own figures in a string-keyed bag on it (its state object instead)."""
+    import pathlib
+
+    import pgparmon
+
+    root = pathlib.Path(pgparmon.__file__).parent
+    found = []
+    for path in sorted((root / "jobs").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [f"{path.name}:{line}: {what}" for line, what in _tracker_writes(tree)]
+    assert found == []
+    for path in sorted(root.rglob("*.py")):
+        assert "kind_state" not in path.read_text(encoding="utf-8"), path
+    # the check finds what it looks for
+    bad = ast.parse("tr.planned = True\ntr.workers.pop(1)\ntr.history[0] = 1\n"
+                    "tr.x, y = 1, 2\ntr.driver_state.rows.clear()\nst.x = 1\n")
+    assert [line for line, _ in _tracker_writes(bad)] == [1, 2, 3, 4]
 
 
 def test_sessions_go_to_the_first_driver_that_claims_them(toyload: None) -> None:
@@ -211,7 +317,7 @@ def test_published_times_count_from_the_jobs_start(toyload: None) -> None:
         backends=tuple(replace(b, backend_start=990.0 + t) for b in real(t).backends))
     mon = Monitor(src)
     mon.discover()
-    docs = [mon.tick() for _ in range(3)]
+    docs = [mon.tick().to_json() for _ in range(3)]
     assert [d["elapsed_s"] for d in docs] == [10.0, 11.0, 12.0]
     assert docs[0]["job"]["started"] == "1970-01-01T00:16:30.000+00:00"
     assert docs[0]["job"]["started_from"] == "sessions"
@@ -298,6 +404,10 @@ def test_a_job_that_appears_while_attach_waits_is_looked_at_twice(
                 self.job = found
                 self.sampler.database_filter = found.database  # what following sets
             return self.job
+
+        def look_again(self) -> None:
+            self.job = None
+            self.sampler.database_filter = None
 
         def close(self) -> None:
             pass

@@ -38,9 +38,10 @@ def _restore(tables: int, indexes: int, seed: int = 5) -> Tracker:
 def _exact(tr: Tracker, monkeypatch: pytest.MonkeyPatch) -> float:
     with monkeypatch.context() as m:
         m.setattr(eta, "MAX_SIMULATED", 10 ** 9)
-        saved, tr.eta_tail = tr.eta_tail, None
+        saved = eta._TAILS.pop(tr, None)
         secs = eta.estimate(tr).seconds
-        tr.eta_tail = saved
+        if saved is not None:
+            eta._TAILS[tr] = saved
     assert secs is not None
     return secs
 
@@ -53,8 +54,9 @@ def _sums(tail: eta._Tail) -> list[tuple[int, float, float, float]]:
 def test_batched_eta_agrees_with_simulating_every_item(monkeypatch: pytest.MonkeyPatch) -> None:
     tr = _restore(6000, 3000)
     coarse = eta.estimate(tr).seconds
-    assert isinstance(tr.eta_tail, eta._Tail)
-    assert len(tr.eta_tail.keys) <= eta.MAX_SIMULATED
+    tail = eta._TAILS.get(tr)  # the ETA's batches of this tracker's work list
+    assert isinstance(tail, eta._Tail)
+    assert len(tail.keys) <= eta.MAX_SIMULATED
     exact = _exact(tr, monkeypatch)
     assert coarse == pytest.approx(exact, rel=0.02)
     # the run goes on: the large tables and a stretch of small ones start,
@@ -72,13 +74,13 @@ def test_batched_eta_agrees_with_simulating_every_item(monkeypatch: pytest.Monke
 def test_batches_follow_the_items_that_left_pending() -> None:
     tr = _restore(3000, 2000)
     eta.estimate(tr)
-    tail = tr.eta_tail
+    tail = eta._TAILS.get(tr)
     assert isinstance(tail, eta._Tail)
     rnd = random.Random(3)
     for it in rnd.sample(list(tr.items.values()), 1500):
         tr.set_state(it, rnd.choice(["running", "finishing", "done"]))
     eta.estimate(tr)
-    assert tr.eta_tail is tail  # kept, not made again
+    assert eta._TAILS.get(tr) is tail  # kept, not made again
     fresh = eta._Tail(tr)
     assert fresh.keys == tail.keys
     assert _sums(tail) == _sums(fresh)
@@ -120,11 +122,38 @@ def test_a_work_list_changed_at_the_same_length_makes_the_batches_again() -> Non
 
     tr = _restore(2000, 1000)
     eta.estimate(tr)
-    tail = tr.eta_tail
+    tail = eta._TAILS.get(tr)
     gone = next(k for k, it in tr.items.items() if it.kind == "data" and it.size < 1e5)
     tr.remove(gone)
     tr.add(Item(key="new", kind="data", relation="public.new", name="public.new", size=9e3,
                 work=9e3))
     assert eta.estimate(tr).seconds is not None
-    assert tr.eta_tail is not tail and "new" in tr.eta_tail.batch_of
-    assert gone not in tr.eta_tail.batch_of
+    again = eta._TAILS.get(tr)
+    assert again is not None and again is not tail and "new" in again.batch_of
+    assert gone not in again.batch_of
+
+
+def test_a_key_waits_for_the_referenced_keys_through_their_attachments() -> None:
+    """pg_restore -j starts a foreign key only once its archive dependencies
+    are done: on a partitioned referenced table, the parent's key (ON ONLY)
+    and each partition's key through its INDEX ATTACH entry, which is no work
+    item of its own and is followed; pre-data entries are not items."""
+    from pgparmon.ddl import PostDataTarget
+    from pgparmon.jobs.pg_restore import post_data_order
+
+    def t(dump_id: int, desc: str, deps: tuple[int, ...]) -> PostDataTarget:
+        return PostDataTarget(desc, "public", f"x{dump_id}", None, None, "other",
+                              dump_id, deps)
+
+    targets = {20: t(20, "CONSTRAINT", (5,)),          # orders_pkey ON ONLY (5: TABLE)
+               21: t(21, "CONSTRAINT", (6, 20)),       # orders_p1_pkey
+               22: t(22, "CONSTRAINT", (7, 20)),       # orders_p2_pkey
+               31: t(31, "INDEX ATTACH", (21, 20, 6)),
+               32: t(32, "INDEX ATTACH", (22, 20, 7)),
+               40: t(40, "FK CONSTRAINT", (31, 32, 20, 5, 8)),
+               41: t(41, "INDEX", (8,))}               # nothing post-data before it
+    planned = {"20", "21", "22", "40", "41", "100", "101"}  # 100, 101: data items
+    order = post_data_order(targets, planned)
+    assert order["40"] == frozenset({"20", "21", "22"})
+    assert order["21"] == order["22"] == frozenset({"20"})
+    assert "41" not in order and "20" not in order

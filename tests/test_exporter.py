@@ -34,7 +34,6 @@ from pgparmon.cluster import Cluster, free_port
 from pgparmon.connect import ConnTarget
 from pgparmon.exporter import retention
 from pgparmon.exporter.collector import (
-    BOTTLENECKS,
     STATES,
     ExporterCollector,
     JobView,
@@ -45,7 +44,8 @@ from pgparmon.exporter.collector import (
 )
 from pgparmon.exporter.daemon import Exporter, Options, SafeRecorder, server_name, targets
 from pgparmon.record import Recorder, read_recording
-from pgparmon.jobs.registry import all_phases
+from pgparmon.jobs.registry import all_phases, all_verdicts, all_warnings, drivers
+from pgparmon.sample import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "contrib" / "prometheus" / "pgparmon.rules.yml"
@@ -56,8 +56,8 @@ ALLOWED_LABELS = {"server", "database", "kind", "tool", "state", "phase", "bottl
 # ---- the collector, without a server --------------------------------------------
 
 def _doc(state: str = "running", bottleneck: str = "client-cpu",
-         warnings: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
+         warnings: tuple[str, ...] = ()) -> Sample:
+    return Sample.from_json({
         "schema": "pgparmon.sample/1", "ts": "2026-11-26T01:00:00.000+00:00",
         "job": {"kind": "pg_dump", "state": state, "client_pid": 48213, "jobs": 4,
                 "progress": 0.42, "eta_s": 310.5, "bytes_per_s": 52e6, "items_total": 13,
@@ -71,7 +71,7 @@ def _doc(state: str = "running", bottleneck: str = "client-cpu",
         "warnings": [{"code": c, "message": "..."} for c in warnings],
         "free_bytes": 123456789,
         "host": {"cpu_percent": 87.5, "iowait_percent": 4.0, "per_cpu": [80.0, 95.0]},
-    }
+    })
 
 
 def _job(**kw: Any) -> JobView:
@@ -122,9 +122,10 @@ def test_collector_names_units_and_no_pid_or_table_labels() -> None:
     states = {s.labels["state"]: s.value for s in fams["pgparmon_job_state"].samples}
     assert states == {s: (1.0 if s == "running" else 0.0) for s in STATES}
     necks = {s.labels["bottleneck"]: s.value for s in fams["pgparmon_job_bottleneck"].samples}
-    assert set(necks) == set(BOTTLENECKS) and necks["client-cpu"] == 1.0 and sum(
+    assert set(necks) == set(all_verdicts()) and necks["client-cpu"] == 1.0 and sum(
         necks.values()) == 1.0
     warns = {s.labels["code"]: s.value for s in fams["pgparmon_job_warning"].samples}
+    assert set(warns) == set(all_warnings())
     assert warns["disk-full-soon"] == 1.0 and sum(warns.values()) == 1.0
     phases = {s.labels["phase"]: s.value for s in fams["pgparmon_job_active_workers"].samples}
     assert phases["copy"] == 2.0 and phases["lock-wait"] == 1.0 and sum(phases.values()) == 3
@@ -140,6 +141,38 @@ def test_collector_names_units_and_no_pid_or_table_labels() -> None:
     assert single["pgparmon_host_cpu_ratio"] == 0.875
     assert single["pgparmon_host_iowait_ratio"] == 0.04
     assert "pgparmon_job_end_time_seconds" not in single  # still running
+
+
+def test_every_registered_verdict_and_warning_has_a_series_before_it_happens() -> None:
+    """The one-hot values come from the registries the core and the drivers
+    fill (pgparmon.verdicts), none listed in the exporter: a job whose
+    verdict is the judge's has a series at 0 for each driver's own verdict
+    kind (a sync's worker-slots and sync-failing, a backup's checkpoint)
+    and for every warning code, its own at 1."""
+    fams = _parsed(_exposition(State(jobs=(_job(doc=_doc(warnings=("checkpoints",))),))))
+    necks = {s.labels["bottleneck"]: s.value for s in fams["pgparmon_job_bottleneck"].samples}
+    for d in drivers():
+        for kind in d.verdicts:
+            assert necks.get(kind) == (1.0 if kind == "client-cpu" else 0.0), (d.kind, kind)
+    assert {"worker-slots", "sync-failing", "checkpoint", "archiving"} <= set(necks)
+    assert necks["client-cpu"] == 1.0 and sum(necks.values()) == 1.0
+    warns = {s.labels["code"]: s.value for s in fams["pgparmon_job_warning"].samples}
+    assert {"fk-before-partitions", "archive-failing", "slot-lost", "slot-retains-wal"} <= set(
+        warns)
+    assert warns == {c: (1.0 if c == "checkpoints" else 0.0) for c in all_warnings()}
+    # docs/metrics.md lists every value of each family
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    for family, values in (("pgparmon_job_bottleneck", all_verdicts()),
+                           ("pgparmon_job_warning", all_warnings()),
+                           ("pgparmon_job_active_workers", [p.name for p in all_phases()])):
+        row = re.search(rf"^\| `{family}` \| gauge .*$", doc, re.MULTILINE)
+        assert row is not None, family
+        assert not [v for v in values if f"`{v}`" not in row.group(0)], family
+    # a value a sample holds that no one registered (a recording of another
+    # version) is shown, not dropped
+    odd = _parsed(_exposition(State(jobs=(_job(doc=_doc(bottleneck="no-such-kind")),))))
+    assert {s.labels["bottleneck"]: s.value for s in odd["pgparmon_job_bottleneck"].samples
+            if s.value} == {"no-such-kind": 1.0}
 
 
 def test_one_series_per_label_set_and_an_ended_job_has_no_bottleneck() -> None:

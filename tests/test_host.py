@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from pgparmon.analyze.advice_live import advise_samples
 from pgparmon.analyze.hostrates import CpuPercent, DiskRates, HostRates, host_rates
 from pgparmon.analyze.saturation import Saturation, StreamPoint, saturation
-from pgparmon.sample_doc import host_doc as _host_doc
+from pgparmon.sample import read_samples
+from pgparmon.sample_doc import host_load
 from pgparmon.readers import devices
 from pgparmon.readers.devices import device_for_path, rotational, rotational_of, whole_disk
 from pgparmon.readers.host import (
@@ -699,7 +700,7 @@ def _busy_run(rot: dict[str, bool]) -> list[dict[str, Any]]:
                          "job": {"jobs": 4, "state": "running", "active_workers": streams,
                                  "items_total": 100, "items_done": 0},
                          "workers": workers, "server": {"error": None},
-                         "host": _host_doc(hr, disks)})
+                         "host": host_load(hr, disks).to_json()})
             t += 1
     return docs
 
@@ -711,13 +712,13 @@ def test_spinning_disk_busy_and_flat_is_saturated_live(fake_sys: Path) -> None:
     assert rot == {"sda1": True}
     docs = _busy_run(rot)
     assert docs[-1]["host"]["disks"]["sda1"]["rotational"] is True
-    a = advise_samples(docs)
+    a = advise_samples(read_samples(docs))
     assert a.status == "saturated" and a.next_jobs == 2
     assert "rotational disk 95% busy (at 4 streams)" in a.detail
     # Not known to spin (an SSD, or a recording made before the flag): %util
     # alone is no sign, so the same run is only "flat".
     for unknown in ({}, {"sda1": False}):
-        b = advise_samples(_busy_run(unknown))
+        b = advise_samples(read_samples(_busy_run(unknown)))
         assert b.status == "flat" and b.next_jobs == 2 and "no disk sign" in b.detail
 
 

@@ -194,27 +194,30 @@ def test_a_file_cut_into_ranges_counts_once_and_is_not_cut_short() -> None:
     range and exited the file is done, not 'stopped mid-file'."""
     from types import SimpleNamespace
 
-    from pgparmon.jobs.copy import CopyLoad, input_files
+    from pgparmon.analyze.progress import Tracker
+    from pgparmon.jobs.base import Job, state_of
+    from pgparmon.jobs.copy import CopyLoad
+    from pgparmon.jobs.copy_inputs import CopyState, input_files
 
     mb = 1e6
     size = 1000 * mb
-    tr = SimpleNamespace(
-        inputs={"1:/d/in.csv": [size, 300 * mb], "2:/d/in.csv": [size, 800 * mb],
-                "3:/d/other.csv": [500 * mb, 100 * mb]},
-        kind_state={"input_start": {"1:/d/in.csv": 0.0, "2:/d/in.csv": 500 * mb,
-                                    "3:/d/other.csv": 0.0}})
-    assert input_files(tr) == (1500 * mb, 700 * mb)  # type: ignore[arg-type]
+    tr = Tracker(Job(kind="copy", database="db"), CopyLoad())
+    st = state_of(tr, CopyState)
+    st.inputs = {"1:/d/in.csv": [size, 300 * mb], "2:/d/in.csv": [size, 800 * mb],
+                 "3:/d/other.csv": [500 * mb, 100 * mb]}
+    st.input_start = {"1:/d/in.csv": 0.0, "2:/d/in.csv": 500 * mb, "3:/d/other.csv": 0.0}
+    assert input_files(st) == (1500 * mb, 700 * mb)
     # the first reader first seen late (attached mid-run): counted from 0
-    tr.kind_state["input_start"]["1:/d/in.csv"] = 120 * mb
-    assert input_files(tr)[1] == 700 * mb  # type: ignore[arg-type]
+    st.input_start["1:/d/in.csv"] = 120 * mb
+    assert input_files(st)[1] == 700 * mb
     # both at their ranges' ends, processes gone: done, and no cut
-    tr.inputs = {"1:/d/in.csv": [size, 500 * mb], "2:/d/in.csv": [size, size]}
-    assert input_files(tr) == (size, size)  # type: ignore[arg-type]
-    tr.input_seen = {"1:/d/in.csv": (10.0, 500 * mb, mb, "public.t"),
+    st.inputs = {"1:/d/in.csv": [size, 500 * mb], "2:/d/in.csv": [size, size]}
+    assert input_files(st) == (size, size)
+    st.input_seen = {"1:/d/in.csv": (10.0, 500 * mb, mb, "public.t"),
                      "2:/d/in.csv": (10.0, size, mb, "public.t")}
     snap = SimpleNamespace(clients=[], ts=20.0)
     assert CopyLoad().cut_short(tr, snap) is None  # type: ignore[arg-type]
     # one reader of its own file left mid-way: cut short, said so
-    tr.inputs = {"1:/d/in.csv": [size, 500 * mb]}
-    tr.input_seen = {"1:/d/in.csv": (10.0, 500 * mb, mb, "public.t")}
+    st.inputs = {"1:/d/in.csv": [size, 500 * mb]}
+    st.input_seen = {"1:/d/in.csv": (10.0, 500 * mb, mb, "public.t")}
     assert "stopped mid-file" in (CopyLoad().cut_short(tr, snap) or "")  # type: ignore[arg-type]

@@ -9,14 +9,18 @@ What the job shows: docs/json.md, "Logical replication's initial sync"."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 from logical import (
     LOCK_ALL,
+    NAP,
     TABLES,
     big_copying_on_publisher,
     check_publisher_run,
@@ -29,11 +33,25 @@ from logical import (
     subscribe,
     table_states,
 )
-from support import Lines, monitor_replay, pgparmon_cmd, publisher_and_subscriber, wait_for_monitor
+from support import (
+    Lines,
+    dump_held_at_start,
+    monitor_replay,
+    pgparmon_cmd,
+    publisher_and_subscriber,
+    tick_until,
+    wait_for_monitor,
+)
 
 from pgparmon.cluster import Cluster, start_cluster
+from pgparmon.connect import ConnTarget
 from pgparmon.exitcodes import ExitCode
+from pgparmon.job_end import NO_MEMBERS_SAMPLES
 from pgparmon.jobs.logical_sync_limits import origins_short
+from pgparmon.jobs.logical_sync_publisher import HANDOVER_S
+from pgparmon.jobs.registry import driver_for
+from pgparmon.open_job import wait_for_job
+from pgparmon.pick import list_jobs
 
 integration = pytest.mark.integration
 
@@ -42,7 +60,10 @@ SECRET = "sEcReT-pw-25"
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[Cluster, Cluster]]:
-    with publisher_and_subscriber(sub_settings={"max_sync_workers_per_subscription": "2"}) \
+    # the whole statement a session runs in pg_stat_activity.query (the
+    # sample's, with a driver's part, is over 10,000 characters)
+    with publisher_and_subscriber(sub_settings={"max_sync_workers_per_subscription": "2",
+                                                "track_activity_query_size": "32768"}) \
             as both:
         yield both
 
@@ -188,8 +209,8 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
     sync walsenders (pg_<suboid>_sync_<relid>_<sysid>, COPY ... TO STDOUT):
     each table's COPY TO progress against the publisher's own pg_class
     sizes; the tables still to come are the subscriber's to list (total
-    unknown, no ETA); it ends once no sync walsender is left (for
-    PUBLISHER_GRACE_S: the next table's starts within that)."""
+    unknown, no ETA); it ends once no sync walsender and no sync slot of
+    its is left (test_a_publisher_side_sync_ends_once_its_slots_are_gone)."""
     pub, sub = servers
     databases(pub, sub, "4")
     attach = Lines(start_attach(pub, "src4", "--wait", "60"))
@@ -266,6 +287,193 @@ def test_publisher_max_replication_slots_too_low(servers: tuple[Cluster, Cluster
             attach.proc.kill()
         sub.psql("DROP SUBSCRIPTION IF EXISTS s6", dbname="dst6")
         pub.stop()
+
+
+def _last_statement(sub: Cluster, pid: int) -> str:
+    """What a session ran last, as the server says (pg_stat_activity.query)."""
+    return sub.psql(f"SELECT query FROM pg_stat_activity WHERE pid = {pid}")
+
+
+@integration
+def test_a_known_job_samples_its_own_drivers_parts_alone(servers: tuple[Cluster, Cluster],
+                                                         tmp_path: Path) -> None:
+    """Discovery reads every driver's parts; once the job is known its
+    samples read its driver's alone. A pg_dump on the subscriber, beside a
+    subscription syncing in another database: attach's discovery finds both
+    (the subscription's from its part), the dump's samples then run no
+    subscription query (the statement the server saw last from the monitor's
+    session) and sample no sync worker; the sync's own samples run its
+    part."""
+    pub, sub = servers
+    databases(pub, sub, "7", scale=1 / 3)
+    sub.psql("CREATE DATABASE dumped")
+    sub.psql("CREATE TABLE orders (id int, v text); INSERT INTO orders SELECT g, 'x' "
+             "FROM generate_series(1, 1000) g;", dbname="dumped")
+    # the sync waits at its start on a lock a sibling psql holds (a session
+    # of the test's own process in a transaction would make the dump a
+    # step of the test's job)
+    try:
+        with _locked_by_psql(sub, "dst7", TABLES):
+            subscribe(pub, sub, "7")
+            with dump_held_at_start(sub, "dumped", tmp_path / "d") as held:
+                target = ConnTarget(host=str(sub.sockdir), port=sub.port, user=sub.superuser,
+                                    dbname="dumped")
+                # discovery (the picker's list): every driver's parts, the sync
+                # of dst7 found from its own
+                _discovered(target, {"pg_dump", "logical_sync"})
+                workers = int(sub.psql("SELECT count(*) FROM pg_stat_activity WHERE backend_type "
+                                       "~ '^logical replication'"))
+                assert workers >= 2  # the apply worker and a sync worker at least
+                mon = wait_for_job(target, pid=held.proc.pid, wait_s=30, interval=0.3)
+                try:
+                    assert mon.job is not None and mon.job.kind == "pg_dump"
+                    sampler = mon.source.sampler
+                    assert (sampler.parts, sampler.server_types) == ((), ())
+                    mon.tick()
+                    snap = mon.snaps[-1]
+                    assert snap.db is not None and snap.db.parts is None
+                    assert not any(b.backend_type.startswith("logical replication")
+                                   for b in snap.db.backends)
+                    sampler.sample([])
+                    seen = _last_statement(sub, sampler.facts.backend_pid)
+                    assert "pg_stat_progress_copy" in seen and "pg_subscription" not in seen, seen
+                finally:
+                    mon.close()
+            # the sync's own samples: its part and its sync workers
+            sync = wait_for_job(ConnTarget(host=str(sub.sockdir), port=sub.port,
+                                           user=sub.superuser, dbname="dst7"),
+                                pid=None, wait_s=30, interval=0.3)
+            try:
+                assert sync.job is not None and sync.job.kind == "logical_sync"
+                sampler = sync.source.sampler
+                own = driver_for("logical_sync")
+                assert (sampler.parts, sampler.server_types) == (
+                    (*own.sample_parts, *own.follow_parts), own.backend_types)
+                # its part (the tables' states) and its sync workers (as many
+                # as the earlier tests' subscriptions leave worker slots for)
+                doc = tick_until(sync, lambda d: d["job"]["tables"]["waiting"] is not None
+                                 and bool(d["workers"]), ticks=100, pause=0.3)[-1]
+                assert doc["job"]["subscription"] == "s7"
+                assert sum(doc["job"]["tables"].values()) == len(TABLES)
+                snap = sync.snaps[-1]
+                assert snap.db is not None and [s["name"] for s in snap.db.parts["logical_sync"]
+                                                if s["datname"] == "dst7"] == ["s7"]
+                sampler.sample([])
+                assert "pg_subscription" in _last_statement(sub, sampler.facts.backend_pid)
+            finally:
+                sync.close()
+    finally:
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s7", dbname="dst7")
+
+
+@integration
+def test_a_publisher_side_sync_ends_once_its_slots_are_gone(
+        servers: tuple[Cluster, Cluster]) -> None:
+    """On the publisher a table's sync slot lives from its sync's start to
+    its end, a failed sync's until its retry (14+), while no walsender of
+    its is left. A table whose sync keeps failing on the subscriber (a row
+    of the subscriber's own violates its unique key; retried after
+    wal_retrieve_retry_interval, 5 s): the publisher's job keeps running
+    between the attempts on its slot alone, and once the row goes and the
+    table is synced, ends HANDOVER_S after its last slot went (and
+    NO_MEMBERS_SAMPLES samples), not PUBLISHER_GRACE_S."""
+    pub, sub = servers
+    # the nap: one's walsender is seen for seconds (the job found), dup's
+    # attempts are short (no walsender of its for most of the retry's wait)
+    rows = {"one": 1500, "dup": 100}
+    pub.psql("CREATE DATABASE src8")
+    sub.psql("CREATE DATABASE dst8")
+    schema = "".join(f"CREATE TABLE {t} (id int UNIQUE, v text);" for t in rows)
+    pub.psql(schema + "".join(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, {n}) g;"
+                              for t, n in rows.items())
+             + "ANALYZE; CREATE PUBLICATION p8 FOR ALL TABLES;", dbname="src8")
+    sub.psql(schema + NAP + "".join(
+        f"CREATE TRIGGER nap BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION nap(); "
+        f"ALTER TABLE {t} ENABLE ALWAYS TRIGGER nap;" for t in rows)
+        + "INSERT INTO dup VALUES (90, 'the subscriber''s own')", dbname="dst8")
+    attach = Lines(start_attach(pub, "src8", "--wait", "60"))
+    try:
+        subscribe(pub, sub, "8")
+        attach.wait_for(lambda d: d["job"].get("side") == "publisher", "the sync, found")
+        # the subscriber's word: the other table synced, then dup's sync
+        # failed twice more (a retry's wait with no other table syncing)
+        _wait_on(sub, "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate = 'r'", 1)
+        errors = "SELECT sync_error_count FROM pg_stat_subscription_stats WHERE subname = 's8'"
+        _wait_on(sub, errors, int(sub.psql(errors, dbname="dst8").strip() or 0) + 2)
+        fixed = time.time()
+        sub.psql("DELETE FROM dup WHERE id = 90", dbname="dst8")
+        samples, summary, err = attach.finish(timeout=180)
+    finally:
+        if attach.proc.poll() is None:
+            attach.proc.kill()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s8", dbname="dst8")
+    assert attach.proc.returncode == 0 and summary["state"] == "finished", err[-2000:]
+    # running until the failing table got through (after the fix), never before
+    trail = [(d["elapsed_s"], d["job"]["state"], len(d["workers"]), d["job"]["sync_slots"])
+             for d in samples]
+    assert datetime.fromisoformat(samples[-1]["ts"]).timestamp() > fixed, trail[-20:]
+    assert all(d["job"]["state"] == "running" for d in samples[:-1])
+    # between two attempts no walsender of its: the slot kept it running
+    assert any(not d["workers"] and (d["job"]["sync_slots"] or 0) >= 1 for d in samples)
+    # the end: the first sample HANDOVER_S after the last one with a
+    # walsender or a slot, then NO_MEMBERS_SAMPLES - 1 samples more (a
+    # sample within the clock's millisecond of that boundary may count
+    # either side of it)
+    last = max(i for i, d in enumerate(samples) if d["workers"] or d["job"]["sync_slots"])
+    wall = [datetime.fromisoformat(d["ts"]).timestamp() for d in samples]
+
+    def past(limit: float) -> int | None:
+        return next((i for i in range(last + 1, len(samples))
+                     if wall[i] - wall[last] >= limit), None)
+
+    ends = {p + NO_MEMBERS_SAMPLES - 1 for p in (past(HANDOVER_S - 0.002),
+                                                past(HANDOVER_S + 0.002)) if p is not None}
+    assert len(samples) - 1 in ends, (ends, trail[last:])
+
+
+def _wait_on(sub: Cluster, sql: str, at_least: int) -> None:
+    """Until the subscriber's dst8 answers sql with a count of at least that."""
+    for _ in range(900):
+        if int(sub.psql(sql, dbname="dst8").strip() or 0) >= at_least:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"never {at_least}: {sql}")
+
+
+@contextlib.contextmanager
+def _locked_by_psql(cl: Cluster, dbname: str, tables: Iterable[str]) -> Iterator[None]:
+    """The tables locked IN SHARE MODE by a psql of its own (not a session
+    of the test's process) until the block ends."""
+    app = f"pgparmon-test-hold-{time.time_ns()}"
+    hold = subprocess.Popen([cl.client("psql"), "-X", "-q", "-d", dbname, "-c",
+                             "BEGIN; LOCK TABLE " + ", ".join(tables) + " IN SHARE MODE; "
+                             "SELECT pg_sleep(600)"], env={**cl.env(), "PGAPPNAME": app},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            if cl.psql("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                       f"WHERE a.application_name = '{app}' AND l.granted "
+                       "AND l.mode = 'ShareLock' AND l.locktype = 'relation'").strip() != "0":
+                break
+            assert hold.poll() is None, "the psql holding the lock exited"
+            time.sleep(0.1)
+        yield
+    finally:
+        cl.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE application_name = '{app}'")
+        hold.wait(timeout=30)
+
+
+def _discovered(target: ConnTarget, kinds: set[str]) -> None:
+    """Discovery (the picker's list) looked at until it finds jobs of those
+    kinds among the server's."""
+    have: list[str] = []
+    for _ in range(100):
+        have = [f.job.kind for f in list_jobs(target)]
+        if kinds <= set(have):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"discovery never found {kinds}: {have}")
 
 
 def test_origins_short_reads_the_versions_setting() -> None:

@@ -12,8 +12,8 @@ from support import pgparmon_cmd, read_jsonl
 from pgparmon.analyze.progress import Tracker
 from pgparmon.jobs.registry import driver_for
 from pgparmon.cluster import Cluster
-from pgparmon.jobs.base import Job
-from pgparmon.jobs.pg_dump import _reading_catalog
+from pgparmon.jobs.base import Job, state_of
+from pgparmon.jobs.pg_dump import DumpState, _reading_catalog
 
 
 def test_the_leader_is_reading_the_catalog(tmp_path: Path) -> None:
@@ -28,10 +28,11 @@ def test_the_leader_is_reading_the_catalog(tmp_path: Path) -> None:
 def test_a_dump_gone_before_its_toc_did_not_complete() -> None:
     tr = Tracker(Job(kind="pg_dump", database="db"), driver_for("pg_dump"))
     assert tr.driver.cut_short(tr, None) is None  # type: ignore[arg-type]
-    tr.kind_state["toc_written"] = False
+    st = state_of(tr, DumpState)  # what the driver keeps: its directory's toc.dat
+    st.toc_written = False
     said = tr.driver.cut_short(tr, None)  # type: ignore[arg-type]
     assert said and "toc.dat" in said and "did not complete" in said
-    tr.kind_state["toc_written"] = True
+    st.toc_written = True
     assert tr.driver.cut_short(tr, None) is None  # type: ignore[arg-type]
 
 

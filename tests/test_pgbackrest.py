@@ -42,6 +42,7 @@ from pgparmon.jobs import walwait
 from pgparmon.jobs.base import TREE
 from pgparmon.jobs.pgbackrest import _how_far
 from pgparmon.jobs.pgbackrest_repo import archive_stop, command_of, data_path, option
+from pgparmon.jobs.pgbackrest_state import BackrestState
 from pgparmon.jobs import pgbackrest_waits
 from pgparmon.jobs.pgbackrest_waits import wait_verdict
 from pgparmon.jobs.walwait import WAIT_ONLY
@@ -333,7 +334,7 @@ def test_a_spread_checkpoint_at_the_start_says_its_bound(gated: tuple[Repo, Arch
             "checkpoint") is not None, ticks=200)
         for _ in range(4):  # a few more samples of the wait
             time.sleep(0.25)
-            waiting.append(mon.tick())
+            waiting.append(mon.tick().to_json())
         cl.psql("CHECKPOINT")
         docs = waiting + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
@@ -390,7 +391,7 @@ def test_the_stop_behind_the_archivers_backlog_says_how_long(
                           and archive_wait(d).get("wal") is not None)
         for _ in range(4):  # held: the wait goes on
             time.sleep(0.25)
-            held.append(mon.tick())
+            held.append(mon.tick().to_json())
         gate.release()
         docs += held + tick_until(mon, lambda d: d["job"]["state"] != "running")
     finally:
@@ -437,16 +438,17 @@ def test_how_far_a_cut_short_backup_got() -> None:
     it = Item(key="backup", kind="backup", relation=None, name="full backup", size=1e9,
               work=1e9, state="running", started=0.0)
     it.done = 2.5e8
-    st = {"unit": "bytes", "phase": "finishing"}
+    st = BackrestState(unit="bytes", phase="finishing")
     got = _how_far(st, it)
     assert got.startswith("at 25.0% by the bytes read") and "none yet" in got, got
     assert "phase: copy (its local processes ended" in got
-    st["pct"] = 1000.0  # 10.00%
+    st.pct = 1000.0  # 10.00%
     assert "pgBackRest's own count: 10.0%" in _how_far(st, it)
-    st.update(pct=9995.0, phase="finishing")
+    st.pct, st.phase = 9995.0, "finishing"
     it.done = 9.99e8
     assert _how_far(st, it).endswith("phase: finishing")
-    assert _how_far({"phase": "starting"}, None) == "before any progress, phase: starting"
+    assert _how_far(BackrestState(phase="starting"), None) == \
+        "before any progress, phase: starting"
 
 
 @pytest.fixture(scope="module")

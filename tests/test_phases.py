@@ -12,6 +12,7 @@ from support import monitor_replay
 from pgparmon import phases
 from pgparmon.analyze.timeline import TimelineBuilder
 from pgparmon.jobs.registry import all_phases, drivers, phase_of
+from pgparmon.sample import Sample
 from pgparmon.tui.draw import legend
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -58,8 +59,8 @@ def test_a_new_phase_makes_spans_and_a_legend_entry() -> None:
     try:
         tl = TimelineBuilder()
         for t, ph in ((0.0, "toy-copy"), (1.0, "toy-copy"), (2.0, "idle")):
-            tl.add({"elapsed_s": t, "job": {}, "workers": [
-                {"pid": 1, "phase": ph, "item": "x" if ph == "toy-copy" else None}]})
+            tl.add(Sample.from_json({"elapsed_s": t, "job": {}, "workers": [
+                {"pid": 1, "phase": ph, "item": "x" if ph == "toy-copy" else None}]}))
         spans = tl.spans()
         assert [(s.item, s.phase, s.start, s.end) for s in spans[1]] == [("x", "toy-copy", 0.0, 2.0)]
         assert mine.tui_block == ("red", "blue")
@@ -80,7 +81,8 @@ def _advice(kind: str) -> tuple[str, str, str]:
     from pgparmon.analyze.advice_live import AdviceTracker
 
     a = AdviceTracker()
-    a.add({"elapsed_s": 1.0, "job": {"kind": kind, "jobs": 2, "state": "running"}, "workers": []})
+    a.add(Sample.from_json({"elapsed_s": 1.0, "job": {"kind": kind, "jobs": 2,
+                                                     "state": "running"}, "workers": []}))
     r = a.advice()
     return r.status, r.headline, r.detail
 

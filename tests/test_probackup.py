@@ -23,8 +23,9 @@ from support import pgparmon_cmd, read_jsonl
 from pgparmon.cluster import Cluster
 
 from pgparmon.analyze.progress import Tracker
-from pgparmon.jobs.base import TREE, Job, PlanInputs
+from pgparmon.jobs.base import TREE, Job, PlanInputs, state_of
 from pgparmon.jobs.pg_probackup import PROGRAMS, PgProbackup
+from pgparmon.jobs.pg_probackup_state import ProbackupState
 from pgparmon.jobs.pg_probackup_catalog import (
     command_of,
     data_files,
@@ -195,9 +196,9 @@ class Host:
                         clients=clients, files=sizes, root_alive=alive, links=links, tool=tool)
         self.tr.update(snap)
         self.snap = snap
-        st = self.tr.kind_state["probackup"]
+        st = state_of(self.tr, ProbackupState)
         fields = self.driver.job_fields(self.tr, [], "running")
-        return {"phase": st["phase"], "fraction": self.driver.fraction(self.tr),
+        return {"phase": st.phase, "fraction": self.driver.fraction(self.tr),
                 "rows": sorted((w.pid, w.phase, w.relation, w.progress)
                                for w in self.tr.workers.values()),
                 "eta": self.driver.own_eta(self.tr), "backup": fields["backup"],

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgparmon.analyze.rates import Ewma, WindowRate, counter_delta, throughput_by_active
+from pgparmon.sample import Sample
 
 # ---- counter_delta -------------------------------------------------------------
 
@@ -263,8 +264,9 @@ def test_timeline_series_thins_out_past_its_cap() -> None:
 
     tl = TimelineBuilder()
     for i in range(3 * SERIES_CAP):
-        tl.add({"elapsed_s": float(i), "job": {"state": "running", "bytes_per_s": 1.0},
-                "workers": []})
+        tl.add(Sample.from_json({"elapsed_s": float(i),
+                                 "job": {"state": "running", "bytes_per_s": 1.0},
+                                 "workers": []}))
     ts = [p.t for p in tl.series]
     assert len(ts) <= SERIES_CAP and ts == sorted(ts)
     assert ts[0] == 0.0 and ts[-1] == 3 * SERIES_CAP - 1  # the whole run, thinned
@@ -290,7 +292,8 @@ def _timeline(seed: int, samples: int) -> object:
             item = rnd.choice(items + [f"public.t{s}_{pid}"] * 3)
             workers.append({"pid": pid, "item": item,
                             "phase": rnd.choice(["copy", "copy", "index", "idle"])})
-        tl.add({"elapsed_s": t, "job": {"state": "running"}, "workers": workers})
+        tl.add(Sample.from_json({"elapsed_s": t, "job": {"state": "running"},
+                                 "workers": workers}))
     return tl
 
 

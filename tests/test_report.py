@@ -19,6 +19,7 @@ from rich.console import Console
 from pgparmon.analyze.advice_live import AdviceTracker, advise_samples
 from pgparmon.cluster import Cluster
 from pgparmon.playback import replay_command, report_command
+from pgparmon.sample import Sample, read_samples
 from pgparmon import units as fmt
 from pgparmon.views.report import build_html, render_summary_text
 from pgparmon.views.summary import GROUP_MIN, ItemGroup, end_summary
@@ -75,7 +76,7 @@ def outline(page: str) -> Outline:
 
 @pytest.mark.integration
 def test_html_of_a_real_dump_has_the_charts_and_tables(dump: JobRun) -> None:
-    page = build_html(dump.samples, dump.summary, _header(dump))
+    page = build_html(read_samples(dump.samples), dump.summary, _header(dump))
     o = outline(page)
     svgs = {i for t, i in o.tags if t == "svg"}
     assert {"gantt", "throughput", "cpu", "disk"} <= svgs
@@ -95,7 +96,7 @@ def test_html_of_a_real_dump_has_the_charts_and_tables(dump: JobRun) -> None:
 
 @pytest.mark.integration
 def test_html_of_a_real_restore_shows_index_and_constraint_items(restore: JobRun) -> None:
-    page = build_html(restore.samples, restore.summary, _header(restore))
+    page = build_html(read_samples(restore.samples), restore.summary, _header(restore))
     kinds = {i["kind"] for i in restore.summary["items"]}
     assert {"data", "index", "constraint"} <= kinds
     for k in ("index", "constraint"):
@@ -115,7 +116,8 @@ def test_everything_from_the_run_is_escaped(dump: JobRun) -> None:
             if w["item"] == "public.orders":
                 w["item"] = evil
     summary["items"][0]["name"] = evil
-    page = build_html(samples, summary, {"facts": {"settings": {"work_mem": evil}}})
+    page = build_html(read_samples(samples), summary,
+                      {"facts": {"settings": {"work_mem": evil}}})
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;" in page
 
@@ -127,7 +129,8 @@ def test_html_renders_in_headless_chromium(dump: JobRun, tmp_path: Path) -> None
         pytest.skip("chromium is not installed and could not be (./run test installs it "
                     "with apt-get when run as root)")
     page = tmp_path / "report.html"
-    page.write_text(build_html(dump.samples, dump.summary, _header(dump)), encoding="utf-8")
+    page.write_text(build_html(read_samples(dump.samples), dump.summary, _header(dump)),
+                    encoding="utf-8")
     flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync",
@@ -150,7 +153,7 @@ def test_html_renders_in_headless_chromium(dump: JobRun, tmp_path: Path) -> None
 @pytest.mark.integration
 def test_summary_text_for_a_terminal(dump: JobRun) -> None:
     console = Console(record=True, width=120, color_system=None)
-    console.print(render_summary_text(dump.samples, dump.summary))
+    console.print(render_summary_text(read_samples(dump.samples), dump.summary))
     text = console.export_text()
     assert "pg_dump -j 2 on sample: finished" in text
     assert "advice:" in text and "public.orders" in text and "idle share" in text
@@ -188,13 +191,14 @@ def test_report_and_replay_commands_read_a_real_recording(dump: JobRun, tmp_path
 @pytest.mark.integration
 def test_live_and_report_advice_agree(dump: JobRun, restore: JobRun) -> None:
     for run in (dump, restore):
+        samples = read_samples(run.samples)
         live = AdviceTracker()
-        for d in run.samples:
+        for d in samples:
             live.add(d)
-        assert live.advice() == advise_samples(run.samples)
-        page = build_html(run.samples, run.summary, None)
+        assert live.advice() == advise_samples(samples)
+        page = build_html(samples, run.summary, None)
         assert live.advice().headline.split(":")[0] in page
-    early = advise_samples(dump.samples[:2])
+    early = advise_samples(read_samples(dump.samples[:2]))
     assert early.next_jobs is None and "not enough data yet" in early.headline
 
 
@@ -220,7 +224,7 @@ LONG_NAMES = ("public.customer_order_line_items_archive_2023_partition_q4_by_reg
               "analytics.daily_aggregated_page_views_per_country_and_device_type")
 
 
-def _many_small_tables() -> tuple[list[Doc], Doc]:
+def _many_small_tables() -> tuple[list[Sample], Doc]:
     """The samples of a real restore (0.3 s apart, tests/golden/tui) and a
     summary doc shaped as monitor.summary() writes it: three big tables with
     long names, 200 small tables seen done at one sample (0.0 s measured, as
@@ -243,7 +247,7 @@ def _many_small_tables() -> tuple[list[Doc], Doc]:
     summary = {"schema": "pgparmon.summary/1", "kind": "pg_restore", "database": "restored",
                "jobs": 2, "state": "finished", "reason": "exit code 0", "exit_code": 0,
                "wall_s": samples[-1]["elapsed_s"], "items": items, "notes": []}
-    return samples, summary
+    return read_samples(samples), summary
 
 
 def test_short_items_finished_in_one_interval_are_one_row() -> None:
@@ -253,10 +257,9 @@ def test_short_items_finished_in_one_interval_are_one_row() -> None:
     groups = [r for r in es.rows if isinstance(r, ItemGroup)]
     assert [g.count for g in groups] == [200, 3] and groups[0].bytes == 14_000_000
     # the samples before and after the one that saw them done
-    assert (groups[0].after_s, groups[0].by_s) == (samples[9]["elapsed_s"],
-                                                   samples[10]["elapsed_s"])
-    assert (groups[1].after_s, groups[1].by_s) == (samples[11]["elapsed_s"],
-                                                   samples[12]["elapsed_s"])
+    assert (groups[0].after_s, groups[0].by_s) == (samples[9].elapsed_s, samples[10].elapsed_s)
+    assert (groups[1].after_s, groups[1].by_s) == (samples[11].elapsed_s,
+                                                   samples[12].elapsed_s)
     assert groups[0].workers == 2 and groups[1].workers == 1
     # 3 long tables, the lone short one on a row of its own, then the groups
     assert GROUP_MIN == 2 and len(es.rows) == 3 + 1 + 2
@@ -268,7 +271,7 @@ def test_short_items_finished_in_one_interval_are_one_row() -> None:
         console = Console(record=True, width=200, color_system=None)
         console.print(view)
         text = console.export_text()
-        window = fmt.period(samples[9]["elapsed_s"], samples[10]["elapsed_s"])
+        window = fmt.period(samples[9].elapsed_s, samples[10].elapsed_s)
         assert f"200 small tables, done {window}" in text
         assert "3 small tables, done" in text and "14.0 MB" in text
         assert "public.lookup_" not in text and "public.late_" not in text
@@ -305,7 +308,7 @@ def o_rows(page: str) -> int:
 
 
 def _shaped(rates: list[tuple[int, float, int]], jobs: int = 8,
-            cpu: float = 40.0) -> list[Doc]:
+            cpu: float = 40.0) -> list[Sample]:
     """Samples 1 s apart: for each (streams, total bytes/s, seconds), that
     many workers copying at that total rate."""
     docs: list[Doc] = []
@@ -324,7 +327,7 @@ def _shaped(rates: list[tuple[int, float, int]], jobs: int = 8,
                          "workers": workers, "server": {"error": None},
                          "host": {"cpu_percent": cpu, "per_cpu": [cpu] * 16, "disks": {}}})
             t += 1.0
-    return docs
+    return read_samples(docs)
 
 
 def test_advice_finds_where_more_workers_stop_paying() -> None:

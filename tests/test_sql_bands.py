@@ -42,8 +42,9 @@ from pgparmon.snapshot import DbSample
 DB = "bands"
 # what the product sends, and the parameters it binds
 NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
-         "logical_sync", "logical_conninfo", "logical_publisher", "advise_subscriber",
-         "advise_subscriber_tables", "advise_publisher")
+         "logical_sync", "logical_slots", "logical_conninfo", "logical_publisher",
+         "advise_subscriber", "advise_subscriber_tables", "advise_publisher",
+         "vacuumdb_tables", "vacuumdb_databases", "vacuumdb_done")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -292,7 +293,8 @@ def test_sampler_round_trip(target: ConnTarget, busy: dict[str, int]) -> None:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("band", [v for n, v in BANDS if n == "logical_sync"])
-def test_logical_sync_part(band: int, target: ConnTarget, mon: psycopg.Connection[Any]) -> None:
+def test_logical_sync_part(band: int, target: ConnTarget, mon: psycopg.Connection[Any],
+                           cluster: Cluster) -> None:
     """A driver's part of the sample (jobs/logical_sync.py): alone, and in
     the sample's round trip as the sampler sends it (no subscription here:
     an empty list; tests/test_logical_sync.py has one)."""
@@ -304,12 +306,20 @@ def test_logical_sync_part(band: int, target: ConnTarget, mon: psycopg.Connectio
     (limits,) = mon.execute(_text("logical_publisher", 100000)).fetchone()  # type: ignore[misc]
     assert limits["max_wal_senders"] > 0 and limits["max_replication_slots"] > 0
     assert limits["slots"] == [] and limits["walsenders"] == []
-    sampler = DbSampler(target, database_filter=DB, parts=("logical_sync", "no_such_part"),
+    # the sync slots, read while a sync is followed (a physical slot is none)
+    cluster.psql("SELECT pg_create_physical_replication_slot('bands_sync_1')")
+    try:
+        assert mon.execute(_text("logical_slots", 100000)).fetchone() == ([],)
+    finally:
+        cluster.psql("SELECT pg_drop_replication_slot('bands_sync_1')")
+    sampler = DbSampler(target, database_filter=DB,
+                        parts=("logical_sync", "logical_slots", "no_such_part"),
                         server_types=("logical replication worker",))
     try:
         sampler.open()
         s = sampler.sample()
-        assert s.error is None and s.parts == {"logical_sync": []} and s.backends
+        assert s.error is None and s.parts == {"logical_sync": [], "logical_slots": []}
+        assert s.backends
     finally:
         sampler.close()
 
@@ -329,8 +339,11 @@ def test_tables(band: int, mon: psycopg.Connection[Any]) -> None:
 @pytest.mark.parametrize("band", [v for n, v in BANDS if n == "done"])
 def test_done(band: int, mon: psycopg.Connection[Any]) -> None:
     (d,) = mon.execute(_text("done", band)).fetchone()  # type: ignore[misc]
-    assert set(d) == {"loaded", "relations", "constraints"}
+    assert set(d) == {"loaded", "relations", "constraints", "maintained"}
     assert "public.t_pkey" in d["relations"]
+    # the fixture's ANALYZE: when each table was last vacuumed / analyzed by hand
+    by_name = {r[1]: r for r in d["maintained"]}
+    assert by_name["public.t"][3] is not None and isinstance(by_name["public.t"][0], int)
     assert {"public.t_pkey", "public.loading_fk"} <= set(d["constraints"])
 
 

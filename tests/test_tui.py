@@ -28,6 +28,7 @@ from pgparmon.cluster import Cluster
 from pgparmon.feed import FeedBase
 from pgparmon.jobs.base import Job
 from pgparmon.pick import FoundJob
+from pgparmon.sample import JobStatus, Sample
 from pgparmon.tui import PgParMonApp, exit_code
 from pgparmon.tui.app import INTERVAL_STEPS
 from pgparmon.tui.draw import bar, gantt, throughput_chart
@@ -46,6 +47,7 @@ from pgparmon import units as fmt
 from pgparmon.views.summary import ItemGroup
 
 Doc = dict[str, Any]
+typed = Sample.from_json  # the docs of real runs, as the app reads them
 
 # The snapshots under __snapshots__ were taken with this Textual; another
 # version draws differently (fonts, borders), which is not a regression.
@@ -68,7 +70,7 @@ class ListFeed(FeedBase):
         self.outcome: Any = None
         self.detail_calls: list[int] = []
 
-    def tick(self) -> Doc:
+    def tick(self) -> Sample:
         at = min(self.i, len(self.docs) - 1)
         if self.pause_at is not None:
             at = self.i = min(at, self.pause_at)
@@ -78,7 +80,7 @@ class ListFeed(FeedBase):
         if j["state"] != "running" and not self.hold:
             self.outcome = SimpleNamespace(state=j["state"], reason=j.get("outcome"),
                                            exit_code=j.get("exit_code"))
-        return doc
+        return typed(doc)
 
     def summary(self) -> Doc:
         assert self.summary_doc is not None
@@ -141,7 +143,7 @@ async def drawn(docs: list[Doc], size: tuple[int, int]) -> AsyncIterator[PgParMo
     app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
     async with app.run_test(size=size) as pilot:
         for d in docs:
-            app.ingest(d)
+            app.ingest(typed(d))
         await pilot.pause()
         yield app
 
@@ -232,13 +234,13 @@ async def test_a_sample_redraws_only_what_changed(dump: JobRun,
                                 "detail": detail.replace("12%", "34%")}
         first = dict(first, bottleneck={"kind": first["bottleneck"]["kind"],
                                         "detail": detail})
-        app.ingest(first)
+        app.ingest(typed(first))
         await pilot.pause()
         table = app.query_one("#workers", WorkersTable)
         cleared: list[bool] = []
         monkeypatch.setattr(table, "clear", lambda *a, **k: cleared.append(True))
         monkeypatch.setattr(Widget, "refresh", counting)
-        app.ingest(second)
+        app.ingest(typed(second))
         await pilot.pause()
         assert not cleared  # cells updated in place
         assert table_rows(table)[0][0] == str(second["workers"][0]["pid"])
@@ -323,19 +325,19 @@ async def test_a_text_panel_repaints_only_its_changed_lines(dump: JobRun) -> Non
     base = next(d for d in running(dump) if (d.get("host") or {}).get("cpu_percent") is not None)
     app = PgParMonApp(ListFeed([base], hold=True), 1.0, "t", autostart=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        app.ingest(base)
+        app.ingest(typed(base))
         await pilot.pause()
         await pilot.pause()
         host = app.query_one("#host", HostPanel)
         whole = Region(0, 0, host.size.width, host.size.height)
         host.render_lines(whole)  # drawn once: the diff starts from these lines
         n0 = host.lines_repainted
-        app.ingest(copy.deepcopy(base))
+        app.ingest(typed(copy.deepcopy(base)))
         await pilot.pause()
         assert host.lines_repainted == n0  # the same figures: nothing to repaint
         changed = copy.deepcopy(base)
         changed["host"]["cpu_percent"] = (base["host"]["cpu_percent"] + 37) % 100
-        app.ingest(changed)
+        app.ingest(typed(changed))
         await pilot.pause()
         assert host.lines_repainted == n0 + 1  # the CPU line alone
         drawn = [s.text for s in host.render_lines(whole)]
@@ -520,11 +522,11 @@ async def test_resize_between_80x24_and_160x50(restore: JobRun) -> None:
 class FlakyFeed(ListFeed):
     """Raises on every other tick: a dropped connection, a bug."""
 
-    def tick(self) -> Doc:
+    def tick(self) -> Sample:
         self.i += 1
         if self.i % 2 == 0:
             raise RuntimeError("boom: connection to the server was lost")
-        return self.docs[min(self.i // 2, len(self.docs) - 1)]
+        return typed(self.docs[min(self.i // 2, len(self.docs) - 1)])
 
 
 @pytest.mark.integration
@@ -571,7 +573,7 @@ async def test_lock_wait_rows_stand_out(dump: JobRun) -> None:
              bytes_per_s=None, tuples_per_s=None, progress=None)
     app = PgParMonApp(ListFeed([doc], hold=True), 1.0, "t", autostart=False)
     async with app.run_test(size=(120, 30)) as pilot:
-        app.ingest(doc)
+        app.ingest(typed(doc))
         await pilot.pause()
         table = app.query_one("#workers", WorkersTable)
         row = table.get_row(str(w["pid"]))
@@ -584,7 +586,7 @@ async def test_lock_wait_rows_stand_out(dump: JobRun) -> None:
 
 
 class SlowFeed(ListFeed):
-    def tick(self) -> Doc:
+    def tick(self) -> Sample:
         time.sleep(0.25)
         return super().tick()
 
@@ -604,14 +606,14 @@ async def test_slow_tick_stretches_the_interval(dump: JobRun) -> None:
 async def test_live_advice_is_honest_early_and_concrete_at_the_end(dump: JobRun) -> None:
     app = PgParMonApp(ListFeed(dump.samples), 1.0, "t", autostart=False)
     async with app.run_test(size=(100, 30)) as pilot:
-        app.ingest(dump.samples[0])
-        app.ingest(dump.samples[1])
+        app.ingest(typed(dump.samples[0]))
+        app.ingest(typed(dump.samples[1]))
         await pilot.pause()
         adv = app.query_one("#advice", AdviceLine).advice
         assert adv is not None and "not enough data" in adv.headline
         assert adv.next_jobs is None
         for d in dump.samples[2:]:
-            app.ingest(d)
+            app.ingest(typed(d))
         await pilot.pause()
         adv = app.query_one("#advice", AdviceLine).advice
         assert adv is not None and adv.by_streams  # throughput per worker count measured
@@ -656,7 +658,7 @@ async def test_no_color_keeps_the_shapes(monkeypatch: pytest.MonkeyPatch) -> Non
     app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
     async with app.run_test(size=(100, 30)) as pilot:
         for d in docs:
-            app.ingest(d)
+            app.ingest(typed(d))
         await pilot.pause()
         assert app.no_color  # Textual's own NO_COLOR handling: a monochrome screen
         svg = app.export_screenshot()
@@ -725,7 +727,7 @@ def test_bars_and_charts_fit_their_width() -> None:
     assert bar(0.5, 10).cell_len == 10 and bar(None, 7).plain == "·" * 7
     assert bar(1.2, 4).plain == "████" and bar(-1, 4).plain == "░░░░"
     docs = golden("dump_mid")
-    tl = build(docs)
+    tl = build(map(typed, docs))
     chart = throughput_chart(tl.series, 60, 6, 2)
     lines = chart.plain.split("\n")
     assert len(lines) == 6 and all(len(ln) <= 60 for ln in lines)
@@ -794,10 +796,10 @@ async def test_a_logical_sync_shows_its_tables_by_state_and_no_client() -> None:
                                                                           "orders"]
             assert all(r[1] == "copy" for r in rows), rows
     job = docs[-1]["job"]
-    assert header_items(dict(job, tables={"waiting": None, "copying": 1, "catching_up": None,
-                                          "ready": None, "sent": 3}))[0] \
-        == "tables 1 copying · 3 sent"
-    assert header_items(dict(job, tables=None)) == ["items 2/6"]
+    assert header_items(JobStatus.from_json(dict(
+        job, tables={"waiting": None, "copying": 1, "catching_up": None, "ready": None,
+                     "sent": 3})))[0] == "tables 1 copying · 3 sent"
+    assert header_items(JobStatus.from_json(dict(job, tables=None))) == ["items 2/6"]
     # a job with a client keeps its client column
     cp = golden("copy_mid")
     async with drawn(cp, (120, 36)) as app:
@@ -816,7 +818,7 @@ def _snapshot_app(name: str) -> tuple[PgParMonApp, Callable[[Pilot[Any]], Any]]:
 
     async def feed_all(pilot: Pilot[Any]) -> None:
         for d in docs:
-            app.ingest(d)
+            app.ingest(typed(d))
         await pilot.pause()
 
     return app, feed_all
@@ -834,7 +836,7 @@ def _end_app(name: str) -> tuple[PgParMonApp, Callable[[Pilot[Any]], Any]]:
 
     async def feed_all(pilot: Pilot[Any]) -> None:
         for d in samples:
-            app.ingest(d)
+            app.ingest(typed(d))
         j = samples[-1]["job"]
         feed.outcome = SimpleNamespace(state=j["state"], reason=j.get("outcome"),
                                        exit_code=j.get("exit_code"))
@@ -1193,12 +1195,13 @@ async def test_a_live_tui_keeps_a_bounded_window_of_samples() -> None:
     n = 2 * KEEP_DOCS + 100
     docs = [dict(base, elapsed_s=float(i)) for i in range(n)]
     app = PgParMonApp(ListFeed(docs, hold=True), 1.0, "t", autostart=False)
+    samples = [typed(d) for d in docs]
     async with app.run_test(size=(120, 40)) as pilot:
-        for d in docs:
+        for d in samples:
             app.ingest(d)
         await pilot.pause()
-        assert len(app.docs) <= 2 * KEEP_DOCS and app.docs[0] is docs[0]
-        assert app.docs[-1] is docs[-1] and len(app.times) == n
+        assert len(app.docs) <= 2 * KEEP_DOCS and app.docs[0] is samples[0]
+        assert app.docs[-1] is samples[-1] and len(app.times) == n
         app._show_summary({"schema": "pgparmon.summary/1", "state": "finished",
                            "wall_s": float(n - 1), "items": []}, None)
         assert app.end is not None and app.end.interval == 1.0

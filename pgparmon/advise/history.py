@@ -60,12 +60,12 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from ..analyze.progress import DEFAULT_TEXT_RATIO, Tracker
 from ..jobs.base import Job, PlanInputs
 from ..jobs.registry import driver_for
 from ..record import Recording, RecordingError, read_recording
+from ..sample import Sample, SampleError, read_samples
 from .kinds import BY_TOOL
 
 # The job kinds a recording may hold, and the unit each one's X(k) is in
@@ -121,11 +121,16 @@ def load_run(path: str) -> HistoryRun:
     kind = job.get("kind")
     if kind not in KINDS:
         raise HistoryError(f"{path}: the recording names no pg_dump, pg_restore or COPY job")
-    samples = [s for s in rec.samples if isinstance(s, dict) and isinstance(s.get("job"), dict)]
+    try:
+        samples = read_samples(s for s in rec.samples
+                               if isinstance(s, dict) and isinstance(s.get("job"), dict))
+    except SampleError as exc:
+        raise HistoryError(f"{path}: a sample is not a pgparmon.sample/1 document "
+                           f"({_one_line(str(exc))})") from None
     if not samples:
         raise HistoryError(f"{path}: the recording holds no samples (it was cut before the "
                            "first one)")
-    jobs = job.get("jobs") if isinstance(job.get("jobs"), int) else samples[0]["job"].get("jobs")
+    jobs = job.get("jobs") if isinstance(job.get("jobs"), int) else samples[0].job.jobs
     try:
         obs, unit, note, warm_s = _observations(rec, kind, samples)
     except (KeyError, TypeError, ValueError) as exc:
@@ -195,7 +200,7 @@ def steady_work(obs: list[_Obs], warm_s: float = 0.0
 # ---- reading the samples -------------------------------------------------------
 
 
-def _observations(rec: Recording, kind: str, samples: list[dict[str, Any]]
+def _observations(rec: Recording, kind: str, samples: list[Sample]
                   ) -> tuple[list[_Obs], str, str, float]:
     """The samples as (t, k, work or rate), in the kind's unit; the unit, a
     note on the measure, and the warm-up the measure needs."""
@@ -210,7 +215,7 @@ def _observations(rec: Recording, kind: str, samples: list[dict[str, Any]]
         elif how:
             note = how
     use_progress = measure.by_progress and total is not None and total > 0 and any(
-        s["job"].get("progress") is not None for s in samples)
+        s.job.progress is not None for s in samples)
     unit = measure.unit
     rate_scale = 1.0
     if not use_progress and measure.by_progress:
@@ -219,19 +224,18 @@ def _observations(rec: Recording, kind: str, samples: list[dict[str, Any]]
                 f"{DEFAULT_TEXT_RATIO}, over intervals where every active worker ran COPY")
     obs: list[_Obs] = []
     for s in samples:
-        jd = s["job"]
-        t = float(s["elapsed_s"])
-        k = int(jd.get("active_workers") or 0)
-        srv = s.get("server") or {}
-        ok = srv.get("error") is None and jd.get("state", "running") == "running"
+        jd = s.job
+        t = float(s.elapsed_s)
+        k = int(jd.active_workers or 0)
+        ok = s.server.error is None and (jd.state or "running") == "running"
         work = rate = None
         if use_progress:
-            p = jd.get("progress")
+            p = jd.progress
             if p is not None and total is not None and scale is not None:
                 work = float(p) * total * scale
         else:
-            bps = jd.get("bytes_per_s")
-            copying = sum(1 for w in s.get("workers") or () if w.get("phase") == "copy")
+            bps = jd.bytes_per_s
+            copying = sum(1 for w in s.workers if w.phase == "copy")
             if bps is not None and copying == k:
                 rate = float(bps) * rate_scale
         if not math.isfinite(t):
@@ -297,7 +301,7 @@ def _restore_scale(rec: Recording) -> tuple[float | None, str]:
     return None, ""
 
 
-def _wall(rec: Recording, samples: list[dict[str, Any]]) -> float | None:
+def _wall(rec: Recording, samples: list[Sample]) -> float | None:
     """The run's wall time, when it finished: its last sample's elapsed_s
     where the samples count from the job's own start (`job.started_from`: its
     client process or its sessions), even when the monitor attached late.
@@ -306,21 +310,21 @@ def _wall(rec: Recording, samples: list[dict[str, Any]]) -> float | None:
     the work (`attach` as the job began), or, with no work list yet, before
     any worker was busy (`pgparmon run` samples before the client
     connects)."""
-    lastj = samples[-1]["job"]
+    lastj = samples[-1].job
     summ = rec.summary
-    finished = lastj.get("state") == "finished" or (summ or {}).get("state") == "finished"
+    finished = lastj.state == "finished" or (summ or {}).get("state") == "finished"
     if not finished:
         return None
-    first = samples[0]["job"]
-    if first.get("started_from") in ("client process", "sessions"):
-        wall = float(samples[-1]["elapsed_s"])
+    first = samples[0].job
+    if first.started_from in ("client process", "sessions"):
+        wall = float(samples[-1].elapsed_s)
         return wall if wall > 0 and math.isfinite(wall) else None
-    p0 = first.get("progress")
+    p0 = first.progress
     saw_start = (float(p0) <= START_PROGRESS if p0 is not None
-                 else int(first.get("active_workers") or 0) == 0)
+                 else int(first.active_workers or 0) == 0)
     if not saw_start:
         return None
-    wall = float(samples[-1]["elapsed_s"]) - float(samples[0]["elapsed_s"])
+    wall = float(samples[-1].elapsed_s) - float(samples[0].elapsed_s)
     return wall if wall > 0 and math.isfinite(wall) else None
 
 

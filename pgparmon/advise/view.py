@@ -58,26 +58,7 @@ def render(a: Advice) -> RenderableType:
             parts.append(line)
     parts.append(Text(""))
 
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    t.add_column(kind.jobs_heading, justify="right")
-    t.add_column("predicted", justify="right")
-    has_measured = any(p.measured_s is not None for p in a.predictions)
-    if has_measured:
-        t.add_column("measured", justify="right")
-    t.add_column("limited by")
-    for p in a.predictions:
-        mark = ""
-        if p.jobs == a.recommended:
-            mark = " <- recommended"
-        elif p.jobs == a.fastest:
-            mark = " <- fastest"
-        style = "bold green" if p.jobs == a.recommended else None
-        row = [str(p.jobs), fmt.duration(p.wall_s) + ("*" if p.extrapolated else "")]
-        if has_measured:
-            row.append(fmt.duration(p.measured_s))
-        row.append(p.bottleneck + mark)
-        t.add_row(*row, style=style)
-    parts.append(t)
+    parts.append(_predictions(a, kind.jobs_heading))
     if any(p.extrapolated for p in a.predictions):
         parts.append(Text("* beyond the measured job counts", style="dim"))
     if a.why:
@@ -99,6 +80,31 @@ def render(a: Advice) -> RenderableType:
     for n in a.notes:
         parts.append(Text(f"note: {redact_text(n)}", style="dim"))
     return Group(*parts)
+
+
+def _predictions(a: Advice, heading: str) -> Table:
+    """The predicted time at each job count, what limits it, and the
+    recommended and fastest marked."""
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    t.add_column(heading, justify="right")
+    t.add_column("predicted", justify="right")
+    has_measured = any(p.measured_s is not None for p in a.predictions)
+    if has_measured:
+        t.add_column("measured", justify="right")
+    t.add_column("limited by")
+    for p in a.predictions:
+        mark = ""
+        if p.jobs == a.recommended:
+            mark = " <- recommended"
+        elif p.jobs == a.fastest:
+            mark = " <- fastest"
+        style = "bold green" if p.jobs == a.recommended else None
+        row = [str(p.jobs), fmt.duration(p.wall_s) + ("*" if p.extrapolated else "")]
+        if has_measured:
+            row.append(fmt.duration(p.measured_s))
+        row.append(p.bottleneck + mark)
+        t.add_row(*row, style=style)
+    return t
 
 
 def _subscription_line(sub: dict[str, object]) -> Text:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import units as fmt
 from ..jobs.base import Driver
 from ..jobs.registry import driver_for
+from ..sample import DiskLoad, HostLoad, Sample
 from .rates import SteadyThroughput
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
 
@@ -81,30 +81,29 @@ class AdviceTracker:
         self.ended = False  # the job ended: "not enough data in this run", no "yet"
         self._started = False
 
-    def add(self, doc: Mapping[str, Any]) -> None:
-        job = doc.get("job") or {}
-        t = float(doc.get("elapsed_s") or 0.0)
+    def add(self, doc: Sample) -> None:
+        job = doc.job
+        t = float(doc.elapsed_s or 0.0)
         if self._prev_t is not None and t < self._prev_t:
             return
-        self.ended = job.get("state") in ("finished", "failed", "ended")
-        self.jobs = job.get("jobs") or self.jobs
-        self.kind = job.get("kind") or self.kind
-        self.last_item = job.get("last_item") or self.last_item
-        host = doc.get("host") or {}
-        if host.get("per_cpu"):
-            self.ncpu = len(host["per_cpu"])
-        if (doc.get("server") or {}).get("error"):
+        self.ended = doc.ended
+        self.jobs = job.jobs or self.jobs
+        self.kind = job.kind or self.kind
+        self.last_item = job.last_item or self.last_item
+        host = doc.host
+        if host.per_cpu:
+            self.ncpu = len(host.per_cpu)
+        if doc.server.error:
             return  # no server part: neither bytes nor workers are known for this sample
         streams = 0
-        for w in doc.get("workers") or ():
-            pid = int(w["pid"])
+        for w in doc.workers:
+            pid = int(w.pid)
             # a COPY stream, or a backup tool's process reading files (pgBackRest)
-            if w.get("phase") not in ("copy", "backup", "restore") \
-                    or w.get("bytes_done") is None:
+            if w.phase not in ("copy", "backup", "restore") or w.bytes_done is None:
                 self._last[pid] = None
                 continue
             streams += 1
-            item, done = w.get("item"), int(w["bytes_done"])
+            item, done = w.item, int(w.bytes_done)
             prev = self._last.get(pid)
             if not self._started:
                 pass  # attached mid-run: what was done before the first sample is not a rate
@@ -117,30 +116,35 @@ class AdviceTracker:
         self._started = True
         if self._prev_t is not None and self._prev_streams == streams and streams > 0 \
                 and t > self._prev_t:
-            acc = self._acc.setdefault(streams, _Acc())
-            acc.n += 1
-            acc.seconds += t - self._prev_t
-            if host.get("cpu_percent") is not None:
-                acc.cpu.append(float(host["cpu_percent"]))
-            disk = _busiest_disk(host.get("disks") or {})
-            if disk is not None:
-                if disk.get("await_ms") is not None:
-                    acc.await_ms.append(float(disk["await_ms"]))
-                if disk.get("queue_depth") is not None:
-                    acc.queue.append(float(disk["queue_depth"]))
-                if disk.get("util_percent") is not None:
-                    acc.util.append(float(disk["util_percent"]))
-                if disk.get("rotational") is not None:
-                    acc.rotational.append(bool(disk["rotational"]))
-        if self._prev_t is not None and job.get("state", "running") == "running":
+            self._steady_interval(self._acc.setdefault(streams, _Acc()), t, host)
+        if self._prev_t is not None and (job.state or "running") == "running":
             # the long tail: workers idle while no item waits to start
-            active = int(job.get("active_workers") or 0)
-            left = int(job.get("items_total") or 0) - int(job.get("items_done") or 0) - active
+            active = int(job.active_workers or 0)
+            left = int(job.items_total or 0) - int(job.items_done or 0) - active
             if self.jobs and 0 < active < self.jobs and left <= 0:
                 self.tail_s += t - self._prev_t
         self.steady.add(t, streams, self._cum)
         self._prev_t, self._prev_streams = t, streams
         self.elapsed_s = t
+
+    def _steady_interval(self, acc: _Acc, t: float, host: HostLoad) -> None:
+        """One more steady interval at this stream count: the host's
+        readings over it."""
+        assert self._prev_t is not None
+        acc.n += 1
+        acc.seconds += t - self._prev_t
+        if host.cpu_percent is not None:
+            acc.cpu.append(float(host.cpu_percent))
+        disk = _busiest_disk(host.disks)
+        if disk is not None:
+            if disk.await_ms is not None:
+                acc.await_ms.append(float(disk.await_ms))
+            if disk.queue_depth is not None:
+                acc.queue.append(float(disk.queue_depth))
+            if disk.util_percent is not None:
+                acc.util.append(float(disk.util_percent))
+            if disk.rotational is not None:
+                acc.rotational.append(bool(disk.rotational))
 
     def _driver(self) -> Driver | None:
         try:
@@ -232,19 +236,19 @@ class AdviceTracker:
                 f"long tail{last}")
 
 
-def advise_samples(samples: Iterable[Mapping[str, Any]]) -> LiveAdvice:
+def advise_samples(samples: Iterable[Sample]) -> LiveAdvice:
     tr = AdviceTracker()
     for doc in samples:
         tr.add(doc)
     return tr.advice()
 
 
-def _busiest_disk(disks: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def _busiest_disk(disks: Mapping[str, DiskLoad]) -> DiskLoad | None:
     """The device the job loads most: its await and queue tell saturation."""
     best = None
     best_bytes = -1.0
     for d in disks.values():
-        b = float(d.get("read_bytes_per_s") or 0) + float(d.get("write_bytes_per_s") or 0)
+        b = float(d.read_bytes_per_s or 0) + float(d.write_bytes_per_s or 0)
         if b > best_bytes:
             best, best_bytes = d, b
     return best

@@ -13,15 +13,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..verdicts import register_verdicts
+
 BUSY_CPU = 80.0  # % of one core: a process that is CPU bound
 HOST_CPU = 90.0
+
+# the kinds judge() gives (pgparmon.verdicts); a driver's own verdict hook
+# registers those it adds (Driver.verdicts)
+JUDGED = register_verdicts("client-cpu", "client-feed", "server-cpu", "host-cpu", "disk-read",
+                           "disk-write", "wal", "locks", "one-table", "stalled", "starting",
+                           "nothing", "throttled")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # client-cpu | server-cpu | host-cpu | disk-read | disk-write | wal | locks |
-    #            one-table | stalled | client-feed | starting | nothing; base backups:
-    #            throttled | checkpoint | archiving
+    kind: str  # a registered verdict kind (pgparmon.verdicts): JUDGED, or a driver's
     detail: str
 
 

@@ -7,6 +7,7 @@ simulation the advisor uses, at per-stream rates learned from this run.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -107,6 +108,9 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
 # archive entries would otherwise simulate every one of them every sample.
 MAX_SIMULATED = 1200
 BUILDS = ("index", "constraint")
+# each tracker's batches, kept here from one sample to the next (gone with
+# the tracker)
+_TAILS: weakref.WeakKeyDictionary[Tracker, _Tail] = weakref.WeakKeyDictionary()
 
 
 class _Tail:
@@ -181,9 +185,9 @@ class _Tail:
         for a list small enough to simulate whole."""
         if len(tr.items) <= MAX_SIMULATED:
             return None
-        tail = tr.eta_tail
-        if not isinstance(tail, _Tail) or tail.version != tr.version:
-            tail = tr.eta_tail = _Tail(tr)
+        tail = _TAILS.get(tr)
+        if tail is None or tail.version != tr.version:
+            tail = _TAILS[tr] = _Tail(tr)
         else:
             tail.samples += 1
             if tail.samples % _Tail.REFRESH == 0:

@@ -32,6 +32,7 @@ class TrackedDriver(Protocol):
     has_leader: bool
     host_only: bool
 
+    def new_state(self) -> object: ...
     def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None: ...
     def belongs(self, job: Job, b: Backend) -> bool: ...
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None: ...
@@ -75,29 +76,13 @@ class Tracker:
         self.max_fraction = 0.0
         self.work_done_rate = WindowRate()
         self.history: list[tuple[float, int, float]] = []  # (t, active streams, work done)
-        self.copy_bytes_total = WindowRate()
         self.leader_pid: int | None = None
         self.gone_workers: set[int] = set()
-        self.notes: list[str] = []
         self.build_spb: list[float] = []
-        # a loader's input files: path -> [size, furthest read position]
-        self.inputs: dict[str, list[float]] = {}
-        self.input_rate = WindowRate()
-        # each input file's own read rate (key as in input_seen), and the keys
-        # seen open at the last reading: a parallel loader ends with its
-        # slowest reader
-        self.input_rates: dict[str, WindowRate] = {}
-        self.inputs_open: set[str] = set()
-        # the same files as last seen open: key -> (ts, position, bytes/s, table)
-        self.input_seen: dict[str, tuple[float, float, float, str | None]] = {}
-        # databases where the job's sessions read (COPY TO) and load (COPY
-        # FROM): a copy tool's source and target
-        self.copy_reads: set[str] = set()
-        self.copy_writes: set[str] = set()
-        self.plan_source: str | None = None  # the database a copy was planned from
-        self.kind_state: dict[str, Any] = {}  # what a driver keeps about this job
+        # what the driver keeps about this job, of a type of its own
+        # (Driver.new_state): held for it, never read here
+        self.driver_state: object = driver.new_state()
         self.left_pending: list[str] = []  # items' keys as they left "pending" (set_state)
-        self.eta_tail: Any = None  # the ETA's batches of a large work list (eta._Tail)
         # items running or finishing, in the order they started (set_state)
         self.in_flight: dict[str, None] = {}
         self.counts: dict[str, int] = {}  # items by state (set_state)
@@ -136,6 +121,44 @@ class Tracker:
     def add_data_item(self, rel: str) -> None:
         """A table seen in a COPY but in no plan: an item of unknown size."""
         self.add(Item(key=rel, kind="data", relation=rel, name=rel, size=1.0, work=1.0))
+
+    # ---- what a driver changes --------------------------------------------
+    # Beside add, remove, add_data_item, set_state and finish, a driver
+    # changes the Tracker through these alone; what it keeps of its own is
+    # in driver_state.
+
+    def mark_planned(self) -> None:
+        """The work list is made (a plan, or the one item a backup is):
+        overall progress never goes back from here."""
+        self.planned = True
+
+    def alias(self, name: str, key: str) -> None:
+        """Another name a build of the item runs under (a constraint built
+        with ALTER TABLE ... ADD CONSTRAINT on its index); a name already
+        given keeps its item."""
+        self.by_name.setdefault(name, key)
+
+    def restart_rates(self) -> None:
+        """The work done was counted in another unit until now (a COPY's
+        bytes before the plan's heap bytes): its history and rate start over."""
+        self.history.clear()
+        self.work_done_rate = WindowRate()
+
+    def set_text_ratio(self, ratio: float) -> None:
+        """COPY TO text bytes per heap byte, as this run's finished tables
+        show it (for the tables still to come)."""
+        self.text_ratio = ratio
+
+    def add_worker(self, w: WorkerState) -> None:
+        """A row of the driver's own (a tool's process, a file in flight)
+        beside the sessions' rows. update() drops the rows of pids that no
+        session of the job has when it reads the server: a driver adds its
+        rows again each tick (file_evidence runs after that)."""
+        self.workers[w.pid] = w
+
+    def drop_worker(self, pid: int) -> None:
+        """A row of the driver's own that ended."""
+        self.workers.pop(pid, None)
 
     # ---- following ------------------------------------------------------
 
@@ -316,13 +339,6 @@ class Tracker:
                 if f.path == it.file:
                     return float(f.position)
         return None
-
-    def input_fraction(self, client_pid: int) -> float | None:
-        """How far one client process has read its input files (a loader's
-        stream: read position over size), None when it reads none."""
-        ents = [e for k, e in self.inputs.items() if k.split(":", 1)[0] == str(client_pid)]
-        size = sum(e[0] for e in ents)
-        return min(1.0, sum(e[1] for e in ents) / size) if size > 0 else None
 
     def _idle_evidence(self, b: Backend) -> None:
         """A worker idle between items still shows its last statement: that item is done."""

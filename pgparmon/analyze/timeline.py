@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..jobs.registry import phase_of
+from ..sample import DiskLoad, Sample
 
 SERIES_CAP = 4096  # chart points kept: past it the older ones are thinned
 
@@ -57,7 +57,7 @@ class SeriesPoint:
     copy_streams: int  # workers in COPY: the ones that move bytes
     cpu_percent: float | None
     iowait_percent: float | None
-    disks: Mapping[str, Mapping[str, Any]]
+    disks: Mapping[str, DiskLoad]
     server_error: str | None
 
 
@@ -77,22 +77,22 @@ class TimelineBuilder:
         self.phases: set[str] = set()  # the phases of every span so far
         self._busy: dict[int, float] = {}  # pid -> seconds of its closed spans
 
-    def add(self, doc: Mapping[str, Any]) -> None:
-        t = float(doc.get("elapsed_s") or 0.0)
+    def add(self, doc: Sample) -> None:
+        t = float(doc.elapsed_s or 0.0)
         if self.series and t < self.series[-1].t:
             return  # out of order (a replay seeking back restarts the builder instead)
         self.t_end = t
         if self.t_first is None:
             self.t_first = t
         seen: set[int] = set()
-        for w in doc.get("workers") or ():
-            pid = int(w["pid"])
+        for w in doc.workers:
+            pid = int(w.pid)
             seen.add(pid)
             if pid not in self._closed:
                 self._closed[pid] = []
                 self.order.append(pid)
-            item = w.get("item") or w.get("relation")
-            phase = str(w.get("phase") or "other")
+            item = w.item or w.relation
+            phase = str(w.phase or "other")
             cur = self._open.get(pid)
             # a busy phase (pgparmon.phases) works on an item; idle and other are gaps
             busy = phase_of(phase).busy and item is not None
@@ -107,7 +107,7 @@ class TimelineBuilder:
             if pid not in seen:  # the worker left the sample (a dump leader, an exit)
                 self._close(pid, t)
         self._present = seen
-        if doc.get("job", {}).get("state") in ("finished", "failed", "ended"):
+        if doc.ended:
             for pid in list(self._open):
                 self._close(pid, t)
         self.series.append(_series_point(doc, t))
@@ -158,28 +158,26 @@ class TimelineBuilder:
         return out
 
 
-def _series_point(doc: Mapping[str, Any], t: float) -> SeriesPoint:
-    job = doc.get("job") or {}
-    host = doc.get("host") or {}
-    workers = doc.get("workers") or ()
+def _series_point(doc: Sample, t: float) -> SeriesPoint:
+    job, host = doc.job, doc.host
     return SeriesPoint(
         t=t,
-        bytes_per_s=float(job.get("bytes_per_s") or 0.0),
-        tuples_per_s=float(job.get("tuples_per_s") or 0.0),
-        active_workers=int(job.get("active_workers") or 0),
-        copy_streams=sum(1 for w in workers if phase_of(w.get("phase")).streams),
-        cpu_percent=_opt(host.get("cpu_percent")),
-        iowait_percent=_opt(host.get("iowait_percent")),
-        disks=dict(host.get("disks") or {}),
-        server_error=(doc.get("server") or {}).get("error"),
+        bytes_per_s=float(job.bytes_per_s or 0.0),
+        tuples_per_s=float(job.tuples_per_s or 0.0),
+        active_workers=int(job.active_workers or 0),
+        copy_streams=sum(1 for w in doc.workers if phase_of(w.phase).streams),
+        cpu_percent=_opt(host.cpu_percent),
+        iowait_percent=_opt(host.iowait_percent),
+        disks=host.disks,
+        server_error=doc.server.error,
     )
 
 
-def _opt(x: Any) -> float | None:
+def _opt(x: float | None) -> float | None:
     return None if x is None else float(x)
 
 
-def build(samples: Iterable[Mapping[str, Any]]) -> TimelineBuilder:
+def build(samples: Iterable[Sample]) -> TimelineBuilder:
     tl = TimelineBuilder()
     for doc in samples:
         tl.add(doc)

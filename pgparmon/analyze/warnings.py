@@ -21,6 +21,7 @@ from typing import Any
 
 from ..snapshot import Backend
 from .. import units as fmt
+from ..verdicts import register_warnings
 from .rates import WindowRate
 
 # A load into a cluster with data checksums (initdb -k) checksums every page
@@ -31,9 +32,16 @@ FULL_BYTES = 1 << 20  # under 1 MiB free: full, for any practical purpose
 SOON_S = 600.0
 
 
+# the codes of the warnings below (pgparmon.verdicts): the exporter's
+# one-hot series has each before it happens
+CODES = register_warnings("exclusive-lock-waiter", "disk-full-soon", "disk-full", "checkpoints",
+                          "fk-before-partitions", "archive-failing", "slot-lost",
+                          "slot-retains-wal")
+
+
 @dataclass(frozen=True)
 class JobWarning:
-    code: str
+    code: str  # one of CODES
     message: str
 
 

@@ -7,8 +7,9 @@ server (tests/test_exporter.py). Every metric is listed in docs/metrics.md.
 
 Cardinality: jobs are labelled by `server`, `database`, `kind` and `tool`
 only (never a pid, a table, a path or a time); the one-hot families add one
-label whose values come from a fixed list (`state`, `phase`, `bottleneck`,
-`code`). Two jobs that would share the same labels (two dumps of one
+label whose values come from a fixed list (`state`) or a registry the core
+and the drivers fill (`phase`: pgparmon.phases; `bottleneck`, `code`:
+pgparmon.verdicts). Two jobs that would share the same labels (two dumps of one
 database at once) are shown as one: the running one that started last.
 """
 
@@ -16,24 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..jobs.registry import all_phases
+from ..jobs.registry import all_phases, all_verdicts, all_warnings
+from ..sample import Sample
 
 PREFIX = "pgparmon_"
 JOB_LABELS = ("server", "database", "kind", "tool")
 SUCCESS_LABELS = ("server", "database", "kind")
 
-# the values of the one-hot families: fixed lists, so that a series exists
-# (at 0) before its value first happens and alerts can compare
+# the values of the one-hot families are known before they happen, so that a
+# series exists (at 0) from a job's first sample and alerts can compare: the
+# job's states here; phases, verdict kinds and warning codes from their
+# registries, which the drivers extend
 STATES = ("running", "finished", "failed", "ended")
-BOTTLENECKS = ("client-cpu", "client-feed", "server-cpu", "host-cpu", "disk-read",
-               "disk-write", "wal", "locks", "one-table", "stalled", "starting", "nothing",
-               "checkpoint", "archiving", "throttled")
-WARNING_CODES = ("exclusive-lock-waiter", "disk-full-soon", "disk-full", "checkpoints")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class JobView:
     database: str
     kind: str
     tool: str
-    doc: dict[str, Any]  # the last published sample
+    doc: Sample  # the last published sample
     started: float  # wall clock, seconds since the epoch
     ended: float | None = None
     bytes_done: float = 0.0  # monotonic over the job's life
@@ -59,7 +58,7 @@ class JobView:
 
     @property
     def state(self) -> str:
-        return str(self.doc.get("job", {}).get("state") or "running")
+        return str(self.doc.job.state or "running")
 
 
 @dataclass(frozen=True)
@@ -194,8 +193,7 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
     items = _g("job_items", "Work items of the job (tables, indexes, files)", L)
     items_done = _g("job_items_done", "Work items the job has finished", L)
     neck = _g("job_bottleneck", "What limits the job now, one-hot", (*L, "bottleneck"))
-    warn = _g("job_warning", "Warnings about the job now, one-hot by code "
-              "(exclusive-lock-waiter, disk-full-soon, disk-full, checkpoints)", (*L, "code"))
+    warn = _g("job_warning", "Warnings about the job now, one-hot by code", (*L, "code"))
     started = _g("job_start_time_seconds", "Wall time (Unix seconds) the job started (its "
                  "client process, else its first session)", L, unit="seconds")
     ended = _g("job_end_time_seconds", "Wall time (Unix seconds) the job ended; absent "
@@ -204,44 +202,46 @@ def _job_families(jobs: list[JobView]) -> list[Metric]:
                "made progress (bytes, rows or progress ratio went up)", L, unit="seconds")
     free = _g("job_target_free_bytes", "Free space on the filesystem of the job's target "
               "(a dump's directory)", L, unit="bytes")
-    # every registered phase (pgparmon.phases), a series at 0 before it happens
+    # every registered phase, verdict kind and warning code, a series at 0
+    # before it happens
     worker_phases = tuple(p.name for p in all_phases())
+    necks, codes_known = all_verdicts(), all_warnings()
     for j in jobs:
         lv = list(j.labels)
-        d = j.doc.get("job", {})
+        d = j.doc.job
         info.add_metric(lv, 1.0)
         for s in STATES:
             state.add_metric([*lv, s], 1.0 if j.state == s else 0.0)
-        if d.get("progress") is not None:
-            progress.add_metric(lv, float(d["progress"]))
-        if d.get("eta_s") is not None:
-            eta.add_metric(lv, float(d["eta_s"]))
+        if d.progress is not None:
+            progress.add_metric(lv, float(d.progress))
+        if d.eta_s is not None:
+            eta.add_metric(lv, float(d.eta_s))
         bytes_total.add_metric(lv, j.bytes_done, created=j.started)
         rows_total.add_metric(lv, j.rows_done, created=j.started)
-        tput.add_metric(lv, float(d.get("bytes_per_s") or 0.0))
-        if d.get("jobs"):
-            workers.add_metric(lv, float(d["jobs"]))
+        tput.add_metric(lv, float(d.bytes_per_s or 0.0))
+        if d.jobs:
+            workers.add_metric(lv, float(d.jobs))
         counts: dict[str, int] = {}
-        for w in j.doc.get("workers") or ():
-            ph = str(w.get("phase") or "other")
+        for w in j.doc.workers:
+            ph = str(w.phase or "other")
             counts[ph] = counts.get(ph, 0) + 1
         for ph in _values(worker_phases, counts):
             active.add_metric([*lv, ph], float(counts.get(ph, 0)))
-        items.add_metric(lv, float(d.get("items_total") or 0))
-        items_done.add_metric(lv, float(d.get("items_done") or 0))
-        kind = (j.doc.get("bottleneck") or {}).get("kind") if j.state == "running" else None
-        for b in _values(BOTTLENECKS, [kind] if kind else []):
+        items.add_metric(lv, float(d.items_total or 0))
+        items_done.add_metric(lv, float(d.items_done or 0))
+        kind = j.doc.bottleneck.kind if j.state == "running" else None
+        for b in _values(necks, [kind] if kind else []):
             neck.add_metric([*lv, b], 1.0 if b == kind else 0.0)
-        codes = {str(w.get("code")) for w in j.doc.get("warnings") or ()}
-        for c in _values(WARNING_CODES, codes):
+        codes = {str(w.code) for w in j.doc.warnings}
+        for c in _values(codes_known, codes):
             warn.add_metric([*lv, c], 1.0 if c in codes else 0.0)
         started.add_metric(lv, j.started)
         if j.ended is not None:
             ended.add_metric(lv, j.ended)
         if j.last_progress is not None:
             moved.add_metric(lv, j.last_progress)
-        if j.doc.get("free_bytes") is not None:
-            free.add_metric(lv, float(j.doc["free_bytes"]))
+        if j.doc.free_bytes is not None:
+            free.add_metric(lv, float(j.doc.free_bytes))
     return [info, state, progress, eta, bytes_total, rows_total, tput, workers, active, items,
             items_done, neck, warn, started, ended, moved, free]
 
@@ -253,17 +253,18 @@ def _host_families(jobs: Iterable[JobView]) -> list[Metric]:
              "a job is followed", (), unit="ratio")
     iowait = _g("host_iowait_ratio", "Host CPU time in iowait over the last sample interval "
                 "(0 to 1), while a job is followed", (), unit="ratio")
-    running = [j for j in jobs if j.state == "running" and j.doc.get("host")]
+    running = [j for j in jobs if j.state == "running" and j.doc.has("host")]
     if running:
-        host = max(running, key=lambda j: j.started).doc["host"]
-        if host.get("cpu_percent") is not None:
-            cpu.add_metric([], float(host["cpu_percent"]) / 100)
-        if host.get("iowait_percent") is not None:
-            iowait.add_metric([], float(host["iowait_percent"]) / 100)
+        host = max(running, key=lambda j: j.started).doc.host
+        if host.cpu_percent is not None:
+            cpu.add_metric([], float(host.cpu_percent) / 100)
+        if host.iowait_percent is not None:
+            iowait.add_metric([], float(host.iowait_percent) / 100)
     return [cpu, iowait]
 
 
 def _values(known: tuple[str, ...], seen: Iterable[str]) -> list[str]:
-    """The fixed list, and any value the code produced that the list lacks
-    (a new phase in a later driver: shown, not dropped)."""
+    """The registered values, and any value a sample holds that is not
+    registered (a recording of another version, a plug-in that registered
+    none: shown, not dropped)."""
     return list(known) + sorted({v for v in seen if v not in known})

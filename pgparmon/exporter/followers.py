@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import replace
 from typing import Any, Protocol
 
 import psutil
@@ -29,6 +30,7 @@ from ..jobs.registry import drivers, sample_extras
 from ..monitor import Monitor
 from ..readers.db import DbSampler
 from ..record import Recorder, RecordingError
+from ..sample import Sample
 from ..snapshot import DbSample
 from ..source import HostSource, LiveSource, RecordingSource
 from .collector import JobView, ServerView
@@ -120,7 +122,8 @@ class Followed:
             live.close()
             raise
         self.tool = _tool(self.job)
-        self.doc: dict[str, Any] = {"job": {"kind": self.job.kind, "state": "running"}}
+        # before its first sample: the job's kind, running
+        self.doc = Sample.from_json({"job": {"kind": self.job.kind, "state": "running"}})
         self.ended: float | None = None
         self.bytes_done = 0.0
         self.rows_done = 0.0
@@ -148,14 +151,14 @@ class Followed:
         self.failures = 0
         self.doc = doc
         if self.recorder is not None:
-            self.recorder.event("sample", doc)
-        if doc.get("server", {}).get("error"):
+            self.recorder.event("sample", doc.to_json())
+        if doc.server.error:
             self.server.errors += 1
         st = self.mon.standing()
         if st is not None:
             if st.started is not None:
                 self.started = st.started  # the job's start as its samples count it
-            p = doc["job"].get("progress")
+            p = doc.job.progress
             moved = st.bytes_done > self.bytes_done or st.rows_done > self.rows_done or \
                 (p is not None and p > self.progress)
             self.bytes_done = max(self.bytes_done, st.bytes_done)
@@ -165,17 +168,17 @@ class Followed:
             if moved:
                 self.last_progress = time.time()
             self.claimed |= st.sessions
-        if doc["job"].get("state", "running") != "running":  # the Monitor's verdict
+        if (doc.job.state or "running") != "running":  # the Monitor's verdict
             self.end()
 
     def end(self, note: str | None = None) -> None:
         if self.ended is not None:
             return
         self.ended = time.time()
-        if note and self.doc.get("job", {}).get("state") == "running":
-            self.doc = {**self.doc, "job": {**self.doc.get("job", {}), "state": "ended"}}
-        state = self.doc.get("job", {}).get("state")
-        why = self.doc.get("job", {}).get("outcome") or note
+        if note and self.doc.job.state == "running":
+            self.doc = replace(self.doc, job=replace(self.doc.job, state="ended"))
+        state = self.doc.job.state
+        why = self.doc.job.outcome or note
         log(f"{self.server.name}: {self.job.describe()} {state}{': ' + why if why else ''}")
         self.close()
         if state == "finished":

@@ -7,6 +7,7 @@ API, and knows no tool."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import units as fmt
@@ -17,29 +18,40 @@ if TYPE_CHECKING:
     from ..analyze.progress import Tracker
 
 
-def process_row(st: dict[str, Any], w: WorkerState, c: ClientProc, snap: Snapshot,
+@dataclass
+class ProcessRows:
+    """The worker rows a backup driver keeps of its tool's processes (or of
+    the files in flight) and their CPU: part of the driver's state."""
+
+    procs: dict[int, WorkerState] = field(default_factory=dict)  # row id -> its row
+    cpu: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> (ts, CPU s)
+    cpu_pct: dict[int, float] = field(default_factory=dict)  # pid -> % of a core, last interval
+    active: list[int] = field(default_factory=list)  # the rows that copy now
+
+
+def process_row(rows: ProcessRows, w: WorkerState, c: ClientProc, snap: Snapshot,
                 prev_cpu: tuple[float, float] | None, counted: int | None) -> None:
-    """A pgBackRest process's row: its byte counter (read or written) and
-    its CPU since the last sample."""
+    """A tool process's row: its byte counter (read or written) and its CPU
+    since the last sample."""
     if counted is not None:
         w.bytes_done = counted
         w.bytes_rate.add(snap.ts, counted)
     if prev_cpu is not None and c.cpu_s is not None and snap.ts > prev_cpu[0]:
-        st.setdefault("cpu_pct", {})[c.pid] = \
-            100.0 * (c.cpu_s - prev_cpu[1]) / (snap.ts - prev_cpu[0])
+        rows.cpu_pct[c.pid] = 100.0 * (c.cpu_s - prev_cpu[1]) / (snap.ts - prev_cpu[0])
     w.last_seen = snap.ts
 
 
-def prune_rows(tr: Tracker, st: dict[str, Any], procs: dict[int, WorkerState],
-               active: set[int]) -> None:
+def prune_rows(tr: Tracker, rows: ProcessRows, active: set[int]) -> None:
     """The rows of the processes that copy now; those that stopped go."""
+    procs = rows.procs
     for pid in list(procs):
         if pid not in active:
             del procs[pid]
-            tr.workers.pop(pid, None)
-            st.get("cpu_pct", {}).pop(pid, None)
-    tr.workers.update(procs)
-    st["active"] = sorted(active)
+            tr.drop_worker(pid)
+            rows.cpu_pct.pop(pid, None)
+    for w in procs.values():
+        tr.add_worker(w)
+    rows.active = sorted(active)
 
 
 def how_far(it: Item | None, has_total: bool, phase: str | None) -> str:

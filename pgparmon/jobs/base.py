@@ -14,6 +14,13 @@ which tool a job is:
 - outcome: how the end is judged (`settle_at_end`, `leftovers`,
   `exit_reason`).
 
+What a driver keeps about one job beyond the Tracker's items and workers is
+a state object of its own (`new_state`, a dataclass the driver declares),
+which the Tracker holds in `driver_state` and never reads; the driver reads
+it back with `state_of`. What a driver changes of the Tracker itself goes
+through its named methods (progress.Tracker: add, set_state, finish,
+mark_planned, restart_rates, add_worker...).
+
 Adding a tool kind is one module with a Driver subclass and a line in
 `registry.py`.
 """
@@ -22,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from ..cmdline import ClientArgs
+from ..cmdline import ClientArgs, ClientSpec
 from ..ddl import PostDataTarget
 from ..phases import Phase
 from ..snapshot import (
@@ -40,11 +47,26 @@ from ..toc import TocItem
 from .job import TREE, Job  # the job model: drivers and the core import it from here too
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.bottleneck import Verdict
     from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
+    from ..sample import WorkerRow
+
+
+S = TypeVar("S")
+
+
+def state_of(tr: Tracker, kind: type[S]) -> S:
+    """The state a job's driver keeps (Driver.new_state), as its own type."""
+    st = tr.driver_state
+    if not isinstance(st, kind):
+        raise TypeError(f"the {tr.job.kind} job's driver state is a {type(st).__name__}, "
+                        f"not a {kind.__name__}")
+    return st
 
 
 @dataclass(frozen=True)
@@ -165,6 +187,9 @@ class Driver:
     kind: ClassVar[str] = ""
     # client programs recognised in the process table (basename of argv[0])
     programs: ClassVar[tuple[str, ...]] = ()
+    # what the command lines of the clients it follows mean, by program
+    # (cmdline.ClientSpec: options, format letters, positional arguments)
+    client_specs: ClassVar[dict[str, ClientSpec]] = {}
     # "out": the server sends the data to the client (a dump); "in": the
     # client feeds the server (a restore, a load)
     data_flow: ClassVar[str] = "in"
@@ -213,6 +238,10 @@ class Driver:
     # the worker phases the driver sets on its rows beyond those of any job's
     # SQL sessions (pgparmon.phases): the driver registry registers them
     phases: ClassVar[tuple[Phase, ...]] = ()
+    # the verdict kinds `verdict` returns, those the core's judge gives among
+    # them (pgparmon.verdicts): the driver registry registers them, so that
+    # the exporter has a series for each before it happens
+    verdicts: ClassVar[tuple[str, ...]] = ()
     # the tool's own session sits idle most of the run under no
     # application_name of its own (pg_probackup's between its backup start
     # and stop): the sessions of its process tree are looked up from the
@@ -225,6 +254,18 @@ class Driver:
     # for its jobs (background workers), sampled with the client sessions
     sample_parts: ClassVar[tuple[str, ...]] = ()
     backend_types: ClassVar[tuple[str, ...]] = ()
+    # parts read only while one of its jobs is followed, not while jobs are
+    # looked for (a publisher's sync slots: when a sync seen there is over)
+    follow_parts: ClassVar[tuple[str, ...]] = ()
+
+    # ---- state -------------------------------------------------------------
+
+    def new_state(self) -> object:
+        """What this driver keeps about one job (made once per Tracker, held
+        in its `driver_state`, which the Tracker never reads): a dataclass
+        of the driver's own, read back with state_of. None: nothing beyond
+        the Tracker's items and workers."""
+        return None
 
     # ---- recognise ---------------------------------------------------------
 
@@ -365,6 +406,12 @@ class Driver:
         holding its item's data file open)."""
         return w.client_pid
 
+    def client_progress(self, tr: Tracker, client_pid: int) -> float | None:
+        """How far one client process is through its own input where its
+        session's COPY has no total (a loader's files, read from the host),
+        0..1; None: not known."""
+        return None
+
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:
         """An active session doing work that is no COPY, build or
@@ -424,10 +471,12 @@ class Driver:
         wait events (a backup waiting for a checkpoint); None: judge them."""
         return None
 
-    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         """Fields of the published job object this kind adds (the phase,
-        where progress comes from)."""
+        where progress comes from), in the order the document shows them
+        (the sample's `JobStatus.kind_fields`); `workers`: the sample's
+        worker rows."""
         return {}
 
     # ---- outcome -----------------------------------------------------------

@@ -34,26 +34,28 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item
-from ..analyze.rates import WindowRate
 from ..readers.files import table_file_sizes
-from ..readers.procs import is_input_file
 from ..redact import redact_argv
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, MaintProgress, Snapshot
-from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, tree_member_pids
+from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, state_of, \
+    tree_member_pids
+from .copy_inputs import CopyState, client_fraction, cut_inputs, input_files, read_inputs, \
+    slowest_reader
 from .copy_tree import IDLE_GRACE_S, IDLE_STATES, copy_tree_jobs, idle_for
+from .psql_options import PSQL
 from .statements import copy_target, norm_rel
 from .tables import DEFAULT_FK_FACTOR, plan_tables, table_progress
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.progress import Tracker
+    from ..sample import WorkerRow
 
 INFERRED = "inferred: application_name, client address, user"
 # remote sessions of one key that started further apart are separate jobs
 START_GAP_S = 600.0
 IDLE_PHASE = "idle between batches"
-# bytes a reader may still take at its end beyond its measured reach (its
-# stdio buffer, a last burst)
-READ_SLACK = 256 * 1024
 BUILD_UNMEASURED = ("a step after the copy runs (an index or constraint build, a VACUUM or "
                     "ANALYZE) that no progress view measures yet: no ETA until it does")
 POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
@@ -61,6 +63,7 @@ POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
 
 class CopyLoad(Driver):
     kind = "copy"
+    client_specs = {"psql": PSQL}  # a load run as psql -c "\\copy ..." or -f script
     names_source = True  # a copy between databases: --source
     joins_sessions_live = True
     plans_work = True  # only a copy between databases: see plan_request
@@ -71,6 +74,9 @@ class CopyLoad(Driver):
     build_spb_default = 1.0 / 50e6
     fixed_workers = False
     all_databases = True
+
+    def new_state(self) -> CopyState:
+        return CopyState()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -143,10 +149,11 @@ class CopyLoad(Driver):
     def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
         # a database the job reads with COPY TO and never loads: a copy's source
         # or the source server given with --source, once the job loads
-        sources = tr.copy_reads - tr.copy_writes
-        if tr.copy_writes and sources:
+        st = _st(tr)
+        sources = st.copy_reads - st.copy_writes
+        if st.copy_writes and sources:
             return {"source": sorted(sources)[0]}
-        if tr.copy_writes and tr.job.source:
+        if st.copy_writes and tr.job.source:
             return {"server": tr.job.source}
         return None
 
@@ -166,15 +173,14 @@ class CopyLoad(Driver):
             return False
         plan_tables(tr, None, inputs.tables, inputs.file_sizes)
         plan_postdata(tr, inputs.postdata or {})
-        tr.plan_source = inputs.source
+        _st(tr).plan_source = inputs.source
         # the statements seen before the plan are its tables' items now
         for key in [k for k, i in tr.items.items()
                     if i.kind == "copy" and _planned_key(tr, i.relation)]:
             tr.remove(key)
         # the work done so far was counted in COPY bytes: rates start over
         # in the plan's unit (heap bytes)
-        tr.history.clear()
-        tr.work_done_rate = WindowRate()
+        tr.restart_rates()
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
@@ -199,7 +205,8 @@ class CopyLoad(Driver):
         # its COPY FROM is. A planned copy: both sides work on the table's item
         ct = copy_target(b.query)
         if ct is not None and b.datname:
-            (tr.copy_reads if ct[0] == "to" else tr.copy_writes).add(b.datname)
+            st = _st(tr)
+            (st.copy_reads if ct[0] == "to" else st.copy_writes).add(b.datname)
         if tr.planned:
             key = _planned_key(tr, rel)
             if key is not None:
@@ -260,77 +267,15 @@ class CopyLoad(Driver):
             it.work = max(it.work, it.done)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
-        """A local loader's input files: read position over size. A file its
-        process closed was read to its end; one whose process is gone keeps
-        its last position (cut_short judges it at the end)."""
-        sizes = {f.path: f.size for f in snap.files}
-        tables = _tables_of_clients(snap)
-        if tables:
-            tr.kind_state["copy_from_seen"] = True
-        if not tr.kind_state.get("copy_from_seen"):
-            # files a process reads while none of the job's sessions has run a
-            # COPY FROM are not a load's input (a backup tool reading the data
-            # directory, a script reading its own data): no percentage from them
-            return
-        open_now: set[str] = set()
-        for c in snap.clients:
-            for f in c.open_files or ():
-                if f.path not in sizes or not is_input_file(f):
-                    continue
-                key = f"{c.pid}:{f.path}"
-                # where this reader was first seen in the file: a loader that
-                # cuts a file into ranges starts its readers mid-file
-                tr.kind_state.setdefault("input_start", {}).setdefault(
-                    key, float(f.position))
-                ent = tr.inputs.setdefault(key, [float(sizes[f.path]), 0.0])
-                ent[0] = max(ent[0], float(sizes[f.path]))
-                pos = max(ent[1], min(float(f.position), ent[0]))
-                last = tr.input_seen.get(key)
-                rate = last[2] if last else 0.0
-                if last and snap.ts > last[0]:
-                    rate = max(rate, (pos - last[1]) / (snap.ts - last[0]))
-                table = tables.get(c.pid) or (last[3] if last else None)
-                tr.input_seen[key] = (snap.ts, pos, rate, table)
-                ent[1] = pos
-                tr.input_rates.setdefault(key, WindowRate()).add(snap.ts, pos)
-                open_now.add(key)
-        tr.inputs_open = open_now
-        alive = {c.pid for c in snap.clients if c.status != "zombie"}
-        if all(c.open_files is not None for c in snap.clients):
-            for key, ent in tr.inputs.items():
-                if key not in open_now and int(key.split(":", 1)[0]) in alive:
-                    ent[1] = ent[0]
-        if tr.inputs:
-            tr.input_rate.add(snap.ts, sum(e[1] for e in tr.inputs.values()))
+        """A local loader's input files (copy_inputs.read_inputs)."""
+        read_inputs(_st(tr), snap)
 
     def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
-        """Why the load was cut short, when its processes are gone: an input
-        file left further from its end than its reader could have read
-        between the last sample that saw it open and now (a loader reading
-        to the end and exiting normally is always within that reach)."""
-        alive = {c.pid for c in snap.clients if c.status != "zombie"}
+        """An input file its reader left mid-way (copy_inputs.cut_inputs)."""
+        return cut_inputs(_st(tr), snap)
 
-        def reached_end(key: str) -> bool:
-            ts, pos, rate, _ = tr.input_seen[key]
-            size = tr.inputs[key][0]
-            reach = 2.0 * rate * max(snap.ts - ts, 0.0) + READ_SLACK
-            return pos >= size or (int(key.split(":", 1)[0]) not in alive
-                                   and size - pos <= reach)
-
-        # a file whose readers cut it into ranges: one of them read to its end
-        ended = {key.split(":", 1)[1] for key in tr.input_seen if reached_end(key)}
-        cuts = []
-        for key, (_ts, pos, _rate, table) in sorted(tr.input_seen.items()):
-            pid, path = key.split(":", 1)
-            size = tr.inputs[key][0]
-            if int(pid) in alive or path in ended:
-                continue
-            into = f" into {table}" if table else ""
-            cuts.append(f"{path}{into} read to {pos / size:.0%} ({int(pos)} of {int(size)} "
-                        "bytes)")
-        if not cuts:
-            return None
-        return "the loader stopped mid-file: " + "; ".join(cuts)
+    def client_progress(self, tr: Tracker, client_pid: int) -> float | None:
+        return client_fraction(_st(tr), client_pid)
 
     def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
         if tr.planned and tr.unfinished():
@@ -358,8 +303,8 @@ class CopyLoad(Driver):
     def fraction(self, tr: Tracker) -> float | None:
         if tr.planned:
             return super().fraction(tr)
-        if tr.inputs:
-            total, done = input_files(tr)
+        if _st(tr).inputs:
+            total, done = input_files(_st(tr))
             return min(1.0, done / total) if total else None
         items = [i for i in tr.items.values() if i.kind == "copy"]
         if items and all(i.server_total for i in items):
@@ -368,16 +313,18 @@ class CopyLoad(Driver):
         return None
 
     def has_total(self, tr: Tracker) -> bool:
-        return tr.planned or bool(tr.inputs) or any(it.server_total for it in tr.items.values())
+        return tr.planned or bool(_st(tr).inputs) or any(it.server_total
+                                                          for it in tr.items.values())
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         if tr.planned:
             return None  # the schedule simulation over the source's tables
         builds = _running_builds(tr)
-        if tr.inputs:
-            total, done = input_files(tr)
+        st = _st(tr)
+        if st.inputs:
+            total, done = input_files(st)
             left = total - done
-            rate = tr.input_rate.rate(15.0)
+            rate = st.input_rate.rate(15.0)
             files: float | None = 0.0
             if left > 0:
                 if not rate or rate <= 0:
@@ -387,7 +334,7 @@ class CopyLoad(Driver):
                 # reader alone, so the job ends no sooner than its slowest
                 # open reader at its own rate (the job's rate stays the floor:
                 # a file whose reader is gone still counts in what is left)
-                files = max(left / rate, self._slowest_reader(tr))
+                files = max(left / rate, slowest_reader(st))
             if builds is None:
                 return None, BUILD_UNMEASURED
             return max(files or 0.0, builds), None
@@ -399,22 +346,9 @@ class CopyLoad(Driver):
             return None, "total unknown (COPY FROM STDIN, no input file seen): rates only"
         return None
 
-    @staticmethod
-    def _slowest_reader(tr: Tracker) -> float:
-        """Seconds until the last file open now is read to its end, each at
-        its own recent read rate (0 when none can be said)."""
-        worst = 0.0
-        for key in tr.inputs_open:
-            size, pos = tr.inputs[key]
-            wr = tr.input_rates.get(key)
-            r = wr.rate(15.0) if wr else None
-            if size > pos and r and r > 0:
-                worst = max(worst, (size - pos) / r)
-        return worst
-
-    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
-        phases = {w["phase"] for w in workers}
+        phases = {w.phase for w in workers}
         phase: str | None = None
         if state == "running":
             if "copy" in phases:
@@ -428,8 +362,8 @@ class CopyLoad(Driver):
             else:
                 phase = "other"
         if tr.planned:
-            basis = f"source catalog ({tr.plan_source})"
-        elif tr.inputs:
+            basis = f"source catalog ({_st(tr).plan_source})"
+        elif _st(tr).inputs:
             basis = "client input files"
         elif any(it.server_total for it in tr.items.values()):
             basis = "server bytes_total"
@@ -438,35 +372,6 @@ class CopyLoad(Driver):
         return {"phase": phase, "progress_basis": basis, "source": tr.job.source,
                 "copies_done": sum(1 for i in tr.items.values()
                                    if i.kind in ("copy", "data") and i.state == "done")}
-
-
-def input_files(tr: Tracker) -> tuple[float, float]:
-    """(bytes of the input files, bytes read).  A file with one reader: its
-    read position.  A file several readers share (a loader that cuts it into
-    ranges, one per process): each reader covers the part from where it was
-    first seen to where it is now, the one first seen lowest from the file's
-    start, and the file counts once."""
-    starts: dict[str, float] = tr.kind_state.get("input_start", {})
-    by_path: dict[str, list[tuple[float, float, float]]] = {}
-    for key, (size, pos) in tr.inputs.items():
-        by_path.setdefault(key.split(":", 1)[1], []).append(
-            (starts.get(key, 0.0), pos, size))
-    total = done = 0.0
-    for readers in by_path.values():
-        size = max(r[2] for r in readers)
-        if len(readers) == 1:
-            total, done = total + size, done + min(readers[0][1], size)
-            continue
-        spans = sorted((lo, max(lo, pos)) for lo, pos, _ in readers)
-        spans[0] = (0.0, spans[0][1])
-        covered, end = 0.0, 0.0
-        for lo, hi in spans:
-            lo, hi = max(lo, end), min(hi, size)
-            if hi > lo:
-                covered += hi - lo
-                end = hi
-        total, done = total + size, done + covered
-    return total, done
 
 
 def _running_builds(tr: Tracker) -> float | None:
@@ -486,20 +391,6 @@ def _running_builds(tr: Tracker) -> float | None:
     return worst
 
 
-def _tables_of_clients(snap: Snapshot) -> dict[int, str]:
-    """client pid -> the table its session loads now (COPY FROM)."""
-    if snap.db is None or not snap.links:
-        return {}
-    by_pid = {b.pid: b for b in snap.db.backends}
-    named = {c.pid: c.relation for c in snap.db.copies or () if c.relation}
-    out: dict[int, str] = {}
-    for bp, cp in snap.links:
-        ct = copy_target(by_pid[bp].query) if bp in by_pid else None
-        if ct is not None and ct[0] == "from" and by_pid[bp].state == "active":
-            out[cp] = norm_rel(named.get(bp)) or ct[1]  # schema-qualified when known
-    return out
-
-
 def plan_postdata(tr: Tracker, post: dict[str, Any]) -> None:
     """The source's indexes (with the constraints they back) and foreign keys,
     as items the target's builds advance: each waits for its table's data,
@@ -513,7 +404,7 @@ def plan_postdata(tr: Tracker, post: dict[str, Any]) -> None:
                     work=max(base * tr.index_factor, 1.0),
                     deps=frozenset({dkey}) if dkey else frozenset()))
         if conname and conname != index:  # built as ALTER TABLE ... ADD CONSTRAINT
-            tr.by_name.setdefault(conname, key)
+            tr.alias(conname, key)
     for schema, table, conname, ref in post.get("fks") or ():
         rel = f"{schema}.{table}"
         deps = {tr.by_relation[r] for r in (rel, ref) if r in tr.by_relation}
@@ -540,7 +431,7 @@ def _settle_from_target(tr: Tracker, ctx: EndContext, wall: float | None,
     """Items the target database already holds: tables that received rows
     (statistics), indexes and constraints that exist (catalog). Copies and
     builds that ran between two samples were never seen running."""
-    targets = sorted(tr.copy_writes)
+    targets = sorted(_st(tr).copy_writes)
     if len(targets) != 1:
         return
     done = ctx.catalog_done(targets[0])
@@ -553,6 +444,10 @@ def _settle_from_target(tr: Tracker, ctx: EndContext, wall: float | None,
         if (it.kind == "data" and it.relation in loaded) or (it.kind != "data"
                                                              and it.name in names):
             tr.finish(it, wall)
+
+
+def _st(tr: Tracker) -> CopyState:
+    return state_of(tr, CopyState)
 
 
 def _same_rel(a: str | None, b: str | None) -> bool:

@@ -24,19 +24,20 @@ the text ratio); a table past its copy (f, s) has its copy done and waits
 for the apply worker (catch-up, not measured); the job ends when every table
 is ready, and never before. The ETA is the schedule simulation at the sync
 worker count, the tables in the order the apply worker starts them.
+
+The same sync found on the publisher (its sync walsenders), and when it
+ends there: logical_sync_publisher.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item
-from ..analyze.rates import WindowRate
 from ..phases import Phase
 from ..connect import ConnectError, ConnTarget, describe_target
 from ..readers.db import DbSampler
@@ -44,14 +45,27 @@ from ..readers.files import table_file_sizes
 from ..readers.procs import server_is_local
 from ..redact import redact_text
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, Snapshot
-from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader, state_of
 from .logical_sync_limits import origins_short, publisher_short
+from .logical_sync_publisher import (
+    SLOTS_PART,
+    PublisherEnd,
+    grouping,
+    on_publisher,
+    publisher_fields,
+    session_key,
+    sync_slots,
+)
+from .logical_sync_state import SyncState
 from .tables import table_progress
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.items import WorkerState
     from ..analyze.progress import Tracker
     from ..readers.db import ServerFacts
+    from ..sample import WorkerRow
 
 PART = "logical_sync"
 GROUPING = "subscription"
@@ -71,17 +85,6 @@ SYNC_PHASES = (
           fill="#8ecae6"),
 )
 DEFAULT_SYNC_WORKERS = 2  # max_sync_workers_per_subscription's default
-# on the publisher, a sync worker is a walsender named after its slot (14+:
-# pg_<subscription oid>_sync_<subscriber relid>_<subscriber system id>;
-# before: <subscription name>_<oid>_sync_<relid>) running COPY ... TO STDOUT
-SYNC_SLOT = re.compile(r"^(?:pg_(\d+)_sync_\d+_(\d+)|.+_(\d+)_sync_\d+)$")
-PUBLISHER = "sync walsenders"  # the grouping of a job found on the publisher
-# on the publisher, how long after its last sync walsender the job still
-# runs: the next table's sync worker starts within the apply worker's
-# cycle (1 s), a failed one's retry after wal_retrieve_retry_interval (5 s
-# by default); the walsender of a table past its COPY (catching up) is not
-# sampled
-PUBLISHER_GRACE_S = 10.0
 
 
 def subscription(db: DbSample | None, job: Job) -> dict[str, Any] | None:
@@ -112,13 +115,16 @@ class LogicalSync(Driver):
     needs_plan = False  # sized only where the publisher can be read
     fixed_workers = False
     sample_parts = (PART,)
+    follow_parts = (SLOTS_PART,)  # on the publisher: when the job is over
     backend_types = ("logical replication worker", "logical replication tablesync worker")
     phases = SYNC_PHASES
+    verdicts = ("worker-slots", "sync-failing")
 
     def __init__(self) -> None:
-        # on the publisher: when each job's last sync walsender was seen
-        # (the sample's clock), by its database and grouping
-        self._last_seen: dict[tuple[str | None, str | None], float] = {}
+        self._publisher_end = PublisherEnd()  # on the publisher: when a job is over
+
+    def new_state(self) -> SyncState:
+        return SyncState()
 
     # ---- recognise ---------------------------------------------------------
     # On the subscriber the job is found from this kind's part (server_jobs);
@@ -129,16 +135,13 @@ class LogicalSync(Driver):
     # lists them).
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
-        m = SYNC_SLOT.match(b.application_name or "") if b.backend_type == "walsender" else None
-        if m is None or not b.datname:
-            return None
-        return (self.kind, b.datname, m.group(1) or m.group(3), m.group(2) or "")
+        return session_key(self.kind, b)
 
     def from_sessions(self, members: list[Backend]) -> Job:
         key = self.session_key(members[0])
         assert key is not None
         return Job(kind=self.kind, database=members[0].datname,
-                   subject=f"subscription oid {key[2]}", grouping=_publisher_grouping(key),
+                   subject=f"subscription oid {key[2]}", grouping=grouping(key),
                    pid_hint=frozenset(b.pid for b in members))
 
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
@@ -166,19 +169,14 @@ class LogicalSync(Driver):
 
     def session_matches(self, job: Job, b: Backend) -> bool:
         key = self.session_key(b)  # on the subscriber, member_pids decides
-        return key is not None and _publisher_grouping(key) == job.grouping
+        return key is not None and grouping(key) == job.grouping
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         # while a table is not ready, whether or not a worker runs now (one
         # waits for a free slot, or restarts after an error); on the
-        # publisher, while a sync walsender runs
+        # publisher, while a sync walsender or slot of its is there
         if on_publisher(job):
-            key = (job.database, job.grouping)
-            if members:
-                self._last_seen[key] = snap.wall
-                return True
-            last = self._last_seen.get(key)
-            return last is not None and snap.wall - last < PUBLISHER_GRACE_S
+            return self._publisher_end.still_working(job, members, snap)
         sub = subscription(snap.db, job)
         return sub is not None and bool(sub.get("enabled")) and bool(sub.get("not_ready"))
 
@@ -228,21 +226,21 @@ class LogicalSync(Driver):
             pages = (t[4] or 0) + (t[6] or 0)
             heap = float(pages * tr.block_size) if pages > 0 else sizes.get(rel)
             pub[rel] = (heap, float(t[5]) if t[5] is not None and t[5] > 0 else None)
-        tr.kind_state["publisher"] = pub
-        tr.kind_state["publisher_limits"] = (inputs.extra or {}).get("publisher_limits")
-        tr.planned = True
-        tr.plan_source = inputs.source
+        st = _st(tr)
+        st.publisher = pub
+        st.publisher_limits = (inputs.extra or {}).get("publisher_limits")
+        tr.mark_planned()
+        st.plan_source = inputs.source
         for it in list(tr.items.values()):
             _size(tr, it)
         # work was counted in COPY bytes until now: rates start over in the
         # plan's unit (the publisher's heap bytes)
-        tr.history.clear()
-        tr.work_done_rate = WindowRate()
+        tr.restart_rates()
         return True
 
     def streams(self, tr: Tracker) -> int | None:
-        return (tr.kind_state.get("sync_workers") or tr.kind_state.get("max_walsenders")
-                or tr.job.jobs)
+        st = _st(tr)
+        return st.sync_workers or st.max_walsenders or tr.job.jobs
 
     # ---- observe -----------------------------------------------------------
 
@@ -287,73 +285,75 @@ class LogicalSync(Driver):
         past its copy (f, s) its copy is done; copying (d) runs; waiting (i)
         waits (again, when a failed sync starts over). On the publisher: how
         many sync walsenders copy at once (the most seen: the sync workers)."""
+        st = _st(tr)
         if on_publisher(tr.job):
             now = sum(1 for it in tr.items.values() if it.state == "running")
-            tr.kind_state["max_walsenders"] = max(tr.kind_state.get("max_walsenders", 0), now)
+            st.max_walsenders = max(st.max_walsenders, now)
+            slots = sync_slots(snap.db, tr.job)
+            st.sync_slots = len(slots) if slots is not None else None
             return
         sub = subscription(snap.db, tr.job)
         if sub is None:
             return
-        tr.kind_state["sync_workers"] = sync_workers(sub) if sub.get("settings") else \
-            tr.kind_state.get("sync_workers")
+        if sub.get("settings"):
+            st.sync_workers = sync_workers(sub)
         if sub.get("sync_errors") is not None:
-            tr.kind_state["sync_errors"] = int(sub["sync_errors"])
+            st.sync_errors = int(sub["sync_errors"])
         tables = sub.get("tables")
         if tables is None:
             if not sub.get("not_ready"):  # every table is ready
                 for it in tr.unfinished():
                     tr.finish(it, snap.wall)
-                tr.kind_state["states"] = {k: "r" for k in tr.items}
+                st.states = {k: "r" for k in tr.items}
             return
         states: dict[str, str] = {}
         n = len(tables)
         _failures(tr, sub, tables)
-        for rank, (_relid, rel, st, _lsn) in enumerate(tables):
+        for rank, (_relid, rel, srstate, _lsn) in enumerate(tables):
             it = _item(tr, rel)
             # the apply worker starts waiting tables in this order: the
             # schedule's ordering key
             it.size = float(n - rank)
-            states[it.key] = st
-            if st == "r":
+            states[it.key] = srstate
+            if srstate == "r":
                 if it.state != "done":
                     tr.finish(it, snap.wall)
-            elif st in ("f", "s"):
+            elif srstate in ("f", "s"):
                 if it.state != "finishing":
                     tr.set_state(it, "finishing")
                     it.started = it.started or snap.wall
                 it.done = it.work  # its copy is done; catch-up is not measured
-            elif st == "d":
+            elif srstate == "d":
                 if it.state != "running":
                     tr.set_state(it, "running")
                     it.started = it.started or snap.wall
             elif it.state != "pending":
                 tr.set_state(it, "pending")
-        tr.kind_state["states"] = states
+        st.states = states
         copying = {int(w[1]) for w in sub.get("workers") or () if w[1] is not None}
-        tr.kind_state["blocked"] = not copying and any(st != "r" for st in states.values())
+        st.blocked = not copying and any(s != "r" for s in states.values())
 
     def between_steps(self, tr: Tracker) -> bool:
         # no sync worker runs while tables are not ready: each waits for a
         # retry after a failure, or for a free worker slot (the verdict says)
-        return bool(tr.kind_state.get("blocked"))
+        return _st(tr).blocked
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         """A table whose sync keeps failing; tables waiting for a worker
         slot the settings do not leave (named, with the setting)."""
-        states: dict[str, str] = tr.kind_state.get("states") or {}
-        fails = {k: n for k, n in (tr.kind_state.get("failures") or {}).items()
-                 if states.get(k, "r") != "r"}
+        states = _st(tr).states
+        fails = {k: n for k, n in _st(tr).failures.items() if states.get(k, "r") != "r"}
         sub = subscription(snap.db, tr.job)
         short = None if sub is None else (
-            publisher_short(tr.kind_state.get("publisher_limits"), sub, sync_workers(sub))
+            publisher_short(_st(tr).publisher_limits, sub, sync_workers(sub))
             or origins_short(sub, sync_workers(sub)))
         if short and (fails or any(st == "i" for st in states.values())):
             return Verdict("worker-slots", short)
         if fails:
             worst = max(fails, key=lambda k: fails[k])
-            total = tr.kind_state.get("sync_errors")
+            total = _st(tr).sync_errors
             count = f" (sync_error_count {total})" if total is not None else ""
-            restarts = tr.kind_state.get("apply_restarts", 0)
+            restarts = _st(tr).apply_restarts
             why = (f"; the apply worker restarted too ({restarts} time(s)): the subscriber lost "
                    "its connection to the publisher (a restart of the publisher, the network), "
                    "the subscriber's server log says more" if restarts else
@@ -394,11 +394,12 @@ class LogicalSync(Driver):
         return None, ("total unknown (the publisher's table sizes were not read; "
                       "--source CONNINFO gives them): rates only")
 
-    def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         if on_publisher(tr.job):
-            return _publisher_fields(tr, workers, state)
-        states: dict[str, str] = tr.kind_state.get("states") or {}
+            return publisher_fields(tr, workers, state)
+        st = _st(tr)
+        states = st.states
         counts = {"waiting": 0, "copying": 0, "catching_up": 0, "ready": 0}
         tables = []
         for key, it in tr.items.items():
@@ -406,22 +407,22 @@ class LogicalSync(Driver):
             counts[name.replace(" ", "_")] += 1
             if name != "ready":
                 tables.append({"table": it.name, "state": name,
-                               "failures": (tr.kind_state.get("failures") or {}).get(key, 0),
+                               "failures": st.failures.get(key, 0),
                                "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
                                "size": it.heap_bytes,
                                "progress": round(it.fraction, 4) if tr.planned else None})
-        phases = {w["phase"] for w in workers}
+        phases = {w.phase for w in workers}
         phase = None
         if state == "running":
             phase = ("copy" if "copy" in phases else CATCH_UP if counts["catching_up"]
                      else "waiting for a sync worker" if counts["waiting"] or counts["copying"]
                      else "all tables ready")
         return {"phase": phase, "subscription": tr.job.subject, "side": "subscriber",
-                "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
+                "progress_basis": (f"publisher catalog ({st.plan_source})" if tr.planned
                                    else "unknown"),
                 "sync_workers": self.streams(tr), "tables": counts,
-                "tables_not_ready": tables, "sync_errors": tr.kind_state.get("sync_errors"),
-                "apply_restarts": tr.kind_state.get("apply_restarts", 0)}
+                "tables_not_ready": tables, "sync_errors": st.sync_errors,
+                "apply_restarts": st.apply_restarts}
 
     # ---- outcome -----------------------------------------------------------
 
@@ -434,37 +435,8 @@ class LogicalSync(Driver):
                          f"not ready: {names}")
 
 
-def on_publisher(job: Job) -> bool:
-    """Whether the job was found on the publisher (from its sync walsenders)."""
-    return (job.grouping or "").startswith(PUBLISHER)
-
-
-def _publisher_grouping(key: tuple[object, ...]) -> str:
-    _kind, _db, suboid, sysid = key
-    return f"{PUBLISHER} pg_{suboid}_sync_*" + (f"_{sysid}" if sysid else "")
-
-
-def _publisher_fields(tr: Tracker, workers: list[dict[str, Any]],
-                      state: str) -> dict[str, Any]:
-    """The job as the publisher sees it: the tables its sync walsenders
-    copy now (COPY TO: bytes and rows sent, against this server's own
-    sizes) and those they have sent; the rest only the subscriber knows."""
-    copying = [it for it in tr.items.values() if it.state == "running"]
-    tables = [{"table": it.name, "state": "copying", "failures": 0,
-               "bytes": it.bytes_done or None, "rows": it.tuples_done or None,
-               "size": it.heap_bytes,
-               "progress": round(it.fraction, 4) if tr.planned and it.heap_bytes else None}
-              for it in copying]
-    sent = sum(1 for it in tr.items.values() if it.state == "done")
-    return {"phase": ("copy" if any(w["phase"] == "copy" for w in workers) else None)
-            if state == "running" else None,
-            "subscription": tr.job.subject, "side": "publisher",
-            "progress_basis": (f"publisher catalog ({tr.plan_source})" if tr.planned
-                               else "unknown"),
-            "sync_workers": max(tr.kind_state.get("max_walsenders", 0), len(copying)) or None,
-            "tables": {"waiting": None, "copying": len(copying), "catching_up": None,
-                       "ready": None, "sent": sent},
-            "tables_not_ready": tables, "sync_errors": None}
+def _st(tr: Tracker) -> SyncState:
+    return state_of(tr, SyncState)
 
 
 def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None:
@@ -477,19 +449,20 @@ def _failures(tr: Tracker, sub: dict[str, Any], tables: list[list[Any]]) -> None
     # the apply worker (relid null) gone or replaced: it exits on an error
     # too, and both at once is the connection to the publisher lost
     apply = {int(w[0]) for w in sub.get("workers") or () if w[1] is None}
-    apply_before: set[int] = set(tr.kind_state.get("apply_workers") or ())
-    tr.kind_state["apply_workers"] = sorted(apply)
+    st = _st(tr)
+    apply_before = set(st.apply_workers)
+    st.apply_workers = sorted(apply)
     if apply_before and not apply_before <= apply:
-        tr.kind_state["apply_restarts"] = tr.kind_state.get("apply_restarts", 0) + 1
-    before: dict[str, int] = tr.kind_state.get("table_workers") or {}
+        st.apply_restarts += 1
+    before = st.table_workers
     now = {t[1]: workers[int(t[0])] for t in tables if int(t[0]) in workers}
-    tr.kind_state["table_workers"] = now
+    st.table_workers = now
     lost = [t[1] for t in tables if t[2] == "d" and t[1] in before
             and now.get(t[1]) != before[t[1]]]
     errors = sub.get("sync_errors")
-    last = tr.kind_state.get("errors_seen")
-    tr.kind_state["errors_seen"] = errors
-    fails: dict[str, int] = tr.kind_state.setdefault("failures", {})
+    last = st.errors_seen
+    st.errors_seen = errors
+    fails = st.failures
     if errors is not None and last is not None and errors > last:
         blame = lost or [t[1] for t in tables if t[2] == "d" and t[1] not in now]
         for rel in blame:
@@ -512,7 +485,7 @@ def _item(tr: Tracker, rel: str) -> Item:
 
 
 def _size(tr: Tracker, it: Item) -> None:
-    heap, reltuples = tr.kind_state.get("publisher", {}).get(it.relation or "", (None, None))
+    heap, reltuples = _st(tr).publisher.get(it.relation or "", (None, None))
     heap = heap or float(tr.block_size)
     it.work, it.heap_bytes, it.reltuples = heap, heap, reltuples
     it.done = it.work if it.state in ("done", "finishing") else 0.0

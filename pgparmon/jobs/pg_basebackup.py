@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import units as fmt
@@ -34,7 +35,8 @@ from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Sna
 from ..phases import Phase
 from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING, WAL
 from . import walwait
-from .base import TREE, Driver, EndContext, Job, cluster_job, tree_member_pids
+from .base import TREE, Driver, EndContext, Job, cluster_job, state_of, tree_member_pids
+from .basebackup_options import CLIENT
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -100,9 +102,30 @@ def command_options(query: str | None) -> dict[str, Any]:
 ETA_WINDOW_S = 30.0  # the ETA's rate: the stream's last seconds
 
 
+@dataclass
+class BasebackupState:
+    """What the driver keeps about one base backup (its new_state)."""
+
+    wal: walwait.WalWatch = field(default_factory=walwait.WalWatch)  # from the first sample
+    wal_start: dict[int, int] = field(default_factory=dict)  # WAL stream pid -> bytes sent at first
+    wal_bytes: int | None = None  # what the WAL stream sent (kept once it has ended)
+    key: str | None = None  # the base backup's item (None: BASE_BACKUP not seen yet)
+    options: dict[str, Any] = field(default_factory=dict)  # what BASE_BACKUP asked for
+    seen: float | None = None  # the last sample that showed its session
+    # pg_stat_progress_basebackup: its phase, (tablespaces streamed, total),
+    # the estimated total and the bytes streamed (the most seen)
+    phase: str | None = None
+    tablespaces: tuple[int | None, int | None] | None = None
+    total: int | None = None
+    streamed: int | None = None
+    wait: dict[str, Any] | None = None  # what it waits on now (job.backup.wait)
+    stop_ahead: float | None = None  # the end's wait for the archiver beyond the stream
+
+
 class PgBasebackup(Driver):
     kind = "pg_basebackup"
     programs = ("pg_basebackup",)
+    client_specs = {"pg_basebackup": CLIENT}
     data_flow = "out"
     plans_work = False  # one item: the backup, sized by the server's estimate
     needs_plan = False
@@ -115,6 +138,10 @@ class PgBasebackup(Driver):
                       "its speed is set by --max-rate, the storage it reads, the client's "
                       "compression (-z) and the network: the limit line says which")
     phases = (STARTING, CHECKPOINT, ESTIMATING, BACKUP, ARCHIVE_WAIT, WAL_FILES, WAL)
+    verdicts = ("nothing", "checkpoint", "archiving")
+
+    def new_state(self) -> BasebackupState:
+        return BasebackupState()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -189,22 +216,22 @@ class PgBasebackup(Driver):
         bp = _progress_of(snap, b.pid)
         if bp is not None or is_base_backup(b):
             key = f"basebackup:{b.pid}"
-            state = tr.kind_state.setdefault("backup", {})
+            st = _st(tr)
             if key not in tr.items:
                 tr.add(Item(key=key, kind="backup", relation=None, name="base backup",
                             size=1.0, work=1.0))
-                tr.planned = True  # the work list is this one backup
-                state.update(key=key, options=command_options(b.query))
-            state["seen"] = snap.wall
+                tr.mark_planned()  # the work list is this one backup
+                st.key, st.options = key, command_options(b.query)
+            st.seen = snap.wall
             if bp is None:  # no progress view (< 13): streaming, how far unknown
-                state["phase"] = "streaming database files"
+                st.phase = "streaming database files"
                 return "backup", key
-            state.update(phase=bp.phase, tablespaces=(bp.tablespaces_streamed,
-                                                      bp.tablespaces_total))
+            st.phase = bp.phase
+            st.tablespaces = (bp.tablespaces_streamed, bp.tablespaces_total)
             if bp.backup_total is not None:
-                state["total"] = bp.backup_total
+                st.total = bp.backup_total
             streamed = bp.backup_streamed or 0
-            state["streamed"] = max(streamed, state.get("streamed") or 0)
+            st.streamed = max(streamed, st.streamed or 0)
             w.bytes_done = streamed
             phase = PHASES.get(bp.phase or "", "backup")
             if phase == "backup":  # the rate of the streaming itself, not of the wait before
@@ -213,10 +240,11 @@ class PgBasebackup(Driver):
         if is_wal_stream(b):
             sent = next((s.sent for s in snap.db.senders if s.pid == b.pid), None)
             if sent is not None:
-                first = tr.kind_state.setdefault("wal_start", {}).setdefault(b.pid, sent)
+                st = _st(tr)
+                first = st.wal_start.setdefault(b.pid, sent)
                 w.bytes_done = sent - first
                 w.bytes_rate.add(snap.ts, w.bytes_done)
-                tr.kind_state["wal_bytes"] = w.bytes_done  # kept once its stream has ended
+                st.wal_bytes = w.bytes_done  # kept once its stream has ended
             return "wal", None
         return None
 
@@ -225,23 +253,21 @@ class PgBasebackup(Driver):
         waits on now: the checkpoint before it streams, the archiver at its
         end (-X none: up to the stop's segment, which do_pg_backup_stop
         switches out of before this phase begins)."""
-        ww = walwait.watch(tr.kind_state)  # from the job's first sample, before its backup's
+        st = _st(tr)
+        ww = st.wal  # from the job's first sample, before its backup's
         ww.observe(snap)
-        st = tr.kind_state.get("backup")
-        it = tr.items.get(st.get("key") or "") if st else None
-        if st is None or it is None or it.state == "done":
-            if st is not None:
-                st["wait"] = None
+        it = tr.items.get(st.key or "")
+        st.wait = None
+        if it is None or it.state == "done":
             return
-        st["wait"] = None
-        phase = PHASES.get(st.get("phase") or "")
+        phase = PHASES.get(st.phase or "")
         if phase == "checkpoint":
             b = next((m for m in tr.members(snap) if m.pid == it.worker or is_base_backup(m)),
                      None)
-            st["wait"] = walwait.wait_doc("start", ww.checkpoint(snap, b, _fast(tr)), None)
+            st.wait = walwait.wait_doc("start", ww.checkpoint(snap, b, _fast(tr)), None)
         elif phase == "archive-wait":
             ww.aim("stop", fixed=True)
-            st["wait"] = walwait.wait_doc("stop", None, ww.archiving("stop"))
+            st.wait = walwait.wait_doc("stop", None, ww.archiving("stop"))
 
     def progress(self, tr: Tracker, it: Item, cp: CopyProgress | None,
                  ip: IndexProgress | None, snap: Snapshot) -> None:
@@ -269,8 +295,7 @@ class PgBasebackup(Driver):
         # gone mid-stream ended nothing (the end's verdict says how far it got)
         if it.kind != "backup":
             return True
-        st = tr.kind_state.get("backup") or {}
-        return PHASES.get(st.get("phase") or "") in _FINAL or it.worker in sessions
+        return PHASES.get(_st(tr).phase or "") in _FINAL or it.worker in sessions
 
     def fraction(self, tr: Tracker) -> float | None:
         if not self.has_total(tr):
@@ -279,22 +304,21 @@ class PgBasebackup(Driver):
         return min(1.0, tr.work_done() / total) if total > 0 else None
 
     def has_total(self, tr: Tracker) -> bool:
-        state = tr.kind_state.get("backup") or {}
-        return bool(state.get("total")) or any(
+        return bool(_st(tr).total) or any(
             i.kind == "backup" and i.state == "done" for i in tr.items.values())
 
     def streams(self, tr: Tracker) -> int | None:
         return 1
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        state = tr.kind_state.get("backup")
-        if not state:
+        st = _st(tr)
+        if st.key is None:
             return None, "waiting for the base backup to start"
-        it = tr.items.get(state["key"])
+        it = tr.items.get(st.key)
         if it is None or it.state == "done":
             return None, "finishing (the WAL stream, syncing the files)"
-        phase = PHASES.get(state.get("phase") or "", "backup")
-        wait = state.get("wait")
+        phase = PHASES.get(st.phase or "", "backup")
+        wait = st.wait
         if phase == "checkpoint":
             left = walwait.wait_eta(wait)
             if left is not None:
@@ -309,7 +333,7 @@ class PgBasebackup(Driver):
                           or "waiting for the last WAL segment to be archived")
         if phase == "wal-files":
             return None, "sending the WAL files"
-        if not state.get("total"):
+        if not st.total:
             return None, "no total: the server does not estimate it (--no-estimate-size)"
         w = next((w for w in tr.workers.values() if w.item == it.key), None)
         # the last 30 s: a multi-GB stream's pace moves with the files it
@@ -317,58 +341,58 @@ class PgBasebackup(Driver):
         rate = w.bytes_rate.rate(ETA_WINDOW_S) if w is not None else None
         if not rate or rate <= 0:
             return None, "measuring"
-        left = max(0.0, float(state["total"]) - float(state.get("streamed") or 0)) / rate
-        state["stop_ahead"] = None
+        left = max(0.0, float(st.total) - float(st.streamed or 0)) / rate
+        st.stop_ahead = None
         if _waits_for_archive(tr):
             # its end waits for the archiver: the backlog now, beyond the stream's rest
-            state["stop_ahead"] = walwait.watch(tr.kind_state).stop_ahead(left)
-            left += state["stop_ahead"] or 0.0
+            st.stop_ahead = st.wal.stop_ahead(left)
+            left += st.stop_ahead or 0.0
         return left, None
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
-        st = tr.kind_state.get("backup") or {}
+        st = _st(tr)
         args = _args(tr.job)
-        opts = st.get("options") or {}
-        ts = st.get("tablespaces") or (None, None)
-        it = tr.items.get(st.get("key") or "")
-        phase = st.get("phase") if state == "running" and it is not None and \
+        opts = st.options
+        ts = st.tablespaces or (None, None)
+        it = tr.items.get(st.key or "")
+        phase = st.phase if state == "running" and it is not None and \
             it.state != "done" else None
         if state == "running" and phase is None:
             phase = "finishing" if it is not None else "starting"
-        if st.get("phase") is None and it is not None and it.state != "done":
+        if st.phase is None and it is not None and it.state != "done":
             basis = "none: the server has no pg_stat_progress_basebackup (PostgreSQL 13+)"
-        elif st.get("total"):
+        elif st.total:
             basis = "server's estimate (pg_stat_progress_basebackup)"
         else:
             basis = "none: no total (--no-estimate-size)" if it is not None else "unknown"
         max_rate = opts.get("max_rate") or args.max_rate
         return {"phase": phase, "progress_basis": basis, "scope": "cluster", "backup": {
-            "phase": st.get("phase"),
-            "total_bytes": st.get("total"), "streamed_bytes": st.get("streamed"),
+            "phase": st.phase,
+            "total_bytes": st.total, "streamed_bytes": st.streamed,
             "total_is_estimate": True,
             "tablespaces_total": ts[1], "tablespaces_streamed": ts[0],
-            "wal_bytes": tr.kind_state.get("wal_bytes"),
+            "wal_bytes": st.wal_bytes,
             "max_rate_bytes_per_s": max_rate,
             "fast_checkpoint": opts.get("fast_checkpoint", args.checkpoint == "fast"),
             "wal_method": args.wal_method or ("stream" if args.program else None),
             "format": args.format, "compression": opts.get("server_compression")
             or args.compression,
-            "wait": st.get("wait") if state == "running" else None,
+            "wait": st.wait if state == "running" else None,
             "eta_basis": _eta_basis(tr, st) if state == "running" else None}}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         """What a base backup waits for that no wait event names well: the
         checkpoint before it, WAL archiving after it, its client's last steps."""
-        st = tr.kind_state.get("backup") or {}
-        it = tr.items.get(st.get("key") or "")
+        st = _st(tr)
+        it = tr.items.get(st.key or "")
         if it is None:
             return None
         if it.state == "done":  # no more work to share out: no "more jobs" advice
             return Verdict("nothing", "every data file is sent: pg_basebackup finishes (the "
                            "rest of its WAL stream, its manifest, syncing the files)")
-        phase = PHASES.get(st.get("phase") or "")
-        wait = st.get("wait") or {}
+        phase = PHASES.get(st.phase or "")
+        wait = st.wait or {}
         if phase == "checkpoint":
             ck = wait.get("checkpoint") or {
                 "fast": _fast(tr), "bound_s": None, "left_s": None, "past_bound": False}
@@ -376,7 +400,7 @@ class PgBasebackup(Driver):
         if phase == "archive-wait":
             arch = wait.get("archiving")
             text = walwait.archiving_text(arch, "the backup's last segment", NEVER_ENDS)
-            failing = walwait.watch(tr.kind_state).failing()
+            failing = st.wal.failing()
             if arch is None and failing:  # a recording without the WAL position
                 text += f", and {failing}: fix archive_command (the server log says why), " \
                     f"or {NEVER_ENDS}"
@@ -388,30 +412,34 @@ class PgBasebackup(Driver):
     def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
         """A backup whose data files were all sent, or whose plain-format
         target holds its final manifest, finished its base backup."""
-        st = tr.kind_state.get("backup") or {}
-        it = tr.items.get(st.get("key") or "")
+        st = _st(tr)
+        it = tr.items.get(st.key or "")
         if it is None or it.state == "done":
             return None
-        phase = PHASES.get(st.get("phase") or "")
+        phase = PHASES.get(st.phase or "")
         if phase in _FINAL or _manifest_written(ctx.target_dir):
             tr.finish(it, snap.wall)
         return None
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
-        st = tr.kind_state.get("backup") or {}
+        st = _st(tr)
         return "ended", (f"the backup's processes are gone after its last data files "
                          f"({_how_far(st)}); whether it finished cannot be seen here (no "
                          "backup_manifest in a target this user can read, and its exit status "
                          "is not ours: `pgparmon run` knows)")
 
     def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
-        st = tr.kind_state.get("backup") or {}
-        it = tr.items.get(st.get("key") or "")
+        st = _st(tr)
+        it = tr.items.get(st.key or "")
         if it is None or it.state == "done":
             return None
         if _near_end(st):
             return None  # the last samples may have missed its end: leftover_verdict
         return f"the base backup stopped {_how_far(st)}"
+
+
+def _st(tr: Tracker) -> BasebackupState:
+    return state_of(tr, BasebackupState)
 
 
 def _progress_of(snap: Snapshot, pid: int | None) -> BackupProgress | None:
@@ -424,44 +452,46 @@ def _args(job: Job) -> ClientArgs:
     """The command's options (a recording keeps its redacted argv only)."""
     if job.args is not None:
         return job.args
-    return parse_client_cmdline(list(job.command)) if job.command else ClientArgs(program="")
+    if not job.command:
+        return ClientArgs(program="")
+    return parse_client_cmdline(list(job.command), PgBasebackup.client_specs)
 
 
 def _fast(tr: Tracker) -> bool:
     """Whether the backup asked for a fast checkpoint (its command's text,
     else its command line)."""
-    opts = (tr.kind_state.get("backup") or {}).get("options") or {}
+    opts = _st(tr).options
     return bool(opts.get("fast_checkpoint") or _args(tr.job).checkpoint == "fast")
 
 
 def _waits_for_archive(tr: Tracker) -> bool:
     """Whether the server waits at the backup's end for its last segment
     to be archived (-X none: its command does not say NOWAIT / WAIT 0)."""
-    opts = (tr.kind_state.get("backup") or {}).get("options") or {}
+    opts = _st(tr).options
     if "waits_for_archive" in opts:
         return bool(opts["waits_for_archive"])
     return _args(tr.job).wal_method == "none"
 
 
-def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
+def _eta_basis(tr: Tracker, st: BasebackupState) -> str | None:
     """What the ETA counts."""
-    phase = PHASES.get(st.get("phase") or "")
+    phase = PHASES.get(st.phase or "")
     if phase == "checkpoint":
         return ("the spread checkpoint's bound less the time it has run; the copy not "
                 "counted until it runs" if not _fast(tr) else None)
     if phase == "archive-wait":
         return "the archiver's backlog up to the backup's last segment, at its pace"
-    if phase == "backup" and st.get("total"):
-        ahead = st.get("stop_ahead")
+    if phase == "backup" and st.total:
+        ahead = st.stop_ahead
         return ("the bytes left at the rate of the last 30 s"
                 + (f"; the end's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
                    "backlog now at its pace, at least)" if ahead else ""))
     return None
 
 
-def _how_far(st: dict[str, Any]) -> str:
-    phase = st.get("phase") or "before it began"
-    total, streamed = st.get("total"), st.get("streamed")
+def _how_far(st: BasebackupState) -> str:
+    phase = st.phase or "before it began"
+    total, streamed = st.total, st.streamed
     if total and streamed is not None:
         return (f"at {fmt.size(streamed)} of {fmt.size(total)} ({streamed / total:.0%}), "
                 f"phase: {phase}")
@@ -470,10 +500,10 @@ def _how_far(st: dict[str, Any]) -> str:
     return f"phase: {phase}"
 
 
-def _near_end(st: dict[str, Any]) -> bool:
+def _near_end(st: BasebackupState) -> bool:
     """Last seen with (nearly) every byte of its estimate sent: the end may
     have come between two samples."""
-    total, streamed = st.get("total"), st.get("streamed") or 0
+    total, streamed = st.total, st.streamed or 0
     return total is not None and total > 0 and streamed >= 0.97 * float(total)
 
 

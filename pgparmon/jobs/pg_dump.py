@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item, WorkerState
@@ -18,7 +19,9 @@ from ..readers.files import table_file_sizes
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file_id, list_archive
 from .archive_files import data_file_client
-from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader, state_of
+from .dump_options import DUMP_FORMATS, DUMP_RESTORE_COMMON
 from .tables import plan_tables, table_progress
 
 if TYPE_CHECKING:
@@ -27,14 +30,50 @@ if TYPE_CHECKING:
 # tables bigger than this teach the text/heap ratio
 _RATIO_MIN_HEAP = 64 * 1024
 
+_OPTIONS: Opts = {
+    **DUMP_RESTORE_COMMON, "Z": ("compress", True), "E": ("encoding", True),
+    "e": ("extension", True), "T": ("exclude-table", True), "b": ("blobs", False),
+    "B": ("no-blobs", False),
+    **args("compress", "encoding", "extension", "exclude-table", "exclude-table-data",
+           "exclude-extension", "lock-wait-timeout", "snapshot", "rows-per-insert",
+           "include-foreign-data", "extra-float-digits", "exclude-table-and-children",
+           "exclude-table-data-and-children", "table-and-children", "sync-method"),
+    **flags("blobs", "large-objects", "no-blobs", "no-large-objects", "binary-upgrade",
+            "column-inserts", "attribute-inserts", "disable-dollar-quoting", "inserts",
+            "load-via-partition-root", "no-toast-compression", "no-unlogged-table-data",
+            "on-conflict-do-nothing", "quote-all-identifiers", "serializable-deferrable",
+            "no-sync", "no-synchronized-snapshots", "with-data", "with-schema",
+            "with-statistics", "sequence-data"),
+}
+
+
+def _positional(res: ClientArgs, pos: list[str], dbname: str | None) -> str | None:
+    return pos[0] if pos else dbname  # the positional dbname overrides -d
+
+
+CLIENT = ClientSpec(options=_OPTIONS, values={"format": choices(DUMP_FORMATS)},
+                    positional=_positional)
+
+
+@dataclass
+class DumpState:
+    """What the driver keeps about one dump (its new_state)."""
+
+    # its directory held toc.dat at its end (None: the directory was not read)
+    toc_written: bool | None = None
+
 
 class PgDump(Driver):
     kind = "pg_dump"
     programs = ("pg_dump",)
+    client_specs = {"pg_dump": CLIENT}
     data_flow = "out"
     has_leader = True
     fails_on_lock_queue = True
     writes_target_files = True
+
+    def new_state(self) -> DumpState:
+        return DumpState()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -111,7 +150,7 @@ class PgDump(Driver):
                       if i.kind == "data" and i.state == "done" and i.heap_bytes
                       and i.bytes_done and i.heap_bytes > _RATIO_MIN_HEAP]
             if ratios:
-                tr.text_ratio = sorted(ratios)[len(ratios) // 2]
+                tr.set_text_ratio(sorted(ratios)[len(ratios) // 2])
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         """pg_dump writes each item's file from start to end: a data file that
@@ -145,15 +184,15 @@ class PgDump(Driver):
         files = ctx.final_files()
         if files is None:
             return False
-        tr.kind_state["toc_written"] = any(os.path.basename(f.path) == "toc.dat"
-                                           for f in files)
+        state_of(tr, DumpState).toc_written = any(os.path.basename(f.path) == "toc.dat"
+                                                  for f in files)
         tr.update(dataclasses.replace(snap, files=files, clients=()))
         return True
 
     def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
         """Gone before its plan: a readable dump directory without toc.dat
         is a dump that never got past reading the catalog."""
-        if tr.planned or tr.kind_state.get("toc_written") is not False:
+        if tr.planned or state_of(tr, DumpState).toc_written is not False:
             return None
         return ("the dump ended before writing its table of contents (toc.dat), which "
                 "pg_dump writes once its leader has read the catalog: it did not complete")

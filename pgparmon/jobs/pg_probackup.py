@@ -50,7 +50,6 @@ from ..readers.procs import threads_of
 from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .. import units as fmt
-from . import walwait
 from .backup_phases import BACKUP, WAL
 from .base import (
     TREE,
@@ -60,6 +59,7 @@ from .base import (
     PlanInputs,
     PlanReader,
     cluster_job,
+    state_of,
     tree_member_pids,
 )
 from .pg_probackup_catalog import (
@@ -74,6 +74,7 @@ from .pg_probackup_catalog import (
     stopped,
     validations,
 )
+from .pg_probackup_state import ProbackupState
 from .pg_probackup_waits import archiving, start_verdict, waits
 from .pg_probackup_eta import eta_basis, remaining, validation_ahead
 from .pg_probackup_steps import (
@@ -124,6 +125,10 @@ class PgProbackup(Driver):
     all_databases = True  # its WAL stream is a walsender, with no database
     idle_sessions = True  # its session: no application_name, idle between start and stop
     phases = (BACKUP, SYNC, VALIDATE, WAL)
+    verdicts = ("wal", "disk-write", "client-cpu", "archiving", "checkpoint")
+
+    def new_state(self) -> ProbackupState:
+        return ProbackupState()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -159,7 +164,7 @@ class PgProbackup(Driver):
             return None
         sent = next((s.sent for s in snap.db.senders if s.pid == b.pid), None)
         if sent is not None:
-            first = tr.kind_state.setdefault("wal_start", {}).setdefault(b.pid, sent)
+            first = _state(tr).wal_start.setdefault(b.pid, sent)
             w.bytes_done = sent - first
             w.bytes_rate.add(snap.ts, w.bytes_done)
         return "wal", None
@@ -170,9 +175,9 @@ class PgProbackup(Driver):
         """Once its catalog is known (its own file list is read from there),
         or once it copies without one this user can read."""
         st = _state(tr)
-        if st.get("backup_dir"):
-            return {"backup_dir": st["backup_dir"], "wait": st.get("phase") == "starting"}
-        if st.get("phase") not in (None, "starting"):
+        if st.backup_dir:
+            return {"backup_dir": st.backup_dir, "wait": st.phase == "starting"}
+        if st.phase not in (None, "starting"):
             return {}
         return None
 
@@ -196,25 +201,25 @@ class PgProbackup(Driver):
         st = _state(tr)
         files = {k: int(v) for k, v in (inputs.file_sizes or {}).items()}
         if files:
-            st["sizes"] = files
-            st["total"] = sum(files.values())
+            st.sizes = files
+            st.total = sum(files.values())
             # its own order when its list was read (exact: the threads take
             # the files in it); else by size, equal sizes by path (where its
             # quicksort leaves them cannot be known: see pg_probackup_steps.py)
-            st["exact"] = bool(inputs.file_order)
+            st.exact = bool(inputs.file_order)
             order = [r for r in inputs.file_order or () if r in files] or \
                 sorted(files, key=lambda r: (files[r], r))
             prefix = [0]
             for r in order:
                 prefix.append(prefix[-1] + files[r])
-            st["index"] = {r: i for i, r in enumerate(order)}
-            st["prefix"] = prefix
-            st["sizes_in_order"] = [files[r] for r in order]
-            st["empty"] = sum(1 for v in files.values() if v == 0)  # never synced
-            st["files"] = len(order) - st["empty"]
+            st.index = {r: i for i, r in enumerate(order)}
+            st.prefix = prefix
+            st.sizes_in_order = [files[r] for r in order]
+            st.empty = sum(1 for v in files.values() if v == 0)  # never synced
+            st.files = len(order) - st.empty
             # the longest location first: a tablespace inside the data directory
-            st["roots"] = sorted((inputs.locations or {}).items(), key=lambda kv: -len(kv[1]))
-        tr.planned = True
+            st.roots = sorted((inputs.locations or {}).items(), key=lambda kv: -len(kv[1]))
+        tr.mark_planned()
         return True
 
     # ---- the tool's own status ------------------------------------------------
@@ -258,39 +263,40 @@ class PgProbackup(Driver):
             tr.add(it)
         tool = snap.tool or {}
         if tool.get("control"):
-            st["control"] = tool["control"]
+            st.control = tool["control"]
         if "history" in tool:
-            st["history"] = tool["history"]
+            st.history = tool["history"] or []
         if tool.get("backup_dir"):
-            st["backup_dir"] = tool["backup_dir"]
+            st.backup_dir = tool["backup_dir"]
             it.name = f"backup {os.path.basename(tool['backup_dir'])}"
-        st["now"] = snap.ts
-        walwait.watch(st).observe(snap)
+        st.now = snap.ts
+        st.wal.observe(snap)
         _stream_clock(tr, st, snap)
         root = next((c for c in snap.clients if c.pid == tr.job.client_pid), None)
         if root is not None:  # the process's CPU (when its threads cannot be read)
-            prev = st["cpu"].get(root.pid)
+            prev = st.rows.cpu.get(root.pid)
             if root.cpu_s is not None:
-                st["cpu"][root.pid] = (snap.ts, root.cpu_s)
-            process_row(st, WorkerState(pid=root.pid), root, snap, prev, None)
+                st.rows.cpu[root.pid] = (snap.ts, root.cpu_s)
+            process_row(st.rows, WorkerState(pid=root.pid), root, snap, prev, None)
             thread_cpu(st, tool.get("threads"), snap.ts, streamed(st, tr.job.command)
                         and control(st).get("status") not in DONE_STATES
                         and not stopped(control(st)))
         reading = data_reads(st, snap)
-        st["phase"] = phase = phase_of(st, snap, bool(reading))
+        st.phase = phase = phase_of(st, snap, bool(reading))
         session = next((b for b in tr.members(snap) if b.backend_type == "client backend"), None)
-        st["wait"] = waits(st, tr.job.command, session, snap)
+        st.wait = waits(st, tr.job.command, session, snap)
         if phase != "validate":
-            st["validation_ahead"] = validation_ahead(st, tr.job.command)
-        else:
-            st.setdefault("validate_began", snap.ts)
+            st.validation_ahead = validation_ahead(st, tr.job.command)
+        elif st.validate_began is None:
+            st.validate_began = snap.ts
         if phase == "copy":
-            st["copy_seen"] = snap.ts
-        elif phase == "stopping" and "stop_began" not in st:
+            st.copy_seen = snap.ts
+        elif phase == "stopping" and st.stop_began is None:
             # between the last sample that saw it copy and this one
-            st["stop_began"] = (snap.ts + st.get("copy_seen", snap.ts)) / 2
+            seen = st.copy_seen if st.copy_seen is not None else snap.ts
+            st.stop_began = (snap.ts + seen) / 2
         if gone(snap):  # the process is gone: rows and steps stay as they were
-            prune_rows(tr, st, st["rows"], set())
+            prune_rows(tr, st.rows, set())
             return
         step = phase if phase in ROW_PHASE else None
         if step == "copy":
@@ -302,34 +308,34 @@ class PgProbackup(Driver):
         if step == "copy" and root is not None:
             io_ratio(st, root)
         self._rows(tr, st, step, inflight, snap)
-        if step == "sync" and st.get("total"):
+        if step == "sync" and st.total:
             advance_sync(st, inflight, snap.ts)
-        elif step is not None and st.get("total"):
+        elif step is not None and st.total:
             advance(st, step, inflight, snap.ts)
-        if not st.get("total") or it.state == "done":
+        if not st.total or it.state == "done":
             return
-        if it.work != st["total"]:
-            it.work = it.size = float(st["total"])
-        copied = step_pass(st, "copy")["done"]
+        if it.work != st.total:
+            it.work = it.size = float(st.total)
+        copied = step_pass(st, "copy").done
         if phase in ("stopping", "sync", "validate"):
             copied = it.work  # the copy is over (pg_probackup copied pg_control last)
         it.done = max(it.done, min(0.999 * it.work, copied))
         it.bytes_done = int(it.done)
 
-    def _rows(self, tr: Tracker, st: dict[str, Any], step: str | None,
+    def _rows(self, tr: Tracker, st: ProbackupState, step: str | None,
               inflight: dict[str, tuple[int, float]], snap: Snapshot) -> None:
         """A row per file in flight (the threads share one file table: a
         file is not tied to a thread), numbered 1..N, a file keeping its
         number while it is read or written."""
-        procs: dict[int, WorkerState] = st["rows"]
-        if st.get("rows_step") != step:
-            st["slots"] = {}
+        procs = st.rows.procs
+        if st.rows_step != step:
+            st.slots = {}
             procs.clear()
-            st["rows_step"] = step
+            st.rows_step = step
         active: set[int] = set()
-        for rel in list(st["slots"]):
+        for rel in list(st.slots):
             if rel not in inflight:
-                del st["slots"][rel]
+                del st.slots[rel]
         for rel, (pos, frac) in sorted(inflight.items(), key=lambda kv: slot_of(st, kv[0])):
             key = slot(st, rel)
             active.add(key)
@@ -343,22 +349,22 @@ class PgProbackup(Driver):
             w.bytes_done = pos
             w.bytes_rate.add(snap.ts, pos)
             w.last_seen = snap.ts
-        prune_rows(tr, st, procs, active)
+        prune_rows(tr, st.rows, active)
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
         return it.key != KEY
 
     def between_steps(self, tr: Tracker) -> bool:
-        return _state(tr).get("phase") != "copy"
+        return _state(tr).phase != "copy"
 
     def fraction(self, tr: Tracker) -> float | None:
         it = tr.items.get(KEY)
-        if it is None or (not _state(tr).get("total") and it.state != "done"):
+        if it is None or (not _state(tr).total and it.state != "done"):
             return None
         return it.fraction
 
     def has_total(self, tr: Tracker) -> bool:
-        return bool(_state(tr).get("total"))
+        return bool(_state(tr).total)
 
     def streams(self, tr: Tracker) -> int | None:
         return None
@@ -375,24 +381,24 @@ class PgProbackup(Driver):
         mode = (ctl.get("backup-mode") or opt(argv, "-b", "backup-mode") or "").upper()
         stream = streamed(st, tr.job.command)
         wal = "streamed" if stream else "archived"
-        phase = st.get("phase")
-        step = step_pass(st, phase) if phase in ("sync", "validate") and st.get("total") else None
-        frac = min(1.0, step["done"] / (step_total(st, phase) or 1.0)) if step else None
+        phase = st.phase
+        step = step_pass(st, phase) if phase in ("sync", "validate") and st.total else None
+        frac = min(1.0, step.done / (step_total(st, phase) or 1.0)) if step else None
         pct = f" {100.0 * frac:.0f}%" if frac is not None else ""
         names = {"starting": f"starting (pg_backup_start, WAL {wal})", "copy": "copying files",
                  "stopping": f"stopping (pg_backup_stop, WAL {wal})",
                  "sync": f"syncing to disk{pct}", "validate": f"validating{pct}"}
         order = ("in pg_probackup's order (its backup_content.control: by size): those "
-                 "before the first in flight" if st.get("exact") else
+                 "before the first in flight" if st.exact else
                  "by size (its own list not readable): those smaller than the smallest in "
                  "flight")
-        basis = ("none: the data directory is not on this host" if not st.get("total") else
+        basis = ("none: the data directory is not on this host" if not st.total else
                  f"the data directory's files {order}, those seen done, and how far into "
                  "those in flight"
                  + ("; inferred: PAGE and PTRACK skip unchanged files"
                     if mode in ("PAGE", "PTRACK") else ""))
-        threads = st.get("threads") or []
-        busy = st.get("worker_cpu") or {}
+        threads = st.threads or []
+        busy = st.worker_cpu
         return {
             "phase": names.get(phase or "", phase) if state == "running" else None,
             "progress_basis": basis, "scope": "cluster",
@@ -401,27 +407,26 @@ class PgProbackup(Driver):
                 "instance": opt(argv, None, "instance"),
                 "threads": tr.job.jobs, "threads_alive": len(threads) or None,
                 "worker_threads_cpu_percent": [round(v, 1) for _, v in sorted(busy.items())],
-                "files_in_flight": len(step_pass(st, phase)["inflight"])
+                "files_in_flight": len(step_pass(st, phase).inflight)
                 if phase in ROW_PHASE else 0,
                 "step": phase,
                 "step_progress": round(frac, 4) if frac is not None else None,
                 "status": ctl.get("status"), "stream": stream,
                 "compression": _compression(tr, st),
-                "total_bytes": st.get("total"),
+                "total_bytes": st.total,
                 "pgdata_bytes": _int(ctl.get("pgdata-bytes")) or None,
                 "data_bytes": _int(ctl.get("data-bytes")),
                 "wal_bytes": _int(ctl.get("wal-bytes")),
-                "backup_dir": st.get("backup_dir"),
-                "backup_id": os.path.basename(st["backup_dir"]) if st.get("backup_dir")
-                else None,
+                "backup_dir": st.backup_dir,
+                "backup_id": os.path.basename(st.backup_dir) if st.backup_dir else None,
                 "program_version": ctl.get("program-version"),
                 "eta_basis": eta_basis(st, tr.job.command),
-                "wait": st.get("wait") if state == "running" else None,
+                "wait": st.wait if state == "running" else None,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         st = _state(tr)
-        phase = st.get("phase")
+        phase = st.phase
         it = tr.items.get(KEY)
         if it is None or it.state == "done" or gone(snap):
             return None
@@ -440,13 +445,13 @@ class PgProbackup(Driver):
                            "cache (--no-sync skips it, at the risk of a backup lost in a crash)")
         if phase not in ("copy", "validate"):
             return None
-        cpus = list((st.get("worker_cpu") or {}).values())
+        cpus = list(st.worker_cpu.values())
         threads = len(cpus)
         if cpus:
             cpu = sum(cpus) / threads
         else:  # no thread readings: the process's CPU over the files in flight
-            total = (st.get("cpu_pct") or {}).get(tr.job.client_pid or -1)
-            threads = max(1, len(step_pass(st, phase)["inflight"]) or (tr.job.jobs or 1))
+            total = st.rows.cpu_pct.get(tr.job.client_pid or -1)
+            threads = max(1, len(step_pass(st, phase).inflight) or (tr.job.jobs or 1))
             cpu = total / threads if total is not None else None
         if cpu is None or cpu < BUSY_CPU:
             return None
@@ -470,15 +475,15 @@ class PgProbackup(Driver):
         st = _state(tr)
         it = tr.items.get(KEY)
         status = control(st).get("status")
-        if st.get("backup_dir"):  # the last word: its control file now
-            ctl = read_control(os.path.join(st["backup_dir"], "backup.control"))
+        if st.backup_dir:  # the last word: its control file now
+            ctl = read_control(os.path.join(st.backup_dir, "backup.control"))
             status = (ctl or {}).get("status", status)
-            st.setdefault("control", {})["status"] = status
+            st.control["status"] = status
         if it is None or it.state == "done":
             return None
         if status == "OK" or (status == "DONE" and not validates(tr.job.command)):
             tr.finish(it, snap.wall)
-            it.bytes_done = int(it.work) if st.get("total") else it.bytes_done
+            it.bytes_done = int(it.work) if st.total else it.bytes_done
         return None
 
     def leftovers(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> list[Item]:
@@ -491,7 +496,7 @@ class PgProbackup(Driver):
         if it is None or it.state == "done":
             return None
         status = control(st).get("status")
-        if status is None and not st.get("backup_dir"):
+        if status is None and not st.backup_dir:
             return None  # nothing seen of its catalog: leftover_verdict
         if status == "DONE":
             return None  # copied and synced: leftover_verdict says what is missing
@@ -503,7 +508,7 @@ class PgProbackup(Driver):
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
         st = _state(tr)
         if control(st).get("status") == "DONE":
-            bid = os.path.basename(st.get("backup_dir") or "") or "ID"
+            bid = os.path.basename(st.backup_dir or "") or "ID"
             return "ended", ("pg_probackup ended during the backup's validation: the backup "
                              "is copied and synced (status DONE) but not validated "
                              f"(`pg_probackup validate -i {bid}`)")
@@ -516,10 +521,8 @@ class PgProbackup(Driver):
 
 # ---- state ---------------------------------------------------------------------
 
-def _state(tr: Tracker) -> dict[str, Any]:
-    st: dict[str, Any] = tr.kind_state.setdefault("probackup", {"rows": {}, "cpu": {},
-                                                                "slots": {}, "passes": {}})
-    return st
+def _state(tr: Tracker) -> ProbackupState:
+    return state_of(tr, ProbackupState)
 
 
 def _int(v: str | None) -> int | None:
@@ -536,7 +539,7 @@ def _ours(b: Backend) -> bool:
     return (b.application_name or "").startswith(PROGRAM)
 
 
-def _compression(tr: Tracker, st: dict[str, Any]) -> str | None:
+def _compression(tr: Tracker, st: ProbackupState) -> str | None:
     """`zlib level 1`, or None without compression."""
     ctl = control(st)
     alg = ctl.get("compress-alg") or opt(tr.job.command, None, "compress-algorithm")
@@ -546,21 +549,21 @@ def _compression(tr: Tracker, st: dict[str, Any]) -> str | None:
     return f"{alg} level {level}" if level else alg
 
 
-def _stream_clock(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
+def _stream_clock(tr: Tracker, st: ProbackupState, snap: Snapshot) -> None:
     """When its WAL stream began, on the samples' clock (the walsender's
     start, by the server's clock)."""
     if snap.db is None or snap.db.server_ts is None:
         return
     for b in tr.members(snap):
         if b.backend_type == "walsender" and b.backend_start:
-            st["stream_began"] = snap.ts - (snap.db.server_ts - b.backend_start)
+            st.stream_began = snap.ts - (snap.db.server_ts - b.backend_start)
             return
 
 
-def _how_far(tr: Tracker, st: dict[str, Any]) -> str:
-    phase = st.get("phase")
-    if phase in ("sync", "validate") and st.get("total"):
-        done = min(1.0, step_pass(st, phase)["done"] / (step_total(st, phase) or 1.0))
-        return (f"after its copy ({fmt.size(st['total'])}), in phase {phase} at "
+def _how_far(tr: Tracker, st: ProbackupState) -> str:
+    phase = st.phase
+    if phase in ("sync", "validate") and st.total:
+        done = min(1.0, step_pass(st, phase).done / (step_total(st, phase) or 1.0))
+        return (f"after its copy ({fmt.size(st.total)}), in phase {phase} at "
                 f"{100.0 * done:.0f}%")
-    return how_far(tr.items.get(KEY), bool(st.get("total")), phase)
+    return how_far(tr.items.get(KEY), bool(st.total), phase)

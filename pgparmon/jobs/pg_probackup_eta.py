@@ -16,6 +16,7 @@ from ..analyze.bottleneck import BUSY_CPU
 from .. import units as fmt
 from . import walwait
 from .pg_probackup_catalog import opt
+from .pg_probackup_state import ProbackupState, StepPass
 from .pg_probackup_steps import control, step_pass, step_total, streamed, validates
 
 # its WAL stream sends a status message every 10 s (standby_message_timeout):
@@ -28,54 +29,54 @@ STATUS_INTERVAL_S = 10.0
 VALIDATE_PER_COPY = 0.5
 
 
-def step_eta(st: dict[str, Any], step: str,
+def step_eta(st: ProbackupState, step: str,
               threads: int | None = None) -> tuple[float | None, str | None]:
     """The rest of a step at its rate over its last 30 s; `threads`: the
     step's files shared out to that many threads (_schedule)."""
     p = step_pass(st, step)
-    hist = p["hist"]
+    hist = p.hist
     if len(hist) < 2 or hist[-1][0] - hist[0][0] < 1.0:
         return None, "measuring"
     rate = (hist[-1][1] - hist[0][1]) / (hist[-1][0] - hist[0][0])
     if rate <= 0:
         return None, "measuring"
-    if threads and p.get("busy"):
-        busy = [n for t, n in p["busy"] if t >= hist[0][0]]
+    if threads and p.busy:
+        busy = [n for t, n in p.busy if t >= hist[0][0]]
         per_thread = rate / max(1.0, sum(busy) / max(1, len(busy)))
         return _schedule(st, p, threads) / per_thread, None
-    return max(0.0, step_total(st, step) - p["done"]) / rate, None
+    return max(0.0, step_total(st, step) - p.done) / rate, None
 
 
-def own_cores(st: dict[str, Any], jobs: int | None) -> int | None:
+def own_cores(st: ProbackupState, jobs: int | None) -> int | None:
     """-j when its worker threads each keep a core busy (compression with
     cores to spare): then each thread goes at its own pace and the last file
     alone goes at one thread's. Otherwise they share what limits them (the
     disk, a host whose CPUs are busy with other work: one thread alone then
     gets what two shared), and the rest goes at the process's rate: None."""
-    cpu = list((st.get("worker_cpu") or {}).values())
+    cpu = list(st.worker_cpu.values())
     if not jobs or not cpu or sum(cpu) / len(cpu) < BUSY_CPU:
         return None
     return jobs
 
 
-def _schedule(st: dict[str, Any], p: dict[str, Any], threads: int) -> float:
+def _schedule(st: ProbackupState, p: StepPass, threads: int) -> float:
     """The bytes the busiest of `threads` threads still has to read, each
     finishing its file in flight, then taking the next one of the list (the
     largest last: one thread copies it alone at the end). The small files
     ahead (those under a 64th of a thread's share) go in lumps of that size:
     a few hundred units at most, whatever the number of files."""
-    left: dict[str, float] = p.get("left") or {}
+    left = p.left
     loads = sorted(left.values(), reverse=True)[:threads]
     loads += [0.0] * (threads - len(loads))
-    sizes_in_order: list[int] = st["sizes_in_order"]
-    low = p["low"]
-    skip = {st["index"][r] for r in (*left, *p["finished"])}
-    rest = float(st["prefix"][-1] - st["prefix"][low]) - sum(
-        st["sizes"][r] for r in (*left, *p["finished"]) if st["index"][r] >= low)
+    sizes_in_order: list[int] = st.sizes_in_order
+    low = p.low
+    skip = {st.index[r] for r in (*left, *p.finished)}
+    rest = float(st.prefix[-1] - st.prefix[low]) - sum(
+        st.sizes[r] for r in (*left, *p.finished) if st.index[r] >= low)
     lump = max(1.0, (rest + sum(loads)) / threads / 64.0)
     big = max(low, bisect.bisect_left(sizes_in_order, lump, lo=low))
     small = sum(sizes_in_order[i] for i in skip if low <= i < big)
-    units = [lump] * int((st["prefix"][big] - st["prefix"][low] - small) // lump)
+    units = [lump] * int((st.prefix[big] - st.prefix[low] - small) // lump)
     units += [float(sizes_in_order[i]) for i in range(big, len(sizes_in_order))
               if i not in skip]
     heapq.heapify(loads)
@@ -84,49 +85,49 @@ def _schedule(st: dict[str, Any], p: dict[str, Any], threads: int) -> float:
     return max(loads)
 
 
-def stream_wait(st: dict[str, Any], stop_at: float) -> float:
+def stream_wait(st: ProbackupState, stop_at: float) -> float:
     """Seconds its stop waits for its WAL stream, the stop beginning at
     `stop_at`. The stream stops once it sees the stop LSN set (about a
     second after pg_backup_stop), which it checks when WAL arrives or when
     it sends its status message: every 10 s from its start (pg_probackup's
     standby_message_timeout). WAL may arrive sooner; with none (the stop
     record is sent before the stop LSN is set) it waits for the message."""
-    began = st.get("stream_began")
+    began = st.stream_began
     if began is None:
         return 0.0
     since = stop_at + 1.0 - began
     return STATUS_INTERVAL_S - since % STATUS_INTERVAL_S
 
 
-def validation_ahead(st: dict[str, Any], command: Sequence[str]) -> float | None:
+def validation_ahead(st: ProbackupState, command: Sequence[str]) -> float | None:
     """Seconds the validation will take, before it starts: it reads back
     what the copy wrote (written per byte read, times the total), as fast
     per byte as the instance's last validation with this compression (its
     catalog), else at twice the rate the copy read the data directory
     (VALIDATE_PER_COPY). 0 without validation; None when the copy was not
     watched."""
-    if not validates(command) or st.get("phase") == "validate":
+    if not validates(command) or st.phase == "validate":
         return 0.0
-    first, last = st.get("copy_first"), st.get("copy_last")
-    ratio = st.get("write_ratio")
+    first, last = st.copy_first, st.copy_last
+    ratio = st.write_ratio
     if ratio is None:
         return None
     earlier = _earlier_validation(st)
     if earlier is not None:  # as fast as its last backup's, per byte written
-        return float(st["total"]) * ratio * earlier["validate_s"] / earlier["data_bytes"]
+        return float(st.total) * ratio * earlier["validate_s"] / earlier["data_bytes"]
     if not first or not last or last[0] - first[0] < 1.0:
         return None
     rate = (last[1] - first[1]) / (last[0] - first[0])
-    if st.get("phase") == "copy":  # while it copies: its recent pace
-        p = step_pass(st, "copy")["hist"]
+    if st.phase == "copy":  # while it copies: its recent pace
+        p = step_pass(st, "copy").hist
         if len(p) >= 2 and p[-1][0] - p[0][0] >= 1.0 and p[-1][1] > p[0][1]:
             rate = (p[-1][1] - p[0][1]) / (p[-1][0] - p[0][0])
     if rate <= 0:
         return None
-    return float(st["total"]) * ratio / rate * VALIDATE_PER_COPY
+    return float(st.total) * ratio / rate * VALIDATE_PER_COPY
 
 
-def sync_ahead(st: dict[str, Any], command: Sequence[str]) -> float | None:
+def sync_ahead(st: ProbackupState, command: Sequence[str]) -> float | None:
     """Seconds the sync will take, before it starts (a FULL backup: it
     syncs every file it copied): as long per file as the instance's last
     timed sync (100 files or more). None: no such backup, a DELTA or PAGE
@@ -135,36 +136,36 @@ def sync_ahead(st: dict[str, Any], command: Sequence[str]) -> float | None:
             or "").upper()
     if mode != "FULL" or "--no-sync" in command:
         return None
-    for h in st.get("history") or ():
+    for h in st.history:
         if h.get("synced_files", 0) >= 100 and h.get("sync_s") is not None:
-            return float(st.get("files") or 0) * float(h["sync_s"]) / h["synced_files"]
+            return float(st.files) * float(h["sync_s"]) / h["synced_files"]
     return None
 
 
-def _earlier_validation(st: dict[str, Any]) -> dict[str, Any] | None:
+def _earlier_validation(st: ProbackupState) -> dict[str, Any] | None:
     """The newest earlier backup of this instance with the same compression
     whose validation can be timed (64 MB or more written: its control file's
     end-time has whole seconds), its time less the half second that rounding
     adds on average."""
     comp = control(st).get("compress-alg") or "none"
-    for h in st.get("history") or ():
+    for h in st.history:
         if h.get("compress") == comp and h.get("data_bytes", 0) >= 64 << 20:
             return {**h, "validate_s": max(0.25, float(h["validate_s"]) - 0.5)}
     return None
 
 
-def eta_basis(st: dict[str, Any], command: Sequence[str]) -> str | None:
-    phase = st.get("phase")
-    if phase == "starting" and walwait.wait_eta(st.get("wait")) is not None:
+def eta_basis(st: ProbackupState, command: Sequence[str]) -> str | None:
+    phase = st.phase
+    if phase == "starting" and walwait.wait_eta(st.wait) is not None:
         return ("the start's wait: the longest of the spread checkpoint's bound and the "
                 "archiver's backlog at its pace; the copy not counted until it runs")
-    if not st.get("total") or phase == "starting":
+    if not st.total or phase == "starting":
         return None
     if phase == "validate":
         return "the validation's rest at its rate over the last 30 s"
     synced = sync_ahead(st, command) is not None
-    ahead = st.get("stop_ahead")
-    archived = (st.get("wait") or {}).get("left_s")
+    ahead = st.stop_ahead
+    archived = (st.wait or {}).get("left_s")
     head = {"copy": "the copy's rest at its rate over the last 30 s"
             + ("; the stop's wait for its WAL stream (its next status message, every 10 s)"
                if streamed(st, command) else
@@ -192,34 +193,34 @@ def eta_basis(st: dict[str, Any], command: Sequence[str]) -> str | None:
                    "with this compression to time)")
 
 
-def remaining(st: dict[str, Any], command: Sequence[str],
+def remaining(st: ProbackupState, command: Sequence[str],
               jobs: int | None) -> tuple[float | None, str | None]:
     """The rest of the step it is in at that step's rate (its last 30 s;
     the copy's and the validation's shared out to its threads), plus
     what is still to come: the stop's wait for its WAL stream (--stream:
     until the stream's next status message) and the validation
     (validation_ahead). The sync is counted once it runs."""
-    phase = st.get("phase")
+    phase = st.phase
     stream = streamed(st, command)
     if phase == "starting":
-        left = walwait.wait_eta(st.get("wait"))
+        left = walwait.wait_eta(st.wait)
         if left is not None:
             return left, walwait.WAIT_ONLY
-        return None, walwait.wait_reason(st.get("wait")) or (
+        return None, walwait.wait_reason(st.wait) or (
             f"starting: pg_backup_start (a checkpoint), then the WAL segment the backup "
             f"starts in ({'streamed' if stream else 'archived'})")
-    if not st.get("total"):
+    if not st.total:
         return None, "no total: the data directory is not on this host"
     later = validation_ahead(st, command)
-    now = st.get("now") or 0.0
+    now = st.now or 0.0
     if phase == "copy":
         left, why = step_eta(st, "copy", own_cores(st, jobs))
-        st["stop_ahead"] = None
+        st.stop_ahead = None
         if left is not None and stream:
             left += stream_wait(st, now + left) + 1.0
         elif left is not None:  # its stop waits for the archiver: its backlog now
-            st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
-            left += st["stop_ahead"] or 0.0
+            st.stop_ahead = st.wal.stop_ahead(left)
+            left += st.stop_ahead or 0.0
     elif phase == "sync":
         left, why = step_eta(st, "sync")
         if left is None:  # its first second: the validation to come only
@@ -228,15 +229,16 @@ def remaining(st: dict[str, Any], command: Sequence[str],
         if control(st).get("status") == "OK":
             return 0.0, None
         left, why = step_eta(st, "validate", own_cores(st, jobs))
-        ahead = st.get("validation_ahead")
+        ahead = st.validation_ahead
         if left is None and ahead is not None:  # its first second: as foreseen
-            return max(0.0, ahead - (now - st.get("validate_began", now))), None
+            began = st.validate_began if st.validate_began is not None else now
+            return max(0.0, ahead - (now - began)), None
         return left, why
     else:  # stopping: pg_backup_stop, then the WAL up to its stop LSN
-        began = st.get("stop_began", now)
+        began = st.stop_began if st.stop_began is not None else now
         wait = stream_wait(st, began) if stream else 0.0
         left, why = max(0.0, began + 1.0 + wait - now), None
-        archived = (st.get("wait") or {}).get("left_s")
+        archived = (st.wait or {}).get("left_s")
         if not stream and archived is not None:  # the archiver's backlog at its pace
             left = archived
     if left is None:

@@ -15,6 +15,7 @@ from ..analyze.bottleneck import Verdict
 from ..snapshot import Backend, Snapshot
 from . import walwait
 from .pg_probackup_catalog import opt, stopped
+from .pg_probackup_state import ProbackupState
 from .pg_probackup_steps import control, streamed
 
 # its stop's statement (it switches out of the stop LSN's segment)
@@ -23,33 +24,33 @@ SMOOTH_WAY_OUT = "leave out --smooth-checkpoint (pg_probackup asks for a fast on
 TIMES_OUT = "the backup fails when its archive_timeout (300 s unless set) runs out"
 
 
-def archiving(st: dict[str, Any], waits_for: str) -> Verdict:
+def archiving(st: ProbackupState, waits_for: str) -> Verdict:
     """A wait for archive_command (archive-push): the backlog before the
     segment, the archiver's pace, and whether it fails now."""
-    arch = (st.get("wait") or {}).get("archiving")
+    arch = (st.wait or {}).get("archiving")
     text = walwait.archiving_text(arch, waits_for, TIMES_OUT)
-    failing = walwait.watch(st).failing()
+    failing = st.wal.failing()
     if arch is None and failing:  # no WAL position read (an older recording)
         text += f", and {failing}: fix archive_command (the server log says why), or {TIMES_OUT}"
     return Verdict("archiving", text)
 
 
-def waits_archived(st: dict[str, Any], command: Sequence[str]) -> bool:
+def waits_archived(st: ProbackupState, command: Sequence[str]) -> bool:
     """Whether its start waits for the archiver: in archive mode, and for a
     PAGE backup in either mode (pg_probackup's backup.c)."""
     mode = (control(st).get("backup-mode") or opt(command, "-b", "backup-mode") or "").upper()
     return not streamed(st, command) or mode == "PAGE"
 
 
-def waits(st: dict[str, Any], command: Sequence[str], session: Backend | None,
+def waits(st: ProbackupState, command: Sequence[str], session: Backend | None,
           snap: Snapshot) -> dict[str, Any] | None:
     """What the backup waits on now (`session`: its client backend), with
     the figures: at its start pg_backup_start's checkpoint and, where it
     waits for the archiver, the segment of its start LSN (which it switches
     out of with pg_switch_wal once pg_backup_start returns); at its stop in
     archive mode the stop LSN's segment (pg_backup_stop switches out of it)."""
-    ww = walwait.watch(st)
-    phase = st.get("phase")
+    ww = st.wal
+    phase = st.phase
     query = (session.query or "") if session is not None else ""
     if phase == "starting":
         # its session works in the start only in pg_backup_start (its other
@@ -69,9 +70,9 @@ def waits(st: dict[str, Any], command: Sequence[str], session: Backend | None,
     return None
 
 
-def start_verdict(st: dict[str, Any], command: Sequence[str]) -> Verdict | None:
+def start_verdict(st: ProbackupState, command: Sequence[str]) -> Verdict | None:
     """The start's limit: the checkpoint (then the archiver), or the archiver."""
-    wait = st.get("wait") or {}
+    wait = st.wait or {}
     ck = wait.get("checkpoint")
     if ck is not None:
         text = walwait.checkpoint_text(ck, SMOOTH_WAY_OUT, "pg_probackup")

@@ -16,12 +16,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item, WorkerState
-from ..cmdline import ClientArgs
+from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
@@ -32,10 +33,32 @@ if TYPE_CHECKING:
 _TINY_WORK = 512
 _DONE_ASKS = 4
 
+_OPTIONS: Opts = {
+    **DUMP_RESTORE_COMMON, "l": ("list", False), "L": ("use-list", True),
+    "I": ("index", True), "P": ("function", True), "T": ("trigger", True),
+    "e": ("exit-on-error", False), "1": ("single-transaction", False),
+    **args("use-list", "index", "function", "trigger", "transaction-size",
+           "exclude-database"),
+    **flags("list", "exit-on-error", "single-transaction", "no-data-for-failed-tables",
+            "globals-only"),
+}
+
+
+def _positional(res: ClientArgs, pos: list[str], dbname: str | None) -> str | None:
+    if pos:
+        res.file = pos[0]  # the archive
+    return dbname
+
+
+# -f is where the SQL goes (the output); the archive is the positional
+CLIENT = ClientSpec(options=_OPTIONS, values={"format": choices(RESTORE_FORMATS, True)},
+                    fields={"file": "output"}, lists=True, positional=_positional)
+
 
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
+    client_specs = {"pg_restore": CLIENT}
     warns_early_foreign_keys = True  # its data loads and FK builds follow the TOC
 
     # ---- recognise ---------------------------------------------------------
@@ -217,4 +240,34 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         tr.add(Item(key=str(it.dump_id), kind=kind, relation=table, name=name, size=base,
                     work=max(base * factor, 1.0), deps=frozenset(deps),
                     exclusive=kind != "index"))
-    tr.planned = True
+    for key, after in post_data_order(targets, set(tr.items)).items():
+        tr.items[key].deps = tr.items[key].deps | after
+    tr.mark_planned()
+
+
+def post_data_order(targets: dict[int, PostDataTarget], planned: set[str]
+                    ) -> dict[str, frozenset[str]]:
+    """The post-data items each planned item waits for, from the archive's
+    own dependencies (pg_restore -j starts an item only when they are done):
+    a foreign key waits for the referenced key's build, and on a partitioned
+    table for every partition's key build, through the INDEX ATTACH entries
+    (not work items themselves: their dependencies are followed)."""
+    out: dict[str, frozenset[str]] = {}
+    for dump_id, tgt in targets.items():
+        if str(dump_id) not in planned:
+            continue
+        found: set[str] = set()
+        seen = {dump_id}
+        todo = list(tgt.dependencies)
+        while todo:
+            d = todo.pop()
+            if d in seen:
+                continue
+            seen.add(d)
+            if str(d) in planned:
+                found.add(str(d))
+            elif d in targets:  # a post-data entry that is no work item
+                todo.extend(targets[d].dependencies)
+        if found:
+            out[str(dump_id)] = frozenset(found)
+    return out

@@ -49,11 +49,13 @@ from .base import (
     PlanInputs,
     PlanReader,
     cluster_job,
+    state_of,
     tree_member_pids,
 )
 from .backup_rows import process_row, prune_rows, window_eta
 from .pgbackrest_repo import backup_type, command_of, data_directory_bytes, data_path, \
     option, read_lock
+from .pgbackrest_state import BackrestState
 from .pgbackrest_waits import aim_stop, archive_check, waits, wait_verdict
 
 if TYPE_CHECKING:
@@ -78,7 +80,11 @@ class PgBackRest(Driver):
     fixed_workers = False  # local processes start after the backup's start
     whole_cluster = True
     phases = (STARTING, BACKUP, ARCHIVE_WAIT)
+    verdicts = ("nothing", "starting", "client-cpu", "archiving", "checkpoint")
     advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
+
+    def new_state(self) -> BackrestState:
+        return BackrestState()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -127,8 +133,8 @@ class PgBackRest(Driver):
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         size = (inputs.file_sizes or {}).get("pg_data")
         if size:
-            tr.kind_state.setdefault("backrest", {"procs": {}, "cpu": {}})["pgdata"] = size
-        tr.planned = True  # the work list: this one backup
+            _st(tr).pgdata = size
+        tr.mark_planned()  # the work list: this one backup
         return True
 
     # ---- the tool's own status (live) ----------------------------------------
@@ -145,73 +151,60 @@ class PgBackRest(Driver):
     # ---- observe -----------------------------------------------------------
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
-        st = tr.kind_state.setdefault("backrest", {"procs": {}, "cpu": {}})
+        st = _st(tr)
         it = tr.items.get(KEY)
         if it is None:
             it = Item(key=KEY, kind="backup", relation=None, name=f"{backup_type(tr.job.command)} backup",
                       size=1.0, work=1.0, state="running", started=snap.wall)
             tr.add(it)
-        walwait.watch(st).observe(snap)
-        lock = (snap.tool or {}).get("lock") or {}
-        pct = lock.get("pctCplt")
-        if isinstance(pct, (int, float)):
-            st["pct"] = max(float(pct), st.get("pct") or 0.0)
-        for k in ("sz", "szCplt"):
-            if isinstance(lock.get(k), (int, float)):
-                st[k] = int(lock[k])
-        for k in ("lock_file", "backup_dir"):
-            if snap.tool and snap.tool.get(k):
-                st[k] = snap.tool[k]
-        if snap.tool and "completed" in snap.tool:
-            st["completed"] = snap.tool["completed"]
-        if snap.tool and snap.tool.get("archive_stop"):
-            st["archive_stop"] = snap.tool["archive_stop"]
+        st.wal.observe(snap)
+        _read_tool(st, snap.tool)
         inflight = self._local_processes(tr, st, snap)
         aim_stop(tr, st, snap)
-        st["phase"] = _phase(tr, st, snap)
-        st["wait"] = waits(tr, st, snap)
+        st.phase = _phase(tr, st, snap)
+        st.wait = waits(tr, st, snap)
         if it.state == "done":
             return
         # pgBackRest counts a file when it is finished: one large file read
         # for minutes moves its percentage by nothing. In bytes (a full
         # backup's total: the data directory; 2.48+: its own), add how far
         # the local processes are into the files they read now.
-        total = st.get("sz") or (st.get("pgdata") if backup_type(tr.job.command) == "full" else None)
+        total = st.size or (st.pgdata if backup_type(tr.job.command) == "full" else None)
         if total:
-            done = (st.get("pct") or 0.0) / 10000.0 * total + inflight
+            done = (st.pct or 0.0) / 10000.0 * total + inflight
             if it.work != total:
                 it.work = it.size = float(total)
                 it.done = 0.0
-            st["unit"] = "bytes"
-        elif st.get("pct") is not None:
-            done, it.work, st["unit"] = st["pct"], 10000.0, "percent"
+            st.unit = "bytes"
+        elif st.pct is not None:
+            done, it.work, st.unit = st.pct, 10000.0, "percent"
         else:
             return
         it.done = max(it.done, min(0.999 * it.work, done))
-        if st["unit"] == "bytes":
+        if st.unit == "bytes":
             it.bytes_done = int(it.done)
-        if st["phase"] == "copy":  # the copy's own pace, not the start's wait
-            hist = st.setdefault("hist", [])
+        if st.phase == "copy":  # the copy's own pace, not the start's wait
+            hist = st.hist
             hist.append((snap.ts, it.done, it.work))
             while len(hist) > 2 and hist[-1][0] - hist[0][0] > COPY_RATE_WINDOW_S:
                 del hist[0]
 
-    def _local_processes(self, tr: Tracker, st: dict[str, Any], snap: Snapshot) -> float:
+    def _local_processes(self, tr: Tracker, st: BackrestState, snap: Snapshot) -> float:
         """Each local process that reads a data file now is a worker row: the
         file, how far in, the process's read rate and CPU. Returns the bytes
         read so far of the files being read now."""
         inflight = 0.0
         sizes = {f.path: f.size for f in snap.files}
-        procs: dict[int, WorkerState] = st["procs"]
+        procs = st.rows.procs
         root = tr.job.client_pid
         active: set[int] = set()
         for c in snap.clients:
             if c.pid == root:
                 continue
             reading = [f for f in c.open_files or () if f.path in sizes]
-            prev_cpu = st["cpu"].get(c.pid)
+            prev_cpu = st.rows.cpu.get(c.pid)
             if c.cpu_s is not None:
-                st["cpu"][c.pid] = (snap.ts, c.cpu_s)
+                st.rows.cpu[c.pid] = (snap.ts, c.cpu_s)
             if not reading:
                 continue
             active.add(c.pid)
@@ -223,9 +216,9 @@ class PgBackRest(Driver):
             w.progress = min(1.0, f.position / sizes[f.path]) if sizes[f.path] else None
             w.wait_event = None
             w.state = "active"
-            process_row(st, w, c, snap, prev_cpu, c.read_chars)
+            process_row(st.rows, w, c, snap, prev_cpu, c.read_chars)
         # rows of their own beside the server sessions
-        prune_rows(tr, st, procs, active)
+        prune_rows(tr, st.rows, active)
         return inflight
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
@@ -233,25 +226,23 @@ class PgBackRest(Driver):
 
     def between_steps(self, tr: Tracker) -> bool:
         # the start (checkpoint, archive check), the stop, the manifest
-        return (tr.kind_state.get("backrest") or {}).get("phase") != "copy"
+        return _st(tr).phase != "copy"
 
     def fraction(self, tr: Tracker) -> float | None:
-        st = tr.kind_state.get("backrest") or {}
         it = tr.items.get(KEY)
-        if it is None or st.get("unit") is None and it.state != "done":
+        if it is None or _st(tr).unit is None and it.state != "done":
             return None
         return it.fraction
 
     def has_total(self, tr: Tracker) -> bool:
-        return (tr.kind_state.get("backrest") or {}).get("unit") is not None
+        return _st(tr).unit is not None
 
     def streams(self, tr: Tracker) -> int | None:
         return None  # a queue of files, not of items: no "one item left" tail
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        st = tr.kind_state.get("backrest") or {}
-        phase = st.get("phase")
-        wait = st.get("wait")
+        st = _st(tr)
+        phase, wait = st.phase, st.wait
         if phase == "starting":
             left = walwait.wait_eta(wait)
             if left is not None:
@@ -269,68 +260,66 @@ class PgBackRest(Driver):
             return None, walwait.wait_reason(wait) or "waiting for the backup's WAL to be archived"
         if phase == "finishing":
             return None, "finishing (the manifest)"
-        if st.get("pct") is None and st.get("unit") != "bytes":
+        if st.pct is None and st.unit != "bytes":
             return None, ("no percentage from pgBackRest yet (2.38+ writes it to its lock "
-                          "file)" if st.get("lock_file") or tr.job.client_pid else
+                          "file)" if st.lock_file or tr.job.client_pid else
                           "pgBackRest's processes are not on this host: no progress")
-        left, why = window_eta(tr.items.get(KEY), st.get("hist") or ())
-        st["stop_ahead"] = None
+        left, why = window_eta(tr.items.get(KEY), st.hist)
+        st.stop_ahead = None
         if left is not None and phase == "copy" and archive_check(tr):
             # the stop waits for the archiver: the backlog now, beyond the copy's rest
-            st["stop_ahead"] = walwait.watch(st).stop_ahead(left)
-            left += st["stop_ahead"] or 0.0
+            st.stop_ahead = st.wal.stop_ahead(left)
+            left += st.stop_ahead or 0.0
         return left, why
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
-        st = tr.kind_state.get("backrest") or {}
+        st = _st(tr)
         argv = tr.job.command
         names = {"starting": "starting (checkpoint, archive check)", "copy": "copying files",
                  "archive-wait": "stopping (waiting for WAL archiving)",
                  "finishing": "finishing (manifest)"}
-        if st.get("unit") == "bytes":
+        if st.unit == "bytes":
             basis = ("pgBackRest's files done (its lock file) + the files its processes "
-                     "read now, of " + ("its total" if st.get("sz") else "the data directory"))
-        elif st.get("pct") is not None:
+                     "read now, of " + ("its total" if st.size else "the data directory"))
+        elif st.pct is not None:
             basis = "pgBackRest's own percentage (its lock file)"
         elif tr.job.client_pid:
             basis = "none yet: pgBackRest has written no percentage"
         else:
             basis = "none: pgBackRest's processes are not on this host"
         return {
-            "phase": names.get(st.get("phase") or "", st.get("phase")) if state == "running"
-            else None,
+            "phase": names.get(st.phase or "", st.phase) if state == "running" else None,
             "progress_basis": basis, "scope": "cluster",
             "backup": {
                 "tool": "pgbackrest", "type": option(argv, "type") or "incr",
                 "stanza": option(argv, "stanza"),
                 "process_max": tr.job.jobs,
-                "processes_copying": len(st.get("active") or ()),
-                "percent_done": round(st["pct"] / 100.0, 2) if st.get("pct") is not None
-                else None,
-                "total_bytes": st.get("sz") or (st.get("pgdata") if backup_type(tr.job.command) == "full"
-                                                else None),
-                "done_bytes": st.get("szCplt"),
-                "lock_file": st.get("lock_file"), "backup_dir": st.get("backup_dir"),
+                "processes_copying": len(st.rows.active),
+                "percent_done": round(st.pct / 100.0, 2) if st.pct is not None else None,
+                "total_bytes": st.size or (st.pgdata if backup_type(tr.job.command) == "full"
+                                           else None),
+                "done_bytes": st.size_done,
+                "lock_file": st.lock_file, "backup_dir": st.backup_dir,
                 "compression": option(argv, "compress-type"),
-                "wait": st.get("wait") if state == "running" else None,
+                "wait": st.wait if state == "running" else None,
                 "eta_basis": _eta_basis(tr, st) if state == "running" else None,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
-        st = tr.kind_state.get("backrest") or {}
-        phase = st.get("phase")
+        st = _st(tr)
+        phase = st.phase
         if phase in ("starting", "archive-wait"):
-            return wait_verdict(st.get("wait"), phase, walwait.watch(st).failing())
+            return wait_verdict(st.wait, phase, st.wal.failing())
         if phase == "finishing":
             return Verdict("nothing", "pgBackRest finishes the backup (pg_backup_stop, its "
                            "manifest): no file is copied now")
         if phase != "copy":
             return None
-        if not st.get("active"):  # its local processes, none reading a data file yet
+        if not st.rows.active:  # its local processes, none reading a data file yet
             return Verdict("starting", f"pgBackRest's local processes are starting (process-max "
                            f"{tr.job.jobs or 1}): none reads a data file yet")
-        cpus = list((st.get("cpu_pct") or {}).values())
+        cpus = list(st.rows.cpu_pct.values())
         if not cpus:
             return None
         mean = sum(cpus) / len(cpus)
@@ -351,27 +340,27 @@ class PgBackRest(Driver):
         """Finished when its repository lists the backup (backup.info, as
         last read while its processes lived); otherwise the verdict says how
         far it got (a failed one is never listed)."""
-        st = tr.kind_state.get("backrest") or {}
+        st = _st(tr)
         it = tr.items.get(KEY)
-        if it is not None and it.state != "done" and st.get("completed"):
+        if it is not None and it.state != "done" and st.completed:
             tr.finish(it, snap.wall)
-            if st.get("unit") == "bytes":
+            if st.unit == "bytes":
                 it.bytes_done = int(it.work)
         return None
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
-        st = tr.kind_state.get("backrest") or {}
+        st = _st(tr)
         return "ended", (f"pgBackRest's processes are gone after the copy "
                          f"({_how_far(st, tr.items.get(KEY))}); "
                          "whether the backup completed cannot be seen here (its repository's "
                          "backup.info is not readable by this user; `pgbackrest info` says)")
 
     def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
-        st = tr.kind_state.get("backrest") or {}
+        st = _st(tr)
         it = tr.items.get(KEY)
         if it is None or it.state == "done":
             return None
-        if st.get("copied") and st.get("backup_dir") and st.get("completed") is None:
+        if st.copied and st.backup_dir and st.completed is None:
             return None  # after the copy, a repository we cannot read: leftover_verdict
         return f"the backup stopped {_how_far(st, it)}"
 
@@ -379,52 +368,77 @@ class PgBackRest(Driver):
         return f"pgbackrest exit code {code}"
 
 
-def _eta_basis(tr: Tracker, st: dict[str, Any]) -> str | None:
+def _st(tr: Tracker) -> BackrestState:
+    return state_of(tr, BackrestState)
+
+
+def _read_tool(st: BackrestState, tool: dict[str, Any] | None) -> None:
+    """What pgBackRest said this sample (read_status, recorded): its lock
+    file's percentage, total and bytes done, the backup's directory, whether
+    backup.info lists it, the segment its stop waits for."""
+    lock = (tool or {}).get("lock") or {}
+    pct = lock.get("pctCplt")
+    if isinstance(pct, (int, float)):
+        st.pct = max(float(pct), st.pct or 0.0)
+    if isinstance(lock.get("sz"), (int, float)):
+        st.size = int(lock["sz"])
+    if isinstance(lock.get("szCplt"), (int, float)):
+        st.size_done = int(lock["szCplt"])
+    if not tool:
+        return
+    st.lock_file = tool.get("lock_file") or st.lock_file
+    st.backup_dir = tool.get("backup_dir") or st.backup_dir
+    if "completed" in tool:
+        st.completed = tool["completed"]
+    st.archive_stop = tool.get("archive_stop") or st.archive_stop
+
+
+def _eta_basis(tr: Tracker, st: BackrestState) -> str | None:
     """What the ETA counts."""
-    phase = st.get("phase")
+    phase = st.phase
     if phase == "starting":
         return ("the start's wait: the longest of the spread checkpoint's bound and the "
                 "archiver's backlog at its pace; the copy not counted until it runs")
     if phase == "archive-wait":
         return "the archiver's backlog up to the backup's last segment, at its pace"
     if phase == "copy":
-        ahead = st.get("stop_ahead")
+        ahead = st.stop_ahead
         return ("the copy's rest at its rate over the last 30 s"
                 + (f"; the stop's wait for the archiver beyond it ({fmt.duration(ahead)}: its "
                    "backlog now at its pace, at least)" if ahead else ""))
     return None
 
 
-def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
+def _phase(tr: Tracker, st: BackrestState, snap: Snapshot) -> str:
     """starting | copy | archive-wait | finishing, from the local processes
     (children of the main one, alive while files are copied), the session's
     statement and the percentage."""
     locals_ = [c for c in snap.clients if c.pid != tr.job.client_pid]
-    if locals_ and (st.get("pct") or 0) < 9990:
-        st["copied"] = True
+    if locals_ and (st.pct or 0) < 9990:
+        st.copied = True
         return "copy"
     query = " ".join((b.query or "") for b in tr.members(snap)).lower()
     if "pg_backup_stop" in query or "pg_stop_backup" in query:
         return "archive-wait"
-    if st.get("copied") and archive_check(tr) and walwait.watch(st).behind("stop"):
+    if st.copied and archive_check(tr) and st.wal.behind("stop"):
         # its session closed after pg_backup_stop: it looks in its repository
         # for every segment up to the stop's, which the archiver has not all
         # archived yet
         return "archive-wait"
-    if st.get("copied") or (st.get("pct") or 0) > 0:
+    if st.copied or (st.pct or 0) > 0:
         return "finishing"
     return "starting"
 
 
-def _how_far(st: dict[str, Any], it: Item | None = None) -> str:
+def _how_far(st: BackrestState, it: Item | None = None) -> str:
     """How far the backup got: pgBackRest's percentage, or (ahead of it,
     when the total is in bytes) the bytes its local processes were seen to
     read; a copy whose local processes ended before it was done reads
     "copy", not "finishing" (they were killed or failed)."""
-    pct = st.get("pct")
-    phase = st.get("phase") or "?"
+    pct = st.pct
+    phase = st.phase or "?"
     seen: float | None = None
-    if it is not None and st.get("unit") == "bytes" and it.work > 0:
+    if it is not None and st.unit == "bytes" and it.work > 0:
         seen = it.fraction
     if seen is not None and it is not None and seen > 0 and (
             pct is None or 100.0 * seen > pct / 100.0 + 0.05):
@@ -434,7 +448,7 @@ def _how_far(st: dict[str, Any], it: Item | None = None) -> str:
         size = ""
     else:
         where = f"at {pct / 100.0:.1f}%" if pct is not None else "before any progress"
-        size = f" ({fmt.size(st['szCplt'])} of {fmt.size(st['sz'])})" if st.get("sz") else ""
+        size = f" ({fmt.size(st.size_done)} of {fmt.size(st.size)})" if st.size else ""
         seen = pct / 10000.0 if pct is not None else None
     if phase == "finishing" and (seen is None or seen < 0.99):
         phase = "copy (its local processes ended before it was done)"

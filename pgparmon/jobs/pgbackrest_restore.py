@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
@@ -36,8 +37,8 @@ from ..cmdline import ClientArgs
 from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .backup_phases import STARTING
-from .base import TREE, Driver, EndContext, Job, tree_member_pids
-from .backup_rows import how_far, process_row, prune_rows, window_eta
+from .base import TREE, Driver, EndContext, Job, state_of, tree_member_pids
+from .backup_rows import ProcessRows, how_far, process_row, prune_rows, window_eta
 from .pgbackrest_repo import command_of, option
 
 if TYPE_CHECKING:
@@ -56,6 +57,34 @@ RESTORE = Phase("restore", 110, busy=True, streams=True,
                 tui=("black on green", "black on bright_green"), fill="#52b788")
 FINISHING = Phase("finishing", 140, busy=True, waits=True,
                   tui=("black on grey70", "black on white"), fill="#adb5bd")
+# what read_status says that the driver's state keeps (the same names)
+_FROM_TOOL = ("pgdata", "label", "total", "file_count", "written", "pg_control", "delta",
+              "repo_stanza_dir", "queue_done")
+
+
+@dataclass
+class RestoreState:
+    """What the restore driver keeps about one restore (its new_state)."""
+
+    rows: ProcessRows = field(default_factory=ProcessRows)  # its local processes
+    # from its status (read_status, recorded): the data directory, the
+    # backup set, the manifest's total and files, the bytes in the data
+    # directory, whether pg_control is there, a delta restore and how far
+    # its queue is done
+    pgdata: str | None = None
+    label: str | None = None
+    total: int | None = None
+    file_count: int | None = None
+    written: int | None = None
+    pg_control: bool | None = None
+    delta: bool | None = None
+    repo_stanza_dir: str | None = None
+    queue_done: float | None = None
+    phase: str | None = None  # starting | restore | finishing
+    basis: str | None = None  # what its progress counts: "queue" or "written"
+    # (ts, done, work) over the copy's last seconds: the ETA's rate
+    hist: list[tuple[float, float, float]] = field(default_factory=list)
+    copied: bool = False  # its local processes were seen writing
 
 
 class PgBackRestRestore(Driver):
@@ -68,7 +97,11 @@ class PgBackRestRestore(Driver):
     whole_cluster = True
     host_only = True
     phases = (STARTING, RESTORE, FINISHING)
+    verdicts = ("client-cpu",)
     advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
+
+    def new_state(self) -> RestoreState:
+        return RestoreState()
 
     # ---- recognise ---------------------------------------------------------
 
@@ -164,62 +197,62 @@ class PgBackRestRestore(Driver):
     # ---- observe -----------------------------------------------------------
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
-        st = tr.kind_state.setdefault("restore", {"procs": {}, "cpu": {}})
+        st = _st(tr)
         tool = snap.tool or {}
         it = tr.items.get(KEY)
         if it is None:
             it = Item(key=KEY, kind="backup", relation=None, name="restore", size=1.0,
                       work=1.0, state="running", started=snap.wall)
             tr.add(it)
-        for k in ("pgdata", "label", "total", "file_count", "written", "pg_control",
-                  "delta", "repo_stanza_dir", "queue_done"):
+        for k in _FROM_TOOL:
             if k in tool:
-                st[k] = tool[k]
-        if st.get("label"):
-            it.name = f"restore of {st['label']}"
+                setattr(st, k, tool[k])
+        if st.label:
+            it.name = f"restore of {st.label}"
         inflight = self._local_processes(tr, st, snap, tool.get("inflight") or {})
-        st["phase"] = _phase(tr, st, snap)
+        st.phase = _phase(tr, st, snap)
         if it.state == "done":
             return
-        total = st.get("total")
+        total = st.total
         if not total:
             return
         if it.work != total:
             it.work = it.size = float(total)
             it.done = 0.0
-        if st.get("delta"):
-            q = st.get("queue_done")
+        done: float | None
+        if st.delta:
+            q = st.queue_done
             done = q + inflight if q is not None else None
-            st["basis"] = "queue"
+            st.basis = "queue"
         else:
-            done = st.get("written")
+            done = st.written
             if done is not None and tool.get("wchars") is not None:
                 done += max(0, (tool.get("wc_sum") or 0) - tool["wchars"])
-            st["basis"] = "written"
+            st.basis = "written"
         if done is None:
             return
         it.done = max(it.done, min(0.999 * it.work, float(done)))
         it.bytes_done = int(it.done)
-        if st["phase"] == "restore":
-            hist = st.setdefault("hist", [])
+        if st.phase == "restore":
+            hist = st.hist
             hist.append((snap.ts, it.done, it.work))
             while len(hist) > 2 and hist[-1][0] - hist[0][0] > RATE_WINDOW_S:
                 del hist[0]
 
-    def _local_processes(self, tr: Tracker, st: dict[str, Any], snap: Snapshot,
+    def _local_processes(self, tr: Tracker, st: RestoreState, snap: Snapshot,
                          sizes: dict[str, int]) -> float:
         """Each local process writing a file into the data directory is a
         worker row. Returns the bytes written of the files in flight."""
-        pgdata = (st.get("pgdata") or "").rstrip("/")
-        procs: dict[int, WorkerState] = st["procs"]
+        pgdata = (st.pgdata or "").rstrip("/")
+        procs = st.rows.procs
         inflight = 0.0
         active: set[int] = set()
         for c in snap.clients:
             if c.pid == tr.job.client_pid:
                 continue
-            prev_cpu = st["cpu"].get(c.pid)
+            prev_cpu = st.rows.cpu.get(c.pid)
             if c.cpu_s is not None:
-                st["cpu"][c.pid] = (snap.ts, c.cpu_s)
+                st.rows.cpu[c.pid] = (snap.ts, c.cpu_s)
             writing = [f for f in c.open_files or ()
                        if pgdata and f.path.startswith(pgdata + "/")]
             if not writing:
@@ -233,75 +266,73 @@ class PgBackRestRestore(Driver):
             w.relation = name[len("pg_data/"):]
             w.progress = min(1.0, f.position / size) if size else None
             inflight += min(f.position, size) if size else f.position
-            process_row(st, w, c, snap, prev_cpu, c.write_chars)
-        prune_rows(tr, st, procs, active)
+            process_row(st.rows, w, c, snap, prev_cpu, c.write_chars)
+        prune_rows(tr, st.rows, active)
         if active:
-            st["copied"] = True
+            st.copied = True
         return inflight
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
         return it.key != KEY
 
     def between_steps(self, tr: Tracker) -> bool:
-        return (tr.kind_state.get("restore") or {}).get("phase") != "restore"
+        return _st(tr).phase != "restore"
 
     def fraction(self, tr: Tracker) -> float | None:
         it = tr.items.get(KEY)
-        st = tr.kind_state.get("restore") or {}
-        if it is None or (not st.get("total") and it.state != "done"):
+        if it is None or (not _st(tr).total and it.state != "done"):
             return None
         return it.fraction
 
     def has_total(self, tr: Tracker) -> bool:
-        return bool((tr.kind_state.get("restore") or {}).get("total"))
+        return bool(_st(tr).total)
 
     def streams(self, tr: Tracker) -> int | None:
         return None
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        st = tr.kind_state.get("restore") or {}
-        phase = st.get("phase")
+        st = _st(tr)
+        phase = st.phase
         if phase == "starting":
             return None, "starting: reading the manifest, cleaning and building the directory"
         if phase == "finishing":
             return None, "finishing: recovery settings, pg_control, sync"
-        if not st.get("total"):
+        if not st.total:
             return None, ("total unknown: the backup's manifest cannot be read here (an "
                           "encrypted or remote repository)")
-        return window_eta(tr.items.get(KEY), st.get("hist") or ())
+        return window_eta(tr.items.get(KEY), st.hist)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:
-        st = tr.kind_state.get("restore") or {}
+        st = _st(tr)
         names = {"starting": "starting (manifest, directories)", "restore": "restoring files",
                  "finishing": "finishing (recovery settings, pg_control, sync)"}
-        if not st.get("total"):
+        if not st.total:
             basis = "none: the backup's manifest cannot be read here"
-        elif st.get("basis") == "queue":
+        elif st.basis == "queue":
             basis = ("inferred: a delta restore, from pgBackRest's order (largest files "
                      "first) and the files its processes write now, of the manifest's total")
         else:
             basis = "the data directory's files now, of the manifest's total"
         return {
-            "phase": names.get(st.get("phase") or "", st.get("phase")) if state == "running"
-            else None,
+            "phase": names.get(st.phase or "", st.phase) if state == "running" else None,
             "progress_basis": basis, "scope": "cluster", "host_only": True,
             "backup": {
                 "tool": "pgbackrest", "command": "restore",
                 "stanza": setting(tr.job.command, "stanza", None),
-                "set": st.get("label"), "delta": bool(st.get("delta")),
+                "set": st.label, "delta": bool(st.delta),
                 "process_max": tr.job.jobs,
-                "processes_copying": len(st.get("active") or ()),
-                "total_bytes": st.get("total"), "files_total": st.get("file_count"),
-                "written_bytes": st.get("written"), "data_directory": st.get("pgdata"),
-                "pg_control_written": st.get("pg_control"),
+                "processes_copying": len(st.rows.active),
+                "total_bytes": st.total, "files_total": st.file_count,
+                "written_bytes": st.written, "data_directory": st.pgdata,
+                "pg_control_written": st.pg_control,
             }}
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
-        st = tr.kind_state.get("restore") or {}
-        if st.get("phase") != "restore":
+        st = _st(tr)
+        if st.phase != "restore":
             return None
-        cpus = list((st.get("cpu_pct") or {}).values())
+        cpus = list(st.rows.cpu_pct.values())
         host = getattr(getattr(snap, "host", None), "cpu_percent", None)
         if cpus and sum(cpus) / len(cpus) >= BUSY_CPU:
             more = ("the host's CPUs are busy too: more processes will not help"
@@ -315,27 +346,27 @@ class PgBackRestRestore(Driver):
     # ---- outcome -----------------------------------------------------------
 
     def settle_at_end(self, tr: Tracker, ctx: EndContext, snap: Snapshot) -> bool | None:
-        st = tr.kind_state.get("restore") or {}
+        st = _st(tr)
         it = tr.items.get(KEY)
-        if it is not None and it.state != "done" and st.get("pg_control"):
+        if it is not None and it.state != "done" and st.pg_control:
             tr.finish(it, snap.wall)
-            if st.get("total"):
+            if st.total:
                 it.bytes_done = int(it.work)
         return None
 
     def cut_short(self, tr: Tracker, snap: Snapshot) -> str | None:
-        st = tr.kind_state.get("restore") or {}
+        st = _st(tr)
         it = tr.items.get(KEY)
-        if it is None or it.state == "done" or st.get("pg_control"):
+        if it is None or it.state == "done" or st.pg_control:
             return None
-        if not st.get("pgdata"):
+        if not st.pgdata:
             return "the restore stopped before its data directory was seen"
         return (f"the restore stopped {_how_far(tr, st)}: global/pg_control was not written, "
                 "so this data directory cannot be started; run the restore again (--delta "
                 "keeps the files already restored)")
 
     def leftover_verdict(self, tr: Tracker, left: list[Item]) -> tuple[str, str]:
-        st = tr.kind_state.get("restore") or {}
+        st = _st(tr)
         return "ended", (f"pgBackRest's processes are gone ({_how_far(tr, st)}); whether "
                          "the restore completed cannot be seen here (its data directory is "
                          "not readable by this user)")
@@ -468,11 +499,15 @@ def _queue_done(files: dict[str, int], inflight: list[tuple[int, str]]) -> float
                      if (size, name) > last and name not in now))
 
 
-def _phase(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> str:
-    if st.get("active"):
+def _st(tr: Tracker) -> RestoreState:
+    return state_of(tr, RestoreState)
+
+
+def _phase(tr: Tracker, st: RestoreState, snap: Snapshot) -> str:
+    if st.rows.active:
         return "restore"
-    return "finishing" if st.get("copied") else "starting"
+    return "finishing" if st.copied else "starting"
 
 
-def _how_far(tr: Tracker, st: dict[str, Any]) -> str:
-    return how_far(tr.items.get(KEY), bool(st.get("total")), st.get("phase"))
+def _how_far(tr: Tracker, st: RestoreState) -> str:
+    return how_far(tr.items.get(KEY), bool(st.total), st.phase)

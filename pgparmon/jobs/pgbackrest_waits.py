@@ -15,6 +15,7 @@ from ..analyze.bottleneck import Verdict
 from ..snapshot import Backend, Snapshot
 from . import walwait
 from .pgbackrest_repo import option
+from .pgbackrest_state import BackrestState
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
@@ -50,19 +51,19 @@ def _session(tr: Tracker, snap: Snapshot) -> Backend | None:
         (members[0] if members else None)
 
 
-def waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | None:
+def waits(tr: Tracker, st: BackrestState, snap: Snapshot) -> dict[str, Any] | None:
     """What the backup waits on at its start (the checkpoint of
     pg_backup_start; the archiver, up to the segment pg_backup_start switches
     out of) and at its stop (the archiver, up to the stop's segment), with
     their figures (walwait)."""
-    ww = walwait.watch(st)
-    phase = st.get("phase")
+    ww = st.wal
+    phase = st.phase
     checks = archive_check(tr)
     if phase == "starting":
         b = _session(tr, snap)
         m = _START.search(b.query or "") if b is not None else None
         if m or b is not None and _AFTER_START.search(b.query or ""):
-            st["start_seen"] = True  # pg_backup_start has switched out of the segment
+            st.start_seen = True  # pg_backup_start has switched out of the segment
         ck = None
         if m and b is not None and b.state == "active":
             fast = m.group(2).lower() == "true" if m.group(2) else \
@@ -70,7 +71,7 @@ def waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | N
             ck = ww.checkpoint(snap, b, fast)
         arch = None
         if checks:
-            seen = bool(st.get("start_seen"))
+            seen = st.start_seen
             ww.aim("start", fixed=seen, ahead=0 if seen else 1)
             arch = looking(tr, ww, b)
         return walwait.wait_doc("start", ck, arch)
@@ -79,15 +80,15 @@ def waits(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> dict[str, Any] | N
     return None
 
 
-def aim_stop(tr: Tracker, st: dict[str, Any], snap: Snapshot) -> None:
+def aim_stop(tr: Tracker, st: BackrestState, snap: Snapshot) -> None:
     """The segment pgBackRest's stop waits for (every one up to it, each in
     turn): its manifest's backup-archive-stop once the copy of the manifest
     it saves before it looks shows it (exact; a posix repository this user
     can read); before that, once its session is seen in pg_backup_stop, the
     segment being written (the one pg_backup_stop switches out of), fixed
     once the statement has run."""
-    ww = walwait.watch(st)
-    segno = walwait.segment_number(st.get("archive_stop"), ww.seg_size)
+    ww = st.wal
+    segno = walwait.segment_number(st.archive_stop, ww.seg_size)
     if segno is not None:
         ww.aim("stop", fixed=True, segno=segno)
         return

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from .. import phases
+from .. import phases, verdicts
+from ..cmdline import ClientArgs, ClientSpec, parse_client_cmdline
 from .base import Driver, Job
 from .job import set_kind_lookup
 
@@ -23,13 +24,21 @@ def _load() -> list[Driver]:
         from .pg_restore import PgRestore
         from .pgbackrest import PgBackRest
         from .pgbackrest_restore import PgBackRestRestore
+        from .vacuumdb import VacuumDb
 
         # one line per tool kind
         _DRIVERS.extend([PgDump(), PgRestore(), PgBasebackup(), PgBackRest(),
-                         PgBackRestRestore(), PgProbackup(), LogicalSync(), CopyLoad()])
+                         PgBackRestRestore(), PgProbackup(), LogicalSync(), VacuumDb(),
+                         CopyLoad()])
         for d in _DRIVERS:
-            phases.register(*d.phases)
+            _register_vocabulary(d)
     return _DRIVERS
+
+
+def _register_vocabulary(d: Driver) -> None:
+    """The worker phases and the verdict kinds a driver adds."""
+    phases.register(*d.phases)
+    verdicts.register_verdicts(*d.verdicts)
 
 
 def drivers() -> list[Driver]:
@@ -42,7 +51,7 @@ def register(driver: Driver, first: bool = False) -> None:
     _load()
     if any(d.kind == driver.kind for d in _DRIVERS):
         raise ValueError(f"a driver for {driver.kind!r} is registered already")
-    phases.register(*driver.phases)
+    _register_vocabulary(driver)
     _DRIVERS.insert(0, driver) if first else _DRIVERS.append(driver)
 
 
@@ -63,6 +72,23 @@ def all_phases() -> list[phases.Phase]:
     return phases.ordered()
 
 
+def all_verdicts() -> tuple[str, ...]:
+    """Every verdict kind a sample's bottleneck can have: the core's
+    judge's, then the drivers' own."""
+    from ..analyze import bottleneck  # noqa: F401 - registers the judge's kinds
+
+    _load()
+    return verdicts.verdict_kinds()
+
+
+def all_warnings() -> tuple[str, ...]:
+    """Every warning code a sample can carry."""
+    from ..analyze import warnings  # noqa: F401 - registers the core's codes
+
+    _load()
+    return verdicts.warning_codes()
+
+
 def driver_for(kind: str) -> Driver:
     for d in _load():
         if d.kind == kind:
@@ -73,13 +99,12 @@ def driver_for(kind: str) -> Driver:
 def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Driver | None:
     """The driver of a command line: of those for its program, the first
     whose tool it is (pgBackRest's backup and restore are two kinds)."""
-    from ..cmdline import parse_client_cmdline
     from ..readers.procs import ProcInfo
 
     prog = os.path.basename(argv[0]) if argv else ""
     mine = [d for d in _load() if prog in d.programs]
     root = ProcInfo(0, 0, prog, tuple(argv), 0.0, None)
-    args = parse_client_cmdline(list(argv))
+    args = parse_argv(argv)
     return next((d for d in mine if d.from_tree(root, args)), mine[0] if mine else None)
 
 
@@ -101,11 +126,34 @@ set_kind_lookup(_whole_cluster)  # Job.describe's question, answered by the kind
 
 
 def sample_extras() -> dict[str, tuple[str, ...]]:
-    """What every sample reads for the drivers (a DbSampler's keywords):
-    their parts and the server process types that work for their jobs."""
-    ds = _load()
-    return {"parts": tuple(dict.fromkeys(p for d in ds for p in d.sample_parts)),
+    """What a sample reads for the drivers while jobs are looked for (a
+    DbSampler's keywords): every driver's parts and the server process types
+    that work for their jobs (discovery, the exporter's watch for new jobs)."""
+    return _extras(_load())
+
+
+def job_extras(kind: str) -> dict[str, tuple[str, ...]]:
+    """What a sample reads for one known job: its driver's parts (those it
+    reads while following among them) and server process types alone (a
+    pg_dump's sample runs no subscription query)."""
+    return _extras([driver_for(kind)], following=True)
+
+
+def _extras(ds: list[Driver], following: bool = False) -> dict[str, tuple[str, ...]]:
+    parts = (p for d in ds for p in (*d.sample_parts, *(d.follow_parts if following else ())))
+    return {"parts": tuple(dict.fromkeys(parts)),
             "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
+
+
+def client_specs() -> dict[str, ClientSpec]:
+    """What each client program's command line means, from the drivers
+    that follow it (pg_dump, pg_restore, psql, pg_basebackup...)."""
+    return {prog: spec for d in _load() for prog, spec in d.client_specs.items()}
+
+
+def parse_argv(argv: list[str] | tuple[str, ...]) -> ClientArgs:
+    """A client command line read by its program's spec (never raises)."""
+    return parse_client_cmdline(argv, client_specs())
 
 
 def client_programs() -> tuple[str, ...]:

@@ -52,4 +52,4 @@ def plan_tables(tr: Tracker, toc: list[TocItem] | None, tables: list[list[Any]],
         reltuples = float(t[5]) if t and t[5] is not None and t[5] > 0 else None
         tr.add(Item(key=key, kind="data", relation=rel, name=rel, size=relpages or heap,
                     work=heap, reltuples=reltuples, heap_bytes=heap))
-    tr.planned = True
+    tr.mark_planned()

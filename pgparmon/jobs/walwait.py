@@ -74,7 +74,7 @@ def segment_name(timeline: int, segno: int, seg_size: int) -> str:
 @dataclass
 class WalWatch:
     """The archiver and the WAL position as a backup's samples show them
-    (one per job, kept by its driver)."""
+    (one per job, a field of its driver's state)."""
 
     seg_size: int | None = None
     written: int | None = None  # the newest completed segment
@@ -302,14 +302,6 @@ def next_look(t: float, limit: float | None = None, first: float = 0.1) -> float
         at += sleep if limit is None else min(sleep, limit - at)
         prev, sleep = sleep, sleep + prev
     return at
-
-
-def watch(state: dict[str, Any]) -> WalWatch:
-    """The job's WalWatch, kept in its driver's state."""
-    w = state.get("walwatch")
-    if not isinstance(w, WalWatch):
-        w = state["walwatch"] = WalWatch()
-    return w
 
 
 def wait_doc(step: str, ck: dict[str, Any] | None,

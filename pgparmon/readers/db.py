@@ -103,8 +103,9 @@ class DbSampler:
         # read in the same round trip, into DbSample.parts; and the server
         # process types that work for a kind of job, sampled with the
         # client sessions (Driver.sample_parts, Driver.backend_types)
-        self.parts = parts
-        self.server_types = server_types
+        self.parts: tuple[str, ...] = ()
+        self.server_types: tuple[str, ...] = ()
+        self.read_extras(parts, server_types)
         self.conn: psycopg.Connection[Any] | None = None
         self.facts: ServerFacts | None = None
         self._retry_at = 0.0
@@ -114,6 +115,14 @@ class DbSampler:
         # the bands only a physical backup needs (its progress view, WAL
         # streams, archiver, slots): read until a job of another kind is found
         self.backup_bands = True
+
+    def read_extras(self, parts: tuple[str, ...] = (), server_types: tuple[str, ...] = ()) -> None:
+        """The drivers' parts and server process types the next samples read:
+        every driver's while jobs are looked for, the followed job's
+        driver's alone once it is known (jobs.registry's sample_extras and
+        job_extras)."""
+        self.parts = tuple(parts)
+        self.server_types = tuple(server_types)
 
     def open(self) -> ServerFacts:
         self.conn = connect(self.target)

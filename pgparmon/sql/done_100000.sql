@@ -1,6 +1,8 @@
 -- What a restore has already finished, from catalogs and statistics only (no
 -- relation locks): tables that received rows, and index / constraint names
--- that exist. Used when attaching mid-run and to settle the end of a run.
+-- that exist; and what a maintenance run finished: when each table (its
+-- oid, its name) was last vacuumed and analyzed by hand. Used when
+-- attaching mid-run and to settle the end of a run.
 SELECT json_build_object(
   'loaded', (SELECT coalesce(json_agg(schemaname || '.' || relname), '[]'::json)
              FROM pg_stat_user_tables WHERE n_tup_ins > 0),
@@ -10,5 +12,12 @@ SELECT json_build_object(
                   AND n.nspname NOT IN ('pg_catalog', 'information_schema')),
   'constraints', (SELECT coalesce(json_agg(n.nspname || '.' || co.conname), '[]'::json)
                   FROM pg_constraint co JOIN pg_namespace n ON n.oid = co.connamespace
-                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema'))
+                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')),
+  'maintained', (SELECT coalesce(json_agg(json_build_array(
+                   relid::int8, schemaname || '.' || relname,
+                   extract(epoch FROM last_vacuum)::float8,
+                   extract(epoch FROM last_analyze)::float8)), '[]'::json)
+                 FROM pg_stat_all_tables
+                 WHERE (last_vacuum IS NOT NULL OR last_analyze IS NOT NULL)
+                   AND schemaname !~ '^pg_toast')
 )

@@ -28,6 +28,7 @@ from ..analyze.advice_live import AdviceTracker
 from ..analyze.timeline import SeriesPoint, TimelineBuilder
 from ..feed import Feed
 from .. import units as fmt
+from ..sample import Sample
 from ..views.summary import EndSummary, end_summary
 from .screens import DetailsScreen, HelpScreen
 from .widgets import (
@@ -44,7 +45,7 @@ from .widgets import (
     WorkersTable,
 )
 
-Doc = dict[str, Any]
+Doc = dict[str, Any]  # the summary (pgparmon.summary/1)
 INTERVAL_STEPS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0)
 NARROW = 120  # below this many columns the compact layout
 
@@ -101,9 +102,9 @@ class PgParMonApp(App[int]):
         # them; the recording is in memory anyway), else the first and the
         # last KEEP_DOCS (a live run of a day holds 86,400), with every
         # sample's time kept apart for the end summary
-        self.docs: list[Doc] = []
+        self.docs: list[Sample] = []
         self.times = array("d")  # every sample's elapsed_s: 8 bytes each
-        self.last: Doc | None = None
+        self.last: Sample | None = None
         self.timeline = TimelineBuilder()
         self.advisor = AdviceTracker()
         self.summary: Doc | None = None
@@ -196,7 +197,7 @@ class PgParMonApp(App[int]):
 
     def _tick_in_thread(self) -> None:
         t0 = self.clock()
-        doc: Doc | None = None
+        doc: Sample | None = None
         err: str | None = None
         try:
             doc = self.feed.tick()
@@ -208,7 +209,7 @@ class PgParMonApp(App[int]):
         except RuntimeError:
             pass  # the app is closing: nobody to tell
 
-    def _collected(self, doc: Doc | None, err: str | None, latency: float) -> None:
+    def _collected(self, doc: Sample | None, err: str | None, latency: float) -> None:
         self._collecting = False
         self.latency = latency
         self.error = err
@@ -256,30 +257,30 @@ class PgParMonApp(App[int]):
 
     # ---- showing a sample ----------------------------------------------
 
-    def ingest(self, doc: Doc) -> None:
+    def ingest(self, doc: Sample) -> None:
         """Take one sample: remember it, feed the timeline and the advice,
         redraw. Public so tests (and snapshot runs) can drive the screen
         sample by sample without the timer."""
         self.docs.append(doc)
-        self.times.append(float(doc.get("elapsed_s") or 0.0))
+        self.times.append(float(doc.elapsed_s or 0.0))
         if not self.feed.seekable and len(self.docs) > 2 * KEEP_DOCS:
             del self.docs[1:-KEEP_DOCS]
         self.last = doc
         self.ticks += 1
         self.timeline.add(doc)
         self.advisor.add(doc)
-        if self.ticks == 1 and (doc.get("job") or {}).get("backup") is not None:
+        if self.ticks == 1 and doc.job.backup is not None:
             self.query_one("#chart").border_title = \
                 "throughput (bytes/s streamed) · active streams"
         self._render_doc(doc)
         self._log_events(doc)
 
-    def _log_events(self, doc: Doc) -> None:
+    def _log_events(self, doc: Sample) -> None:
         """Items started / finished, verdict changes, notes and server
         errors, once each: the story of the run in words (tall screens)."""
         log = self.query_one("#events", EventLog)
         lines: list[Text] = []  # one write a sample: each write is a layout pass
-        t_now = float(doc.get("elapsed_s") or 0.0)
+        t_now = float(doc.elapsed_s or 0.0)
         for ev in self.timeline.events[self._logged:]:
             line = Text(f"{fmt.duration(ev.t):>10} ", style="dim")
             line.append(f"{ev.pid:>7} ")
@@ -291,13 +292,13 @@ class PgParMonApp(App[int]):
                 line.append(f"{ev.item} ({fmt.duration(ev.duration or 0)})")
             lines.append(line)
         self._logged = len(self.timeline.events)
-        kind = (doc.get("bottleneck") or {}).get("kind")
+        kind = doc.bottleneck.kind
         if kind and kind != self._verdict:
             self._verdict = kind
             lines.append(Text(f"{fmt.duration(t_now):>10}         limit now: {kind}",
                               style="yellow"))
-        said = list(doc.get("notes") or [])
-        err = (doc.get("server") or {}).get("error")
+        said = list(doc.notes)
+        err = doc.server.error
         if err:
             said.append(f"server: {err}")
         for msg in said:
@@ -308,16 +309,16 @@ class PgParMonApp(App[int]):
         if lines:
             log.write(Text("\n").join(lines))
 
-    def _render_doc(self, doc: Doc) -> None:
+    def _render_doc(self, doc: Sample) -> None:
         self.query_one("#header", JobHeader).doc = doc
-        b = doc.get("bottleneck") or {}
-        self.query_one("#verdict", VerdictLine).verdict = (str(b.get("kind") or "-"),
-                                                           str(b.get("detail") or ""))
+        b = doc.bottleneck
+        self.query_one("#verdict", VerdictLine).verdict = (str(b.kind or "-"),
+                                                           str(b.detail or ""))
         self._show_workers()
         chart = self.query_one("#chart", ThroughputChart)
-        chart.jobs = (doc.get("job") or {}).get("jobs")
+        chart.jobs = doc.job.jobs
         chart.series = chart_points(self.timeline.series)
-        self.query_one("#host", HostPanel).host = doc.get("host")
+        self.query_one("#host", HostPanel).host = doc.host
         spans = self.timeline.spans()
         gantt = self.query_one("#gantt", GanttChart)
         gantt.t_first = self.timeline.t_first or 0.0
@@ -330,11 +331,12 @@ class PgParMonApp(App[int]):
 
     def _show_workers(self) -> None:
         table = self.query_one("#workers", WorkersTable)
-        workers = (self.last or {}).get("workers") or []
+        last = self.last
+        workers = last.workers if last is not None else ()
         # a job with no client process (a logical sync, a remote client)
         # would fill a client column with dashes
-        job = (self.last or {}).get("job") or {}
-        clients = bool(job.get("client_pid")) or any(w.get("client_pid") for w in workers)
+        clients = (last is not None and bool(last.job.client_pid)) or \
+            any(w.client_pid for w in workers)
         table.show(workers, self.size.width, clients)
         table.border_title = f"workers ({len(workers)}, sort: {table.sort_by})"
 
@@ -356,7 +358,7 @@ class PgParMonApp(App[int]):
         t = Text(no_wrap=True, overflow="ellipsis")
         status = self.query_one("#status", StatusLine)
         status.remove_class("-error", "-paused", "-ended")
-        server_err = ((self.last or {}).get("server") or {}).get("error")
+        server_err = self.last.server.error if self.last is not None else None
         if self.ended:
             status.add_class("-ended")
             t.append(self._end_text(), style="bold")
@@ -372,7 +374,7 @@ class PgParMonApp(App[int]):
                          f"{fmt.duration(self.latency)})", style="bold yellow")
         if (pos := self.feed.replay_position) is not None:
             t.append(f" · replay {pos[0]}/{pos[1]}")
-        lat = ((self.last or {}).get("server") or {}).get("latency_ms")
+        lat = self.last.server.latency_ms if self.last is not None else None
         if lat is not None:
             t.append(f" · server {lat:.0f} ms")
         if self.error or server_err:
@@ -381,7 +383,7 @@ class PgParMonApp(App[int]):
                 t.append(f" · error: {self.error}", style="bold")
             if server_err:
                 t.append(f" · server: {server_err}", style="bold")
-        notes = (self.last or {}).get("notes") or []
+        notes = self.last.notes if self.last is not None else ()
         if notes and not (self.error or server_err):
             t.append(f" · note: {notes[-1]}", style="italic")
         status.text = t
@@ -436,8 +438,7 @@ class PgParMonApp(App[int]):
     def action_details(self) -> None:
         table = self.query_one("#workers", WorkersTable)
         pid = table.highlighted_pid()
-        workers = (self.last or {}).get("workers") or []
-        w = next((x for x in workers if x.get("pid") == pid), None)
+        w = self.last.worker(pid) if self.last is not None and pid is not None else None
         if w is None:
             self.notify("no worker highlighted", severity="warning")
             return
@@ -483,7 +484,7 @@ class PgParMonApp(App[int]):
 
         self.run_worker(work, thread=True, group="tick", exclusive=True, exit_on_error=False)
 
-    def _moved(self, doc: Doc | None, err: str | None, delta: int) -> None:
+    def _moved(self, doc: Sample | None, err: str | None, delta: int) -> None:
         self._collecting = False
         self.error = err
         if doc is None:

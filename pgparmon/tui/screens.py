@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from .. import units as fmt
+from ..sample import WorkerRow
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit (when the job has ended the final state stays until q)"),
@@ -55,29 +56,29 @@ class DetailsScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "dismiss", "Close")]
 
-    def __init__(self, worker: Mapping[str, Any],
+    def __init__(self, worker: WorkerRow,
                  fetch: Callable[[int], Mapping[str, Any] | None] | None) -> None:
         super().__init__()
-        self.worker = dict(worker)
+        self.worker = worker
         self.fetch = fetch
 
     def compose(self) -> ComposeResult:
         w = self.worker
         head = Text()
-        head.append(f"worker {w['pid']}", style="bold")
-        head.append(f"  client {w.get('client_pid') or '-'}  phase {w.get('phase')}  "
-                    f"item {w.get('item') or w.get('relation') or '-'}\n")
-        head.append(f"wait {w.get('wait_event') or 'CPU'}")
-        if w.get("blocked_by"):
-            head.append(f"  blocked by {', '.join(map(str, w['blocked_by']))}",
+        head.append(f"worker {w.pid}", style="bold")
+        head.append(f"  client {w.client_pid or '-'}  phase {w.phase}  "
+                    f"item {w.item or w.relation or '-'}\n")
+        head.append(f"wait {w.wait_event or 'CPU'}")
+        if w.blocked_by:
+            head.append(f"  blocked by {', '.join(map(str, w.blocked_by))}",
                         style="bold red")
-        head.append(f"  state {w.get('state') or '-'}  "
-                    f"done {fmt.size(w.get('bytes_done'))}")
+        head.append(f"  state {w.state or '-'}  "
+                    f"done {fmt.size(w.bytes_done)}")
         with Vertical(id="details-box"):
             yield Static(head, id="details-head")
             yield Static(Text("query", style="bold"))
             with VerticalScroll(id="details-query-box"):
-                yield Static(Text(str(w.get("query") or "(no query text)")),
+                yield Static(Text(str(w.query or "(no query text)")),
                              id="details-query")
             yield Static(Text("locks", style="bold"))
             yield DataTable(id="details-locks", show_cursor=False)
@@ -90,7 +91,7 @@ class DetailsScreen(ModalScreen[None]):
         if self.fetch is None:
             self._show_client(Text("this feed gives no lock or client details", style="dim"))
             return
-        fetch, pid = self.fetch, int(self.worker["pid"])
+        fetch, pid = self.fetch, int(self.worker.pid)
 
         def work() -> None:
             try:

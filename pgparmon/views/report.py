@@ -26,6 +26,7 @@ from ..jobs.registry import all_phases, phase_of
 from ..analyze.advice_live import LiveAdvice, advise_samples
 from ..analyze.timeline import SeriesPoint, Span, TimelineBuilder, build, idle_share
 from .. import units as fmt
+from ..sample import Sample
 from .summary import (
     ItemRow,
     RunFacts,
@@ -37,7 +38,7 @@ from .summary import (
 )
 from .text import ItemsTable, summary_head
 
-Doc = Mapping[str, Any]
+Doc = Mapping[str, Any]  # the summary (pgparmon.summary/1) and a recording's header
 
 PALETTE = ("#3a6ea5", "#e76f51", "#2a9d8f", "#9b5de5", "#f4a261", "#6c757d")
 
@@ -261,8 +262,7 @@ details { margin-top: 8px; } footer { margin-top: 32px; color: var(--muted); fon
 """
 
 
-def build_html(samples: list[dict[str, Any]], summary: dict[str, Any] | None,
-               header: dict[str, Any] | None) -> str:
+def build_html(samples: Sequence[Sample], summary: Doc | None, header: Doc | None) -> str:
     """The whole report as one HTML string (write it to a file)."""
     es = end_summary(summary, samples, header=header)
     facts = es.facts
@@ -358,22 +358,22 @@ def _throughput_svg(tl: TimelineBuilder, facts: RunFacts) -> str:
                      right_label="workers", chart_id="throughput")
 
 
-def _cpu_svg(samples: Sequence[Doc], tl: TimelineBuilder) -> str:
+def _cpu_svg(samples: Sequence[Sample], tl: TimelineBuilder) -> str:
     s = tl.series
     if not any(p.cpu_percent is not None for p in s):
         return '<p class="muted">no host CPU readings (the server is on another host?)</p>'
     lines = [Line("CPU busy %", PALETTE[0], [(p.t, p.cpu_percent) for p in s], fill=True),
              Line("iowait %", PALETTE[4], [(p.t, p.iowait_percent) for p in s])]
-    ncpu = max((len((d.get("host") or {}).get("per_cpu") or []) for d in samples), default=0)
+    ncpu = max((len(d.host.per_cpu) for d in samples), default=0)
     if 0 < ncpu <= 16:
         for c in range(ncpu):
             pts = []
             for d in samples:
-                per = (d.get("host") or {}).get("per_cpu") or []
-                v = per[c] if c < len(per) else None
-                if isinstance(v, Mapping):
+                per = d.host.per_cpu
+                v: Any = per[c] if c < len(per) else None
+                if isinstance(v, Mapping):  # an early recording's {"busy": ...}
                     v = v.get("busy")
-                pts.append((float(d.get("elapsed_s") or 0), None if v is None else float(v)))
+                pts.append((float(d.elapsed_s or 0), None if v is None else float(v)))
             lines.append(Line(f"core {c}", PALETTE[5], pts, width=1, opacity=0.45))
     return svg_chart("host CPU", tl.t_end, lines, y_fmt=lambda v: f"{v:.0f}%", y_max=100.0,
                      chart_id="cpu")
@@ -409,12 +409,13 @@ def _disk_svg(tl: TimelineBuilder) -> str:
 def _disk_pts(s: Sequence[SeriesPoint], name: str, key: str) -> list[tuple[float, float | None]]:
     out: list[tuple[float, float | None]] = []
     for p in s:
-        v = (p.disks.get(name) or {}).get(key)
+        d = p.disks.get(name)
+        v = getattr(d, key) if d is not None else None
         out.append((p.t, None if v is None else float(v)))
     return out
 
 
-def _verdicts_html(samples: Sequence[Doc]) -> str:
+def _verdicts_html(samples: Sequence[Sample]) -> str:
     shares = verdict_shares(samples)
     total = sum(s for _, s, _ in shares) or 1.0
     rows = "".join(f"<tr><td>{esc(k)}</td><td class=\"num\">{fmt.duration(s)}</td>"
@@ -444,15 +445,15 @@ def _items_html(rows: Sequence[ItemRow], interval: float | None) -> str:
             "</tr>" + "".join(body) + "</table>")
 
 
-def run_notes(samples: Sequence[Doc], summary: Doc | None) -> list[str]:
+def run_notes(samples: Sequence[Sample], summary: Doc | None) -> list[str]:
     """What the monitor said during the run (its notes, the server's errors),
     each once, in the order said."""
     notes: list[str] = []
     for d in samples:
-        for n in d.get("notes") or ():
+        for n in d.notes:
             if n not in notes:
                 notes.append(n)
-        err = (d.get("server") or {}).get("error")
+        err = d.server.error
         if err and f"server: {err}" not in notes:
             notes.append(f"server: {err}")
     for n in (summary or {}).get("notes") or ():
@@ -461,7 +462,7 @@ def run_notes(samples: Sequence[Doc], summary: Doc | None) -> list[str]:
     return notes
 
 
-def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
+def _notes_html(samples: Sequence[Sample], summary: Doc | None) -> str:
     notes = run_notes(samples, summary)
     if not notes:
         return ""
@@ -471,8 +472,7 @@ def _notes_html(samples: Sequence[Doc], summary: Doc | None) -> str:
 # ---- terminal ------------------------------------------------------------------
 
 
-def render_summary_text(samples: list[dict[str, Any]],
-                        summary: dict[str, Any] | None) -> RenderableType:
+def render_summary_text(samples: Sequence[Sample], summary: Doc | None) -> RenderableType:
     """`pgparmon report FILE` without --html: the same facts and advice as
     the HTML, as rich text (no charts); the items as `pgparmon run` prints
     them at the end, whole names, short items grouped (views/summary.py)."""

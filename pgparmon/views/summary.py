@@ -33,8 +33,10 @@ from typing import Any
 
 from ..analyze.timeline import build
 from .. import units as fmt
+from ..sample import Sample
 
-Doc = Mapping[str, Any]
+Doc = Mapping[str, Any]  # the summary (pgparmon.summary/1) and a recording's header
+NO_SAMPLE = Sample.from_json({})  # every field None: no samples to take a fact from
 
 GROUP_MIN = 2  # this many short items of a kind seen done at one sample make a group
 KIND_NOUNS = {"data": "small tables", "index": "small indexes", "constraint": "constraints",
@@ -126,7 +128,7 @@ class EndSummary:
     interval: float | None  # the sample interval the grouping used
 
 
-def end_summary(summary: Doc | None, samples: Sequence[Doc] = (), *,
+def end_summary(summary: Doc | None, samples: Sequence[Sample] = (), *,
                 header: Doc | None = None, times: Sequence[float] | None = None
                 ) -> EndSummary:
     """The summary of a run from its summary doc and samples (the first and
@@ -136,21 +138,21 @@ def end_summary(summary: Doc | None, samples: Sequence[Doc] = (), *,
     facts = run_facts(samples, summary, header)
     items = item_rows(samples, summary)
     edges = list(times if times is not None
-                 else (float(d.get("elapsed_s") or 0.0) for d in samples))
+                 else (float(d.elapsed_s or 0.0) for d in samples))
     interval = sample_interval(edges)
     if edges and edges[0] > 0:  # attached after the start: what the first
         edges.insert(0, 0.0)  # sample saw done ended between the two
     return EndSummary(facts, items, group_rows(items, edges, interval), interval)
 
 
-def job_start(samples: Sequence[Doc], summary: Doc | None) -> float | None:
+def job_start(samples: Sequence[Sample], summary: Doc | None) -> float | None:
     """When the job started (unix time): the first sample's time less its
     elapsed_s (which counts from the job's start; from the monitor's first
     sample in recordings made before it did), else the summary's `started`."""
     if samples:
-        t = _parse_ts(samples[0].get("ts"))
+        t = _parse_ts(samples[0].ts)
         if t is not None:
-            return t - float(samples[0].get("elapsed_s") or 0.0)
+            return t - float(samples[0].elapsed_s or 0.0)
     return _parse_ts((summary or {}).get("started"))
 
 
@@ -225,54 +227,54 @@ def group_rows(items: Sequence[ItemRow], times: Sequence[float],
     return rows
 
 
-def run_facts(samples: Sequence[Doc], summary: Doc | None, header: Doc | None) -> RunFacts:
-    first = samples[0] if samples else {}
-    last = samples[-1] if samples else {}
-    j0, j1 = first.get("job") or {}, last.get("job") or {}
+def run_facts(samples: Sequence[Sample], summary: Doc | None, header: Doc | None) -> RunFacts:
+    first = samples[0] if samples else NO_SAMPLE
+    last = samples[-1] if samples else NO_SAMPLE
+    j0, j1 = first.job, last.job
     hjob = (header or {}).get("job") or {}
     facts = (header or {}).get("facts") or {}
     items = (summary or {}).get("items") or []
-    server = (last.get("server") or {}).get("version") or facts.get("version")
-    cmd = j0.get("command") or hjob.get("command") or []
+    server = last.server.version or facts.get("version")
+    cmd = j0.command or hjob.get("command") or []
     return RunFacts(
-        kind=str(j0.get("kind") or (summary or {}).get("kind") or hjob.get("kind") or "?"),
-        database=("the whole cluster" if j1.get("scope") == "cluster" else
-                  str(j0.get("database") or (summary or {}).get("database")
+        kind=str(j0.kind or (summary or {}).get("kind") or hjob.get("kind") or "?"),
+        database=("the whole cluster" if j1.scope == "cluster" else
+                  str(j0.database or (summary or {}).get("database")
                       or hjob.get("database") or "?")),
-        scope=j1.get("scope"),
-        jobs=j0.get("jobs") or (summary or {}).get("jobs") or hjob.get("jobs"),
-        format=j0.get("format") or hjob.get("format"),
-        target=j0.get("target") or (header or {}).get("target_dir"),
+        scope=j1.scope,
+        jobs=j0.jobs or (summary or {}).get("jobs") or hjob.get("jobs"),
+        format=j0.format or hjob.get("format"),
+        target=j0.target or (header or {}).get("target_dir"),
         command=" ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd),
         server_version=server,
-        started=j0.get("started") or (summary or {}).get("started") or first.get("ts"),
-        ended=last.get("ts"),
-        wall_s=float((summary or {}).get("wall_s") or last.get("elapsed_s") or 0.0),
-        state=str((summary or {}).get("state") or j1.get("state") or "?"),
-        reason=(summary or {}).get("reason") or j1.get("outcome"),
-        exit_code=(summary or {}).get("exit_code", j1.get("exit_code")),
-        items_done=int(j1.get("items_done") or sum(1 for i in items if i.get("state") == "done")),
-        items_total=int(j1.get("items_total") or len(items)),
+        started=j0.started or (summary or {}).get("started") or first.ts,
+        ended=last.ts,
+        wall_s=float((summary or {}).get("wall_s") or last.elapsed_s or 0.0),
+        state=str((summary or {}).get("state") or j1.state or "?"),
+        reason=(summary or {}).get("reason") or j1.outcome,
+        exit_code=(summary or {}).get("exit_code", j1.exit_code),
+        items_done=int(j1.items_done or sum(1 for i in items if i.get("state") == "done")),
+        items_total=int(j1.items_total or len(items)),
         copy_bytes=int(sum(i.get("bytes") or 0 for i in items)),
         copy_rows=int(sum(i.get("tuples") or 0 for i in items)),
     )
 
 
-def verdict_shares(samples: Sequence[Doc]) -> list[tuple[str, float, str]]:
+def verdict_shares(samples: Sequence[Sample]) -> list[tuple[str, float, str]]:
     """(bottleneck kind, seconds, its latest detail), most time first: what
     limited the run, over the whole run rather than at one instant."""
     secs: dict[str, float] = {}
     detail: dict[str, str] = {}
     for a, b in pairwise(samples):
-        bn = a.get("bottleneck") or {}
-        k = str(bn.get("kind") or "?")
-        dt = float(b.get("elapsed_s") or 0) - float(a.get("elapsed_s") or 0)
+        bn = a.bottleneck
+        k = str(bn.kind or "?")
+        dt = float(b.elapsed_s or 0) - float(a.elapsed_s or 0)
         secs[k] = secs.get(k, 0.0) + max(0.0, dt)
-        detail[k] = str(bn.get("detail") or "")
+        detail[k] = str(bn.detail or "")
     return [(k, s, detail[k]) for k, s in sorted(secs.items(), key=lambda kv: -kv[1])]
 
 
-def limits(samples: Sequence[Doc], most: int = 5) -> str:
+def limits(samples: Sequence[Sample], most: int = 5) -> str:
     """What limited the run, its share of the time each: "host-cpu 62%,
     one-table 30%"."""
     shares = verdict_shares(samples)
@@ -280,7 +282,7 @@ def limits(samples: Sequence[Doc], most: int = 5) -> str:
     return ", ".join(f"{k} {100 * s / total:.0f}%" for k, s, _ in shares[:most])
 
 
-def item_rows(samples: Sequence[Doc], summary: Doc | None) -> list[ItemRow]:
+def item_rows(samples: Sequence[Sample], summary: Doc | None) -> list[ItemRow]:
     """Per item, longest first: from the summary when there is one (it has
     the exact start and end), else from what the samples showed. Start times
     count from the job's start (from the first item's start when neither

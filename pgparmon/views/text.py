@@ -3,14 +3,13 @@ one plain line per sample for a pipe, and the end-of-run summary."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from .. import units as fmt
+from ..sample import Sample
 from .summary import EndSummary, ItemGroup, fit_columns, row_cells
 
 
@@ -21,54 +20,54 @@ def _bar(frac: float | None, width: int = 20) -> str:
     return "█" * n + "░" * (width - n)
 
 
-def headline(doc: dict[str, Any]) -> str:
-    j = doc["job"]
-    prog = f"{j['progress']:.1%}" if j.get("progress") is not None else "n/a"
-    eta = fmt.eta(j)
-    jobs = f" -j {j['jobs']}" if j.get("jobs") else ""
-    where = "whole cluster" if j.get("scope") == "cluster" else (j.get("database") or "")
-    phase = f" ({j['phase']})" if j.get("backup") and j.get("phase") else ""
-    return (f"{j['kind']}{jobs} {where} [{j['state']}]{phase} "
-            f"elapsed {fmt.duration(doc.get('elapsed_s'))} progress {prog} ETA {eta} "
-            f"{fmt.rate(j.get('bytes_per_s'))} "
-            f"items {j.get('items_done')}/{j.get('items_total')}")
+def headline(s: Sample) -> str:
+    j = s.job
+    prog = f"{j.progress:.1%}" if j.progress is not None else "n/a"
+    eta = fmt.eta(j.eta_s, j.eta_reason)
+    jobs = f" -j {j.jobs}" if j.jobs else ""
+    where = "whole cluster" if j.scope == "cluster" else (j.database or "")
+    phase = f" ({j.phase})" if j.backup and j.phase else ""
+    return (f"{j.kind}{jobs} {where} [{j.state}]{phase} "
+            f"elapsed {fmt.duration(s.elapsed_s)} progress {prog} ETA {eta} "
+            f"{fmt.rate(j.bytes_per_s)} "
+            f"items {j.items_done}/{j.items_total}")
 
 
-def plain_line(doc: dict[str, Any]) -> str:
-    b = doc["bottleneck"]
-    act = sum(1 for w in doc["workers"] if w["phase"] != "idle")
-    return f"{doc['ts']} {headline(doc)} workers {act} | {b['kind']}: {b['detail']}"
+def plain_line(s: Sample) -> str:
+    b = s.bottleneck
+    act = sum(1 for w in s.workers if w.phase != "idle")
+    return f"{s.ts} {headline(s)} workers {act} | {b.kind}: {b.detail}"
 
 
-def screen(doc: dict[str, Any]) -> Group:
-    j = doc["job"]
+def screen(s: Sample) -> Group:
+    j = s.job
     head = Text()
-    head.append(headline(doc), style="bold")
-    b = doc["bottleneck"]
-    verdict = Text(f"limit: {b['kind']} — {b['detail']}",
-                   style="yellow" if b["kind"] not in ("nothing", "starting") else "green")
-    bar = Text(f"{_bar(j.get('progress'), 40)} {j.get('progress') or 0:.1%}")
+    head.append(headline(s), style="bold")
+    b = s.bottleneck
+    verdict = Text(f"limit: {b.kind} — {b.detail}",
+                   style="yellow" if b.kind not in ("nothing", "starting") else "green")
+    bar = Text(f"{_bar(j.progress, 40)} {j.progress or 0:.1%}")
     t = Table(box=None, expand=False, pad_edge=False, header_style="bold")
     for col in ("pid", "client", "phase", "relation / item", "rate", "rows/s", "done", "wait"):
         t.add_column(col)
-    for w in doc["workers"]:
-        style = "red" if w["phase"] == "lock-wait" else None
-        blk = f" ← {','.join(map(str, w['blocked_by']))}" if w.get("blocked_by") else ""
-        t.add_row(str(w["pid"]), str(w.get("client_pid") or "-"), w["phase"],
-                  (w.get("item") or w.get("relation") or "")[:40],
-                  fmt.rate(w.get("bytes_per_s")),
-                  f"{w['tuples_per_s']:.0f}" if w.get("tuples_per_s") else "-",
-                  _bar(w.get("progress"), 10), (w.get("wait_event") or "CPU") + blk, style=style)
-    h = doc["host"]
-    host = Text(f"host CPU {h.get('cpu_percent') or 0:.0f}% (iowait "
-                f"{h.get('iowait_percent') or 0:.0f}%) per core "
-                + " ".join(f"{c or 0:.0f}" for c in h.get("per_cpu") or []))
-    disks = [Text(f"  {n}: read {fmt.rate(d['read_bytes_per_s'])} write "
-                  f"{fmt.rate(d['write_bytes_per_s'])} util {d['util_percent'] or 0:.0f}%"
-                  f" await {d['await_ms'] if d['await_ms'] is not None else '-'} ms")
-             for n, d in (h.get("disks") or {}).items()]
-    notes = [Text(f"! {n}", style="magenta") for n in doc.get("notes") or []][-4:]
-    err = doc.get("server", {}).get("error")
+    for w in s.workers:
+        style = "red" if w.phase == "lock-wait" else None
+        blk = f" ← {','.join(map(str, w.blocked_by))}" if w.blocked_by else ""
+        t.add_row(str(w.pid), str(w.client_pid or "-"), w.phase,
+                  (w.item or w.relation or "")[:40],
+                  fmt.rate(w.bytes_per_s),
+                  f"{w.tuples_per_s:.0f}" if w.tuples_per_s else "-",
+                  _bar(w.progress, 10), (w.wait_event or "CPU") + blk, style=style)
+    h = s.host
+    host = Text(f"host CPU {h.cpu_percent or 0:.0f}% (iowait "
+                f"{h.iowait_percent or 0:.0f}%) per core "
+                + " ".join(f"{c or 0:.0f}" for c in h.per_cpu))
+    disks = [Text(f"  {n}: read {fmt.rate(d.read_bytes_per_s)} write "
+                  f"{fmt.rate(d.write_bytes_per_s)} util {d.util_percent or 0:.0f}%"
+                  f" await {d.await_ms if d.await_ms is not None else '-'} ms")
+             for n, d in h.disks.items()]
+    notes = [Text(f"! {n}", style="magenta") for n in s.notes][-4:]
+    err = s.server.error
     extra = [Text(f"server: {err}", style="red")] if err else []
     return Group(head, bar, verdict, t, host, *disks, *extra, *notes)
 

@@ -12,6 +12,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from ... import units as fmt
 from ...jobs.registry import phase_of
+from ...sample import WorkerRow
 from .. import draw
 
 
@@ -98,7 +99,7 @@ class WorkersTable(DataTable[Any]):
             return None
         return int(key.value) if key.value is not None else None
 
-    def show(self, workers: Sequence[Mapping[str, Any]], width: int,
+    def show(self, workers: Sequence[WorkerRow], width: int,
              clients: bool = True) -> None:
         """The workers as rows. When the same workers come in the same order
         (most samples), only the cells whose text changed are updated: a
@@ -139,40 +140,40 @@ class WorkersTable(DataTable[Any]):
             except Exception:  # noqa: BLE001, S110 - that worker is gone: the cursor stays put
                 pass
 
-    def _row_cells(self, workers: Sequence[Mapping[str, Any]], widths: Mapping[str, int],
+    def _row_cells(self, workers: Sequence[WorkerRow], widths: Mapping[str, int],
                    narrow: bool) -> list[tuple[str, list[Any]]]:
         out: list[tuple[str, list[Any]]] = []
         for w in sorted(workers, key=_sort_key(self.sort_by)):
-            lock = w.get("phase") == "lock-wait"
+            lock = w.phase == "lock-wait"
             style = "bold red" if lock else ""
-            item = str(w.get("item") or w.get("relation") or "")
+            item = str(w.item or w.relation or "")
             if narrow and item.startswith("public."):
                 item = item[len("public."):]  # the default schema is noise on a small screen
-            wait = str(w.get("wait_event") or "CPU")
+            wait = str(w.wait_event or "CPU")
             if narrow and ":" in wait:
                 wait = wait.split(":", 1)[1]  # the event name says it; the type is the prefix
-            if w.get("blocked_by"):
+            if w.blocked_by:
                 # the blockers first: a narrow column must not clip who to look at
-                wait = "← " + ",".join(map(str, w["blocked_by"])) + " " + wait.split(":")[-1]
-            prog = w.get("progress")
+                wait = "← " + ",".join(map(str, w.blocked_by)) + " " + wait.split(":")[-1]
+            prog = w.progress
             pcell = Text(" ")  # the gap after the right-aligned rows/s
             pcell.append_text(draw.bar(prog, widths["prog"] - 7, "red" if lock else "green"))
             pcell.append(f" {prog:4.0%}" if prog is not None else "    -")
             cells: dict[str, Any] = {
-                "pid": Text(str(w["pid"]), style=style),
-                "client": Text(str(w.get("client_pid") or "-"), style=style),
-                "phase": Text(("⚠ " if lock else "") + str(w.get("phase") or ""),
-                              style=style or ("dim" if w.get("phase") == "idle" else "")),
+                "pid": Text(str(w.pid), style=style),
+                "client": Text(str(w.client_pid or "-"), style=style),
+                "phase": Text(("⚠ " if lock else "") + str(w.phase or ""),
+                              style=style or ("dim" if w.phase == "idle" else "")),
                 "item": Text(_clip(item, widths["item"] - 1), style=style),
-                "bps": Text(fmt.rate(w.get("bytes_per_s"))
-                            if w.get("bytes_per_s") else "-", style=style, justify="right"),
-                "tps": Text(fmt.count(w.get("tuples_per_s"))
-                            if w.get("tuples_per_s") else "-", style=style, justify="right"),
+                "bps": Text(fmt.rate(w.bytes_per_s)
+                            if w.bytes_per_s else "-", style=style, justify="right"),
+                "tps": Text(fmt.count(w.tuples_per_s)
+                            if w.tuples_per_s else "-", style=style, justify="right"),
                 "prog": pcell,
                 "wait": Text(_clip(wait, widths["wait"] - 1),
                              style="bold white on red" if lock else ""),
             }
-            out.append((str(w["pid"]), _ordered(cells, widths)))
+            out.append((str(w.pid), _ordered(cells, widths)))
         return out
 
 
@@ -185,15 +186,14 @@ def _ordered(cells: Mapping[str, Any], widths: Mapping[str, int]) -> list[Any]:
 
 def _sort_key(sort: str) -> Any:
     if sort == "bytes/s":
-        return lambda w: (-(w.get("bytes_per_s") or 0), w["pid"])
+        return lambda w: (-(w.bytes_per_s or 0), w.pid)
     if sort == "progress":
-        return lambda w: (-(w.get("progress") or -1), w["pid"])
+        return lambda w: (-(w.progress or -1), w.pid)
     if sort == "phase":
         # workers in lock-wait first (they want attention), then the phases'
         # display order (pgparmon.phases)
-        return lambda w: (w.get("phase") != "lock-wait", phase_of(w.get("phase")).order,
-                          w["pid"])
-    return lambda w: w["pid"]
+        return lambda w: (w.phase != "lock-wait", phase_of(w.phase).order, w.pid)
+    return lambda w: w.pid
 
 
 def _clip(s: str, n: int) -> str:
