@@ -182,7 +182,8 @@ def _predictions(s: Situation, strategy: ArchiveStrategy, ev: Evidence,
     checksums = (strategy.kind.writes_target and ev.basis != "timings"
                  and setting_str(s.settings, "data_checksums") == "on")
     preds = predict.predict(ev, items, jobs, labels, cost,
-                            predict.CHECKSUM_WRITE_FACTOR if checksums else 1.0)
+                            predict.CHECKSUM_WRITE_FACTOR if checksums else 1.0,
+                            strategy.steps(s))
     if checksums:
         s.warnings.append(Caution(
             "data_checksums", "the target cluster has data checksums on: every page the "

@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..analyze.saturation import FLAT_GAIN
-from ..analyze.schedule import WorkItem, lower_bound, simulate
+from ..analyze.schedule import Schedule, WorkItem, lower_bound, simulate
 from .. import units as fmt
 from . import usl
 from .kinds import kind_named
@@ -282,12 +282,19 @@ def object_cost(kind: str, objects: int, items: int) -> ObjectCost:
 CHECKSUM_WRITE_FACTOR = 1.13
 
 
+StepsFn = Callable[[int, list[WorkItem]], list[list[WorkItem]]]
+"""The items as the commands run at -j: one list a command, run one after
+the other (a restore in sections), or the items alone."""
+
+
 def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
             labels: dict[str, str] | None = None,
-            cost: ObjectCost | None = None, write_factor: float = 1.0) -> list[Prediction]:
+            cost: ObjectCost | None = None, write_factor: float = 1.0,
+            steps: StepsFn | None = None) -> list[Prediction]:
     """Wall time at each j: the serial per-object part (the leader's objects
     and its handing out of items, `cost`), then the items' work through the
-    scheduler (times `write_factor`: a target with data checksums)."""
+    scheduler (times `write_factor`: a target with data checksums); `steps`:
+    the commands the items run in at j, each scheduled after the last."""
     labels = labels or {}
     out: list[Prediction] = []
     if ev.basis == "timings":
@@ -302,8 +309,8 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
             neck = curve_bottleneck(ev, j)
             out.append(Prediction(j, wall, neck, None, None, None, measured, extrap))
             continue
-        sched = simulate(list(items), j, ev.rate)
-        lb = lower_bound(list(items), j, ev.rate) * write_factor
+        sched, lb = _schedule(list(items), j, ev.rate, steps)
+        lb *= write_factor
         if write_factor != 1.0:
             sched = dataclasses.replace(sched, makespan=sched.makespan * write_factor,
                                         tail_s=sched.tail_s * write_factor)
@@ -318,6 +325,18 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
                               labels.get(sched.last_item or "", sched.last_item), None, extrap,
                               serial_s=serial))
     return out
+
+
+def _schedule(items: list[WorkItem], j: int, rate: Callable[[int], float],
+              steps: StepsFn | None) -> tuple[Schedule, float]:
+    """The run at j (its commands one after the other) and its lower bound."""
+    parts = steps(j, items) if steps is not None else [items]
+    scheds = [simulate(p, j, rate) for p in parts]
+    lb = sum(lower_bound(p, j, rate) for p in parts)
+    if len(scheds) == 1:
+        return scheds[0], lb
+    last = scheds[-1]
+    return dataclasses.replace(last, makespan=sum(sc.makespan for sc in scheds)), lb
 
 
 def curve_bottleneck(ev: Evidence, j: int) -> str:

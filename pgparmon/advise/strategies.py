@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from ..connect import ConnectError
+from ..jobs.pg_restore import section_steps
 from ..readers.db import ServerFacts
 from ..redact import redact_text
 from .. import units as fmt
@@ -145,6 +146,10 @@ class ArchiveStrategy:
     def in_sections(self, s: Situation, rec: int) -> bool:
         """The command runs in sections (a restore's pre-data apart)."""
         return False
+
+    def steps(self, s: Situation) -> predict.StepsFn | None:
+        """The items as the commands at -j run them (None: all in one)."""
+        return None
 
     def run_warnings(self, s: Situation, choice: predict.Choice, rec: int, sections: bool,
                      probe_json: dict[str, Any] | None) -> list[Caution]:
@@ -303,6 +308,16 @@ class RestoreStrategy(ArchiveStrategy):
 
     def in_sections(self, s: Situation, rec: int) -> bool:
         return bool(rec >= 2 and s.inv is not None and s.inv.early_fks)
+
+    def steps(self, s: Situation) -> predict.StepsFn | None:
+        """At -j 2 and more such an archive is restored in sections (the
+        command says so): the data, then the post-data, each its own
+        schedule (the pre-data is the serial part)."""
+        if s.inv is None or not s.inv.early_fks or s.inv.plan_inputs is None:
+            return None
+        data_keys = frozenset(str(t.dump_id) for t in s.inv.plan_inputs[0]
+                              if t.desc == "TABLE DATA")
+        return lambda j, items: section_steps(items, data_keys) if j >= 2 else [items]
 
     def run_warnings(self, s: Situation, choice: predict.Choice, rec: int, sections: bool,
                      probe_json: dict[str, Any] | None) -> list[Caution]:

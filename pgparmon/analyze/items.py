@@ -28,6 +28,8 @@ class Item:
     tuples_done: int = 0
     deps: frozenset[str] = frozenset()
     exclusive: bool = False
+    # tables it locks that the tool's scheduler does not see (WorkItem.holds)
+    holds: frozenset[str] = frozenset()
     seen_running: bool = False
     server_total: bool = False  # a COPY whose total the server knows (bytes_total)
 

@@ -53,6 +53,12 @@ class WorkItem:
     # running items counts as already done.
     deps: frozenset[str] = frozenset()
     label: str = ""
+    # Tables this item locks that the scheduler does not see (pg_restore: a
+    # foreign key on a partitioned table, or referencing one, locks every
+    # partition; the archive names only the parents). The scheduler starts
+    # it beside an item on one of them anyway, and the later of the two waits
+    # for the other to end: it holds its worker and makes no progress.
+    holds: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # Fail here, where the bad number is made, not deep in the heap where
@@ -65,6 +71,8 @@ class WorkItem:
         if not isinstance(self.deps, frozenset):
             # Callers pass sets or lists; keep the item hashable and immutable.
             object.__setattr__(self, "deps", frozenset(self.deps))
+        if not isinstance(self.holds, frozenset):
+            object.__setattr__(self, "holds", frozenset(self.holds))
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,9 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
     there are more than `workers`; no new item starts until fewer than
     `workers` are active). A free worker takes the ready item (dependencies
     done, no exclusive-lock conflict with a running item) of largest `size`,
-    ties going to the earlier item in `pending`.
+    ties going to the earlier item in `pending`. An item that meets a lock the
+    scheduler does not see (`WorkItem.holds`) waits on its worker, making no
+    progress and counting in no stream's rate, until that item has ended.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -128,6 +138,7 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
     sim.set_off(len(running))
     while sim.active:
         sim.next_event(r)
+    assert not sim.waiting  # a wait is for a running item: none is left waiting
     return sim.schedule(len(running), now)
 
 
@@ -160,7 +171,8 @@ class _Sim:
     the per-stream progress clock, see the module's docstring)."""
 
     __slots__ = ("items", "workers", "missing", "dependents", "start", "end", "worker_of",
-                 "ready", "locked", "blocked", "active", "free", "t", "p", "profile")
+                 "ready", "locked", "blocked", "active", "free", "t", "p", "profile",
+                 "waiting", "hidden")
 
     def __init__(self, items: list[WorkItem], workers: int, missing: list[int],
                  dependents: list[list[int]]) -> None:
@@ -181,6 +193,10 @@ class _Sim:
         self.t = 0.0  # seconds since `now`
         self.p = 0.0  # per-stream progress clock (work units)
         self.profile: list[tuple[float, int]] = []  # (t, active streams) steps
+        # dispatched items waiting for a lock the scheduler does not see, in
+        # the order they were dispatched (they hold a worker, not a stream)
+        self.waiting: list[int] = []
+        self.hidden = any(it.holds for it in items)
 
     def set_off(self, n_run: int) -> None:
         """t = 0: the running items on workers 0.., the rest of the workers
@@ -214,17 +230,47 @@ class _Sim:
             if it.exclusive and it.table is not None:
                 self._unlock(it.table)
             self._release(self.dependents[i])
+        if self.waiting:
+            self._wake()
         self._fill()
         self._record()
 
     def _begin(self, i: int, w: int) -> None:
-        """Item i starts now on worker w (and takes its table's lock)."""
+        """Item i starts now on worker w (and takes its table's lock); it
+        waits there while a running item holds a lock it needs."""
         it = self.items[i]
         self.start[i] = self.t
         self.worker_of[i] = w
-        heapq.heappush(self.active, (self.p + it.work, i))
         if it.exclusive and it.table is not None:
             self.locked[it.table] = self.locked.get(it.table, 0) + 1
+        if self.hidden and self._meets_hidden_lock(i):
+            self.waiting.append(i)
+            return
+        heapq.heappush(self.active, (self.p + it.work, i))
+
+    def _meets_hidden_lock(self, i: int) -> bool:
+        """A running item and item i lock a table in common that the
+        scheduler did not see (one holds the other's table, or both hold it)."""
+        a = self.items[i]
+        mine = a.holds | {a.table} if a.table is not None else a.holds
+        for _, k in self.active:
+            b = self.items[k]
+            if not (a.holds or b.holds):
+                continue
+            if b.table is not None and b.table in a.holds or not mine.isdisjoint(b.holds):
+                return True
+        return False
+
+    def _wake(self) -> None:
+        """Waiting items whose locks are free now run (in the order they were
+        dispatched; each one that runs may hold a lock a later one needs)."""
+        still: list[int] = []
+        for i in self.waiting:
+            if self._meets_hidden_lock(i):
+                still.append(i)
+            else:
+                heapq.heappush(self.active, (self.p + self.items[i].work, i))
+        self.waiting = still
 
     def _release(self, dependents: list[int]) -> None:
         """An item these wait on ended: those waiting on nothing more are ready."""
@@ -249,8 +295,8 @@ class _Sim:
         # Hand ready items to idle workers. An item whose lock conflicts is
         # parked under its table and comes back when the lock is released, so
         # it is not re-examined at every event.
-        active, ready = self.active, self.ready
-        while len(active) < self.workers and ready:
+        active, ready, waiting = self.active, self.ready, self.waiting
+        while len(active) + len(waiting) < self.workers and ready:
             _, i = heapq.heappop(ready)
             it = self.items[i]
             if it.exclusive and it.table is not None and self.locked.get(it.table):

@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item, WorkerState
+from ..analyze.schedule import WorkItem
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
@@ -233,13 +234,19 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         factor = DEFAULT_FK_FACTOR if kind == "fk" else tr.index_factor
         deps = {tr.by_relation[r] for r in (table, tgt.references if tgt else None)
                 if r and r in tr.by_relation}
+        holds: frozenset[str] = frozenset()
+        if kind == "fk" and table and parents:
+            # a key on or to a partitioned table locks each partition, which
+            # pg_restore -j does not know of (the archive names the parents)
+            holds = frozenset(r for t in (table, tgt.references if tgt else None) if t
+                              for r in partitions_under(t, parents) if r in data_size)
         if kind == "fk" and table and table not in data_size and parents:
             parts = [r for r in partitions_under(table, parents) if r in data_size]
             base = sum(data_size[r] for r in parts)
             deps |= {tr.by_relation[r] for r in parts if r in tr.by_relation}
         tr.add(Item(key=str(it.dump_id), kind=kind, relation=table, name=name, size=base,
                     work=max(base * factor, 1.0), deps=frozenset(deps),
-                    exclusive=kind != "index"))
+                    exclusive=kind != "index", holds=holds))
     for key, after in post_data_order(targets, set(tr.items)).items():
         tr.items[key].deps = tr.items[key].deps | after
     tr.mark_planned()
@@ -271,3 +278,37 @@ def post_data_order(targets: dict[int, PostDataTarget], planned: set[str]
         if found:
             out[str(dump_id)] = frozenset(found)
     return out
+
+
+def section_steps(items: list[WorkItem], data_keys: frozenset[str]
+                  ) -> list[list[WorkItem]]:
+    """A restore run in sections (`--section=data -j N`, then
+    `--section=post-data -j N`) as two schedules, each pg_restore's own.
+
+    The data step hands out the table data, largest first. The post-data
+    step restores no data, and there pg_restore orders its ready items by
+    archive order (dump id: the data lengths it sorts by are those of the
+    data it restores, here none; seen in `pg_restore -v`). Each TABLE DATA
+    entry is still in its ready list, after the post-data entries (pg_dump
+    numbers the data last), and is "skipped" only when a worker is idle and
+    no post-data item is ready: the builds on a table become ready one table
+    at a time, as workers go idle. Modelled as items of no work in that order.
+    A foreign key on a partitioned table waits in the archive for the keys it
+    references, not for its partitions' data: that dependency, which the
+    one-command plan adds for the load, is dropped here."""
+    data = [it for it in items if it.key in data_keys]
+    post: list[WorkItem] = [
+        WorkItem(key=it.key, work=0.0, size=-_dump_id(it.key), label=it.label)
+        for it in data]
+    by_key = {it.key: it for it in data}
+    for it in items:
+        if it.key in data_keys:
+            continue
+        deps = frozenset(d for d in it.deps
+                         if d not in by_key or by_key[d].table not in it.holds)
+        post.append(dataclasses.replace(it, size=-_dump_id(it.key), deps=deps))
+    return [data, post]
+
+
+def _dump_id(key: str) -> float:
+    return float(key) if key.isdigit() else 0.0

@@ -1,0 +1,107 @@
+"""Locks the scheduler does not see (`WorkItem.holds`), and a restore in
+sections as two schedules (`jobs.pg_restore.section_steps`): hand-computed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pgparmon.analyze.schedule import WorkItem, simulate
+from pgparmon.jobs.pg_restore import section_steps
+
+
+def one(k: int) -> float:
+    return 1.0  # every stream 1 unit/s whatever k (no shared limit)
+
+
+def two_cores(k: int) -> float:
+    return 1.0 if k <= 2 else 2.0 / k
+
+
+def _spans(items: list[WorkItem], j: int, rate=one) -> dict[str, tuple[float, float]]:
+    s = simulate(items, j, rate)
+    return {sp.key: (round(sp.start, 6), round(sp.end, 6)) for sp in s.spans}
+
+
+def test_an_item_started_beside_a_held_table_waits_on_its_worker() -> None:
+    # the key (5 s) holds partition p1; p1's build (1 s) is handed out next
+    # to it and waits for it, holding the second worker; q (2 s) gets no
+    # worker until the build is done
+    items = [WorkItem("fk", 5.0, size=3.0, table="parent", exclusive=True,
+                      holds=frozenset({"p1", "p2"})),
+             WorkItem("p1_pkey", 1.0, size=2.0, table="p1", exclusive=True),
+             WorkItem("q", 2.0, size=1.0, table="other", exclusive=True)]
+    sp = _spans(items, 2)
+    assert sp["fk"] == (0.0, 5.0)
+    assert sp["p1_pkey"] == (0.0, 6.0)  # dispatched at 0, runs 5..6
+    assert sp["q"] == (5.0, 7.0)
+    # without the hidden lock the two run together
+    plain = [dataclasses.replace(items[0], holds=frozenset()), *items[1:]]
+    sp = _spans(plain, 2)
+    assert sp["p1_pkey"] == (0.0, 1.0) and sp["q"] == (1.0, 3.0)
+
+
+def test_a_key_handed_out_while_a_partition_builds_waits_for_the_build() -> None:
+    items = [WorkItem("p1_pkey", 2.0, size=3.0, table="p1", exclusive=True),
+             WorkItem("fk", 1.0, size=2.0, table="parent", exclusive=True,
+                      holds=frozenset({"p1"}))]
+    sp = _spans(items, 2)
+    assert sp["p1_pkey"] == (0.0, 2.0)
+    assert sp["fk"] == (0.0, 3.0)
+
+
+def test_a_waiting_worker_takes_no_share_of_the_cores() -> None:
+    # on two cores, three streams share them; a waiting item is no stream:
+    # the key and x run at full speed while the partition's build waits
+    items = [WorkItem("fk", 4.0, size=3.0, table="parent", holds=frozenset({"p1"})),
+             WorkItem("p1_idx", 1.0, size=2.0, table="p1"),
+             WorkItem("x", 4.0, size=1.0, table="x")]
+    s = simulate(items, 3, two_cores)
+    by = {sp.key: sp for sp in s.spans}
+    assert round(by["fk"].end, 6) == 4.0 and round(by["x"].end, 6) == 4.0
+    assert round(by["p1_idx"].end, 6) == 5.0
+    assert (0.0, 2) in s.busy_profile and (4.0, 1) in s.busy_profile
+
+
+def test_two_keys_holding_one_partition_do_not_run_together() -> None:
+    items = [WorkItem("fk1", 2.0, size=2.0, table="a", holds=frozenset({"p1"})),
+             WorkItem("fk2", 3.0, size=1.0, table="b", holds=frozenset({"p1", "p2"}))]
+    sp = _spans(items, 2)
+    assert sp["fk1"] == (0.0, 2.0) and sp["fk2"] == (0.0, 5.0)
+
+
+def test_the_post_data_step_goes_in_archive_order_with_the_data_skipped_in_turn() -> None:
+    """The post-data step of a restore in sections: pg_restore reaches a
+    table's data entry (no work: it is skipped) only when a worker is idle
+    and no post-data item is ready, after the post-data entries (higher dump
+    ids), so the builds on the tables come one table at a time; the key on
+    the partitioned table waits for the referenced key, not its partitions'
+    data, and it meets a partition's build that started before it."""
+    data = [WorkItem("101", 10.0, size=10.0, table="s.orders_p1"),
+            WorkItem("102", 10.0, size=10.0, table="s.lines_p1"),
+            WorkItem("103", 10.0, size=10.0, table="s.lines_p2")]
+    post = [WorkItem("11", 1.0, size=10.0, table="s.orders_p1", exclusive=True,
+                     deps=frozenset({"101"})),  # orders_p1_pkey
+            WorkItem("12", 1.0, size=10.0, table="s.lines_p1", exclusive=True,
+                     deps=frozenset({"102"})),
+            WorkItem("13", 1.0, size=10.0, table="s.lines_p2", exclusive=True,
+                     deps=frozenset({"103"})),
+            # the key: sized by and (in the one-command plan) waiting for its
+            # partitions' data; in the archive, for the referenced key
+            WorkItem("20", 4.0, size=20.0, table="s.lines", exclusive=True,
+                     deps=frozenset({"11", "102", "103"}),
+                     holds=frozenset({"s.lines_p1", "s.lines_p2", "s.orders_p1"}))]
+    data_step, post_step = section_steps([*data, *post], frozenset({"101", "102", "103"}))
+    assert [it.key for it in data_step] == ["101", "102", "103"]
+    by = {it.key: it for it in post_step}
+    assert all(by[k].work == 0.0 and by[k].table is None for k in ("101", "102", "103"))
+    assert by["20"].deps == frozenset({"11"})
+    sp = _spans(post_step, 2)
+    # skip 101 -> orders_p1_pkey (0..1) on one worker, skip 102 -> lines_p1
+    # (0..1) on the other; at 1 the key is ready before lines_p2's data is
+    # reached: it runs 1..5, then skip 103, and lines_p2's build waits for it
+    assert sp["11"] == (0.0, 1.0) and sp["12"] == (0.0, 1.0)
+    assert sp["20"] == (1.0, 5.0)
+    assert sp["13"] == (1.0, 6.0)
+    # at -j 3 every table's data is reached at once: the builds run first
+    sp = _spans(post_step, 3)
+    assert sp["13"] == (0.0, 1.0) and sp["20"] == (1.0, 5.0)
