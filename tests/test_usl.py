@@ -323,3 +323,40 @@ def test_exact_usl_curves_are_fitted_exactly(lam: float, sigma: float, kappa: fl
     assert f.rms_rel < 2e-3, f
     for n in ns:
         assert rel(f.throughput(n), usl_x(n, lam, sigma, kappa)) < 5e-3
+
+
+# ---- steps under the line between their neighbours --------------------------
+
+
+def test_a_step_under_its_neighbours_line_is_left_out() -> None:
+    # 1, 2, 4 on a line of 28 a stream, 16 at 327; 8 measured 163 where the
+    # line from 4 to 16 passes 181 (10% more): the fit leaves 8 out
+    pts = [(1, 28.5), (2, 55.3), (4, 108.0), (8, 163.2), (16, 326.7)]
+    assert usl.under_hull(pts) == {8.0}
+    f = usl.fit(pts)
+    assert f.left_out == (8.0,) and f.n_points == 4
+    assert f.throughput(1) == pytest.approx(27.7, rel=0.01)
+    assert f.to_json()["left_out_jobs"] == [8.0]
+
+
+def test_a_curve_that_bends_down_or_falls_keeps_every_step() -> None:
+    for pts in ([(1, 10), (2, 19), (4, 30), (8, 33)],       # a plateau
+                [(1, 10), (2, 18), (4, 24), (6, 22), (8, 18)],  # past a peak
+                [(1, 2.0), (2, 1.0), (3, 1.0), (4, 1.0)],       # falling, convex
+                [(1, 10), (2, 18), (4, 20), (8, 9), (16, 8.5)],  # USL-like fall
+                [(1, 10), (2, 20), (3, 30), (4, 40)]):      # a line
+        assert usl.under_hull(pts) == set()
+        assert usl.fit(pts).left_out == ()
+
+
+def test_a_dip_within_the_noise_stays() -> None:
+    # 4 is 3% under the line from 2 to 8: within the 5% noise
+    pts = [(1, 10), (2, 20), (4, 38.8), (8, 80)]
+    assert usl.under_hull(pts) == set()
+    assert usl.under_hull(pts, noise=0.01) == {4.0}
+
+
+def test_the_first_and_last_steps_are_never_left_out() -> None:
+    # a low first step or a low last one bounds the curve, it is no dip
+    assert usl.under_hull([(1, 5), (2, 20), (4, 40)]) == set()
+    assert usl.under_hull([(1, 10), (2, 20), (4, 5)]) == set()

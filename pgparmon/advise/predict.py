@@ -228,7 +228,7 @@ def timings_evidence(timings: dict[int, float]) -> Evidence:
     pts = usl.from_timings(timings)
     f = usl.fit(pts)
     return Evidence("timings", f, pts, limit="a resource the timings do not name",
-                    timings=dict(timings), note=f.note)
+                    timings=dict(timings), note=_left_out(f.note, f))
 
 
 def points_evidence(basis: str, points: Sequence[tuple[float, float]], *, limit: str,
@@ -237,8 +237,17 @@ def points_evidence(basis: str, points: Sequence[tuple[float, float]], *, limit:
                     detail: dict[str, Any] | None = None) -> Evidence:
     f = usl.fit(points)
     return Evidence(basis, f, list(points), cpu_per_gb=dict(cpu_per_gb or {}), limit=limit,
-                    per_stream_limit=per_stream_limit, note=note or f.note,
+                    per_stream_limit=per_stream_limit, note=_left_out(note or f.note, f),
                     detail=dict(detail or {}))
+
+
+def _left_out(note: str, f: usl.Fit) -> str:
+    """The note, and which steps the fit left out (usl.under_hull)."""
+    if not f.left_out:
+        return note
+    counts = ", ".join(f"{n:g}" for n in f.left_out)
+    return (f"{note}; the step at {counts} jobs measured under the line between its "
+            "neighbours and is left out of the fit (throughput only bends down)")
 
 
 def _flat_at(ev: Evidence, j: int) -> bool:

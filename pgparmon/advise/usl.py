@@ -53,6 +53,9 @@ class Fit:
     max_n: float = 1.0  # largest measured stream count
     n_points: int = 0  # distinct stream counts measured
     note: str = ""  # why this model was chosen
+    # stream counts whose points were left out of the fit: under the line
+    # between their neighbours (`under_hull`)
+    left_out: tuple[float, ...] = ()
 
     def unbounded(self, n: float) -> float:
         """X(n) from the curve itself, however far n lies beyond the points
@@ -101,7 +104,8 @@ class Fit:
                 "kappa": self.kappa, "x_max": self.x_max,
                 "peak_jobs": None if peak is None else round(peak, 2),
                 "rms_rel_error": round(self.rms_rel, 4), "max_measured_jobs": self.max_n,
-                "valid_up_to_jobs": self.limit_n, "note": self.note}
+                "valid_up_to_jobs": self.limit_n, "note": self.note,
+                "left_out_jobs": list(self.left_out)}
 
 
 def _clean(points: Iterable[Point]) -> list[Point]:
@@ -228,6 +232,40 @@ def fit(points: Iterable[Point], noise: float = DEFAULT_NOISE) -> Fit:
       more than the noise and the USL fits clearly better.
     """
     pts = _clean(points)
+    low = under_hull(pts, noise)
+    if low:
+        kept = [(n, x) for n, x in pts if n not in low]
+        f = _fit_clean(kept, noise)
+        return _with_note(f, f.note, tuple(sorted(low)))
+    return _fit_clean(pts, noise)
+
+
+def under_hull(pts: Sequence[Point], noise: float = DEFAULT_NOISE) -> set[float]:
+    """Stream counts, up to the one that measured the most, measured under
+    the straight line between two other such counts, one below and one
+    above, by more than the noise. Up to its peak a throughput curve only
+    bends down (the plateau and the USL rise concave: each stream adds no
+    more than the one before), so such a point measured less than the run
+    would do: a step whose start-up took a large part of it, or whose files
+    were flushed one after another. Past the peak the USL falls convex, so
+    the counts there are not judged."""
+    best: dict[float, float] = {}
+    for n, x in pts:
+        best[n] = max(x, best.get(n, 0.0))
+    ns = sorted(best)
+    top = max(ns, key=lambda n: (best[n], n))
+    ns = [n for n in ns if n <= top]
+    low: set[float] = set()
+    for i in range(1, len(ns) - 1):
+        n = ns[i]
+        chord = max(best[a] + (best[b] - best[a]) * (n - a) / (b - a)
+                    for a in ns[:i] for b in ns[i + 1:])
+        if best[n] < (1.0 - noise) * chord:
+            low.add(n)
+    return low
+
+
+def _fit_clean(pts: list[Point], noise: float) -> Fit:
     plateau = fit_plateau(pts)
     if plateau.n_points < MIN_USL_POINTS:
         return _with_note(plateau, f"plateau model: {plateau.n_points} job count(s) "
@@ -260,8 +298,9 @@ def fit(points: Iterable[Point], noise: float = DEFAULT_NOISE) -> Fit:
     return _with_note(plateau, "plateau model: kappa within noise")
 
 
-def _with_note(f: Fit, note: str) -> Fit:
-    return Fit(f.model, f.lam, f.sigma, f.kappa, f.x_max, f.rms_rel, f.max_n, f.n_points, note)
+def _with_note(f: Fit, note: str, left_out: tuple[float, ...] = ()) -> Fit:
+    return Fit(f.model, f.lam, f.sigma, f.kappa, f.x_max, f.rms_rel, f.max_n, f.n_points, note,
+               left_out or f.left_out)
 
 
 def from_timings(timings: dict[int, float]) -> list[Point]:
