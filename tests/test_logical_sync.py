@@ -223,11 +223,20 @@ def test_initial_sync_found_from_the_publisher(servers: tuple[Cluster, Cluster])
         copying = attach.wait_for(big_copying_on_publisher,
                                   "the big table's COPY TO, with its progress")
         samples, summary, err = attach.finish(timeout=180)
+        # never finished while a table waits for its sync: here the earlier
+        # tests' subscriptions leave the sync one worker slot, and a launch
+        # that finds it still held is retried only wal_retrieve_retry_interval
+        # (5 s) later (with a 3 s hand-over the job ended with 3 of 4 tables
+        # still in state i)
+        waiting = sub.psql("SELECT count(*) FROM pg_subscription_rel r JOIN pg_subscription s "
+                           "ON s.oid = r.srsubid WHERE s.subname = 's4' "
+                           "AND r.srsubstate NOT IN ('r', 's')", dbname="dst4").strip()
     finally:
         if attach.proc.poll() is None:
             attach.proc.kill()
         sub.psql("DROP SUBSCRIPTION IF EXISTS s4", dbname="dst4")  # none left syncing
     assert attach.proc.returncode == 0, err[-2000:]
+    assert waiting == "0", f"{waiting} table(s) not synced when the job ended"
     check_publisher_run(pub, "src4", suboid, copying, samples, summary)
 
 

@@ -41,10 +41,14 @@ SLOTS_PART = "logical_slots"
 SYNC_SLOT = re.compile(r"^(?:pg_(\d+)_sync_\d+_(\d+)|.+_(\d+)_sync_\d+)$")
 PUBLISHER = "sync walsenders"  # the grouping of a job found on the publisher
 # neither a sync walsender nor a sync slot of the job's left: how long the
-# next table's sync worker may take to start and create its slot (the apply
-# worker's cycle is 1 s; up to 1.0 s measured between two tables, one sync
-# worker, an idle 2-core host)
-HANDOVER_S = 3.0
+# next table's sync worker may take to start and create its slot. The apply
+# worker's cycle is 1 s (up to 1.0 s measured between two tables, one sync
+# worker, an idle 2-core host); but when the launch finds no free logical
+# replication worker slot (the one the last table's worker held not yet
+# released), the table's next launch waits wal_retrieve_retry_interval (5 s
+# by default), which the publisher cannot read (a subscriber's setting):
+# its default, the apply worker's cycle and the slot's creation
+HANDOVER_S = 7.5
 # where the slots cannot say: also a failed sync's retry, after
 # wal_retrieve_retry_interval (5 s by default)
 PUBLISHER_GRACE_S = 10.0
