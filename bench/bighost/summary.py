@@ -165,7 +165,9 @@ def report(rows: list[dict[str, Any]]) -> str:
         meas, advs = k["measured"], k["advice"]
         L.append("")
         if not meas and not advs and not k["skipped"]:
-            L.append(f"{kind}: nothing measured")
+            parts = (si.get("knobs") or {}).get("PARTS")
+            ran = not isinstance(parts, list) or kind in parts
+            L.append(f"{kind}: {'nothing measured' if ran else 'not run (PARTS)'}")
             continue
         csv = _first(rows, "csv") if kind == "copy" else {}
         if csv:
