@@ -21,24 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from common import Cluster, machine, make_csv, median, pgparmon, start_cluster, write_json
+from copysplit import split_copy_cmd
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "advise_copy.json"
 DB = "copybench"
 
 
 def load_cmd(c: Cluster, path: Path, j: int) -> str:
-    psql = shlex.join([str(c.client("psql")), "-X", "-q", "-v", "ON_ERROR_STOP=1",
-                       "-h", str(c.sockdir), "-p", str(c.port), "-U", c.superuser, "-d", DB,
-                       "-c", "\\copy items FROM STDIN WITH (FORMAT csv)"])
-    return (f"tail -n +2 {shlex.quote(str(path))} | split -n r/{j} "
-            f"--filter={shlex.quote(psql)} -")
+    return split_copy_cmd([str(c.client("psql")), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                           "-h", str(c.sockdir), "-p", str(c.port), "-U", c.superuser, "-d", DB],
+                          str(path), j, "items")
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ git -C "$CHECKOUT" rev-parse --verify -q HEAD >/dev/null 2>&1 \
   || die "not a git checkout with a commit: $CHECKOUT"
 git -C "$CHECKOUT" cat-file -e HEAD:pyproject.toml 2>/dev/null \
   || die "$CHECKOUT has no pyproject.toml at HEAD: not a pgparmon checkout"
-for f in sweep.py summary.py README.md; do
+for f in sweep.py summary.py README.md ../copysplit.py; do
   [ -f "$HERE/$f" ] || die "missing $HERE/$f"
 done
 for p in $PROGRAMS; do
@@ -239,7 +239,8 @@ tar -C "$PART/stage" --sort=name --owner=root --group=root --numeric-owner -czf 
   || die "tar of pg15 failed"
 
 # ------------------------------------------------------------------ scripts
-cp "$HERE/sweep.py" "$HERE/summary.py" "$HERE/README.md" "$PART/"
+# sweep.py imports copysplit.py (bench/, shared with bench/advise_copy_accuracy.py)
+cp "$HERE/sweep.py" "$HERE/summary.py" "$HERE/README.md" "$HERE/../copysplit.py" "$PART/"
 {
   echo "pgparmon_commit=$COMMIT"
   echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -247,6 +248,7 @@ cp "$HERE/sweep.py" "$HERE/summary.py" "$HERE/README.md" "$PART/"
   echo "postgres=$(env -i "$P/bin/postgres" --version)"
   echo "python_versions=$PYVERSIONS"
   echo "pgparmon_wheel=$OWN_NAME"
+  echo "scripts=sweep.py summary.py copysplit.py"
 } > "$PART/MANIFEST"
 
 rm -rf "$PART/stage" "$PART/tmp"

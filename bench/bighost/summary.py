@@ -4,7 +4,9 @@
     python3 summary.py results.jsonl          a table
     python3 summary.py results.jsonl --json   the same figures as one JSON object
 
-For the dump and for the restore: per j the median measured seconds over
+For the dump, the restore and the COPY load (J parallel \\copy streams of
+one CSV, split -n r/J as the advice's command): per j the median measured
+seconds over
 the repeats (with their spread), and for each advice (static, probe, the
 forced probe) its recommended j, its predicted seconds at every j with the
 error against the measured median ((predicted - measured) / measured), and
@@ -23,7 +25,9 @@ import statistics
 import sys
 from typing import Any
 
-KINDS = {"dump": "pg_dump -Fd -j N", "restore": "pg_restore -j N"}
+KINDS = {"dump": "pg_dump -Fd -j N", "restore": "pg_restore -j N",
+         "copy": "J parallel \\copy streams, split -n r/J"}
+WAL_KINDS = ("restore", "copy")   # their runs record the WAL they wrote
 
 
 def load(path: Any) -> list[dict[str, Any]]:
@@ -55,7 +59,7 @@ def _first(rows: list[dict[str, Any]], op: str) -> dict[str, Any]:
 
 def measured(rows: list[dict[str, Any]], kind: str) -> dict[int, dict[str, Any]]:
     """j -> the runs that finished (rc 0): median, min, max, n (and for a
-    restore the median WAL bytes)."""
+    restore or a COPY load the median WAL bytes)."""
     runs: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("op") == kind and not r.get("skipped") and r.get("rc") == 0 \
@@ -161,15 +165,23 @@ def report(rows: list[dict[str, Any]]) -> str:
         meas, advs = k["measured"], k["advice"]
         L.append("")
         if not meas and not advs and not k["skipped"]:
-            L.append(f"{kind}: nothing measured")
+            parts = (si.get("knobs") or {}).get("PARTS")
+            ran = not isinstance(parts, list) or kind in parts
+            L.append(f"{kind}: {'nothing measured' if ran else 'not run (PARTS)'}")
             continue
+        csv = _first(rows, "csv") if kind == "copy" else {}
+        if csv:
+            L.append(f"copy: a CSV of {_f((csv.get('bytes') or 0) / 1e6)} MB, {csv.get('rows')} "
+                     f"rows (written in {_f(csv.get('seconds'))} s), into a logged table with "
+                     "one index; TRUNCATE and CHECKPOINT before each load"
+                     + ("" if csv.get("ok") else f"; the CSV FAILED: {csv.get('stderr') or ''}"))
         L.append(f"{kind} ({what}): measured seconds, median [min-max] of the repeats; each "
                  "advice's predicted seconds and error (* = extrapolated)")
         modes = [a["mode"] for a in advs]
         js = sorted(set(meas) | {j for a in advs for j in (a.get("per_j") or {})
                                  if j in meas or j == a.get("recommended_jobs")})
         head = f"  {'j':>4}  {'measured':<32}"
-        if kind == "restore":
+        if kind in WAL_KINDS:
             head += f"{'WAL MB':>8}  "
         head += "".join(f"{m:<20}" for m in modes)
         L.append(head)
@@ -181,7 +193,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             if j == best:
                 cell += " best"
             line = f"  {j:>4}  {cell:<32}"
-            if kind == "restore":
+            if kind in WAL_KINDS:
                 line += f"{_f((m or {}).get('wal_bytes', None) and m['wal_bytes'] / 1e6):>8}  "
             for a in advs:
                 e = (a.get("per_j") or {}).get(j)

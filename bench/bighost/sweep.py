@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pgparmon advise against real parallel pg_dump / pg_restore runs on a bare host.
+"""pgparmon advise against real parallel pg_dump / pg_restore / COPY runs on a bare host.
 
     OUT=/root/bighost-out python3 bundle/sweep.py        (as root)
 
@@ -13,7 +13,10 @@ It extracts PostgreSQL, installs pgparmon into a virtual environment,
 creates an OS user to run a throwaway server (Unix socket only), seeds a
 database of NTAB equal tables, then for a dump and for a restore asks
 `pgparmon advise --json` (static, --probe, --probe --probe-seconds PROBE_S)
-and times the real pg_dump -Fd -j N / pg_restore -j N over the JOBS list.
+and times the real pg_dump -Fd -j N / pg_restore -j N over the JOBS list;
+then writes a CSV of COPY_MB from the seeded tables, asks `pgparmon advise
+--copy` the same three ways and times real loads of it by J parallel \\copy
+streams (split -n r/J, the advice's command) over COPY_JOBS.
 Each step is a JSON line in $OUT/results.jsonl; the console goes to
 $OUT/log.txt too. A step that would not fit in BUDGET is recorded as
 skipped. README.md (next to this file) lists the knobs.
@@ -42,12 +45,20 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# copysplit.py (the load's command): next to this file in the bundle, in
+# bench/ in the repository
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from copysplit import copied_rows, split_copy_cmd  # noqa: E402
+
 T0 = time.monotonic()
 END_RESERVE = 25.0        # seconds kept for stopping the server, cleanup, the summary
 STATIC_EST = 20.0         # a static advice before one was timed
 DB = "bench"              # the seeded database
 ADV_DB = "r_adv"          # the restore advice's empty target
 RUN_DB = "r_run"          # each timed restore's fresh target
+COPY_DB = "c_load"        # the COPY part's target database
+COPY_TABLE = "items"      # its logged target table (one index), loaded by every J
+PARTS = ("dump", "restore", "copy")
 
 
 class Fatal(Exception):
@@ -111,6 +122,22 @@ def mem_kb(field: str = "MemTotal") -> int:
     return 0
 
 
+def default_copy_mb(n: int) -> int:
+    """The CSV of the COPY part: 64 MB a core (1 GB on 16 cores, 128 MB on
+    2), 64 MB to 4 GB."""
+    return max(64, min(4096, 64 * n))
+
+
+def _parts(raw: str) -> list[str]:
+    names = [x for x in re.split(r"[\s,]+", raw.strip().lower()) if x]
+    bad = [x for x in names if x not in PARTS]
+    if bad or not names:
+        _die(f"PARTS={raw!r}: name some of {' '.join(PARTS)}")
+    if "restore" in names and "dump" not in names:
+        _die("PARTS: the restore part restores the dump part's dump: add dump")
+    return [x for x in PARTS if x in names]
+
+
 def default_jobs(n: int) -> list[int]:
     """1 2 4 8, every power of two up to the cores, and the cores."""
     js = {1, 2, 4, 8, n}
@@ -130,6 +157,9 @@ class Knobs:
     budget: float
     jobs: list[int]
     restore_jobs: list[int]
+    copy_jobs: list[int]
+    copy_mb: int
+    parts: list[str]
     repeats: int
     add_rec: bool
     probe_s: float
@@ -165,9 +195,12 @@ class Knobs:
             work=Path(os.environ.get("WORK") or "/var/tmp/pgparmon-bighost").resolve(),
             scale=_int("SCALE", 850_000, 1, 10**9),
             ntab=_int("NTAB", 16, 1, 1000),
-            budget=float(_int("BUDGET", 600, 60, 7 * 86400)),
+            budget=float(_int("BUDGET", 900, 60, 7 * 86400)),
             jobs=jobs,
             restore_jobs=_jobs("RESTORE_JOBS", jobs),
+            copy_jobs=_jobs("COPY_JOBS", jobs),
+            copy_mb=_int("COPY_MB", default_copy_mb(n), 1, 1_000_000),
+            parts=_parts(os.environ.get("PARTS") or " ".join(PARTS)),
             repeats=_int("REPEATS", 1, 1, 50),
             add_rec=_int("ADD_REC", 1, 0, 1) == 1,
             probe_s=probe_s,
@@ -234,17 +267,20 @@ class Res:
 
 
 def run(cmd: list[str], *, env: dict[str, str], timeout: float, user: tuple[int, int] | None = None,
-        stdin: str | None = None, cwd: str | None = None) -> Res:
+        stdin: str | None = None, cwd: str | None = None, stdout_to: Path | None = None) -> Res:
     """One command, its own process group (killed whole on the timeout: rc
-    124), output captured."""
+    124), output captured (stdout into the file stdout_to when given)."""
     kw: dict[str, Any] = {}
     if user is not None:
         kw.update(user=user[0], group=user[1], extra_groups=[])
     t0 = time.monotonic()
     try:
-        p = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                             start_new_session=True, **kw)
+        with open(stdout_to, "wb") if stdout_to else open(os.devnull, "rb") as sink:
+            p = subprocess.Popen(cmd,
+                                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                 stdout=sink if stdout_to else subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env, cwd=cwd,
+                                 start_new_session=True, **kw)
     except OSError as exc:
         return Res(127, "", f"cannot run {cmd[0]}: {exc.strerror or exc}", 0.0, False)
     try:
@@ -259,7 +295,7 @@ def run(cmd: list[str], *, env: dict[str, str], timeout: float, user: tuple[int,
         _killpg(p)
         p.wait()
         raise
-    return Res(rc, out.decode(errors="replace"), err.decode(errors="replace"),
+    return Res(rc, (out or b"").decode(errors="replace"), err.decode(errors="replace"),
                time.monotonic() - t0, timed_out)
 
 
@@ -302,8 +338,11 @@ class Sweep:
         self.server_up = False
         self.seeded = False
         self.heap_bytes = 0
-        self.times: dict[str, dict[int, list[float]]] = {"dump": {}, "restore": {}}
-        self.advices: dict[str, dict[str, dict[str, Any]]] = {"dump": {}, "restore": {}}
+        self.times: dict[str, dict[int, list[float]]] = {p: {} for p in PARTS}
+        self.advices: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in PARTS}
+        self.csv: Path | None = None    # the COPY part's file, once written
+        self.csv_rows = 0
+        self.copy_done = False          # the COPY part ran (or gave up): nothing to reserve
         self.advise_secs: list[float] = []
         self.kept: tuple[int, Path] | None = None
         self.skipped = 0
@@ -432,10 +471,13 @@ class Sweep:
             "python": platform.python_version(), "python_executable": sys.executable,
             "work": str(self.k.work), "work_fs": self.fs_of(probe), "work_free_bytes": du.free,
             "dev_shm_free_bytes": shm, "host_tools": {t: shutil.which(t) for t in
-                                                      ("gzip", "dd", "head", "useradd")},
+                                                      ("gzip", "dd", "head", "tail", "split",
+                                                       "useradd")},
             "bundle": self.manifest,
             "knobs": {"SCALE": self.k.scale, "NTAB": self.k.ntab, "BUDGET": self.k.budget,
                       "JOBS": self.k.jobs, "RESTORE_JOBS": self.k.restore_jobs,
+                      "COPY_JOBS": self.k.copy_jobs, "COPY_MB": self.k.copy_mb,
+                      "PARTS": self.k.parts,
                       "REPEATS": self.k.repeats, "ADD_REC": int(self.k.add_rec),
                       "PROBE_S": self.k.probe_s, "SHARED_BUFFERS": self.k.shared_buffers,
                       "PORT": self.k.port, "PGOSUSER": self.k.osuser, "WORK": str(self.k.work),
@@ -446,9 +488,10 @@ class Sweep:
                  f"{info['glibc']}")
         self.log(f"work dir {self.k.work} on {info['work_fs']}, {du.free / 1e9:.1f} GB free")
         est_heap = 150 * self.k.scale * self.k.ntab
-        if du.free < 6 * est_heap:
-            self.log(f"warning: about {6 * est_heap / 1e9:.1f} GB may be needed in {probe} "
-                     "(database, a restored copy, a dump, WAL)")
+        need = 6 * est_heap + (4e6 * self.k.copy_mb if "copy" in self.k.parts else 0)
+        if du.free < need:
+            self.log(f"warning: about {need / 1e9:.1f} GB may be needed in {probe} "
+                     "(database, a restored copy, a dump, WAL, the CSV and its loaded table)")
         self.rec("sysinfo", **info)
 
     @staticmethod
@@ -652,7 +695,7 @@ class Sweep:
                 dsm = "posix"
         except OSError:
             pass
-        maxj = max(self.k.jobs + self.k.restore_jobs)
+        maxj = max(self.k.jobs + self.k.restore_jobs + self.k.copy_jobs)
         settings = {
             "listen_addresses": "''",
             "port": str(self.k.port),
@@ -821,10 +864,10 @@ VACUUM ANALYZE t{i};
             raise Fatal("the seed failed: " + "; ".join(failed[:3]))
 
     # -------------------------------------------------------------- estimates
-    def prediction(self, kind: str, j: int) -> float | None:
+    def prediction(self, kind: str, j: int, modes: tuple[str, ...] = ()) -> float | None:
         """The advice's predicted wall time at j: the forced probe's first,
-        then the default probe's, then the static one's."""
-        for mode in (self.probe_mode, "probe", "static"):
+        then the default probe's, then the static one's (or those of modes)."""
+        for mode in modes or (self.probe_mode, "probe", "static"):
             doc = (self.advices[kind].get(mode) or {}).get("advice")
             if not isinstance(doc, dict):
                 continue
@@ -834,11 +877,23 @@ VACUUM ANALYZE t{i};
                     return float(p["wall_s"])
         return None
 
+    @property
+    def csv_bytes(self) -> float:
+        """The COPY part's file: its size once written, else the size asked."""
+        if self.csv is not None and self.csv.exists():
+            return float(self.csv.stat().st_size)
+        return self.k.copy_mb * 1e6
+
+    def csv_estimate(self) -> float:
+        """Writing the CSV: COPY TO STDOUT of the seeded tables, fsynced."""
+        return self.csv_bytes / 60e6 * 1.5 + 5.0
+
     def estimate(self, kind: str, j: int) -> float:
         """Seconds a dump or restore at j should take, with margin: measured,
         else the advice calibrated on what was measured, else a rough rate."""
         times = self.times[kind]
-        over = 3.0 if kind == "dump" else 8.0   # a restore also creates, checkpoints, drops
+        # a restore also creates, checkpoints, drops; a load truncates and checkpoints
+        over = {"dump": 3.0, "restore": 8.0}.get(kind, 5.0 + self.csv_bytes / 200e6)
         if times.get(j):
             return max(times[j]) * 1.15 + over
         ratios = [median(ts) / p for jj, ts in times.items()
@@ -851,6 +906,10 @@ VACUUM ANALYZE t{i};
             return median(times[jj]) * max(1.0, jj / j) * 1.2 + over
         if kind == "restore":
             return 2.5 * self.estimate("dump", j) + over
+        if kind == "copy":
+            # file bytes/s, a guess: 40 MB/s a stream over 1 + 1.5 for the index,
+            # scaling to half the cores (the static advice's ceiling)
+            return self.csv_bytes / (16e6 * min(j, max(1, self.ncores // 2))) * 1.5 + over
         rate = 20e6 * min(j, self.k.ntab, self.ncores)   # heap bytes/s, a guess
         return self.heap_bytes / rate * 1.5 + over
 
@@ -860,12 +919,16 @@ VACUUM ANALYZE t{i};
             return static
         if mode == self.probe_mode:
             return self.k.probe_s * 1.3 + static
-        # the default probe: 3% of the predicted run, at most 60 s, none under 4 s
+        # the default probe: 3% of the predicted run (a COPY's: at one stream),
+        # at most 60 s, none under 4 s
         doc = (self.advices[kind].get("static") or {}).get("advice") or {}
         pred = doc.get("predicted_wall_s") if isinstance(doc, dict) else None
+        if kind == "copy":
+            pred = self.prediction("copy", 1, ("static",))
         if not isinstance(pred, (int, float)):
-            jobs = self.k.jobs if kind == "dump" else self.k.restore_jobs
-            pred = min(self.estimate(kind, j) for j in jobs)
+            jobs = {"dump": self.k.jobs, "restore": self.k.restore_jobs}.get(kind, self.k.copy_jobs)
+            pred = min(self.estimate(kind, j) for j in jobs) if kind != "copy" \
+                else self.estimate(kind, 1)
         budget = min(60.0, 0.03 * pred)
         return (budget * 1.3 if budget >= 4 else 0) + static
 
@@ -877,11 +940,26 @@ VACUUM ANALYZE t{i};
         """What the restore part needs, kept free by the dump part: its static
         advice and one restore at the largest j; with full, every advice and
         the first repeat of every j."""
+        if "restore" not in self.k.parts:
+            return 0.0
         jobs = self.restore_sweep_jobs()
         if not full:
             return self.advise_estimate("restore", "static") + self.estimate("restore", max(jobs))
         adv = sum(self.advise_estimate("restore", m) for m in ("static", "probe", self.probe_mode))
         return adv + sum(self.estimate("restore", j) for j in jobs)
+
+    def copy_reserve(self, full: bool) -> float:
+        """What the COPY part needs, kept free by the parts before it: the
+        CSV, its static advice and one load at the largest J; with full,
+        every advice and the first load of every J."""
+        if "copy" not in self.k.parts or self.copy_done:
+            return 0.0
+        csv = 0.0 if self.csv else self.csv_estimate()
+        jobs = self.sweep_jobs("copy", self.k.copy_jobs)
+        if not full:
+            return csv + self.advise_estimate("copy", "static") + self.estimate("copy", max(jobs))
+        adv = sum(self.advise_estimate("copy", m) for m in ("static", "probe", self.probe_mode))
+        return csv + adv + sum(self.estimate("copy", j) for j in jobs)
 
     def restore_sweep_jobs(self) -> list[int]:
         return self.sweep_jobs("restore", self.k.restore_jobs)
@@ -909,6 +987,10 @@ VACUUM ANALYZE t{i};
         shutil.rmtree(target, ignore_errors=True)
         if kind == "dump":
             args = ["-d", DB, "--target", str(target), "--max-jobs", str(max(self.k.jobs))]
+        elif kind == "copy":
+            assert self.csv is not None
+            args = ["-d", COPY_DB, "--copy", str(self.csv), "--table", COPY_TABLE, "--header",
+                    "--max-jobs", str(max(self.k.copy_jobs))]
         else:
             assert self.kept is not None
             self.psql(f"DROP DATABASE IF EXISTS {ADV_DB}")
@@ -936,6 +1018,11 @@ VACUUM ANALYZE t{i};
                 if target.exists() else []
             extra["target_left"] = left[:20]
             shutil.rmtree(target, ignore_errors=True)
+        elif kind == "copy":
+            # the probe's scratch tables are dropped and the table never written
+            extra["relations_left"] = int(self.psql(
+                "SELECT count(*) FROM pg_class WHERE relname LIKE 'pgparmon\\_probe%'", db=COPY_DB))
+            extra["target_rows"] = int(self.psql(f"SELECT count(*) FROM {COPY_TABLE}", db=COPY_DB))
         else:
             try:
                 extra["relations_left"] = int(self.psql(
@@ -961,23 +1048,28 @@ VACUUM ANALYZE t{i};
                      f"{doc.get('confidence')}, probe {probe.get('seconds')} s, warnings {codes}")
         else:
             self.log(f"advise {kind} {mode}: rc={res.rc} {res.secs:.1f} s, no advice: {error}")
-        if extra.get("target_left") or extra.get("relations_left"):
+        if extra.get("target_left") or extra.get("relations_left") or extra.get("target_rows"):
             self.log(f"  left behind: {extra}")
+
+    def advise_modes(self, kind: str, jobs: list[int], later: Any) -> None:
+        """The three advices; the probes leave room for one run at the largest
+        j and what later() says the parts after this one need."""
+        for mode in ("static", "probe", self.probe_mode):
+            reserve = END_RESERVE + (0 if mode == "static" else
+                                     self.estimate(kind, max(jobs)) + later())
+            self.advise(kind, mode, reserve)
 
     # -------------------------------------------------------------- dumps
     def dump_part(self) -> None:
-        for mode in ("static", "probe", self.probe_mode):
-            # the probes leave room for one dump at the largest j and the restore's minimum
-            reserve = END_RESERVE + (0 if mode == "static" else
-                                     self.estimate("dump", max(self.k.jobs))
-                                     + self.restore_reserve(False))
-            self.advise("dump", mode, reserve)
+        self.advise_modes("dump", self.k.jobs,
+                          lambda: self.restore_reserve(False) + self.copy_reserve(False))
         jobs = self.sweep_jobs("dump", self.k.jobs)
         if jobs != self.k.jobs:
             self.log(f"dump sweep over -j {jobs} (JOBS plus the recommended j)")
         for r, order in enumerate(orders(jobs, self.k.repeats)):
             for j in order:
-                reserve = END_RESERVE + self.restore_reserve(full=r > 0)
+                reserve = END_RESERVE + self.restore_reserve(full=r > 0) \
+                    + self.copy_reserve(full=r > 0)
                 self.dump(j, r, reserve)
         if self.kept:
             self.log(f"the restore part uses the -j {self.kept[0]} dump {self.kept[1]}")
@@ -1017,22 +1109,19 @@ VACUUM ANALYZE t{i};
             return
         self.rec("archive", jobs=self.kept[0], path=str(self.kept[1]),
                  bytes=dir_bytes(self.kept[1]))
-        for mode in ("static", "probe", self.probe_mode):
-            reserve = END_RESERVE + (0 if mode == "static" else
-                                     self.estimate("restore", max(self.k.restore_jobs)))
-            self.advise("restore", mode, reserve)
+        self.advise_modes("restore", self.k.restore_jobs, lambda: self.copy_reserve(False))
         jobs = self.restore_sweep_jobs()
         if jobs != self.k.restore_jobs:
             self.log(f"restore sweep over -j {jobs} (RESTORE_JOBS plus the recommended j)")
         for r, order in enumerate(orders(jobs, self.k.repeats)):
             for j in order:
-                self.restore(j, r)
+                self.restore(j, r, END_RESERVE + self.copy_reserve(full=r > 0))
 
-    def restore(self, j: int, r: int) -> None:
+    def restore(self, j: int, r: int, reserve: float) -> None:
         assert self.kept is not None
         est = self.estimate("restore", j)
-        if not self.fits(est, END_RESERVE):
-            self.skip("restore", est, END_RESERVE, jobs=j, repeat=r)
+        if not self.fits(est, reserve):
+            self.skip("restore", est, reserve, jobs=j, repeat=r)
             return
         self.psql(f"DROP DATABASE IF EXISTS {RUN_DB}")
         self.psql(f"CREATE DATABASE {RUN_DB}")
@@ -1055,6 +1144,108 @@ VACUUM ANALYZE t{i};
                  db_bytes=size, stderr=tail(res.err) if res.rc else "")
         if res.rc == 0:
             self.times["restore"].setdefault(j, []).append(res.secs)
+
+    # -------------------------------------------------------------- COPY loads
+    def copy_part(self) -> None:
+        try:
+            est = self.csv_estimate()
+            reserve = END_RESERVE + self.advise_estimate("copy", "static") \
+                + self.estimate("copy", max(self.k.copy_jobs))
+            if not self.fits(est, reserve):
+                self.skip("csv", est, reserve, kind="copy")
+                return
+            if not self.write_csv():
+                return
+            self.psql(f"DROP DATABASE IF EXISTS {COPY_DB}")
+            self.psql(f"CREATE DATABASE {COPY_DB}")
+            # logged, one btree index on a text column (as bench/advise_copy_accuracy.py)
+            self.psql(f"CREATE TABLE {COPY_TABLE} (id bigint, a float8, b text, c timestamptz); "
+                      f"CREATE INDEX ON {COPY_TABLE} (b)", db=COPY_DB)
+            self.advise_modes("copy", self.k.copy_jobs, lambda: 0.0)
+            jobs = self.sweep_jobs("copy", self.k.copy_jobs)
+            if jobs != self.k.copy_jobs:
+                self.log(f"COPY sweep over J {jobs} (COPY_JOBS plus the recommended J)")
+            for r, order in enumerate(orders(jobs, self.k.repeats)):
+                for j in order:
+                    self.copy_load(j, r)
+        finally:
+            self.copy_done = True
+
+    def write_csv(self) -> bool:
+        """COPY_MB of CSV (a header, then single-line records) from the seeded
+        tables t1..tN in turn, again from t1 when they hold less; fsynced, on
+        WORK's disk."""
+        t0 = time.monotonic()
+        sample = run([self.pg("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB, "-c",
+                      "COPY (SELECT * FROM t1 LIMIT 5000) TO STDOUT WITH (FORMAT csv)"],
+                     env=self.base_env(), timeout=min(self.tmo(), 120.0))
+        n = sample.out.count("\n")
+        if sample.rc != 0 or not n:
+            raise Fatal(f"cannot sample t1 for the CSV: {last_line(sample.err) or sample.rc}")
+        per_row = len(sample.out.encode()) / n
+        want = max(1, int(self.k.copy_mb * 1e6 / per_row))
+        passes = -(-want // (self.k.ntab * self.k.scale))
+        union = " UNION ALL ".join(f"SELECT * FROM t{i}" for _ in range(passes)
+                                   for i in range(1, self.k.ntab + 1))
+        path = self.dumps / "copy.csv"
+        self.log(f"CSV: {want} rows (about {self.k.copy_mb} MB at {per_row:.0f} bytes a row, "
+                 f"{passes} pass(es) over the {self.k.ntab} tables) into {path}")
+        res = run([self.pg("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB, "-c",
+                   f"COPY (SELECT * FROM ({union}) u LIMIT {want}) TO STDOUT "
+                   "WITH (FORMAT csv, HEADER)"],
+                  env=self.base_env(), timeout=self.tmo(), stdout_to=path)
+        lines = 0
+        if res.rc == 0:
+            with open(path, "rb+") as f:
+                while chunk := f.read(1 << 24):
+                    lines += chunk.count(b"\n")
+                os.fsync(f.fileno())
+        size = path.stat().st_size if path.exists() else 0
+        secs = time.monotonic() - t0
+        ok = res.rc == 0 and lines - 1 == want
+        self.rec("csv", kind="copy", ok=ok, rc=res.rc, timed_out=res.timed_out, path=str(path),
+                 bytes=size, rows=max(0, lines - 1), rows_asked=want, bytes_per_row=round(per_row, 1),
+                 passes=passes, seconds=round(secs, 3), stderr=tail(res.err) if res.rc else "")
+        self.log(f"CSV: {size / 1e6:.1f} MB, {max(0, lines - 1)} rows in {secs:.1f} s rc={res.rc}"
+                 + (f": {last_line(res.err)}" if res.rc else ""))
+        if not ok:
+            self.log("no CSV: the COPY part is skipped")
+            self.skipped += 1
+            path.unlink(missing_ok=True)
+            return False
+        self.csv, self.csv_rows = path, lines - 1
+        return True
+
+    def copy_load(self, j: int, r: int) -> None:
+        """TRUNCATE, CHECKPOINT, then the advice's command shape at J streams."""
+        assert self.csv is not None
+        est = self.estimate("copy", j)
+        if not self.fits(est, END_RESERVE):
+            self.skip("copy", est, END_RESERVE, jobs=j, repeat=r)
+            return
+        self.psql(f"TRUNCATE {COPY_TABLE}", db=COPY_DB)
+        c0 = time.monotonic()
+        self.psql("CHECKPOINT")
+        ck = time.monotonic() - c0
+        lsn0 = self.psql("SELECT pg_current_wal_lsn()")
+        cmd = split_copy_cmd([self.pg("psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", COPY_DB],
+                             str(self.csv), j, COPY_TABLE)
+        self.log(f"COPY J={j} (repeat {r + 1}), checkpoint {ck:.1f} s, estimate {est:.0f} s")
+        res = run(["/bin/sh", "-c", cmd], env=self.base_env(), timeout=self.tmo())
+        rows = copied_rows(res.out)
+        wal = int(self.psql(f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn0}')::bigint"))
+        size = int(self.psql(f"SELECT pg_total_relation_size('{COPY_TABLE}')", db=COPY_DB))
+        ok = res.rc == 0 and rows == self.csv_rows
+        rc = res.rc if res.rc or ok else 1   # a stream that loaded less fails the run
+        self.log(f"COPY J={j} repeat {r + 1}: {res.secs:.2f} s rc={res.rc}, {rows} rows"
+                 f"{'' if rows == self.csv_rows else f' of {self.csv_rows}'}, WAL "
+                 f"{wal / 1e6:.1f} MB, table and index {size / 1e6:.1f} MB"
+                 + (f": {last_line(res.err)}" if res.rc else ""))
+        self.rec("copy", jobs=j, repeat=r, seconds=round(res.secs, 3), rc=rc,
+                 timed_out=res.timed_out, rows=rows, checkpoint_s=round(ck, 3), wal_bytes=wal,
+                 table_bytes=size, command=cmd, stderr=tail(res.err) if not ok else "")
+        if ok:
+            self.times["copy"].setdefault(j, []).append(res.secs)
 
     # -------------------------------------------------------------- end
     def server_log_tail(self, n: int) -> str:
@@ -1110,7 +1301,8 @@ VACUUM ANALYZE t{i};
     def main(self) -> None:
         self.log(f"sweep.py: OUT={self.k.out} WORK={self.k.work} SCALE={self.k.scale} "
                  f"NTAB={self.k.ntab} BUDGET={self.k.budget:.0f} JOBS={self.k.jobs} "
-                 f"RESTORE_JOBS={self.k.restore_jobs} REPEATS={self.k.repeats} "
+                 f"RESTORE_JOBS={self.k.restore_jobs} COPY_JOBS={self.k.copy_jobs} "
+                 f"COPY_MB={self.k.copy_mb} PARTS={','.join(self.k.parts)} REPEATS={self.k.repeats} "
                  f"PROBE_S={self.k.probe_s:g} pgparmon {self.manifest.get('pgparmon_commit', '?')}")
         try:
             self.sysinfo()
@@ -1123,8 +1315,12 @@ VACUUM ANALYZE t{i};
                 return
             try:
                 self.seed()
-                self.dump_part()
-                self.restore_part()
+                if "dump" in self.k.parts:
+                    self.dump_part()
+                if "restore" in self.k.parts:
+                    self.restore_part()
+                if "copy" in self.k.parts:
+                    self.copy_part()
             except Fatal as exc:
                 self.status = "failed"
                 self.log(f"FAILED: {exc}")
