@@ -63,6 +63,7 @@ POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
 
 class CopyLoad(Driver):
     kind = "copy"
+    title = "COPY load"
     client_specs = {"psql": PSQL}  # a load run as psql -c "\\copy ..." or -f script
     names_source = True  # a copy between databases: --source
     joins_sessions_live = True
