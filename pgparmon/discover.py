@@ -17,7 +17,14 @@ from typing import Any
 from .cmdline import ClientArgs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Driver, Job
-from .jobs.registry import client_programs, driver_for, drivers, parse_argv, program_of
+from .jobs.registry import (
+    client_programs,
+    driver_for,
+    drivers,
+    job_titles,
+    parse_argv,
+    program_of,
+)
 from .readers import procs
 from .readers.db import ServerFacts
 from .redact import redact_argv
@@ -227,17 +234,19 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
     return jobs
 
 
-def choose_job(jobs: list[Job], pid: int | None) -> Job:
+def choose_job(jobs: list[Job], pid: int | None, host_only: bool = False) -> Job:
+    """The job to follow: the one `pid` names, else the only one found
+    (host_only: jobs found on the host alone, the server down)."""
     if pid is not None:
         for j in jobs:
             if j.has_pid(pid):
                 return j
-        raise DiscoveryError(f"no pg_dump, pg_restore or COPY job with pid {pid} on this "
-                             "server (give the client process pid or one of its backend "
+        where = "host" if host_only else "server"
+        raise DiscoveryError(f"no {job_titles(host_only)} job with pid {pid} on this {where} "
+                             "(give the client process pid or one of its backend "
                              "pids)", ExitCode.NO_JOB)
     if not jobs:
-        raise DiscoveryError("no running pg_dump, pg_restore, pg_basebackup, pgBackRest backup "
-                             "or COPY load found "
+        raise DiscoveryError(f"no running {job_titles()} found "
                              "on this server "
                              "(check -h/-p/-d point at the job's server; a loader whose "
                              "sessions all sit idle after a commit is found by --pid, or by "

@@ -17,7 +17,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError
 from .exitcodes import ExitCode
 from .jobs.base import Job
-from .jobs.registry import driver_for_argv, parse_argv
+from .jobs.registry import driver_for_argv, job_titles, parse_argv
 from .monitor import Monitor
 from .source import HostSource, LiveSource, RecordingSource
 
@@ -110,11 +110,10 @@ def _pid_unseen(proc: Any, gone: bool, grace: bool, waited: float, host_only: bo
     what = f"process {proc.pid} ({proc.name})"
     if host_only:
         where, check = "on this host", "--host-only follows tools that run with the server down"
-        why = "it is no pgBackRest restore"
+        why = f"it is no {job_titles(host_only=True)}"
     else:
         where, check = "on this server", "check that -h/-p/-d point at the job's server"
-        why = ("it opened no session, or none that dumps, restores, backs up or loads with "
-               "COPY")
+        why = f"it opened no session, or none of a {job_titles()}"
     if gone:
         return f"{what} ended before a job of it was seen {where} ({check})"
     if grace:

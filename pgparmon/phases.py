@@ -15,7 +15,9 @@ This module is low in the layers: it imports nothing of pgparmon.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +63,25 @@ _PHASES: dict[str, Phase] = {}
 def register(*phases: Phase) -> None:
     """Add phases; one already registered must be registered the same way
     (drivers that share a phase share its definition)."""
-    for p in phases:
-        have = _PHASES.get(p.name)
-        if have is not None and have != p:
-            raise ValueError(f"phase {p.name!r} is registered already, differently")
-        _PHASES[p.name] = p
+    add_named(_PHASES, "phase", phases)
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=Named)
+
+
+def add_named(table: dict[str, N], what: str, things: Iterable[N]) -> None:
+    """Add definitions to a registry of them by name (phases, item kinds):
+    one already there must be the same definition."""
+    for t in things:
+        have = table.get(t.name)
+        if have is not None and have != t:
+            raise ValueError(f"{what} {t.name!r} is registered already, differently")
+        table[t.name] = t
 
 
 def get(name: str | None) -> Phase:

@@ -23,7 +23,7 @@ from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
-from .jobs.registry import driver_for, job_extras, sample_extras
+from .jobs.registry import driver_for, job_extras, job_titles, sample_extras
 from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
@@ -387,11 +387,11 @@ class HostSource:
             jobs = find_host_jobs(self.pid)
             if not jobs:
                 raise DiscoveryError(
-                    "no pgBackRest restore running on this host" + (
+                    f"no {job_titles(host_only=True)} running on this host" + (
                         f" with pid {self.pid}" if self.pid is not None else "")
                     + " (--host-only follows tools that run with the server down; without "
                     "it, attach finds the jobs of a running server)", ExitCode.NO_JOB)
-            self.job = choose_job(jobs, self.pid)
+            self.job = choose_job(jobs, self.pid, host_only=True)
         job = self.job
         self.facts = host_only_facts(job.target)
         self.target_dir = job.target

@@ -219,6 +219,7 @@ def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
 
     from pgparmon.connect import ConnTarget
     from pgparmon.discover import find_jobs
+    from pgparmon.jobs.registry import sample_extras
     from pgparmon.readers.db import DbSampler
 
     cluster.psql("DROP DATABASE IF EXISTS cpstep")
@@ -239,7 +240,7 @@ def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
                 assert time.monotonic() < deadline, "pg_dump never waited for the lock"
                 time.sleep(0.05)
         sampler = DbSampler(ConnTarget(host=str(cluster.sockdir), port=cluster.port,
-                                       user="postgres", dbname="cpstep"))
+                                       user="postgres", dbname="cpstep"), **sample_extras())
         facts = sampler.open()
         try:
             db = sampler.sample()

@@ -36,10 +36,12 @@ import pytest
 from pgparmon import sql
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget, connect
-from pgparmon.readers.db import DbSampler, read_facts
+from pgparmon.jobs.registry import sample_apps
+from pgparmon.readers.db import NO_APPS, DbSampler, read_facts
 from pgparmon.snapshot import DbSample
 
 DB = "bands"
+APPS = sample_apps()  # the drivers' application_name regexes, bound as the sampler binds them
 # what the product sends, and the parameters it binds
 NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
          "logical_sync", "logical_slots", "logical_conninfo", "logical_publisher",
@@ -212,7 +214,7 @@ def test_sample(band: int, db: str | None, mon: psycopg.Connection[Any],
                 busy: dict[str, int]) -> None:
     (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
                          {"db": db, "pids": [], "backup": True,
-                          "types": []}).fetchone()
+                          "types": [], **APPS}).fetchone()
     s = DbSample.from_json(doc, 1.0)  # what DbSampler does with the row
     assert s.server_ts is not None
     by_pid = {b.pid: b for b in s.backends}
@@ -221,6 +223,13 @@ def test_sample(band: int, db: str | None, mon: psycopg.Connection[Any],
     holder, waiter = by_pid[busy["holder"]], by_pid[busy["waiter"]]
     assert holder.state == "idle in transaction" and holder.application_name == "pg_dump"
     assert holder.query == "INSERT INTO t VALUES (-1, 'open writer')"  # pg_dump: full text
+    # the text is kept for the name the drivers declare, not for any session:
+    # without the regexes (no driver names one) only the command word is
+    (bare,) = mon.execute(_text("sample", band),  # type: ignore[misc]
+                          {"db": db, "pids": [], "backup": True, "types": [],
+                           **NO_APPS}).fetchone()
+    bare_holder = {b.pid: b for b in DbSample.from_json(bare, 1.0).backends}.get(busy["holder"])
+    assert bare_holder is not None and bare_holder.query == "INSERT"
     assert waiter.wait_event_type == "Lock" and waiter.blocked_by == (busy["holder"],)
     assert waiter.waiting_for == ("relation", "AccessShareLock", "public.locked")
     assert all(b.leader_pid is None for b in s.backends)
@@ -247,7 +256,7 @@ def test_sample_filters_other_databases(mon: psycopg.Connection[Any],
     for band in SAMPLE_BANDS:
         row = mon.execute(_text("sample", band),
                           {"db": "no such db", "pids": [], "backup": True,
-                           "types": []}).fetchone()
+                           "types": [], **APPS}).fetchone()
         assert row is not None and row[0]["activity"] == []
 
 
@@ -265,7 +274,7 @@ def test_sample_keeps_the_followed_jobs_idle_sessions(band: int, cluster: Cluste
         def pids_seen(pids: list[int]) -> set[int]:
             (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
                                  {"db": None, "pids": pids, "backup": False,
-                                  "types": []}).fetchone()
+                                  "types": [], **APPS}).fetchone()
             return {b.pid for b in DbSample.from_json(doc, 1.0).backends}
 
         assert pid not in pids_seen([])
@@ -453,7 +462,7 @@ def test_sample_shows_a_vacuum_of_the_followed_job(band: int, cluster: Cluster,
         while time.monotonic() < deadline and not done.is_set():
             (doc,) = mon.execute(_text("sample", band),  # type: ignore[misc]
                                  {"db": None, "pids": [pid], "backup": False,
-                                  "types": []}).fetchone()
+                                  "types": [], **APPS}).fetchone()
             s = DbSample.from_json(doc, 1.0)
             rows = [m for m in s.maint if m.pid == pid]
             if rows:
@@ -484,9 +493,11 @@ def test_backup_bands_only_when_asked(band: int, cluster: Cluster,
     cluster.psql("SELECT pg_create_physical_replication_slot('pgparmon_idle_slot', true)")
     try:
         (on,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                            {"db": None, "pids": [], "backup": True, "types": []}).fetchone()
+                            {"db": None, "pids": [], "backup": True, "types": [],
+                             **APPS}).fetchone()
         (off,) = mon.execute(_text("sample", band),  # type: ignore[misc]
-                             {"db": None, "pids": [], "backup": False, "types": []}).fetchone()
+                             {"db": None, "pids": [], "backup": False, "types": [],
+                              **APPS}).fetchone()
     finally:
         cluster.psql("SELECT pg_drop_replication_slot('pgparmon_idle_slot')")
     s_on, s_off = DbSample.from_json(on, 1.0), DbSample.from_json(off, 1.0)

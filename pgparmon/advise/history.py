@@ -120,7 +120,9 @@ def load_run(path: str) -> HistoryRun:
         job = {}
     kind = job.get("kind")
     if kind not in KINDS:
-        raise HistoryError(f"{path}: the recording names no pg_dump, pg_restore or COPY job")
+        labels = [k.label for k in BY_TOOL.values()]
+        raise HistoryError(f"{path}: the recording names no {', '.join(labels[:-1])} or "
+                           f"{labels[-1]} job")
     try:
         samples = read_samples(s for s in rec.samples
                                if isinstance(s, dict) and isinstance(s.get("job"), dict))

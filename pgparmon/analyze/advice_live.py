@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .. import units as fmt
 from ..jobs.base import Driver
-from ..jobs.registry import driver_for
+from ..jobs.registry import driver_for, phase_of
 from ..sample import DiskLoad, HostLoad, Sample
 from .rates import SteadyThroughput
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
@@ -98,8 +98,11 @@ class AdviceTracker:
         streams = 0
         for w in doc.workers:
             pid = int(w.pid)
-            # a COPY stream, or a backup tool's process reading files (pgBackRest)
-            if w.phase not in ("copy", "backup", "restore") or w.bytes_done is None:
+            # a worker moving data on an item (a COPY stream, a backup tool's
+            # process reading files): a phase that streams and is busy (the
+            # phase registry's flags; a WAL stream beside the workers is not)
+            ph = phase_of(w.phase)
+            if not (ph.streams and ph.busy) or w.bytes_done is None:
                 self._last[pid] = None
                 continue
             streams += 1

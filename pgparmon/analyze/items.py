@@ -11,7 +11,7 @@ from .rates import WindowRate
 @dataclass(slots=True)
 class Item:
     key: str
-    kind: str  # "data" | "index" | "constraint" | "fk" | "copy" | "backup"
+    kind: str  # an item kind's name (pgparmon.item_kinds: "data", "index"... and the drivers')
     relation: str | None  # schema.table the item works on
     name: str
     size: float  # the scheduler's ordering key

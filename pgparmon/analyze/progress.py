@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..item_kinds import COPY as COPY_ITEM
 from ..jobs.job import Job, clients_gone
 from ..jobs.statements import build_target, copy_target, maint_target, norm_rel
 from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
@@ -263,7 +264,9 @@ class Tracker:
             rel = norm_rel(cp.relation if cp and cp.relation else (ct[1] if ct else None))
             key = self.driver.copy_item(self, b, rel)
             w.phase = "copy"
-            w.relation = rel if key is None or not key.startswith("copy:") else None
+            # a COPY statement no plan names: its item is named after the table
+            it = self.items.get(key) if key is not None else None
+            w.relation = rel if it is None or it.kind != COPY_ITEM.name else None
         elif build is not None:
             key = self.driver.build_item(self, b, build[0], build[1], ip)
             w.phase = build[0]

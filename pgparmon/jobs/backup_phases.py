@@ -1,10 +1,15 @@
 """The worker phases more than one backup tool's driver sets, defined once
 (each driver lists those it sets in `Driver.phases`; the registry is
-pgparmon.phases)."""
+pgparmon.phases), and the item kind of their one item, the backup
+(`Driver.item_kinds`; the registry is pgparmon.item_kinds)."""
 
 from __future__ import annotations
 
+from ..item_kinds import ItemKind
 from ..phases import Phase
+
+# a backup's (or a restore's) one item: the whole copy
+BACKUP_ITEM = ItemKind("backup")
 
 # before the copy: the backup's start (a checkpoint, pg_backup_start)
 STARTING = Phase("starting", 120, busy=True, waits=True,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ..cmdline import ClientArgs, ClientSpec
 from ..ddl import PostDataTarget
+from ..item_kinds import ItemKind
 from ..phases import Phase
 from ..snapshot import (
     Backend,
@@ -159,6 +160,26 @@ class EndContext(Protocol):
     def pause(self, seconds: float) -> None: ...
 
 
+@dataclass(frozen=True)
+class SessionApps:
+    """The application_name prefixes a tool's own sessions carry (its
+    program names them so: pg_dump's own name, pgBackRest's `pgBackRest
+    [backup]`), and what the sample keeps of them (sql/sample_*.sql reads
+    regexes the registry builds from every driver's, jobs.registry's
+    `sample_apps`)."""
+
+    prefixes: tuple[str, ...] = ()
+    # their query text is kept whole (the tool's own statements: a dump's
+    # COPY ... TO, its catalog reads; no user's SQL, which may hold a secret)
+    query_text: bool = False
+    # idle, they still belong to a running job (a dump's worker between
+    # tables, a backup's session between its start and stop)
+    idle: bool = False
+    # its replication connections (walsenders, which have no database: a
+    # base backup's streams) are sampled
+    replication: bool = False
+
+
 def cluster_job(kind: str, members: list[Backend], grouping: str) -> Job:
     """A whole-cluster job (a physical backup) found by its sessions alone:
     their user, client address and application_name."""
@@ -187,6 +208,12 @@ class Driver:
     kind: ClassVar[str] = ""
     # client programs recognised in the process table (basename of argv[0])
     programs: ClassVar[tuple[str, ...]] = ()
+    # what the user calls one of its jobs, in messages that list the kinds
+    # pgparmon follows ("no running pg_dump, ... or COPY load found")
+    title: ClassVar[str] = ""
+    # the application_name prefixes of its sessions, and what the sample
+    # keeps of them (SessionApps); names_app reads them
+    session_apps: ClassVar[SessionApps] = SessionApps()
     # what the command lines of the clients it follows mean, by program
     # (cmdline.ClientSpec: options, format letters, positional arguments)
     client_specs: ClassVar[dict[str, ClientSpec]] = {}
@@ -238,6 +265,10 @@ class Driver:
     # the worker phases the driver sets on its rows beyond those of any job's
     # SQL sessions (pgparmon.phases): the driver registry registers them
     phases: ClassVar[tuple[Phase, ...]] = ()
+    # the kinds of item the driver makes beyond those of any job's SQL
+    # sessions (pgparmon.item_kinds: a table's data, an index...): the driver
+    # registry registers them, and the summary names them from there
+    item_kinds: ClassVar[tuple[ItemKind, ...]] = ()
     # the verdict kinds `verdict` returns, those the core's judge gives among
     # them (pgparmon.verdicts): the driver registry registers them, so that
     # the exporter has a series for each before it happens
@@ -306,7 +337,7 @@ class Driver:
         """Whether an application_name is this kind's program's (pg_dump
         falls back to its own name; a tag like 'pg_dump/pgparmon-1a2b'
         starts with it)."""
-        return app is not None and app.startswith(self.programs)
+        return app is not None and app.startswith(self.session_apps.prefixes or self.programs)
 
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
         """For sessions whose client processes cannot be seen: the key that

@@ -34,6 +34,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item
+from ..item_kinds import COPY as COPY_ITEM
 from ..readers.files import table_file_sizes
 from ..redact import redact_argv
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, MaintProgress, Snapshot
@@ -63,6 +64,7 @@ POST_LOAD = ("index", "constraint", "fk", "vacuum", "analyze")
 
 class CopyLoad(Driver):
     kind = "copy"
+    title = "COPY load"
     client_specs = {"psql": PSQL}  # a load run as psql -c "\\copy ..." or -f script
     names_source = True  # a copy between databases: --source
     joins_sessions_live = True
@@ -215,7 +217,8 @@ class CopyLoad(Driver):
             return None
         key = f"copy:{b.pid}:{b.query_start or 0:.3f}"
         if key not in tr.items:
-            tr.add(Item(key=key, kind="copy", relation=rel, name=rel or "?", size=1.0, work=1.0))
+            tr.add(Item(key=key, kind=COPY_ITEM.name, relation=rel, name=rel or "?", size=1.0,
+                        work=1.0))
         return key
 
     def build_item(self, tr: Tracker, b: Backend, kind: str, name: str,

@@ -111,6 +111,7 @@ def sync_workers(sub: dict[str, Any]) -> int:
 
 class LogicalSync(Driver):
     kind = "logical_sync"
+    title = "subscription sync"
     data_flow = "in"
     needs_plan = False  # sized only where the publisher can be read
     fixed_workers = False

@@ -33,9 +33,18 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs, parse_client_cmdline
 from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
 from ..phases import Phase
-from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING, WAL
+from .backup_phases import ARCHIVE_WAIT, BACKUP, BACKUP_ITEM, STARTING, WAL
 from . import walwait
-from .base import TREE, Driver, EndContext, Job, cluster_job, state_of, tree_member_pids
+from .base import (
+    TREE,
+    Driver,
+    EndContext,
+    Job,
+    SessionApps,
+    cluster_job,
+    state_of,
+    tree_member_pids,
+)
 from .basebackup_options import CLIENT
 
 if TYPE_CHECKING:
@@ -125,6 +134,9 @@ class BasebackupState:
 class PgBasebackup(Driver):
     kind = "pg_basebackup"
     programs = ("pg_basebackup",)
+    title = "pg_basebackup"
+    # its connections are walsenders: the backup's and the WAL stream's
+    session_apps = SessionApps(("pg_basebackup",), idle=True, replication=True)
     client_specs = {"pg_basebackup": CLIENT}
     data_flow = "out"
     plans_work = False  # one item: the backup, sized by the server's estimate
@@ -138,6 +150,7 @@ class PgBasebackup(Driver):
                       "its speed is set by --max-rate, the storage it reads, the client's "
                       "compression (-z) and the network: the limit line says which")
     phases = (STARTING, CHECKPOINT, ESTIMATING, BACKUP, ARCHIVE_WAIT, WAL_FILES, WAL)
+    item_kinds = (BACKUP_ITEM,)
     verdicts = ("nothing", "checkpoint", "archiving")
 
     def new_state(self) -> BasebackupState:
@@ -218,7 +231,7 @@ class PgBasebackup(Driver):
             key = f"basebackup:{b.pid}"
             st = _st(tr)
             if key not in tr.items:
-                tr.add(Item(key=key, kind="backup", relation=None, name="base backup",
+                tr.add(Item(key=key, kind=BACKUP_ITEM.name, relation=None, name="base backup",
                             size=1.0, work=1.0))
                 tr.mark_planned()  # the work list is this one backup
                 st.key, st.options = key, command_options(b.query)

@@ -20,7 +20,7 @@ from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file_id, list_archive
 from .archive_files import data_file_client
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
-from .base import Driver, EndContext, Job, PlanInputs, PlanReader, state_of
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_FORMATS, DUMP_RESTORE_COMMON
 from .tables import plan_tables, table_progress
 
@@ -66,6 +66,8 @@ class DumpState:
 class PgDump(Driver):
     kind = "pg_dump"
     programs = ("pg_dump",)
+    title = "pg_dump"
+    session_apps = SessionApps(("pg_dump",), query_text=True, idle=True)
     client_specs = {"pg_dump": CLIENT}
     data_flow = "out"
     has_leader = True

@@ -50,7 +50,7 @@ from ..readers.procs import threads_of
 from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .. import units as fmt
-from .backup_phases import BACKUP, WAL
+from .backup_phases import BACKUP, BACKUP_ITEM, WAL
 from .base import (
     TREE,
     Driver,
@@ -58,6 +58,7 @@ from .base import (
     Job,
     PlanInputs,
     PlanReader,
+    SessionApps,
     cluster_job,
     state_of,
     tree_member_pids,
@@ -117,6 +118,9 @@ VALIDATE = Phase("validate", 190, busy=True, tui=("black on dark_sea_green", "bl
 class PgProbackup(Driver):
     kind = "pg_probackup"
     programs = PROGRAMS
+    title = "pg_probackup backup"
+    # its WAL stream (a walsender); its other session names nothing (idle_sessions)
+    session_apps = SessionApps((PROGRAM,), idle=True, replication=True)
     data_flow = "out"
     plans_work = True  # the data directory's files and sizes, once
     needs_plan = False
@@ -125,6 +129,7 @@ class PgProbackup(Driver):
     all_databases = True  # its WAL stream is a walsender, with no database
     idle_sessions = True  # its session: no application_name, idle between start and stop
     phases = (BACKUP, SYNC, VALIDATE, WAL)
+    item_kinds = (BACKUP_ITEM,)
     verdicts = ("wal", "disk-write", "client-cpu", "archiving", "checkpoint")
 
     def new_state(self) -> ProbackupState:
@@ -258,7 +263,7 @@ class PgProbackup(Driver):
         st = _state(tr)
         it = tr.items.get(KEY)
         if it is None:
-            it = Item(key=KEY, kind="backup", relation=None, name="backup", size=1.0,
+            it = Item(key=KEY, kind=BACKUP_ITEM.name, relation=None, name="backup", size=1.0,
                       work=1.0, state="running", started=snap.wall)
             tr.add(it)
         tool = snap.tool or {}

@@ -22,7 +22,7 @@ from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
-from .base import Driver, EndContext, Job, PlanInputs, PlanReader
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .tables import DEFAULT_FK_FACTOR
 
@@ -59,6 +59,8 @@ CLIENT = ClientSpec(options=_OPTIONS, values={"format": choices(RESTORE_FORMATS,
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
+    title = "pg_restore"
+    session_apps = SessionApps(("pg_restore",), query_text=True, idle=True)
     client_specs = {"pg_restore": CLIENT}
     warns_early_foreign_keys = True  # its data loads and FK builds follow the TOC
 

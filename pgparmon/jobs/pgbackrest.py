@@ -39,7 +39,7 @@ from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
-from .backup_phases import ARCHIVE_WAIT, BACKUP, STARTING
+from .backup_phases import ARCHIVE_WAIT, BACKUP, BACKUP_ITEM, STARTING
 from . import walwait
 from .base import (
     TREE,
@@ -48,6 +48,7 @@ from .base import (
     Job,
     PlanInputs,
     PlanReader,
+    SessionApps,
     cluster_job,
     state_of,
     tree_member_pids,
@@ -73,6 +74,8 @@ COPY_RATE_WINDOW_S = 30.0  # the ETA's rate: the copy's last seconds
 class PgBackRest(Driver):
     kind = "pgbackrest"
     programs = ("pgbackrest",)
+    title = "pgBackRest backup"
+    session_apps = SessionApps((APP,), query_text=True, idle=True)
     data_flow = "out"
     has_leader = True  # its one session: the backup's start and stop
     plans_work = True  # the data directory's size, once (a full backup's total)
@@ -80,6 +83,7 @@ class PgBackRest(Driver):
     fixed_workers = False  # local processes start after the backup's start
     whole_cluster = True
     phases = (STARTING, BACKUP, ARCHIVE_WAIT)
+    item_kinds = (BACKUP_ITEM,)
     verdicts = ("nothing", "starting", "client-cpu", "archiving", "checkpoint")
     advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
@@ -154,7 +158,8 @@ class PgBackRest(Driver):
         st = _st(tr)
         it = tr.items.get(KEY)
         if it is None:
-            it = Item(key=KEY, kind="backup", relation=None, name=f"{backup_type(tr.job.command)} backup",
+            it = Item(key=KEY, kind=BACKUP_ITEM.name, relation=None,
+                      name=f"{backup_type(tr.job.command)} backup",
                       size=1.0, work=1.0, state="running", started=snap.wall)
             tr.add(it)
         st.wal.observe(snap)

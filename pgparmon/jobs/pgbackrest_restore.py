@@ -36,7 +36,7 @@ from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
-from .backup_phases import STARTING
+from .backup_phases import BACKUP_ITEM, STARTING
 from .base import TREE, Driver, EndContext, Job, state_of, tree_member_pids
 from .backup_rows import ProcessRows, how_far, process_row, prune_rows, window_eta
 from .pgbackrest_repo import command_of, option
@@ -90,6 +90,7 @@ class RestoreState:
 class PgBackRestRestore(Driver):
     kind = "pgbackrest-restore"
     programs = ("pgbackrest",)
+    title = "pgBackRest restore"  # no session: the server is down
     data_flow = "in"
     plans_work = False  # its total comes from the manifest, read with its status
     needs_plan = False
@@ -97,6 +98,7 @@ class PgBackRestRestore(Driver):
     whole_cluster = True
     host_only = True
     phases = (STARTING, RESTORE, FINISHING)
+    item_kinds = (BACKUP_ITEM,)
     verdicts = ("client-cpu",)
     advice_terms = (("-j ", "process-max "), ("COPY", "file copy"))
 
@@ -201,7 +203,7 @@ class PgBackRestRestore(Driver):
         tool = snap.tool or {}
         it = tr.items.get(KEY)
         if it is None:
-            it = Item(key=KEY, kind="backup", relation=None, name="restore", size=1.0,
+            it = Item(key=KEY, kind=BACKUP_ITEM.name, relation=None, name="restore", size=1.0,
                       work=1.0, state="running", started=snap.wall)
             tr.add(it)
         for k in _FROM_TOOL:

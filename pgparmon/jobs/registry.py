@@ -5,13 +5,19 @@ name themselves before the catch-all COPY load)."""
 from __future__ import annotations
 
 import os
+import re
+from typing import TYPE_CHECKING, Any
 
-from .. import phases, verdicts
+from .. import item_kinds, phases, verdicts
 from ..cmdline import ClientArgs, ClientSpec, parse_client_cmdline
 from .base import Driver, Job
 from .job import set_kind_lookup
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 _DRIVERS: list[Driver] = []
+_APPS: dict[str, str | None] = {}  # sample_apps(), built once per set of drivers
 
 
 def _load() -> list[Driver]:
@@ -36,8 +42,9 @@ def _load() -> list[Driver]:
 
 
 def _register_vocabulary(d: Driver) -> None:
-    """The worker phases and the verdict kinds a driver adds."""
+    """The worker phases, item kinds and verdict kinds a driver adds."""
     phases.register(*d.phases)
+    item_kinds.register(*d.item_kinds)
     verdicts.register_verdicts(*d.verdicts)
 
 
@@ -53,10 +60,12 @@ def register(driver: Driver, first: bool = False) -> None:
         raise ValueError(f"a driver for {driver.kind!r} is registered already")
     _register_vocabulary(driver)
     _DRIVERS.insert(0, driver) if first else _DRIVERS.append(driver)
+    _APPS.clear()
 
 
 def unregister(kind: str) -> None:
     _DRIVERS[:] = [d for d in _load() if d.kind != kind]
+    _APPS.clear()
 
 
 def phase_of(name: str | None) -> phases.Phase:
@@ -70,6 +79,13 @@ def all_phases() -> list[phases.Phase]:
     """Every worker phase, the drivers' among them, in display order."""
     _load()
     return phases.ordered()
+
+
+def item_kind(name: str | None) -> item_kinds.ItemKind:
+    """A kind of work item (pgparmon.item_kinds): those of any job's SQL
+    sessions and those the drivers register."""
+    _load()
+    return item_kinds.get(name)
 
 
 def all_verdicts() -> tuple[str, ...]:
@@ -87,6 +103,14 @@ def all_warnings() -> tuple[str, ...]:
 
     _load()
     return verdicts.warning_codes()
+
+
+def job_titles(host_only: bool = False) -> str:
+    """The kinds of job found through a server's sessions (host_only: those
+    followed on a host with the server down), by their titles, as messages
+    list them: "pg_dump, pg_restore, ... or COPY load"."""
+    names = list(dict.fromkeys(d.title or d.kind for d in _load() if d.host_only == host_only))
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
 
 
 def driver_for(kind: str) -> Driver:
@@ -139,10 +163,37 @@ def job_extras(kind: str) -> dict[str, tuple[str, ...]]:
     return _extras([driver_for(kind)], following=True)
 
 
-def _extras(ds: list[Driver], following: bool = False) -> dict[str, tuple[str, ...]]:
+def _extras(ds: list[Driver], following: bool = False) -> dict[str, Any]:
     parts = (p for d in ds for p in (*d.sample_parts, *(d.follow_parts if following else ())))
+    # the sessions the tools name (every driver's, a followed job's or not:
+    # a lock another tool's session holds is shown with its text)
     return {"parts": tuple(dict.fromkeys(parts)),
-            "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types))}
+            "server_types": tuple(dict.fromkeys(t for d in ds for t in d.backend_types)),
+            "apps": sample_apps()}
+
+
+def sample_apps() -> dict[str, str | None]:
+    """The sample's application_name regexes (sql/sample_*.sql's bound
+    parameters), from the drivers' SessionApps: `app_text`, the sessions
+    whose query text is kept; `app_idle`, those kept while idle;
+    `app_repl`, the walsenders sampled. None where no driver names one (the
+    query's `~ NULL` then matches nothing)."""
+    if not _APPS:
+        ds = _load()
+        for key, flag in (("app_text", "query_text"), ("app_idle", "idle"),
+                          ("app_repl", "replication")):
+            _APPS[key] = prefix_regex(p for d in ds if getattr(d.session_apps, flag)
+                                      for p in d.session_apps.prefixes)
+    return dict(_APPS)
+
+
+def prefix_regex(prefixes: Iterable[str]) -> str | None:
+    """`^(a|b)`: a PostgreSQL regex (ARE) for text that starts with one of
+    the prefixes, each taken literally (re.escape escapes no letter, digit
+    or underscore: in an ARE a backslash before any other character makes
+    it literal)."""
+    alts = [re.escape(p) for p in dict.fromkeys(prefixes) if p]
+    return f"^({'|'.join(alts)})" if alts else None
 
 
 def client_specs() -> dict[str, ClientSpec]:

@@ -38,11 +38,12 @@ from .base import (
     Job,
     PlanInputs,
     PlanReader,
+    SessionApps,
     state_of,
     tree_member_pids,
 )
 from .statements import maint_target
-from .vacuumdb_options import CLIENT, VacOptions, options_of, vac_options
+from .vacuumdb_options import CLIENT, ITEM_KINDS, VacOptions, options_of, vac_options
 from .vacuumdb_plan import VacState, build, inferred_options
 from .vacuumdb_rounds import (
     VacHolder,
@@ -85,6 +86,10 @@ MAX_SIMULATED = 1200
 class VacuumDb(Driver):
     kind = "vacuumdb"
     programs = ("vacuumdb",)
+    title = "vacuumdb"
+    # its idle connections are found by idle_sessions; its text, VACUUM or
+    # ANALYZE, is kept as the followed job's
+    session_apps = SessionApps(("vacuumdb",))
     client_specs = {"vacuumdb": CLIENT}
     data_flow = "out"  # it reads the tables (and writes their hint bits and maps)
     all_databases = True  # -a: its sessions move from database to database
@@ -94,6 +99,7 @@ class VacuumDb(Driver):
     idle_sessions = True
     follow_parts = (PART,)  # read only while a vacuumdb is followed
     phases = (HEAP_SCAN, SAMPLING, VAC_INDEX, VAC_FULL)
+    item_kinds = ITEM_KINDS  # the statement each table gets
     verdicts = ("locks", "throttled")  # its verdict hook's kinds
     # the live advice compares COPY throughput at each worker count: none here
     no_jobs_advice = ("no -j advice for vacuumdb yet",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cmdline import CONN, ClientArgs, ClientSpec, Opts, args, flags, parse_client_cmdline
+from ..item_kinds import ItemKind
 
 _OPTIONS: Opts = {
     **CONN, "a": ("all", False), "e": ("echo", False), "f": ("full", False),
@@ -36,6 +37,7 @@ CLIENT = ClientSpec(options=_OPTIONS, positional=_positional)
 
 # the statement each table gets (the item's kind)
 VACUUM, VACUUM_ANALYZE, ANALYZE, VACUUM_FULL = "vacuum", "vacuum-analyze", "analyze", "vacuum-full"
+ITEM_KINDS = tuple(ItemKind(k) for k in (VACUUM, VACUUM_ANALYZE, ANALYZE, VACUUM_FULL))
 # --analyze-in-stages: the statistics target of each stage (None: the server's
 # default_statistics_target, which the last stage RESETs to)
 STAGE_TARGETS: tuple[int | None, ...] = (1, 10, None)

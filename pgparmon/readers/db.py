@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,10 @@ def read_facts(conn: psycopg.Connection[Any]) -> ServerFacts:
     )
 
 
+# the sample's application_name regexes when no driver names one (jobs.registry.sample_apps)
+NO_APPS: dict[str, str | None] = {"app_text": None, "app_idle": None, "app_repl": None}
+
+
 class DbSampler:
     """Keeps one monitor connection; reconnects with backoff when it breaks.
 
@@ -96,16 +101,21 @@ class DbSampler:
     """
 
     def __init__(self, target: ConnTarget, database_filter: str | None = None,
-                 parts: tuple[str, ...] = (), server_types: tuple[str, ...] = ()) -> None:
+                 parts: tuple[str, ...] = (), server_types: tuple[str, ...] = (),
+                 apps: Mapping[str, str | None] | None = None) -> None:
         self.target = target
         self.database_filter = database_filter
         # queries of the drivers' own (sql/NAME_*.sql, one JSON value each)
         # read in the same round trip, into DbSample.parts; and the server
         # process types that work for a kind of job, sampled with the
-        # client sessions (Driver.sample_parts, Driver.backend_types)
+        # client sessions (Driver.sample_parts, Driver.backend_types); and
+        # the application_name regexes of the sessions the tools name
+        # (Driver.session_apps: whose text is kept, which are kept idle,
+        # which walsenders are sampled), bound parameters of the sample
         self.parts: tuple[str, ...] = ()
         self.server_types: tuple[str, ...] = ()
-        self.read_extras(parts, server_types)
+        self.apps: dict[str, str | None] = dict(NO_APPS)
+        self.read_extras(parts, server_types, apps)
         self.conn: psycopg.Connection[Any] | None = None
         self.facts: ServerFacts | None = None
         self._retry_at = 0.0
@@ -116,13 +126,16 @@ class DbSampler:
         # streams, archiver, slots): read until a job of another kind is found
         self.backup_bands = True
 
-    def read_extras(self, parts: tuple[str, ...] = (), server_types: tuple[str, ...] = ()) -> None:
+    def read_extras(self, parts: tuple[str, ...] = (), server_types: tuple[str, ...] = (),
+                    apps: Mapping[str, str | None] | None = None) -> None:
         """The drivers' parts and server process types the next samples read:
         every driver's while jobs are looked for, the followed job's
         driver's alone once it is known (jobs.registry's sample_extras and
-        job_extras)."""
+        job_extras); `apps`: the application_name regexes (None: none, no
+        session is kept for its name)."""
         self.parts = tuple(parts)
         self.server_types = tuple(server_types)
+        self.apps = {**NO_APPS, **(apps or {})}
 
     def open(self) -> ServerFacts:
         self.conn = connect(self.target)
@@ -171,7 +184,8 @@ class DbSampler:
             cur = self.conn.execute(query, {"db": self.database_filter,
                                            "pids": sorted(pids or ()),
                                            "backup": self.backup_bands,
-                                           "types": list(self.server_types)})
+                                           "types": list(self.server_types),
+                                           **self.apps})
             row = cur.fetchone()
         except psycopg.errors.LockNotAvailable:
             return DbSample(error="sample skipped: another session holds a lock the monitor "

@@ -4,6 +4,10 @@
 -- Query text is kept only for the backends we may show (dump, restore, COPY,
 -- and the index / constraint builds of the followed job's own sessions); for
 -- the rest, only the command word (a secret may sit in someone's SQL).
+-- The tools' sessions are told by their application_name: app_text (text
+-- kept), app_idle (kept while idle) and app_repl (walsenders sampled) are
+-- regexes the drivers declare (Driver.session_apps, jobs.registry.sample_apps),
+-- bound parameters; NULL where no driver names one (~ NULL matches nothing).
 SELECT json_build_object(
   'now', extract(epoch FROM clock_timestamp())::float8,
   'activity', (SELECT coalesce(json_agg(json_build_array(
@@ -11,7 +15,7 @@ SELECT json_build_object(
         extract(epoch FROM a.backend_start)::float8, extract(epoch FROM a.xact_start)::float8,
         extract(epoch FROM a.query_start)::float8, a.state, a.wait_event_type, a.wait_event,
         a.backend_type, a.backend_xmin::text, NULL::int,  -- leader_pid arrived in 13
-        CASE WHEN a.application_name ~ '^(pg_dump|pg_restore|pgBackRest)' OR a.query ~* '^\s*copy\s'
+        CASE WHEN a.application_name ~ %(app_text)s::text OR a.query ~* '^\s*copy\s'
                OR a.backend_type = 'walsender'
                OR (a.pid = ANY(%(pids)s::int[])
                    AND (a.query ~* '^\s*(create\s+(unique\s+)?index|alter\s+table|vacuum|analyze)(\s|;|$)'
@@ -33,17 +37,17 @@ SELECT json_build_object(
         -- client sessions, and the replication connections of a base backup
         -- (a physical walsender has no database)
         AND (a.backend_type IN ('client backend', 'parallel worker')
-             OR (a.backend_type = 'walsender' AND a.application_name ~ '^(pg_basebackup|pg_probackup)')
+             OR (a.backend_type = 'walsender' AND a.application_name ~ %(app_repl)s::text)
              -- a walsender running SQL's COPY (a logical walsender: a subscriber's
              -- table sync reads its table so, COPY ... TO STDOUT)
              OR (a.backend_type = 'walsender' AND a.query ~* '^\s*copy\s')
              -- server processes that work for a kind of job (Driver.backend_types:
              -- a subscription's sync workers)
              OR a.backend_type = ANY(%(types)s::text[]))
-        -- idle sessions: a dump's or restore's, those whose last statement was a
+        -- idle sessions: a tool's own (app_idle), those whose last statement was a
         -- COPY (a load between batches), and the followed job's own (pids)
         AND (a.state IS DISTINCT FROM 'idle'
-             OR a.application_name ~ '^(pg_dump|pg_restore|pg_basebackup|pgBackRest|pg_probackup)'
+             OR a.application_name ~ %(app_idle)s::text
              OR a.query ~* '^\s*copy\s' OR a.pid = ANY(%(pids)s::int[]))
         AND (%(db)s::text IS NULL OR a.datname = %(db)s::text
              OR a.backend_type = 'walsender')),
@@ -71,7 +75,7 @@ SELECT json_build_object(
   'repl', CASE WHEN %(backup)s THEN (SELECT coalesce(json_agg(json_build_array(
         r.pid, r.state, pg_wal_lsn_diff(r.sent_lsn, '0/0')::int8, s.slot_name)), '[]'::json)
       FROM pg_stat_replication r LEFT JOIN pg_replication_slots s ON s.active_pid = r.pid
-      WHERE r.application_name ~ '^(pg_basebackup|pg_probackup)') END,
+      WHERE r.application_name ~ %(app_repl)s::text) END,
   -- WAL archiving: a backup that waits for its WAL to be archived waits on this
   -- (archived_count's pace is the archiver's rate; last_archived_wal where it is)
   'arch', CASE WHEN %(backup)s THEN (SELECT json_build_array(archived_count, failed_count, last_failed_wal,

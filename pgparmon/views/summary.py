@@ -32,6 +32,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..analyze.timeline import build
+from ..jobs.registry import item_kind
 from .. import units as fmt
 from ..sample import Sample
 
@@ -39,8 +40,6 @@ Doc = Mapping[str, Any]  # the summary (pgparmon.summary/1) and a recording's he
 NO_SAMPLE = Sample.from_json({})  # every field None: no samples to take a fact from
 
 GROUP_MIN = 2  # this many short items of a kind seen done at one sample make a group
-KIND_NOUNS = {"data": "small tables", "index": "small indexes", "constraint": "constraints",
-              "fk": "foreign keys", "copy": "COPY statements"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ class ItemGroup:
 
     @property
     def name(self) -> str:
-        noun = KIND_NOUNS.get(self.kind, f"{self.kind or 'other'} items")
+        noun = item_kind(self.kind).several  # what the kind's registry calls several
         return f"{self.count} {noun}, done {fmt.period(self.after_s, self.by_s)}"
 
     @property
