@@ -224,7 +224,6 @@ class SampleBuilder:
             active_workers=sum(1 for w in rows.rows if w.phase != "idle"),
             grouping=job.grouping,
             databases=tuple(t.databases),
-            client_pids=tuple(sorted({c.pid for c in t.snap.clients}
-                                     | ({job.client_pid} if job.client_pid else set()))),
+            client_pids=tuple(sorted(tr.client_pids.now(t.snap))),
             kind_fields=tr.driver.job_fields(tr, rows.rows, state),
             ending=Ending(outcome.reason, outcome.exit_code) if outcome else None)

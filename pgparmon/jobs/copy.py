@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..sample import WorkerRow
 
 INFERRED = "inferred: application_name, client address, user"
@@ -137,8 +138,8 @@ class CopyLoad(Driver):
         return (b.usename == job.usename and b.client_addr == job.client_addr
                 and b.application_name == job.app_name)
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         now = snap.db.server_ts if snap.db else None

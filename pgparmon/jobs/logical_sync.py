@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from ..analyze.items import WorkerState
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.db import ServerFacts
     from ..sample import WorkerRow
 
@@ -159,7 +160,7 @@ class LogicalSync(Driver):
                            jobs=sync_workers(sub)))
         return out
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         if on_publisher(job):
             return None  # its sync walsenders (session_matches)
         sub = subscription(snap.db, job)

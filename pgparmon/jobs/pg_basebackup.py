@@ -40,6 +40,7 @@ from .basebackup_options import CLIENT
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 INFERRED = ("inferred: user, client address and application_name; the WAL stream joined "
@@ -184,11 +185,11 @@ class PgBasebackup(Driver):
             return b.usename == job.usename and b.client_addr == job.client_addr
         return True
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         if snap.db is None:
             return None
         if job.grouping == TREE:
-            return tree_member_pids(job, snap)
+            return tree_member_pids(job, snap, clients)
         if job.grouping != INFERRED:
             return None
         # sessions of one user, address and name: ours is the BASE_BACKUP we

@@ -98,6 +98,7 @@ from .backup_rows import how_far, process_row, prune_rows
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 PROGRAM = "pg_probackup"
@@ -153,8 +154,8 @@ class PgProbackup(Driver):
             return b.pid in job.pid_hint
         return _ours(b) and b.usename == job.usename and b.client_addr == job.client_addr
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:

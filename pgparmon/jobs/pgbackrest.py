@@ -60,6 +60,7 @@ from .pgbackrest_waits import aim_stop, archive_check, waits, wait_verdict
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 APP = "pgBackRest"
@@ -116,8 +117,8 @@ class PgBackRest(Driver):
                     and b.application_name == job.app_name)
         return True
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     # ---- plan --------------------------------------------------------------
 

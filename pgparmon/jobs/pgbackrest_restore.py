@@ -43,6 +43,7 @@ from .pgbackrest_repo import command_of, option
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 KEY = "pgbackrest-restore"
@@ -122,8 +123,8 @@ class PgBackRestRestore(Driver):
     def belongs(self, job: Job, b: Backend) -> bool:
         return False
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     # ---- the tool's own status (live) ----------------------------------------
 

@@ -59,6 +59,7 @@ from .vacuumdb_rounds import state as vac_state
 if TYPE_CHECKING:
     from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
 
 INFERRED = ("inferred: user, client address and application_name (vacuumdb's process is not "
             "on this host)")
@@ -137,10 +138,10 @@ class VacuumDb(Driver):
                 and (job.usename is None or b.usename == job.usename)
                 and (job.grouping == TREE or b.client_addr == job.client_addr))
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         # its sessions linked to its process this sample; none linked (another
         # OS user's process, whose sockets this user cannot read): belongs()
-        return tree_member_pids(job, snap) or None
+        return tree_member_pids(job, snap, clients) or None
 
     # ---- plan --------------------------------------------------------------
 
