@@ -195,7 +195,10 @@ class SampleBuilder:
         tr = t.tr
         pending = tr.count("pending")
         running = [(i.name, i.fraction) for i in tr.running()]
-        own = None if stuck or stopped else tr.driver.verdict(tr, t.snap, t.facts.settings)
+        own = None if stopped else tr.driver.verdict(tr, t.snap, t.facts.settings)
+        # a stall replaces the driver's reason unless that names what its
+        # workers wait on (bottleneck.against_stall, the judge's rule too)
+        own = bottleneck.against_stall(own, stuck)
         return own or bottleneck.judge(
             list(self.obs_window), flow=tr.driver.data_flow, tool=t.job.kind,
             pending=pending, jobs=tr.driver.streams(tr), running_items=running,

@@ -194,7 +194,8 @@ class ScriptedVacuumdb(QuietSource):
     """A Source playing the script, then vacuumdb's process gone; the
     statistics read at the end show every table analyzed in the last stage."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: list[Any] | None = None) -> None:
+        self.script = script or _script()
         self.facts = FACTS
         self.job: Job | None = _job(["vacuumdb", "-j", "2", "--analyze-in-stages", "shop"])
         self.target_dir = None
@@ -208,7 +209,7 @@ class ScriptedVacuumdb(QuietSource):
 
     def snapshot(self) -> Snapshot:
         t = next(self.ticks)
-        script = _script()
+        script = self.script
         alive = t < len(script)
         backends, maint, part = script[t] if alive else ((), (), None)
         db = DbSample(server_ts=T0 + 1 + t, backends=backends, maint=maint,
@@ -260,6 +261,28 @@ def test_rounds_followed_from_samples_alone() -> None:
     # gone with stage 3 half seen: the statistics show every table analyzed since
     assert jobs[-1]["state"] == "finished" and mon.outcome is not None
     assert mon.outcome.reason == "all items done" and src.asked == ["shop"]
+
+
+def test_a_stall_behind_a_lock_keeps_the_lock_verdict() -> None:
+    """Stage 2's table queued behind another session's lock for 8 samples
+    (8 s): no progress, so the job is stalled (no ETA), but the verdict
+    stays the driver's, which names the lock and its holder; the stall is
+    said in it."""
+    script = _script()
+    src = ScriptedVacuumdb(script[:6] + [script[5]] * 8 + script[6:])
+    mon = Monitor(src)  # type: ignore[arg-type]
+    mon.discover()
+    docs = [mon.tick().to_json() for _ in range(14)]
+    stalled = [d for d in docs if d["job"]["eta_reason"] == "stalled: no progress"]
+    assert stalled and all(d["workers"][0]["phase"] == "lock-wait" for d in stalled)
+    for d in stalled:
+        verdict = d["bottleneck"]
+        assert verdict["kind"] == "locks", verdict
+        assert "pid 99 (psql, idle in transaction" in verdict["detail"]
+        assert "no progress" in verdict["detail"]
+    # before the stall is called, the same lock without the note
+    assert docs[5]["bottleneck"]["kind"] == "locks"
+    assert "no progress" not in docs[5]["bottleneck"]["detail"]
 
 
 def test_the_eta_simulates_round_after_round() -> None:
