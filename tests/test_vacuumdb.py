@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from support import Lines, QuietSource, monitor_replay, pgparmon_cmd
 
+from pgparmon.analyze.advice_live import AdviceTracker
 from pgparmon.analyze.progress import Tracker
 from pgparmon.cluster import Cluster
 from pgparmon.jobs.base import TREE, Job, PlanInputs
@@ -26,6 +27,7 @@ from pgparmon.jobs.vacuumdb_plan import VacState, chosen
 from pgparmon.jobs.vacuumdb_rounds import state, statement_table
 from pgparmon.monitor import Monitor
 from pgparmon.readers.db import ServerFacts
+from pgparmon.sample import Sample
 from pgparmon.snapshot import Backend, ClientProc, DbSample, MaintProgress, Snapshot
 
 # ---- the command line ------------------------------------------------------------
@@ -294,13 +296,34 @@ def test_the_eta_simulates_round_after_round() -> None:
             tr.history.append((float(t), 2, 2 * 8192.0 * t))
         eta[len(_vac(tr).rounds)] = driver_for("vacuumdb").own_eta(tr)
     one, three = eta[1], eta[3]
-    assert one is not None and three is not None and one[1] is None
+    assert one is not None and three is not None and one.reason is None
     # -Z: public.a's 1000 sample blocks alone, the three others on the second stream
-    assert one[0] == pytest.approx(1000.0)
+    assert one.seconds == pytest.approx(1000.0)
     # three stages, each waiting for its last table: at 1 target a and b sample
     # 300 blocks each, c and d 10 each after them (310); at 10 and at the
     # default a's 1000 blocks outlast b, c and d on the other stream
-    assert three[0] == pytest.approx(310 + 1000 + 1000)
+    assert three.seconds == pytest.approx(310 + 1000 + 1000)
+    # like the simulation's, its last item and tail: the last round's, where
+    # a's 1000 blocks run alone for 480 s after b, c and d (520)
+    assert (one.last_item, one.tail_s) == ("public.a", pytest.approx(480.0))
+    assert (three.last_item, three.tail_s) == ("public.a (stage 3)", pytest.approx(480.0))
+
+
+def test_its_last_item_reaches_the_views() -> None:
+    """The driver's own ETA names the run's last item in the typed sample
+    (job.last_item), in its document, and in the live advice the views
+    draw from the samples."""
+    mon = Monitor(ScriptedVacuumdb())  # type: ignore[arg-type]
+    mon.discover()
+    samples = [mon.tick() for _ in range(9)]
+    timed = [s for s in samples if s.job.eta_s is not None]
+    assert timed and all(s.job.eta_reason is None for s in timed)
+    assert {s.job.last_item for s in timed} == {"public.a (stage 3)"}
+    assert Sample.from_json(timed[0].to_json()).job.last_item == "public.a (stage 3)"
+    advice = AdviceTracker()
+    for s in samples:
+        advice.add(s)
+    assert advice.last_item == "public.a (stage 3)"
 
 
 def _vacuuming(pid: int, relid: int, phase: str, done: int, total: int,

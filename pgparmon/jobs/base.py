@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..analyze.bottleneck import Verdict
+    from ..analyze.eta import Eta
     from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
     from ..client_tree import ClientPids
@@ -461,9 +462,13 @@ class Driver:
         """Whether the items' work adds up to a known total (an ETA needs one)."""
         return True
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        """(seconds, reason) when this kind estimates its ETA itself (from
-        its input files' read rate), else None: the schedule simulation."""
+    def own_eta(self, tr: Tracker) -> Eta | None:
+        """The ETA when this kind estimates it itself (from its input files'
+        read rate, its rounds, its tool's percentage), else None: the
+        schedule simulation. Its seconds or the reason there are none
+        (`Eta.reason`), and where the kind can say them, like the
+        simulation does, the item expected to finish last (`last_item`, an
+        item's name as the views show it) and the tail (`tail_s`)."""
         return None
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:

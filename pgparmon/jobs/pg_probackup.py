@@ -44,6 +44,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
+from ..analyze.eta import Eta
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..readers.procs import threads_of
@@ -370,9 +371,10 @@ class PgProbackup(Driver):
     def streams(self, tr: Tracker) -> int | None:
         return None
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         """Each step's rest and the steps to come (pg_probackup_eta.py)."""
-        return remaining(_state(tr), tr.job.command, tr.job.jobs)
+        left, why = remaining(_state(tr), tr.job.command, tr.job.jobs)
+        return Eta(left, reason=why)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:

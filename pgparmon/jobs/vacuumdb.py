@@ -25,8 +25,8 @@ import psycopg
 
 from .. import units as fmt
 from ..analyze.bottleneck import Verdict
-from ..analyze.eta import per_stream_rate
-from ..analyze.schedule import WorkItem, simulate
+from ..analyze.eta import Eta, per_stream_rate
+from ..analyze.schedule import Schedule, WorkItem, simulate
 from ..phases import Phase
 from ..readers.files import table_file_sizes
 from ..redact import redact_text
@@ -236,17 +236,20 @@ class VacuumDb(Driver):
         settle_by_order(tr, st)
         saw(tr, st, snap.db.server_ts if snap.db is not None else None)
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         """The schedule simulation, round after round: each round's tables
-        at -j, largest first, the next round once its last table is done."""
+        at -j, largest first, the next round once its last table is done.
+        The last round's last table is the run's last item, and that
+        round's tail (fewer than -j tables left) the run's."""
         st = vac_state(tr)
         if st is None or not tr.planned:
             return None
         rate = per_stream_rate(tr)
         if rate is None:
-            return None, "measuring"
+            return Eta(None, reason="measuring")
         workers = self.streams(tr) or 1
         total = 0.0
+        last: Schedule | None = None
         for r in range(st.cur or 0, len(st.rounds)):
             items = [tr.items[k] for k in st.rounds[r].keys]
             running = [WorkItem(key=i.key, work=max(0.0, i.work - i.done), size=i.size)
@@ -254,8 +257,12 @@ class VacuumDb(Driver):
             pending = _batched([WorkItem(key=i.key, work=i.work, size=i.size)
                                 for i in items if i.state == "pending"])
             if running or pending:
-                total += simulate(pending, workers, rate, running=running).makespan
-        return total, None
+                last = simulate(pending, workers, rate, running=running)
+                total += last.makespan
+        if last is None:
+            return Eta(total)
+        it = tr.items.get(last.last_item or "")  # a batch of small tables names none
+        return Eta(total, it.name if it else None, last.tail_s)
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         active = [w for w in tr.workers.values() if w.phase != "idle"]
