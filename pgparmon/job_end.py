@@ -2,8 +2,9 @@
 
 `JobEnd.check` is asked once per sample, after the Tracker has read it. It
 is the only reader of a snapshot's end evidence (`root_alive`, `exit_code`,
-`exit_error`) and the only keeper of the client processes a job's samples
-showed; what a tool kind adds comes from its driver's hooks:
+`exit_error`), and tells the keeper of the job's client processes
+(client_tree.ClientPids, the Tracker's) which ones each sample showed
+(`seen`); what a tool kind adds comes from its driver's hooks:
 
 - whether the job still runs: its client processes (`root_alive`, read by
   the live source's `ClientTree`), or for a job of sessions alone, its
@@ -15,7 +16,7 @@ showed; what a tool kind adds comes from its driver's hooks:
   (`leftovers`, `leftover_verdict`).
 
 The outcome it reaches is the Monitor's `outcome`, the sample's job state
-and the summary's. The Tracker asks `clients_gone` (jobs/job.py, so that
+and the summary's. The Tracker asks the same keeper (`all_gone`, so that
 the analysis below needs nothing from here) whether a session never seen
 before may still join the job.
 """
@@ -67,9 +68,6 @@ class JobEnd:
         self.job = job
         self.note = note  # says a note once (Notes.say)
         self.outcome: Outcome | None = None
-        # the job's client processes its samples showed (its root first seen
-        # with it): one gone while the root runs is a worker that exited
-        self.client_pids: set[int] = set()
         self.no_members = 0  # samples in a row without a session (no client process)
         self.died: set[int] = set()  # worker processes that died mid-run
         self.died_note: str | None = None
@@ -78,8 +76,9 @@ class JobEnd:
         """After the Tracker read `snap`: the outcome once the job ended
         (settled then, kept after), else None."""
         job = self.job
-        if job.client_pid:
-            self.client_pids |= {job.client_pid} | {c.pid for c in snap.clients}
+        # the processes its samples showed: one gone while the root runs is
+        # a worker that exited
+        tr.client_pids.saw(snap)
         if self.outcome is not None:
             return self.outcome
         if job.client_pid:
@@ -108,7 +107,7 @@ class JobEnd:
         job = self.job
         root_alive = bool(snap.root_alive)
         live = {c.pid for c in snap.clients}
-        died = {p for p in self.client_pids if p != job.client_pid and p not in live}
+        died = tr.client_pids.gone(snap)
         # workers exit before the leader at a normal end, all together: a
         # worker gone while another still works and items still wait to
         # start is one that died (items that ran between two samples are

@@ -92,7 +92,10 @@ class Monitor:
     def discover(self) -> Job:
         job = self.job = self.source.discover()
         self.facts = self.source.facts
-        self.tracker = Tracker(job, driver_for(job.kind), block_size=self.facts.block_size)
+        # one keeper of the job's client processes: the live source's (which
+        # grows its live tree), else (a replay) the Tracker seeds its own
+        self.tracker = Tracker(job, driver_for(job.kind), block_size=self.facts.block_size,
+                               client_pids=getattr(self.source, "client_pids", None))
         self.end = JobEnd(job, self.noted.say)
         self.noted.discovered(job, self.facts, getattr(self.source, "why", None),
                               self.tracker.driver.data_flow)

@@ -195,7 +195,10 @@ class SampleBuilder:
         tr = t.tr
         pending = tr.count("pending")
         running = [(i.name, i.fraction) for i in tr.running()]
-        own = None if stuck or stopped else tr.driver.verdict(tr, t.snap, t.facts.settings)
+        own = None if stopped else tr.driver.verdict(tr, t.snap, t.facts.settings)
+        # a stall replaces the driver's reason unless that names what its
+        # workers wait on (bottleneck.against_stall, the judge's rule too)
+        own = bottleneck.against_stall(own, stuck)
         return own or bottleneck.judge(
             list(self.obs_window), flow=tr.driver.data_flow, tool=t.job.kind,
             pending=pending, jobs=tr.driver.streams(tr), running_items=running,
@@ -224,7 +227,6 @@ class SampleBuilder:
             active_workers=sum(1 for w in rows.rows if w.phase != "idle"),
             grouping=job.grouping,
             databases=tuple(t.databases),
-            client_pids=tuple(sorted({c.pid for c in t.snap.clients}
-                                     | ({job.client_pid} if job.client_pid else set()))),
+            client_pids=tuple(sorted(tr.client_pids.now(t.snap))),
             kind_fields=tr.driver.job_fields(tr, rows.rows, state),
             ending=Ending(outcome.reason, outcome.exit_code) if outcome else None)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .client_tree import ClientTree
+from .client_tree import ClientPids, ClientTree
 from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
@@ -76,6 +76,12 @@ class LiveSource:
     def pause(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    @property
+    def client_pids(self) -> ClientPids:
+        """The job's client processes' keeper (client_tree.ClientPids), the
+        one the Monitor's Tracker and job's end ask too."""
+        return self.clients.pids
+
     def __init__(self, target: ConnTarget, job: Job | None = None, pid: int | None = None,
                  process: subprocess.Popen[Any] | None = None,
                  log: str | None = None, copy_source: ConnTarget | None = None) -> None:
@@ -90,7 +96,7 @@ class LiveSource:
         self.process = process
         self.target_dir: str | None = None
         self.devices: set[str] = set()
-        self.clients = ClientTree(None, process=process, log=log)  # set at discovery
+        self.clients = ClientTree(ClientPids(None), process, log)  # set at discovery
         self.known_backends: set[int] = set()  # the job's sessions seen so far
         self.snapshots_taken = 0
         # a session's client never changes: (pid, backend_start) -> client pid,
@@ -167,7 +173,7 @@ class LiveSource:
         """A tool whose own session sits idle under no application_name of
         its own (pg_probackup's): its process tree's sessions, found from
         the client side of their sockets, are sampled even while idle."""
-        self.known_backends |= procs.tree_backends(self.clients.known, self.facts.port,
+        self.known_backends |= procs.tree_backends(self.clients.pids.live_tree, self.facts.port,
                                                    procs.unix_peers())
 
     def header(self) -> dict[str, Any]:
@@ -219,7 +225,7 @@ class LiveSource:
         links: tuple[tuple[int, int], ...] | None = None
         if tree and not db.error:
             pairs = self._backend_links(backends)
-            mine = self.clients.known | set(now.live)
+            mine = self.clients.pids.live_tree | set(now.live)
             found = tuple(sorted((b, c) for b, c in pairs.items() if c in mine))
             # no `ss` and no TCP link: unknown (the sessions seen at discovery
             # stay the job's), not "no session"
@@ -369,7 +375,7 @@ class HostSource:
         self.facts: ServerFacts = host_only_facts()
         self.target_dir: str | None = None
         self.devices: set[str] = set()
-        self.clients = ClientTree(None, process=process, log=log)  # set at discovery
+        self.clients = ClientTree(ClientPids(None), process, log)  # set at discovery
         self.snapshots_taken = 0
         self._tool: dict[str, Any] | None = None
 
@@ -378,6 +384,10 @@ class HostSource:
 
     def pause(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    @property
+    def client_pids(self) -> ClientPids:
+        return self.clients.pids
 
     def look_again(self) -> None:
         self.job = None

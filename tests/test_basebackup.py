@@ -27,6 +27,7 @@ from support import (
 )
 
 from pgparmon import units as fmt
+from pgparmon.client_tree import ClientPids
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.cmdline import max_rate_bytes
 from pgparmon.jobs.registry import parse_argv as parse_client_cmdline
@@ -329,9 +330,9 @@ def test_remote_basebackups_are_one_job_each_with_their_wal_stream() -> None:
     first = next(j for j in jobs if 10 in j.pid_hint)
     late = [*sessions, _wal(12, 102.0, STREAM.format(12))]
     snap = Snapshot(ts=0.0, wall=0.0, db=DbSample(backends=tuple(late)), host=None)
-    assert d.member_pids(first, snap) == {10, 11, 12}
+    assert d.member_pids(first, snap, ClientPids.of(first)) == {10, 11, 12}
     third = next(j for j in jobs if 30 in j.pid_hint)
-    assert d.member_pids(third, snap) == {30}
+    assert d.member_pids(third, snap, ClientPids.of(third)) == {30}
 
 
 def test_basebackup_command_lines_and_options() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgparmon.analyze.bottleneck import WorkerObs, judge
+from pgparmon.analyze.bottleneck import STALLED, Verdict, WorkerObs, against_stall, judge
 
 
 @dataclass
@@ -93,6 +93,26 @@ def test_stalled_and_stopped() -> None:
               running_items=[("a", .1)],
               host=Host(1), stalled=True)
     assert v.kind == "stalled"
+
+
+def test_a_stall_keeps_a_reason_that_names_the_wait() -> None:
+    """A stall replaces a reason that does not explain it, never one that
+    names what the workers wait on (a lock): that one stays, the stall said."""
+    locked = window(obs(phase="lock-wait", wait="Lock:relation"), obs(phase="lock-wait"))
+    v = judge(locked, flow="in", tool="pg_restore", jobs=2, pending=1,
+              running_items=[("a", .1)], host=Host(10), stalled=True)
+    assert v.kind == "locks" and "no progress" in v.detail
+    # stopped clients say more than their sessions' locks
+    v = judge(locked, flow="in", tool="pg_restore", jobs=2, pending=1,
+              running_items=[("a", .1)], host=Host(10), stalled=True, stopped_clients=1)
+    assert v.kind == "stalled" and "SIGSTOP" in v.detail
+    own = Verdict("locks", "ANALYZE of public.a waits for pid 99")
+    kept = against_stall(own, True)
+    assert kept is not None and kept.kind == "locks" and kept.detail.startswith(own.detail)
+    assert "no progress" in kept.detail
+    assert against_stall(own, False) is own
+    assert against_stall(Verdict("throttled", "VacuumDelay"), True) is None
+    assert against_stall(None, True) is None and STALLED.kind == "stalled"
 
 
 def test_nothing_saturated() -> None:

@@ -4,6 +4,7 @@ through the idle gaps between batches, ended when the processes exit."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,6 +18,8 @@ import psycopg
 import pytest
 from support import Lines, attach_while_held, pgparmon_cmd, read_jsonl, wait_for_monitor
 
+from pgparmon.analyze import eta
+from pgparmon.analyze.advice_live import AdviceTracker
 from pgparmon.cluster import Cluster
 from pgparmon.discover import find_jobs
 from pgparmon.jobs.base import Job, PlanInputs
@@ -583,16 +586,29 @@ def test_eta_waits_for_the_slowest_reader_not_the_job_rate() -> None:
                                              "r"),))
                         for p in readers)
         snaps.append(_snap(t, tuple(_b(p - 50, since=0.5) for p in readers),
-                           tuple(_cp(p - 50, 100_000 * t) for p in readers),
+                           tuple(dataclasses.replace(_cp(p - 50, 100_000 * t),
+                                                     relation=f"public.t{p - 50}")
+                                 for p in readers),
                            clients=(ClientProc(50, 1, "sh", 0.0, "sleeping", 0, 0, 0, 0, ()),
                                     *clients), root_alive=True,
                            files=tuple(FileSize(f"/data/{p}.csv", n) for p, n in sizes.items()),
                            links=tuple((p - 50, p) for p in readers)))
     mon = Monitor(Scripted(job, snaps))
     mon.discover()
-    last = [mon.tick().to_json() for _ in snaps][-1]["job"]
+    samples = [mon.tick() for _ in snaps]
+    last = samples[-1].to_json()["job"]
     assert last["progress"] == 0.625 and last["state"] == "running"
     assert last["eta_s"] == pytest.approx(15.0, rel=0.1)
+    # the big file's table is the last item the views read (from the driver's
+    # own ETA, as the simulation's would name it); while both read, the
+    # small file's reader ends first and the big one's rest is the tail
+    assert samples[-1].job.last_item == samples[3].job.last_item == "public.t2"
+    est = eta.estimate(mon.tracker)  # type: ignore[arg-type]
+    assert est.last_item == "public.t2" and est.tail_s == pytest.approx(est.seconds)
+    advice = AdviceTracker()
+    for s in samples:
+        advice.add(s)
+    assert advice.last_item == "public.t2"
 
 
 POOL = """

@@ -8,6 +8,7 @@ from typing import Any
 
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
+from pgparmon.client_tree import ClientPids
 from pgparmon.jobs.registry import driver_for
 from pgparmon.job_end import NO_MEMBERS_SAMPLES, JobEnd, Outcome, outcome_exit_code
 from pgparmon.jobs.base import Job
@@ -83,7 +84,7 @@ def test_a_worker_gone_while_others_work_is_noted_once_and_fails_the_job() -> No
     assert ctx.asked == 1  # the catalog settled what it could first
     # reached once, then kept: no second verdict
     assert end.check(tr, _snap(5, (), alive=False), ctx) is out
-    assert ctx.asked == 1 and end.client_pids == {100, 101, 102}
+    assert ctx.asked == 1 and tr.client_pids.seen == {100, 101, 102}
 
 
 def test_workers_that_exit_together_at_the_end_did_not_die() -> None:
@@ -116,3 +117,21 @@ def test_a_job_of_sessions_alone_ends_after_samples_without_one() -> None:
     out = end.check(tr, _snap(9), ctx)
     assert out is not None and out.state == "failed" and "3 item(s) not done" in out.reason
     assert outcome_exit_code(out) != 0
+
+
+def test_the_client_pids_keeper_keeps_its_three_facts_apart() -> None:
+    """client_tree.ClientPids: the tree discovery saw stays as it was, the
+    samples' processes grow `seen`, and neither is the live source's tree."""
+    job = Job(kind="pg_restore", database="shop", client_pid=100, jobs=2,
+              client_pids=frozenset({100, 101}))
+    tr = Tracker(job, driver_for(job.kind))
+    pids = tr.client_pids
+    assert (pids.root, pids.at_discovery, pids.seen, pids.live_tree) == (
+        100, {100, 101}, set(), set())
+    pids.saw(_snap(1, (100, 102), alive=True))
+    pids.saw(_snap(2, (100,), alive=True))
+    assert pids.seen == {100, 102} and pids.at_discovery == {100, 101}
+    snap = _snap(3, (103,), alive=False)
+    assert pids.now(snap) == {100, 103} and pids.in_tree(snap) == {100, 101, 103}
+    assert pids.gone(snap) == {102} and pids.all_gone(snap)
+    assert not ClientPids(None).all_gone(snap)  # a job of sessions alone

@@ -43,6 +43,11 @@ ARGV = ["pg_probackup-15", "backup", "-B", "/b", "--instance", "main", "-b", "DE
 PID = 4242
 
 
+def _seconds_why(eta: Any) -> tuple[float | None, str | None] | None:
+    """A driver's own ETA as (seconds, reason), what these tests compare."""
+    return None if eta is None else (eta.seconds, eta.reason)
+
+
 def test_command_lines() -> None:
     assert command_of(ARGV) == "backup"
     assert command_of(["pg_probackup", "-B", "/b", "restore", "--instance", "x"]) == "restore"
@@ -201,7 +206,7 @@ class Host:
         return {"phase": st.phase, "fraction": self.driver.fraction(self.tr),
                 "rows": sorted((w.pid, w.phase, w.relation, w.progress)
                                for w in self.tr.workers.values()),
-                "eta": self.driver.own_eta(self.tr), "backup": fields["backup"],
+                "eta": _seconds_why(self.driver.own_eta(self.tr)), "backup": fields["backup"],
                 "verdict": self.driver.verdict(self.tr, snap, {})}
 
     def copy(self, files: dict[str, int], workers: int = 2, **kw: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from support import Lines, QuietSource, monitor_replay, pgparmon_cmd
 
+from pgparmon.analyze.advice_live import AdviceTracker
 from pgparmon.analyze.progress import Tracker
 from pgparmon.cluster import Cluster
 from pgparmon.jobs.base import TREE, Job, PlanInputs
@@ -26,6 +27,7 @@ from pgparmon.jobs.vacuumdb_plan import VacState, chosen
 from pgparmon.jobs.vacuumdb_rounds import state, statement_table
 from pgparmon.monitor import Monitor
 from pgparmon.readers.db import ServerFacts
+from pgparmon.sample import Sample
 from pgparmon.snapshot import Backend, ClientProc, DbSample, MaintProgress, Snapshot
 
 # ---- the command line ------------------------------------------------------------
@@ -194,7 +196,8 @@ class ScriptedVacuumdb(QuietSource):
     """A Source playing the script, then vacuumdb's process gone; the
     statistics read at the end show every table analyzed in the last stage."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: list[Any] | None = None) -> None:
+        self.script = script or _script()
         self.facts = FACTS
         self.job: Job | None = _job(["vacuumdb", "-j", "2", "--analyze-in-stages", "shop"])
         self.target_dir = None
@@ -208,7 +211,7 @@ class ScriptedVacuumdb(QuietSource):
 
     def snapshot(self) -> Snapshot:
         t = next(self.ticks)
-        script = _script()
+        script = self.script
         alive = t < len(script)
         backends, maint, part = script[t] if alive else ((), (), None)
         db = DbSample(server_ts=T0 + 1 + t, backends=backends, maint=maint,
@@ -262,6 +265,28 @@ def test_rounds_followed_from_samples_alone() -> None:
     assert mon.outcome.reason == "all items done" and src.asked == ["shop"]
 
 
+def test_a_stall_behind_a_lock_keeps_the_lock_verdict() -> None:
+    """Stage 2's table queued behind another session's lock for 8 samples
+    (8 s): no progress, so the job is stalled (no ETA), but the verdict
+    stays the driver's, which names the lock and its holder; the stall is
+    said in it."""
+    script = _script()
+    src = ScriptedVacuumdb(script[:6] + [script[5]] * 8 + script[6:])
+    mon = Monitor(src)  # type: ignore[arg-type]
+    mon.discover()
+    docs = [mon.tick().to_json() for _ in range(14)]
+    stalled = [d for d in docs if d["job"]["eta_reason"] == "stalled: no progress"]
+    assert stalled and all(d["workers"][0]["phase"] == "lock-wait" for d in stalled)
+    for d in stalled:
+        verdict = d["bottleneck"]
+        assert verdict["kind"] == "locks", verdict
+        assert "pid 99 (psql, idle in transaction" in verdict["detail"]
+        assert "no progress" in verdict["detail"]
+    # before the stall is called, the same lock without the note
+    assert docs[5]["bottleneck"]["kind"] == "locks"
+    assert "no progress" not in docs[5]["bottleneck"]["detail"]
+
+
 def test_the_eta_simulates_round_after_round() -> None:
     dbs = [{"name": "shop", "target": 100, "tables": ROWS[:4], "sizes": {}}]
     eta = {}
@@ -271,13 +296,34 @@ def test_the_eta_simulates_round_after_round() -> None:
             tr.history.append((float(t), 2, 2 * 8192.0 * t))
         eta[len(_vac(tr).rounds)] = driver_for("vacuumdb").own_eta(tr)
     one, three = eta[1], eta[3]
-    assert one is not None and three is not None and one[1] is None
+    assert one is not None and three is not None and one.reason is None
     # -Z: public.a's 1000 sample blocks alone, the three others on the second stream
-    assert one[0] == pytest.approx(1000.0)
+    assert one.seconds == pytest.approx(1000.0)
     # three stages, each waiting for its last table: at 1 target a and b sample
     # 300 blocks each, c and d 10 each after them (310); at 10 and at the
     # default a's 1000 blocks outlast b, c and d on the other stream
-    assert three[0] == pytest.approx(310 + 1000 + 1000)
+    assert three.seconds == pytest.approx(310 + 1000 + 1000)
+    # like the simulation's, its last item and tail: the last round's, where
+    # a's 1000 blocks run alone for 480 s after b, c and d (520)
+    assert (one.last_item, one.tail_s) == ("public.a", pytest.approx(480.0))
+    assert (three.last_item, three.tail_s) == ("public.a (stage 3)", pytest.approx(480.0))
+
+
+def test_its_last_item_reaches_the_views() -> None:
+    """The driver's own ETA names the run's last item in the typed sample
+    (job.last_item), in its document, and in the live advice the views
+    draw from the samples."""
+    mon = Monitor(ScriptedVacuumdb())  # type: ignore[arg-type]
+    mon.discover()
+    samples = [mon.tick() for _ in range(9)]
+    timed = [s for s in samples if s.job.eta_s is not None]
+    assert timed and all(s.job.eta_reason is None for s in timed)
+    assert {s.job.last_item for s in timed} == {"public.a (stage 3)"}
+    assert Sample.from_json(timed[0].to_json()).job.last_item == "public.a (stage 3)"
+    advice = AdviceTracker()
+    for s in samples:
+        advice.add(s)
+    assert advice.last_item == "public.a (stage 3)"
 
 
 def _vacuuming(pid: int, relid: int, phase: str, done: int, total: int,

@@ -31,6 +31,26 @@ class Verdict:
     detail: str
 
 
+STALLED = Verdict("stalled", "no progress in the last samples: the job is stalled")
+LOCKS = Verdict("locks", "workers wait on locks held by other sessions")
+# verdicts that name what the job's workers wait on (a lock another session
+# holds, a checkpoint, WAL archiving, a free sync worker, a sync that keeps
+# failing): a stall is what they cause, so they say more than it does
+WAITS_ON = frozenset({"locks", "checkpoint", "archiving", "worker-slots", "sync-failing"})
+
+
+def against_stall(reason: Verdict | None, stalled: bool) -> Verdict | None:
+    """The one rule between a stall and another reason (a driver's own
+    verdict, the judge's): a stall replaces it (None), unless it names what
+    the workers wait on (WAITS_ON), which explains the stall: that reason
+    stays, with the stall said. Not stalled: the reason as it is."""
+    if not stalled or reason is None:
+        return reason
+    if reason.kind in WAITS_ON:
+        return Verdict(reason.kind, f"{reason.detail} (no progress in the last samples)")
+    return None
+
+
 @dataclass(frozen=True)
 class WorkerObs:
     """One worker in one sample, as the verdict needs it."""
@@ -53,12 +73,13 @@ def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str, jobs: int | None,
     if stopped_clients:
         return Verdict("stalled", f"{stopped_clients} client process(es) are stopped (SIGSTOP): "
                                   "no work is done until they continue")
-    if stalled:
-        return Verdict("stalled", "no progress in the last samples: the job is stalled")
     # a process waiting in its main loop for something to do (a WAL stream
     # waiting for new WAL: Activity:WalSenderMain) is idle, not limited
     obs = [o for sample in window for o in sample if o.phase not in ("idle",)
            and not (o.wait or "").startswith("Activity:")]
+    if stalled:  # workers that wait on locks explain it
+        locked = obs and 2 * sum(1 for o in obs if o.phase == "lock-wait") >= len(obs)
+        return against_stall(LOCKS if locked else None, True) or STALLED
     if not window or not obs:
         idle = [o for sample in window for o in sample]
         if idle and all(window) and pending == 0 and not running_items:
@@ -79,7 +100,7 @@ def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str, jobs: int | None,
     waits = Counter(o.wait for o in obs)
     locked = sum(1 for o in obs if o.phase == "lock-wait")
     if locked >= n / 2:
-        return Verdict("locks", "workers wait on locks held by other sessions")
+        return LOCKS
     tail = _tail(jobs, pending, running_items)
     inner = _inner(obs, waits, n, host, devices, flow, tool)
     if tail is not None:

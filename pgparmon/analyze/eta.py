@@ -21,10 +21,13 @@ MIN_HISTORY_S = 3.0
 
 @dataclass(frozen=True)
 class Eta:
+    """An ETA: the schedule simulation's (estimate), or a driver's own
+    (Driver.own_eta), which fills what it can say of the same fields."""
+
     seconds: float | None
-    last_item: str | None  # the item expected to finish last
-    tail_s: float | None  # part of the rest where fewer than -j streams will run
-    reason: str | None  # why there is no ETA
+    last_item: str | None = None  # the item expected to finish last (its name)
+    tail_s: float | None = None  # part of the rest where fewer than -j streams will run
+    reason: str | None = None  # why there is no ETA (or what it leaves out)
 
 
 def per_stream_rate(tr: Tracker, window_s: float = 15.0) -> Callable[[int], float] | None:
@@ -61,7 +64,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
         return Eta(None, None, None, "no work list yet")
     own_eta = tr.driver.own_eta(tr)
     if own_eta is not None:
-        return Eta(own_eta[0], None, None, own_eta[1])
+        return own_eta
     rate = per_stream_rate(tr)
     if rate is None:
         return Eta(None, None, None, "measuring")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..client_tree import ClientPids
 from ..item_kinds import COPY as COPY_ITEM
-from ..jobs.job import Job, clients_gone
+from ..jobs.job import Job
 from ..jobs.statements import build_target, copy_target, maint_target, norm_rel
 from ..snapshot import Backend, CopyProgress, IndexProgress, MaintProgress, Snapshot
 from .items import Item, WorkerState
@@ -34,7 +35,8 @@ class TrackedDriver(Protocol):
     host_only: bool
 
     def new_state(self) -> object: ...
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None: ...
+    def member_pids(self, job: Job, snap: Snapshot,
+                    clients: ClientPids) -> set[int] | None: ...
     def belongs(self, job: Job, b: Backend) -> bool: ...
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None: ...
     def copy_item(self, tr: Tracker, b: Backend, rel: str | None) -> str | None: ...
@@ -55,8 +57,12 @@ class TrackedDriver(Protocol):
 class Tracker:
     """Stateful follower of one job; feed it snapshots in order."""
 
-    def __init__(self, job: Job, driver: TrackedDriver, block_size: int = 8192) -> None:
+    def __init__(self, job: Job, driver: TrackedDriver, block_size: int = 8192,
+                 client_pids: ClientPids | None = None) -> None:
         self.job = job
+        # the keeper of the job's client processes (client_tree.py): the
+        # live source's, else one seeded from the job (a replay, a test)
+        self.client_pids = client_pids or ClientPids.of(job)
         # the job's driver: the Tracker asks it TrackedDriver's questions; the
         # sample's builders and the job's end, which hold the Tracker, ask more
         self.driver: Any = driver
@@ -166,11 +172,11 @@ class Tracker:
     def members(self, snap: Snapshot) -> list[Backend]:
         if snap.db is None or snap.db.error:
             return []
-        pids = self.driver.member_pids(self.job, snap)
+        pids = self.driver.member_pids(self.job, snap, self.client_pids)
         if pids is not None:
             return [b for b in snap.db.backends if b.pid in pids]
         out = [b for b in snap.db.backends if self.driver.belongs(self.job, b)]
-        if clients_gone(self.job, snap) and (self.workers or self.gone_workers):
+        if self.client_pids.all_gone(snap) and (self.workers or self.gone_workers):
             # the job's client processes are gone: a session never seen before
             # was opened by another client (the next dump of the same idle
             # database shares this one's snapshot xmin), not by this job
@@ -230,7 +236,7 @@ class Tracker:
         later than that sample."""
         assert self.first_wall is not None
         start, source = None, "first sample"
-        root = self.job.client_pid
+        root = self.client_pids.root
         proc = next((c for c in snap.clients if root and c.pid == root), None)
         if proc is not None and proc.create_time:
             start, source = proc.create_time, "client process"

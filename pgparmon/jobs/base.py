@@ -51,8 +51,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..analyze.bottleneck import Verdict
+    from ..analyze.eta import Eta
     from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.db import ServerFacts
     from ..readers.procs import ProcInfo
     from ..sample import WorkerRow
@@ -189,15 +191,13 @@ def cluster_job(kind: str, members: list[Backend], grouping: str) -> Job:
                grouping=grouping)
 
 
-def tree_member_pids(job: Job, snap: Snapshot) -> set[int] | None:
+def tree_member_pids(job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
     """A process-tree job's sessions: those whose client process is in the
-    tree this tick (None when the links could not be read: decide by
-    belongs())."""
+    tree this tick (`ClientPids.in_tree`; None when the links could not be
+    read: decide by belongs())."""
     if job.grouping != TREE or snap.links is None:
         return None
-    tree = set(job.client_pids) | {c.pid for c in snap.clients}
-    if job.client_pid:
-        tree.add(job.client_pid)
+    tree = clients.in_tree(snap)
     return {bp for bp, cp in snap.links if cp in tree}
 
 
@@ -366,9 +366,10 @@ class Driver:
         """belongs() for an untagged job, once database and type match."""
         raise NotImplementedError
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         """The job's sessions as this tick's readings link them to its client
-        processes (a process tree), or None: decide by belongs()."""
+        processes (a process tree: `clients`, the keeper of its processes),
+        or None: decide by belongs()."""
         return None
 
     def split(self, members: list[Backend]) -> list[list[Backend]]:
@@ -492,9 +493,13 @@ class Driver:
         """Whether the items' work adds up to a known total (an ETA needs one)."""
         return True
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
-        """(seconds, reason) when this kind estimates its ETA itself (from
-        its input files' read rate), else None: the schedule simulation."""
+    def own_eta(self, tr: Tracker) -> Eta | None:
+        """The ETA when this kind estimates it itself (from its input files'
+        read rate, its rounds, its tool's percentage), else None: the
+        schedule simulation. Its seconds or the reason there are none
+        (`Eta.reason`), and where the kind can say them, like the
+        simulation does, the item expected to finish last (`last_item`, an
+        item's name as the views show it) and the tail (`tail_s`)."""
         return None
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from ..analyze.eta import Eta
 from ..analyze.items import Item
 from ..item_kinds import COPY as COPY_ITEM
 from ..readers.files import table_file_sizes
@@ -41,7 +42,7 @@ from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, MaintProg
 from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, state_of, \
     tree_member_pids
 from .copy_inputs import CopyState, client_fraction, cut_inputs, input_files, read_inputs, \
-    slowest_reader
+    reader_ends, readers_tail
 from .copy_tree import IDLE_GRACE_S, IDLE_STATES, copy_tree_jobs, idle_for
 from .psql_options import PSQL
 from .statements import copy_target, norm_rel
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..sample import WorkerRow
 
 INFERRED = "inferred: application_name, client address, user"
@@ -139,8 +141,8 @@ class CopyLoad(Driver):
         return (b.usename == job.usename and b.client_addr == job.client_addr
                 and b.application_name == job.app_name)
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     def still_working(self, job: Job, members: list[Backend], snap: Snapshot) -> bool:
         now = snap.db.server_ts if snap.db else None
@@ -319,7 +321,7 @@ class CopyLoad(Driver):
         return tr.planned or bool(_st(tr).inputs) or any(it.server_total
                                                           for it in tr.items.values())
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         if tr.planned:
             return None  # the schedule simulation over the source's tables
         builds = _running_builds(tr)
@@ -328,25 +330,37 @@ class CopyLoad(Driver):
             total, done = input_files(st)
             left = total - done
             rate = st.input_rate.rate(15.0)
-            files: float | None = 0.0
+            files = 0.0
+            last: str | None = None
+            tail: float | None = None
             if left > 0:
                 if not rate or rate <= 0:
-                    return None, "measuring the input files' read rate"
+                    return Eta(None, reason="measuring the input files' read rate")
                 # the job's rate over its window counts readers that have
                 # since finished: with files of different sizes the end is one
                 # reader alone, so the job ends no sooner than its slowest
                 # open reader at its own rate (the job's rate stays the floor:
-                # a file whose reader is gone still counts in what is left)
-                files = max(left / rate, slowest_reader(st))
+                # a file whose reader is gone still counts in what is left).
+                # Then that reader's table is the last item, and the tail the
+                # time fewer readers read than the most seen at once
+                ends = reader_ends(st)
+                slowest = ends[-1][0] if ends else 0.0
+                files = max(left / rate, slowest)
+                if ends and slowest >= left / rate:
+                    most = max((h[1] for h in tr.history), default=0) or len(ends)
+                    last, tail = ends[-1][1], readers_tail(ends, most)
             if builds is None:
-                return None, BUILD_UNMEASURED
-            return max(files or 0.0, builds), None
+                return Eta(None, reason=BUILD_UNMEASURED)
+            if builds > files:  # the loader's index builds end it
+                return Eta(builds)
+            return Eta(files, last, tail)
         if builds is None:
-            return None, BUILD_UNMEASURED
+            return Eta(None, reason=BUILD_UNMEASURED)
         if not self.has_total(tr):
             if builds > 0:  # the loader's index builds after its copy
-                return builds, None
-            return None, "total unknown (COPY FROM STDIN, no input file seen): rates only"
+                return Eta(builds)
+            return Eta(None, reason="total unknown (COPY FROM STDIN, no input file seen): "
+                                    "rates only")
         return None
 
     def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],

@@ -117,17 +117,30 @@ def client_fraction(st: CopyState, client_pid: int) -> float | None:
     return min(1.0, sum(e[1] for e in ents) / size) if size > 0 else None
 
 
-def slowest_reader(st: CopyState) -> float:
-    """Seconds until the last file open now is read to its end, each at
-    its own recent read rate (0 when none can be said)."""
-    worst = 0.0
+def reader_ends(st: CopyState) -> list[tuple[float, str]]:
+    """Each file open now: the seconds until it is read to its end at its
+    reader's own recent read rate, and what it loads (its table, else the
+    file); soonest first. A reader whose rate cannot be said is left out."""
+    ends = []
     for key in st.inputs_open:
         size, pos = st.inputs[key]
         wr = st.input_rates.get(key)
         r = wr.rate(15.0) if wr else None
         if size > pos and r and r > 0:
-            worst = max(worst, (size - pos) / r)
-    return worst
+            seen = st.input_seen.get(key)
+            ends.append(((size - pos) / r, (seen[3] if seen else None) or key.split(":", 1)[1]))
+    return sorted(ends)
+
+
+def readers_tail(ends: list[tuple[float, str]], streams: int) -> float:
+    """The part of the readers' rest with fewer than `streams` of them
+    reading: from the first time fewer read to the last one's end."""
+    secs = [s for s, _ in ends]
+    if not secs:
+        return 0.0
+    if len(secs) < streams:
+        return secs[-1]
+    return secs[-1] - secs[len(secs) - streams]
 
 
 def cut_inputs(st: CopyState, snap: Snapshot) -> str | None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cmdline import ClientArgs
-from ..snapshot import Snapshot
 
 
 def _no_cluster(kind: str) -> bool:
@@ -54,7 +53,9 @@ class Job:
     # on this host), or "inferred: ..." (the keys a remote client's sessions share)
     grouping: str | None = None
     databases: tuple[str, ...] = ()  # every database its sessions use (a COPY job)
-    client_pids: frozenset[int] = field(default_factory=frozenset)  # the tree at discovery
+    # the tree at discovery, as recorded; a followed job's processes are
+    # asked of client_tree.ClientPids (its `at_discovery`)
+    client_pids: frozenset[int] = field(default_factory=frozenset)
     # a COPY job's source server as given with --source (redacted): the copy
     # is planned from its catalog
     source: str | None = None
@@ -107,10 +108,3 @@ class Job:
         kw["databases"] = tuple(kw.get("databases") or ())
         return Job(**kw)
 
-
-def clients_gone(job: Job, snap: Snapshot) -> bool:
-    """The snapshot shows the job's client processes gone (its root, and in
-    a process tree every process of it). The Tracker asks it: a session
-    never seen before is then another client's. The job's end itself is
-    decided by job_end.JobEnd alone, from the same evidence."""
-    return bool(job.client_pid) and snap.root_alive is False

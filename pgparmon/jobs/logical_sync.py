@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..analyze.bottleneck import Verdict
+from ..analyze.eta import Eta
 from ..analyze.items import Item
 from ..phases import Phase
 from ..connect import ConnectError, ConnTarget, describe_target
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
 
     from ..analyze.items import WorkerState
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.db import ServerFacts
     from ..sample import WorkerRow
 
@@ -160,7 +162,7 @@ class LogicalSync(Driver):
                            jobs=sync_workers(sub)))
         return out
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         if on_publisher(job):
             return None  # its sync walsenders (session_matches)
         sub = subscription(snap.db, job)
@@ -385,15 +387,15 @@ class LogicalSync(Driver):
     def has_total(self, tr: Tracker) -> bool:
         return tr.planned and not on_publisher(tr.job)
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         if on_publisher(tr.job):
-            return None, ("total unknown on the publisher: the tables still to sync are listed "
-                          "on the subscriber only (attach -d SUBDB there); each copying table's "
-                          "progress is shown")
+            return Eta(None, reason="total unknown on the publisher: the tables still to sync "
+                                    "are listed on the subscriber only (attach -d SUBDB there); "
+                                    "each copying table's progress is shown")
         if tr.planned:
             return None  # the schedule simulation at the sync worker count
-        return None, ("total unknown (the publisher's table sizes were not read; "
-                      "--source CONNINFO gives them): rates only")
+        return Eta(None, reason="total unknown (the publisher's table sizes were not read; "
+                                "--source CONNINFO gives them): rates only")
 
     def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import units as fmt
 from ..analyze.bottleneck import Verdict
+from ..analyze.eta import Eta
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs, parse_client_cmdline
 from ..snapshot import Backend, BackupProgress, CopyProgress, IndexProgress, Snapshot
@@ -49,6 +50,7 @@ from .basebackup_options import CLIENT
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 INFERRED = ("inferred: user, client address and application_name; the WAL stream joined "
@@ -197,11 +199,11 @@ class PgBasebackup(Driver):
             return b.usename == job.usename and b.client_addr == job.client_addr
         return True
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         if snap.db is None:
             return None
         if job.grouping == TREE:
-            return tree_member_pids(job, snap)
+            return tree_member_pids(job, snap, clients)
         if job.grouping != INFERRED:
             return None
         # sessions of one user, address and name: ours is the BASE_BACKUP we
@@ -323,44 +325,46 @@ class PgBasebackup(Driver):
     def streams(self, tr: Tracker) -> int | None:
         return 1
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         st = _st(tr)
         if st.key is None:
-            return None, "waiting for the base backup to start"
+            return Eta(None, reason="waiting for the base backup to start")
         it = tr.items.get(st.key)
         if it is None or it.state == "done":
-            return None, "finishing (the WAL stream, syncing the files)"
+            return Eta(None, reason="finishing (the WAL stream, syncing the files)")
         phase = PHASES.get(st.phase or "", "backup")
         wait = st.wait
         if phase == "checkpoint":
             left = walwait.wait_eta(wait)
             if left is not None:
-                return left, walwait.WAIT_ONLY
-            return None, walwait.wait_reason(wait) or "waiting for the checkpoint to finish"
+                return Eta(left, reason=walwait.WAIT_ONLY)
+            return Eta(None, reason=walwait.wait_reason(wait)
+                       or "waiting for the checkpoint to finish")
         if phase in ("starting", "estimating"):
-            return None, "estimating the backup size"
+            return Eta(None, reason="estimating the backup size")
         if phase == "archive-wait":
             if wait is not None and wait["left_s"] is not None:
-                return wait["left_s"], None
-            return None, (walwait.wait_reason(wait)
+                return Eta(wait["left_s"])
+            return Eta(None, reason=walwait.wait_reason(wait)
                           or "waiting for the last WAL segment to be archived")
         if phase == "wal-files":
-            return None, "sending the WAL files"
+            return Eta(None, reason="sending the WAL files")
         if not st.total:
-            return None, "no total: the server does not estimate it (--no-estimate-size)"
+            return Eta(None, reason="no total: the server does not estimate it "
+                                    "(--no-estimate-size)")
         w = next((w for w in tr.workers.values() if w.item == it.key), None)
         # the last 30 s: a multi-GB stream's pace moves with the files it
         # reads and the host's other work; 10 s followed those moves too closely
         rate = w.bytes_rate.rate(ETA_WINDOW_S) if w is not None else None
         if not rate or rate <= 0:
-            return None, "measuring"
+            return Eta(None, reason="measuring")
         left = max(0.0, float(st.total) - float(st.streamed or 0)) / rate
         st.stop_ahead = None
         if _waits_for_archive(tr):
             # its end waits for the archiver: the backlog now, beyond the stream's rest
             st.stop_ahead = st.wal.stop_ahead(left)
             left += st.stop_ahead or 0.0
-        return left, None
+        return Eta(left)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:

@@ -44,6 +44,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
+from ..analyze.eta import Eta
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..readers.procs import threads_of
@@ -99,6 +100,7 @@ from .backup_rows import how_far, process_row, prune_rows
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 PROGRAM = "pg_probackup"
@@ -158,8 +160,8 @@ class PgProbackup(Driver):
             return b.pid in job.pid_hint
         return _ours(b) and b.usename == job.usename and b.client_addr == job.client_addr
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     def other_work(self, tr: Tracker, w: WorkerState, b: Backend,
                    snap: Snapshot) -> tuple[str, str | None] | None:
@@ -374,9 +376,10 @@ class PgProbackup(Driver):
     def streams(self, tr: Tracker) -> int | None:
         return None
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         """Each step's rest and the steps to come (pg_probackup_eta.py)."""
-        return remaining(_state(tr), tr.job.command, tr.job.jobs)
+        left, why = remaining(_state(tr), tr.job.command, tr.job.jobs)
+        return Eta(left, reason=why)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import units as fmt
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
+from ..analyze.eta import Eta
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..snapshot import Backend, ClientProc, Snapshot
@@ -61,6 +62,7 @@ from .pgbackrest_waits import aim_stop, archive_check, waits, wait_verdict
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 APP = "pgBackRest"
@@ -120,8 +122,8 @@ class PgBackRest(Driver):
                     and b.application_name == job.app_name)
         return True
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     # ---- plan --------------------------------------------------------------
 
@@ -245,37 +247,39 @@ class PgBackRest(Driver):
     def streams(self, tr: Tracker) -> int | None:
         return None  # a queue of files, not of items: no "one item left" tail
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         st = _st(tr)
         phase, wait = st.phase, st.wait
         if phase == "starting":
             left = walwait.wait_eta(wait)
             if left is not None:
-                return left, walwait.WAIT_ONLY
+                return Eta(left, reason=walwait.WAIT_ONLY)
             arch = (wait or {}).get("archiving")
             if arch and arch["segments"] == 0:
-                return None, ("starting: the segment before the backup's is archived; "
-                              "pgBackRest checks its repository, builds its manifest and "
-                              "starts its processes")
-            return None, walwait.wait_reason(wait) or ("starting: the checkpoint, then the WAL "
-                                                       "before the backup archived")
+                return Eta(None, reason="starting: the segment before the backup's is "
+                                        "archived; pgBackRest checks its repository, builds "
+                                        "its manifest and starts its processes")
+            return Eta(None, reason=walwait.wait_reason(wait) or (
+                "starting: the checkpoint, then the WAL before the backup archived"))
         if phase == "archive-wait":
             if wait is not None and wait["left_s"] is not None:
-                return wait["left_s"], None
-            return None, walwait.wait_reason(wait) or "waiting for the backup's WAL to be archived"
+                return Eta(wait["left_s"])
+            return Eta(None, reason=walwait.wait_reason(wait)
+                       or "waiting for the backup's WAL to be archived")
         if phase == "finishing":
-            return None, "finishing (the manifest)"
+            return Eta(None, reason="finishing (the manifest)")
         if st.pct is None and st.unit != "bytes":
-            return None, ("no percentage from pgBackRest yet (2.38+ writes it to its lock "
-                          "file)" if st.lock_file or tr.job.client_pid else
-                          "pgBackRest's processes are not on this host: no progress")
+            return Eta(None, reason=(
+                "no percentage from pgBackRest yet (2.38+ writes it to its lock file)"
+                if st.lock_file or tr.job.client_pid else
+                "pgBackRest's processes are not on this host: no progress"))
         left, why = window_eta(tr.items.get(KEY), st.hist)
         st.stop_ahead = None
         if left is not None and phase == "copy" and archive_check(tr):
             # the stop waits for the archiver: the backlog now, beyond the copy's rest
             st.stop_ahead = st.wal.stop_ahead(left)
             left += st.stop_ahead or 0.0
-        return left, why
+        return Eta(left, reason=why)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:

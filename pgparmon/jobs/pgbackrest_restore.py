@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import BUSY_CPU, HOST_CPU, Verdict
+from ..analyze.eta import Eta
 from ..analyze.items import Item, WorkerState
 from ..cmdline import ClientArgs
 from ..phases import Phase
@@ -43,6 +44,7 @@ from .pgbackrest_repo import command_of, option
 
 if TYPE_CHECKING:
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
     from ..readers.procs import ProcInfo
 
 KEY = "pgbackrest-restore"
@@ -124,8 +126,8 @@ class PgBackRestRestore(Driver):
     def belongs(self, job: Job, b: Backend) -> bool:
         return False
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
-        return tree_member_pids(job, snap)
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
+        return tree_member_pids(job, snap, clients)
 
     # ---- the tool's own status (live) ----------------------------------------
 
@@ -292,17 +294,19 @@ class PgBackRestRestore(Driver):
     def streams(self, tr: Tracker) -> int | None:
         return None
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         st = _st(tr)
         phase = st.phase
         if phase == "starting":
-            return None, "starting: reading the manifest, cleaning and building the directory"
+            return Eta(None, reason="starting: reading the manifest, cleaning and building the "
+                                    "directory")
         if phase == "finishing":
-            return None, "finishing: recovery settings, pg_control, sync"
+            return Eta(None, reason="finishing: recovery settings, pg_control, sync")
         if not st.total:
-            return None, ("total unknown: the backup's manifest cannot be read here (an "
-                          "encrypted or remote repository)")
-        return window_eta(tr.items.get(KEY), st.hist)
+            return Eta(None, reason="total unknown: the backup's manifest cannot be read here "
+                                    "(an encrypted or remote repository)")
+        left, why = window_eta(tr.items.get(KEY), st.hist)
+        return Eta(left, reason=why)
 
     def job_fields(self, tr: Tracker, workers: list[dict[str, Any]],
                    state: str) -> dict[str, Any]:

@@ -25,8 +25,8 @@ import psycopg
 
 from .. import units as fmt
 from ..analyze.bottleneck import Verdict
-from ..analyze.eta import per_stream_rate
-from ..analyze.schedule import WorkItem, simulate
+from ..analyze.eta import Eta, per_stream_rate
+from ..analyze.schedule import Schedule, WorkItem, simulate
 from ..phases import Phase
 from ..readers.files import table_file_sizes
 from ..redact import redact_text
@@ -60,6 +60,7 @@ from .vacuumdb_rounds import state as vac_state
 if TYPE_CHECKING:
     from ..analyze.items import Item, WorkerState
     from ..analyze.progress import Tracker
+    from ..client_tree import ClientPids
 
 INFERRED = ("inferred: user, client address and application_name (vacuumdb's process is not "
             "on this host)")
@@ -143,10 +144,10 @@ class VacuumDb(Driver):
                 and (job.usename is None or b.usename == job.usename)
                 and (job.grouping == TREE or b.client_addr == job.client_addr))
 
-    def member_pids(self, job: Job, snap: Snapshot) -> set[int] | None:
+    def member_pids(self, job: Job, snap: Snapshot, clients: ClientPids) -> set[int] | None:
         # its sessions linked to its process this sample; none linked (another
         # OS user's process, whose sockets this user cannot read): belongs()
-        return tree_member_pids(job, snap) or None
+        return tree_member_pids(job, snap, clients) or None
 
     # ---- plan --------------------------------------------------------------
 
@@ -241,17 +242,20 @@ class VacuumDb(Driver):
         settle_by_order(tr, st)
         saw(tr, st, snap.db.server_ts if snap.db is not None else None)
 
-    def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
+    def own_eta(self, tr: Tracker) -> Eta | None:
         """The schedule simulation, round after round: each round's tables
-        at -j, largest first, the next round once its last table is done."""
+        at -j, largest first, the next round once its last table is done.
+        The last round's last table is the run's last item, and that
+        round's tail (fewer than -j tables left) the run's."""
         st = vac_state(tr)
         if st is None or not tr.planned:
             return None
         rate = per_stream_rate(tr)
         if rate is None:
-            return None, "measuring"
+            return Eta(None, reason="measuring")
         workers = self.streams(tr) or 1
         total = 0.0
+        last: Schedule | None = None
         for r in range(st.cur or 0, len(st.rounds)):
             items = [tr.items[k] for k in st.rounds[r].keys]
             running = [WorkItem(key=i.key, work=max(0.0, i.work - i.done), size=i.size)
@@ -259,8 +263,12 @@ class VacuumDb(Driver):
             pending = _batched([WorkItem(key=i.key, work=i.work, size=i.size)
                                 for i in items if i.state == "pending"])
             if running or pending:
-                total += simulate(pending, workers, rate, running=running).makespan
-        return total, None
+                last = simulate(pending, workers, rate, running=running)
+                total += last.makespan
+        if last is None:
+            return Eta(total)
+        it = tr.items.get(last.last_item or "")  # a batch of small tables names none
+        return Eta(total, it.name if it else None, last.tail_s)
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
         active = [w for w in tr.workers.values() if w.phase != "idle"]
