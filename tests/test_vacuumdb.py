@@ -462,8 +462,8 @@ def test_its_queries(cluster: Cluster, vacdb: str) -> None:
 @pytest.mark.integration
 def test_attach_finds_vacuumdb_by_its_process(cluster: Cluster, vacdb: str,
                                               gate: psycopg.Connection[Any]) -> None:
-    # through a shell, as a script starts it (its parent's session is the gate's:
-    # a program holding a transaction would make vacuumdb a step of its job)
+    # through a shell, as a script starts it (a program holding a transaction
+    # would leave it its own job too: tests/test_vacuumdb_live.py)
     cmd = f"{cluster.client('vacuumdb')} -j 2 -z -d {vacdb}; exit $?"
     sh = subprocess.Popen(["sh", "-c", cmd], env=cluster.env(), stdout=subprocess.DEVNULL)
     try:
