@@ -280,6 +280,31 @@ def test_the_eta_simulates_round_after_round() -> None:
     assert three[0] == pytest.approx(310 + 1000 + 1000)
 
 
+def test_the_heap_and_the_sample_at_their_own_rates() -> None:
+    """A VACUUM (ANALYZE)'s sample reads what its heap scan just dirtied,
+    clean: under the cost-based delay far faster a block. Each part is
+    timed at its own measured rate; ANALYZE's sample is the server's."""
+    dbs = [{"name": "shop", "target": 100, "tables": ROWS[:1], "sizes": {}}]
+    tr = _planned(["vacuumdb", "-j", "1", "-z"], dbs)
+    for t in range(5):  # one stream, 100 blocks a second
+        tr.history.append((float(t), 1, 100 * 8192.0 * t))
+    driver, rates = driver_for("vacuumdb"), _vac(tr).rates
+    # heap 1000 + TOAST 200 + sample 1000 blocks, all at the job's rate
+    assert driver.own_eta(tr) == (pytest.approx(22.0), None)
+    for t, done in ((0.0, 0.0), (1.0, 100 * 8192.0)):
+        rates.observe("h", t, done, "heap")
+    for t, done in ((2.0, 0.0), (3.0, 1000 * 8192.0)):
+        rates.observe("s", t, done, "sample")
+    assert driver.own_eta(tr) == (pytest.approx(12.0 + 1.0), None)
+    # -Z: the sample the server reads, once its progress row says it
+    tr = _planned(["vacuumdb", "-Z"], dbs)
+    mp = dataclasses.replace(_analyzing(11, "a", 50), blocks_total=250)
+    tr.update(Snapshot(ts=0.0, wall=T0, host=None, links=((11, 100),), db=DbSample(
+        server_ts=T0, backends=(_session(11, T0, "ANALYZE public.a;"),), maint=(mp,))))
+    a = tr.items["0:shop:public.a"]
+    assert (a.work, a.done) == (250 * 8192, 50 * 8192)
+
+
 def _vacuuming(pid: int, relid: int, phase: str, done: int, total: int,
                db: str = "a1") -> MaintProgress:
     return MaintProgress(pid=pid, datname=db, relid=relid, relation=None, command="VACUUM",

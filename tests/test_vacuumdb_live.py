@@ -5,6 +5,7 @@ transaction open."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
-from support import jobs_found
+from support import Lines, jobs_found, pgparmon_cmd
 
 from pgparmon.cluster import Cluster
 
@@ -22,10 +23,89 @@ DB = "vaclive"
 
 @pytest.fixture(scope="module")
 def livedb(cluster: Cluster) -> str:
+    """Tables of ~1,300 pages whose ANALYZE samples fewer (the database's
+    default target 2: 600 blocks): one at the default, one whose columns
+    are set lower (1: 300 blocks), one whose extended statistics are set
+    higher (3: 900 blocks); a small one read whole; `held` for a lock."""
     cluster.psql(f"DROP DATABASE IF EXISTS {DB}")
     cluster.psql(f"CREATE DATABASE {DB}")
-    cluster.psql("CREATE TABLE held (id int); INSERT INTO held VALUES (1)", dbname=DB)
+    cluster.psql(f"ALTER DATABASE {DB} SET default_statistics_target = 2")
+    fill = "SELECT g, repeat('x', 200) FROM generate_series(1, 45000) g"
+    cluster.psql(
+        "CREATE TABLE held (id int); INSERT INTO held VALUES (1); "
+        f"CREATE TABLE sampled (id int, v text); INSERT INTO sampled {fill}; "
+        f"CREATE TABLE pinned (id int, v text); INSERT INTO pinned {fill}; "
+        "ALTER TABLE pinned ALTER id SET STATISTICS 1, ALTER v SET STATISTICS 1; "
+        f"CREATE TABLE ext (id int, v text); INSERT INTO ext {fill}; "
+        "CREATE STATISTICS ext_s (ndistinct) ON id, v FROM ext; "
+        "ALTER STATISTICS ext_s SET STATISTICS 3; "
+        "CREATE TABLE tiny (id int); INSERT INTO tiny SELECT generate_series(1, 1000)",
+        dbname=DB)
+    cluster.psql("VACUUM", dbname=DB)  # relpages, which vacuumdb orders by
     return DB
+
+
+def _sample_blocks(cluster: Cluster, dbname: str, table: str) -> int:
+    """The blocks the server's ANALYZE of `table` samples
+    (pg_stat_progress_analyze.sample_blks_total), read from an ANALYZE
+    slowed to a crawl by the cost-based delay, then cancelled."""
+    import threading
+
+    work = psycopg.connect(cluster.conninfo(dbname), autocommit=True)
+    pid = work.info.backend_pid
+    work.execute("SET vacuum_cost_delay = 100; SET vacuum_cost_limit = 1")
+
+    def analyze() -> None:
+        with contextlib.suppress(psycopg.errors.QueryCanceled):
+            work.execute(f"ANALYZE {table}")
+
+    t = threading.Thread(target=analyze, daemon=True)
+    t.start()
+    try:
+        with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as look:
+            deadline = time.monotonic() + 60
+            while True:
+                row = look.execute("SELECT sample_blks_total FROM pg_stat_progress_analyze "
+                                   "WHERE pid = %s AND sample_blks_total > 0",
+                                   (pid,)).fetchone()
+                if row:
+                    look.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                    return int(row[0])
+                assert t.is_alive() and time.monotonic() < deadline, "no ANALYZE progress"
+                time.sleep(0.02)
+    finally:
+        t.join(timeout=60)
+        work.close()
+
+
+@pytest.mark.integration
+def test_an_analyzes_work_is_its_sample_not_its_table(cluster: Cluster, livedb: str) -> None:
+    """vacuumdb -Z followed by `run`: each table's planned work is what the
+    server's ANALYZE reads (its sample blocks: 300 rows per target, the
+    target its columns and extended statistics set), not its size."""
+    tables = ("sampled", "pinned", "ext", "tiny")
+    truth = {t: _sample_blocks(cluster, livedb, t) for t in tables}
+    with psycopg.connect(cluster.conninfo(livedb), autocommit=True) as c:
+        pages = dict(c.execute("SELECT relname, relpages FROM pg_class WHERE relname = "
+                               "ANY(%s)", (list(tables),)).fetchall())
+    assert truth == {"sampled": 600, "pinned": 300, "ext": 900, "tiny": pages["tiny"]}
+    assert all(pages[t] > 1000 for t in ("sampled", "pinned", "ext"))
+    gate = psycopg.connect(cluster.conninfo(livedb), autocommit=True)
+    gate.execute("BEGIN; LOCK TABLE held IN SHARE UPDATE EXCLUSIVE MODE")
+    run = Lines(subprocess.Popen(
+        pgparmon_cmd("run", "--json", "--interval", "0.2", "--", cluster.client("vacuumdb"),
+                     "-j", "2", "-Z", *(f"-t{t}" for t in (*tables, "held")), "-d", livedb),
+        env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        run.wait_for(lambda s: bool(s["job"]["items_total"]), "the plan")
+        gate.execute("COMMIT")
+        _, summary, _ = run.finish()
+    finally:
+        gate.close()
+    assert run.proc.returncode == 0 and summary["state"] == "finished", run.stderr[-1500:]
+    work = {i["relation"].split(".")[-1]: i["work"] for i in summary["items"]}
+    assert {t: work[t] / 8192 for t in tables} == truth
+    assert all(work[t] < pages[t] * 8192 for t in ("sampled", "pinned", "ext"))
 
 
 def _env() -> dict[str, str]:

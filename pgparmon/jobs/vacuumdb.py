@@ -43,7 +43,7 @@ from .base import (
 )
 from .statements import maint_target
 from .vacuumdb_options import CLIENT, VacOptions, options_of, vac_options
-from .vacuumdb_plan import VacState, build, inferred_options
+from .vacuumdb_plan import HEAP, SAMPLE, Parts, VacState, build, inferred_options
 from .vacuumdb_rounds import (
     VacHolder,
     leftover_verdict,
@@ -215,11 +215,14 @@ class VacuumDb(Driver):
                 done = p.heap + f * p.toast if toast else f * p.heap
                 phase = HEAP_SCAN if "scanning heap" in ph else VAC_INDEX
             else:
+                p = _server_sample(tr, st, it, p, mp)
                 done = p.heap + p.toast + f * p.sample
                 phase = SAMPLING if "acquiring" in ph else None
             it.done = max(it.done, min(0.99 * it.work, done))
         elif st.opts.full and w is not None and w.phase == "vacuum":
             phase = VAC_FULL  # pg_stat_progress_cluster's, which the sample does not read
+        st.rates.observe(it.key, snap.ts, it.done, HEAP if phase is HEAP_SCAN
+                         else SAMPLE if phase is SAMPLING else None)
         if w is None or phase is None or w.phase not in ("vacuum", "analyze"):
             return
         w.phase = phase.name
@@ -237,7 +240,11 @@ class VacuumDb(Driver):
 
     def own_eta(self, tr: Tracker) -> tuple[float | None, str | None] | None:
         """The schedule simulation, round after round: each round's tables
-        at -j, largest first, the next round once its last table is done."""
+        at -j, largest first, the next round once its last table is done.
+        Each table's work in seconds of one session: its heap at the heap
+        scans' measured rate, its sample at the samples' (they differ by
+        an order of magnitude under the cost-based delay); a part not yet
+        measured at the job's rate. The job's rate at k sessions scales them."""
         st = vac_state(tr)
         if st is None or not tr.planned:
             return None
@@ -245,15 +252,21 @@ class VacuumDb(Driver):
         if rate is None:
             return None, "measuring"
         workers = self.streams(tr) or 1
+        base = rate(workers)
+        per = {HEAP: st.rates.rate(HEAP) or base, SAMPLE: st.rates.rate(SAMPLE) or base}
+
+        def scaled(k: int) -> float:
+            return rate(k) / base
+
         total = 0.0
         for r in range(st.cur or 0, len(st.rounds)):
             items = [tr.items[k] for k in st.rounds[r].keys]
-            running = [WorkItem(key=i.key, work=max(0.0, i.work - i.done), size=i.size)
+            running = [WorkItem(key=i.key, work=_seconds(st.parts[i.key], i, per), size=i.size)
                        for i in items if i.state == "running"]
-            pending = _batched([WorkItem(key=i.key, work=i.work, size=i.size)
-                                for i in items if i.state == "pending"])
+            pending = _batched([WorkItem(key=i.key, work=_seconds(st.parts[i.key], i, per),
+                                         size=i.size) for i in items if i.state == "pending"])
             if running or pending:
-                total += simulate(pending, workers, rate, running=running).makespan
+                total += simulate(pending, workers, scaled, running=running).makespan
         return total, None
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
@@ -341,6 +354,33 @@ def lock_words(w: WorkerState, snap: Snapshot, active: int, skip: bool) -> str:
     if active > 1:
         text += ", the other workers go on"
     return text + ("; vacuumdb --skip-locked skips a table it cannot lock at once" if skip else "")
+
+
+def _server_sample(tr: Tracker, st: VacState, it: Item, p: Parts, mp: MaintProgress) -> Parts:
+    """The item's sample as its ANALYZE reads it (sample_blks_total, once
+    its own rows are sampled: not an inherited sample's child): the plan's
+    came from relpages and the targets, which may be stale."""
+    if mp.relid != p.oid or not p.oid or not mp.blocks_total \
+            or "acquiring sample rows" not in (mp.phase or "").lower():
+        return p
+    sample = float(mp.blocks_total) * tr.block_size
+    if sample == p.sample:
+        return p
+    p = st.parts[it.key] = dataclasses.replace(p, sample=sample)
+    it.work = p.heap + p.toast + p.sample
+    # what it had done was measured against the plan's sample
+    it.done = min(it.done, p.heap + p.toast + (mp.fraction or 0.0) * p.sample)
+    return p
+
+
+def _seconds(p: Parts, it: Item, per: dict[str, float]) -> float:
+    """What is left of an item, in seconds of one session: its heap and
+    TOAST scans, then its sample, each part at its own rate."""
+    done = min(it.done, it.work)
+    heap = p.heap + p.toast
+    scan = max(0.0, heap - done)
+    sample = max(0.0, it.work - max(done, heap))
+    return scan / per[HEAP] + sample / per[SAMPLE]
 
 
 def _batched(pending: list[WorkItem]) -> list[WorkItem]:
