@@ -278,6 +278,10 @@ def test_the_eta_simulates_round_after_round() -> None:
     # 300 blocks each, c and d 10 each after them (310); at 10 and at the
     # default a's 1000 blocks outlast b, c and d on the other stream
     assert three[0] == pytest.approx(310 + 1000 + 1000)
+    # stage 1 done, 40 s longer than its reading: 20 s more a table from then on
+    st = _vac(tr)
+    st.rounds[0].start, st.rounds[1].start, st.cur = T0, T0 + 310 + 40, 1
+    assert driver_for("vacuumdb").own_eta(tr) == (pytest.approx(1020 + 1020), None)
 
 
 def test_the_heap_and_the_sample_at_their_own_rates() -> None:
@@ -296,6 +300,12 @@ def test_the_heap_and_the_sample_at_their_own_rates() -> None:
     for t, done in ((2.0, 0.0), (3.0, 1000 * 8192.0)):
         rates.observe("s", t, done, "sample")
     assert driver.own_eta(tr) == (pytest.approx(12.0 + 1.0), None)
+    # seen with 100 heap blocks left, done 2 s later: its 1000-block sample took
+    # half of the second its heap did not (2000 blocks a second)
+    rates.steps.pop("sample")
+    rates.observe("a", 10.0, 1100 * 8192.0, "heap")
+    rates.finished("a", 12.0, 1200 * 8192.0, 2200 * 8192.0)
+    assert rates.rate("sample") == pytest.approx(2000 * 8192.0)
     # -Z: the sample the server reads, once its progress row says it
     tr = _planned(["vacuumdb", "-Z"], dbs)
     mp = dataclasses.replace(_analyzing(11, "a", 50), blocks_total=250)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -221,7 +222,7 @@ class VacuumDb(Driver):
             it.done = max(it.done, min(0.99 * it.work, done))
         elif st.opts.full and w is not None and w.phase == "vacuum":
             phase = VAC_FULL  # pg_stat_progress_cluster's, which the sample does not read
-        st.rates.observe(it.key, snap.ts, it.done, HEAP if phase is HEAP_SCAN
+        st.rates.observe(it.key, snap.wall, it.done, HEAP if phase is HEAP_SCAN
                          else SAMPLE if phase is SAMPLING else None)
         if w is None or phase is None or w.phase not in ("vacuum", "analyze"):
             return
@@ -229,6 +230,12 @@ class VacuumDb(Driver):
         if phase.streams:
             w.bytes_done = int(it.done)
             w.bytes_rate.add(snap.ts, it.done)
+
+    def on_finish(self, tr: Tracker, it: Item) -> None:
+        st = vac_state(tr)
+        p = st.parts.get(it.key) if st is not None else None
+        if st is not None and p is not None:
+            st.rates.finished(it.key, it.finished, p.heap + p.toast, it.work)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         st = vac_state(tr)
@@ -258,12 +265,14 @@ class VacuumDb(Driver):
         def scaled(k: int) -> float:
             return rate(k) / base
 
+        each = _overhead(tr, st, per, workers, scaled)
         total = 0.0
         for r in range(st.cur or 0, len(st.rounds)):
             items = [tr.items[k] for k in st.rounds[r].keys]
-            running = [WorkItem(key=i.key, work=_seconds(st.parts[i.key], i, per), size=i.size)
-                       for i in items if i.state == "running"]
-            pending = _batched([WorkItem(key=i.key, work=_seconds(st.parts[i.key], i, per),
+            running = [WorkItem(key=i.key, work=_seconds(st.parts[i.key], i.done, per),
+                                size=i.size) for i in items if i.state == "running"]
+            pending = _batched([WorkItem(key=i.key, work=each + _seconds(st.parts[i.key], 0.0,
+                                                                         per),
                                          size=i.size) for i in items if i.state == "pending"])
             if running or pending:
                 total += simulate(pending, workers, scaled, running=running).makespan
@@ -373,14 +382,34 @@ def _server_sample(tr: Tracker, st: VacState, it: Item, p: Parts, mp: MaintProgr
     return p
 
 
-def _seconds(p: Parts, it: Item, per: dict[str, float]) -> float:
-    """What is left of an item, in seconds of one session: its heap and
-    TOAST scans, then its sample, each part at its own rate."""
-    done = min(it.done, it.work)
+def _seconds(p: Parts, done: float, per: dict[str, float]) -> float:
+    """What is left of an item past `done`, in seconds of one session: its
+    heap and TOAST scans, then its sample, each part at its own rate."""
     heap = p.heap + p.toast
     scan = max(0.0, heap - done)
-    sample = max(0.0, it.work - max(done, heap))
+    sample = max(0.0, p.sample - max(0.0, done - heap))
     return scan / per[HEAP] + sample / per[SAMPLE]
+
+
+def _overhead(tr: Tracker, st: VacState, per: dict[str, float], workers: int,
+              rate: Callable[[int], float]) -> float:
+    """Seconds one session spends on a table beyond what it reads (the
+    statement's own catalog work, vacuumdb's round trip; under the
+    cost-based delay the catalog writes are throttled too): what the rounds
+    done took beyond their simulation without it, per table a session
+    handled. Nothing until a round is done (a round of many small tables,
+    --analyze-in-stages' first, is mostly this)."""
+    extra, tables = 0.0, 0.0
+    for r in range(st.cur or 0):
+        rd, nxt = st.rounds[r], st.rounds[r + 1]
+        if rd.start is None or nxt.start is None or not rd.keys:
+            continue
+        k = min(workers, len(rd.keys))
+        sim = simulate([WorkItem(key=key, work=_seconds(st.parts[key], 0.0, per),
+                                 size=tr.items[key].size) for key in rd.keys], k, rate).makespan
+        extra += max(0.0, nxt.start - rd.start - sim) * k
+        tables += len(rd.keys)
+    return extra / tables if tables else 0.0
 
 
 def _batched(pending: list[WorkItem]) -> list[WorkItem]:

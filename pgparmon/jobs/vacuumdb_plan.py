@@ -86,19 +86,33 @@ class PartRates:
     the same part at two samples in a row."""
 
     seen: dict[str, tuple[float, float, str]] = field(default_factory=dict)  # item key ->
-    # (ts, done, part) at its last sample
+    # (wall time, done, part) at its last sample
     steps: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)  # part ->
     # (bytes, seconds) of its last observations
 
     def observe(self, key: str, ts: float, done: float, part: str | None) -> None:
         prev = self.seen.get(key)
-        if part is None:
-            self.seen.pop(key, None)
+        if part is None:  # between its parts (its indexes): its last part's stays
             return
         self.seen[key] = (ts, done, part)
         if prev is not None and prev[2] == part and ts > prev[0] and done >= prev[1]:
             self.steps.setdefault(part, deque(maxlen=RATE_WINDOW)).append(
                 (done - prev[1], ts - prev[0]))
+
+    def finished(self, key: str, wall: float | None, heap: float, work: float) -> None:
+        """An item seen scanning its heap at its last sample is done: its
+        sample ran in between (too short to be seen, a sample after its
+        heap scan is cheap). The heap's rest at the heap's rate, the sample
+        half of what is left of that time (its end lies anywhere in it)."""
+        prev = self.seen.pop(key, None)
+        r_heap = self.rate(HEAP)
+        if prev is None or wall is None or prev[2] != HEAP or r_heap is None:
+            return
+        sample = work - max(prev[1], heap)
+        spare = wall - prev[0] - max(0.0, heap - prev[1]) / r_heap
+        if sample > 0 and spare > 0:
+            self.steps.setdefault(SAMPLE, deque(maxlen=RATE_WINDOW)).append(
+                (sample, spare / 2))
 
     def rate(self, part: str) -> float | None:
         """The part's bytes per second per session, once measured."""
