@@ -306,6 +306,10 @@ def test_the_heap_and_the_sample_at_their_own_rates() -> None:
     rates.observe("a", 10.0, 1100 * 8192.0, "heap")
     rates.finished("a", 12.0, 1200 * 8192.0, 2200 * 8192.0)
     assert rates.rate("sample") == pytest.approx(2000 * 8192.0)
+    # seen once sampling, half of it left, done a second later: 1000 a second more
+    rates.observe("b", 20.0, 1700 * 8192.0, "sample")
+    rates.finished("b", 21.0, 1200 * 8192.0, 2200 * 8192.0)
+    assert rates.rate("sample") == pytest.approx(1500 / 1.0 * 8192.0)
     # -Z: the sample the server reads, once its progress row says it
     tr = _planned(["vacuumdb", "-Z"], dbs)
     mp = dataclasses.replace(_analyzing(11, "a", 50), blocks_total=250)

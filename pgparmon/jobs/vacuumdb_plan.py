@@ -100,16 +100,18 @@ class PartRates:
                 (done - prev[1], ts - prev[0]))
 
     def finished(self, key: str, wall: float | None, heap: float, work: float) -> None:
-        """An item seen scanning its heap at its last sample is done: its
-        sample ran in between (too short to be seen, a sample after its
-        heap scan is cheap). The heap's rest at the heap's rate, the sample
-        half of what is left of that time (its end lies anywhere in it)."""
+        """An item seen scanning its heap, or sampling, at its last sample
+        is done: (the rest of) its sample ran in between, too short to be
+        seen twice (a sample after its heap scan is cheap). The heap's rest
+        at the heap's rate, the sample half of what is left of that time
+        (its end lies anywhere in it)."""
         prev = self.seen.pop(key, None)
         r_heap = self.rate(HEAP)
-        if prev is None or wall is None or prev[2] != HEAP or r_heap is None:
+        if prev is None or wall is None or (prev[2] == HEAP and r_heap is None):
             return
+        # seen sampling once: the rest of its sample took part of the time since
         sample = work - max(prev[1], heap)
-        spare = wall - prev[0] - max(0.0, heap - prev[1]) / r_heap
+        spare = wall - prev[0] - (max(0.0, heap - prev[1]) / r_heap if r_heap else 0.0)
         if sample > 0 and spare > 0:
             self.steps.setdefault(SAMPLE, deque(maxlen=RATE_WINDOW)).append(
                 (sample, spare / 2))
