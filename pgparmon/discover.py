@@ -118,7 +118,7 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
         for root_pid, tree in sorted(trees.items()):
             root = tree[0]
             mine = by_program.get(root.name) or []
-            parent = step_of(root, links, db)
+            parent = step_of(root, links, db, mine)
             if parent is not None:
                 steps.add(parent)
                 continue
@@ -184,7 +184,8 @@ def find_host_jobs(pid: int | None = None) -> list[Job]:
     return jobs
 
 
-def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample) -> int | None:
+def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample,
+            owners: Iterable[Driver]) -> int | None:
     """The job root of the program a pg_dump / pg_restore is a step of, or
     None when it is a job of its own. A migration tool runs pg_dump for the
     schema and pg_restore for the post-data while it holds a transaction
@@ -192,7 +193,12 @@ def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample) -> int | 
     is not a shell or launcher and whose own session sits idle in a
     transaction makes the pg_dump / pg_restore part of its job. A script (a
     shell, xargs...), or a program whose sessions are idle or running
-    statements (one locking a table, say), leaves it a pg_dump job."""
+    statements (one locking a table, say), leaves it a pg_dump job. Only a
+    program one of whose drivers (`owners`) says it can be a step
+    (Driver.runs_as_step) is ever one: a vacuumdb is its own job whatever
+    its parent holds."""
+    if not any(d.runs_as_step for d in owners):
+        return None
     parent = procs.proc_info(root.ppid) if root.ppid > 1 else None
     if parent is None or parent.name.lstrip("-") in procs.SHELLS | procs.LAUNCHERS:
         return None

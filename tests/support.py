@@ -534,3 +534,21 @@ def queued_segments(cl: Cluster) -> int:
     """The segments waiting for archive_command (`.ready`)."""
     return int(cl.psql("SELECT count(*) FROM pg_ls_dir('pg_wal/archive_status') f "
                        "WHERE f LIKE '%.ready'").strip())
+
+
+def jobs_found(cluster: Cluster, dbname: str) -> tuple[Any, list[Any]]:
+    """One sample of `dbname` on a monitor connection and the jobs discovery
+    finds from it (with the host's processes): (DbSample, [Job])."""
+    from pgparmon.connect import ConnTarget
+    from pgparmon.discover import find_jobs
+    from pgparmon.jobs.registry import sample_extras
+    from pgparmon.readers.db import DbSampler
+
+    sampler = DbSampler(ConnTarget(host=str(cluster.sockdir), port=cluster.port,
+                                   user="postgres", dbname=dbname), **sample_extras())
+    facts = sampler.open()
+    try:
+        db = sampler.sample()
+    finally:
+        sampler.close()
+    return db, find_jobs(facts, db)

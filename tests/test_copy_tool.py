@@ -217,10 +217,7 @@ def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
     import psutil
     from test_copy_jobs import _kill_tree
 
-    from pgparmon.connect import ConnTarget
-    from pgparmon.discover import find_jobs
-    from pgparmon.jobs.registry import sample_extras
-    from pgparmon.readers.db import DbSampler
+    from support import jobs_found
 
     cluster.psql("DROP DATABASE IF EXISTS cpstep")
     cluster.psql("CREATE DATABASE cpstep")
@@ -239,14 +236,7 @@ def test_pg_dump_run_by_a_tool_holding_a_transaction_is_a_step_of_its_job(
                 assert tool.poll() is None
                 assert time.monotonic() < deadline, "pg_dump never waited for the lock"
                 time.sleep(0.05)
-        sampler = DbSampler(ConnTarget(host=str(cluster.sockdir), port=cluster.port,
-                                       user="postgres", dbname="cpstep"), **sample_extras())
-        facts = sampler.open()
-        try:
-            db = sampler.sample()
-        finally:
-            sampler.close()
-        jobs = find_jobs(facts, db)
+        db, jobs = jobs_found(cluster, "cpstep")
         dump_pid = next(p.pid for p in psutil.Process(tool.pid).children()
                         if p.name() == "pg_dump")
         mine = [j for j in jobs if j.client_pid in (tool.pid, dump_pid)]

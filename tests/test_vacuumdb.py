@@ -232,7 +232,6 @@ class ScriptedVacuumdb(QuietSource):
         return {"maintained": [[oid, f"public.{t}", None, T0 + 9.5] for t, oid in OIDS.items()]}
 
 
-
 def test_rounds_followed_from_samples_alone() -> None:
     src = ScriptedVacuumdb()
     mon = Monitor(src)  # type: ignore[arg-type]
@@ -307,6 +306,10 @@ def test_the_eta_simulates_round_after_round() -> None:
     # a's 1000 blocks run alone for 480 s after b, c and d (520)
     assert (one.last_item, one.tail_s) == ("public.a", pytest.approx(480.0))
     assert (three.last_item, three.tail_s) == ("public.a (stage 3)", pytest.approx(480.0))
+    # stage 1 done, 40 s longer than its reading: 20 s more a table from then on
+    st = _vac(tr)
+    st.rounds[0].start, st.rounds[1].start, st.cur = T0, T0 + 310 + 40, 1
+    assert driver_for("vacuumdb").own_eta(tr).seconds == pytest.approx(1020 + 1020)
 
 
 def test_its_last_item_reaches_the_views() -> None:
@@ -318,12 +321,50 @@ def test_its_last_item_reaches_the_views() -> None:
     samples = [mon.tick() for _ in range(9)]
     timed = [s for s in samples if s.job.eta_s is not None]
     assert timed and all(s.job.eta_reason is None for s in timed)
-    assert {s.job.last_item for s in timed} == {"public.a (stage 3)"}
-    assert Sample.from_json(timed[0].to_json()).job.last_item == "public.a (stage 3)"
+    # the last round's tables (which one ends last follows the rates measured)
+    lasts = {s.job.last_item for s in timed}
+    assert lasts and all(x and x.endswith("(stage 3)") for x in lasts), lasts
+    last = timed[-1].job.last_item
+    assert Sample.from_json(timed[-1].to_json()).job.last_item == last
     advice = AdviceTracker()
     for s in samples:
         advice.add(s)
-    assert advice.last_item == "public.a (stage 3)"
+    assert advice.last_item == last
+
+
+def test_the_heap_and_the_sample_at_their_own_rates() -> None:
+    """A VACUUM (ANALYZE)'s sample reads what its heap scan just dirtied,
+    clean: under the cost-based delay far faster a block. Each part is
+    timed at its own measured rate; ANALYZE's sample is the server's."""
+    dbs = [{"name": "shop", "target": 100, "tables": ROWS[:1], "sizes": {}}]
+    tr = _planned(["vacuumdb", "-j", "1", "-z"], dbs)
+    for t in range(5):  # one stream, 100 blocks a second
+        tr.history.append((float(t), 1, 100 * 8192.0 * t))
+    driver, rates = driver_for("vacuumdb"), _vac(tr).rates
+    # heap 1000 + TOAST 200 + sample 1000 blocks, all at the job's rate
+    assert driver.own_eta(tr).seconds == pytest.approx(22.0)
+    for t, done in ((0.0, 0.0), (1.0, 100 * 8192.0)):
+        rates.observe("h", t, done, "heap")
+    for t, done in ((2.0, 0.0), (3.0, 1000 * 8192.0)):
+        rates.observe("s", t, done, "sample")
+    assert driver.own_eta(tr).seconds == pytest.approx(12.0 + 1.0)
+    # seen with 100 heap blocks left, done 2 s later: its 1000-block sample took
+    # half of the second its heap did not (2000 blocks a second)
+    rates.steps.pop("sample")
+    rates.observe("a", 10.0, 1100 * 8192.0, "heap")
+    rates.finished("a", 12.0, 1200 * 8192.0, 2200 * 8192.0)
+    assert rates.rate("sample") == pytest.approx(2000 * 8192.0)
+    # seen once sampling, half of it left, done a second later: 1000 a second more
+    rates.observe("b", 20.0, 1700 * 8192.0, "sample")
+    rates.finished("b", 21.0, 1200 * 8192.0, 2200 * 8192.0)
+    assert rates.rate("sample") == pytest.approx(1500 / 1.0 * 8192.0)
+    # -Z: the sample the server reads, once its progress row says it
+    tr = _planned(["vacuumdb", "-Z"], dbs)
+    mp = dataclasses.replace(_analyzing(11, "a", 50), blocks_total=250)
+    tr.update(Snapshot(ts=0.0, wall=T0, host=None, links=((11, 100),), db=DbSample(
+        server_ts=T0, backends=(_session(11, T0, "ANALYZE public.a;"),), maint=(mp,))))
+    a = tr.items["0:shop:public.a"]
+    assert (a.work, a.done) == (250 * 8192, 50 * 8192)
 
 
 def _vacuuming(pid: int, relid: int, phase: str, done: int, total: int,
@@ -508,8 +549,8 @@ def test_its_queries(cluster: Cluster, vacdb: str) -> None:
 @pytest.mark.integration
 def test_attach_finds_vacuumdb_by_its_process(cluster: Cluster, vacdb: str,
                                               gate: psycopg.Connection[Any]) -> None:
-    # through a shell, as a script starts it (its parent's session is the gate's:
-    # a program holding a transaction would make vacuumdb a step of its job)
+    # through a shell, as a script starts it (a program holding a transaction
+    # would leave it its own job too: tests/test_vacuumdb_live.py)
     cmd = f"{cluster.client('vacuumdb')} -j 2 -z -d {vacdb}; exit $?"
     sh = subprocess.Popen(["sh", "-c", cmd], env=cluster.env(), stdout=subprocess.DEVNULL)
     try:

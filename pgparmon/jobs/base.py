@@ -288,6 +288,13 @@ class Driver:
     # parts read only while one of its jobs is followed, not while jobs are
     # looked for (a publisher's sync slots: when a sync seen there is over)
     follow_parts: ClassVar[tuple[str, ...]] = ()
+    # the tool can be a step of a larger job: a migration tool runs it (a
+    # pg_dump for the schema, a pg_restore for the post-data) while it holds
+    # a transaction open, and a parent whose session sits idle in a
+    # transaction makes it part of the parent's job (discover.step_of).
+    # False: its parent's sessions say nothing about it (a vacuumdb that a
+    # program holding a transaction starts is a job of its own)
+    runs_as_step: ClassVar[bool] = False
 
     # ---- state -------------------------------------------------------------
 

@@ -73,6 +73,7 @@ class PgDump(Driver):
     has_leader = True
     fails_on_lock_queue = True
     writes_target_files = True
+    runs_as_step = True  # a migration tool's schema or post-data step
 
     def new_state(self) -> DumpState:
         return DumpState()

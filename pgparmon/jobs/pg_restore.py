@@ -63,6 +63,7 @@ class PgRestore(Driver):
     session_apps = SessionApps(("pg_restore",), query_text=True, idle=True)
     client_specs = {"pg_restore": CLIENT}
     warns_early_foreign_keys = True  # its data loads and FK builds follow the TOC
+    runs_as_step = True  # a migration tool's schema or post-data step
 
     # ---- recognise ---------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -44,7 +45,7 @@ from .base import (
 )
 from .statements import maint_target
 from .vacuumdb_options import CLIENT, ITEM_KINDS, VacOptions, options_of, vac_options
-from .vacuumdb_plan import VacState, build, inferred_options
+from .vacuumdb_plan import HEAP, SAMPLE, Parts, VacState, build, inferred_options
 from .vacuumdb_rounds import (
     VacHolder,
     leftover_verdict,
@@ -222,17 +223,26 @@ class VacuumDb(Driver):
                 done = p.heap + f * p.toast if toast else f * p.heap
                 phase = HEAP_SCAN if "scanning heap" in ph else VAC_INDEX
             else:
+                p = _server_sample(tr, st, it, p, mp)
                 done = p.heap + p.toast + f * p.sample
                 phase = SAMPLING if "acquiring" in ph else None
             it.done = max(it.done, min(0.99 * it.work, done))
         elif st.opts.full and w is not None and w.phase == "vacuum":
             phase = VAC_FULL  # pg_stat_progress_cluster's, which the sample does not read
+        st.rates.observe(it.key, snap.wall, it.done, HEAP if phase is HEAP_SCAN
+                         else SAMPLE if phase is SAMPLING else None)
         if w is None or phase is None or w.phase not in ("vacuum", "analyze"):
             return
         w.phase = phase.name
         if phase.streams:
             w.bytes_done = int(it.done)
             w.bytes_rate.add(snap.ts, it.done)
+
+    def on_finish(self, tr: Tracker, it: Item) -> None:
+        st = vac_state(tr)
+        p = st.parts.get(it.key) if st is not None else None
+        if st is not None and p is not None:
+            st.rates.finished(it.key, it.finished, p.heap + p.toast, it.work)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         st = vac_state(tr)
@@ -245,6 +255,10 @@ class VacuumDb(Driver):
     def own_eta(self, tr: Tracker) -> Eta | None:
         """The schedule simulation, round after round: each round's tables
         at -j, largest first, the next round once its last table is done.
+        Each table's work in seconds of one session: its heap at the heap
+        scans' measured rate, its sample at the samples' (they differ by
+        an order of magnitude under the cost-based delay); a part not yet
+        measured at the job's rate. The job's rate at k sessions scales them.
         The last round's last table is the run's last item, and that
         round's tail (fewer than -j tables left) the run's."""
         st = vac_state(tr)
@@ -254,16 +268,24 @@ class VacuumDb(Driver):
         if rate is None:
             return Eta(None, reason="measuring")
         workers = self.streams(tr) or 1
+        base = rate(workers)
+        per = {HEAP: st.rates.rate(HEAP) or base, SAMPLE: st.rates.rate(SAMPLE) or base}
+
+        def scaled(k: int) -> float:
+            return rate(k) / base
+
+        each = _overhead(tr, st, per, workers, scaled)
         total = 0.0
         last: Schedule | None = None
         for r in range(st.cur or 0, len(st.rounds)):
             items = [tr.items[k] for k in st.rounds[r].keys]
-            running = [WorkItem(key=i.key, work=max(0.0, i.work - i.done), size=i.size)
-                       for i in items if i.state == "running"]
-            pending = _batched([WorkItem(key=i.key, work=i.work, size=i.size)
-                                for i in items if i.state == "pending"])
+            running = [WorkItem(key=i.key, work=_seconds(st.parts[i.key], i.done, per),
+                                size=i.size) for i in items if i.state == "running"]
+            pending = _batched([WorkItem(key=i.key, work=each + _seconds(st.parts[i.key], 0.0,
+                                                                         per),
+                                         size=i.size) for i in items if i.state == "pending"])
             if running or pending:
-                last = simulate(pending, workers, rate, running=running)
+                last = simulate(pending, workers, scaled, running=running)
                 total += last.makespan
         if last is None:
             return Eta(total)
@@ -355,6 +377,53 @@ def lock_words(w: WorkerState, snap: Snapshot, active: int, skip: bool) -> str:
     if active > 1:
         text += ", the other workers go on"
     return text + ("; vacuumdb --skip-locked skips a table it cannot lock at once" if skip else "")
+
+
+def _server_sample(tr: Tracker, st: VacState, it: Item, p: Parts, mp: MaintProgress) -> Parts:
+    """The item's sample as its ANALYZE reads it (sample_blks_total, once
+    its own rows are sampled: not an inherited sample's child): the plan's
+    came from relpages and the targets, which may be stale."""
+    if mp.relid != p.oid or not p.oid or not mp.blocks_total \
+            or "acquiring sample rows" not in (mp.phase or "").lower():
+        return p
+    sample = float(mp.blocks_total) * tr.block_size
+    if sample == p.sample:
+        return p
+    p = st.parts[it.key] = dataclasses.replace(p, sample=sample)
+    it.work = p.heap + p.toast + p.sample
+    # what it had done was measured against the plan's sample
+    it.done = min(it.done, p.heap + p.toast + (mp.fraction or 0.0) * p.sample)
+    return p
+
+
+def _seconds(p: Parts, done: float, per: dict[str, float]) -> float:
+    """What is left of an item past `done`, in seconds of one session: its
+    heap and TOAST scans, then its sample, each part at its own rate."""
+    heap = p.heap + p.toast
+    scan = max(0.0, heap - done)
+    sample = max(0.0, p.sample - max(0.0, done - heap))
+    return scan / per[HEAP] + sample / per[SAMPLE]
+
+
+def _overhead(tr: Tracker, st: VacState, per: dict[str, float], workers: int,
+              rate: Callable[[int], float]) -> float:
+    """Seconds one session spends on a table beyond what it reads (the
+    statement's own catalog work, vacuumdb's round trip; under the
+    cost-based delay the catalog writes are throttled too): what the rounds
+    done took beyond their simulation without it, per table a session
+    handled. Nothing until a round is done (a round of many small tables,
+    --analyze-in-stages' first, is mostly this)."""
+    extra, tables = 0.0, 0.0
+    for r in range(st.cur or 0):
+        rd, nxt = st.rounds[r], st.rounds[r + 1]
+        if rd.start is None or nxt.start is None or not rd.keys:
+            continue
+        k = min(workers, len(rd.keys))
+        sim = simulate([WorkItem(key=key, work=_seconds(st.parts[key], 0.0, per),
+                                 size=tr.items[key].size) for key in rd.keys], k, rate).makespan
+        extra += max(0.0, nxt.start - rd.start - sim) * k
+        tables += len(rd.keys)
+    return extra / tables if tables else 0.0
 
 
 def _batched(pending: list[WorkItem]) -> list[WorkItem]:

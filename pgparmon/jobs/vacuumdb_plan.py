@@ -10,7 +10,10 @@ then at the default). A table is an item of each round it is in.
 
 Each item is sized in bytes of what its statement reads: a VACUUM its heap
 and TOAST pages, an ANALYZE its sample (300 rows per statistics target,
-at most one block each: min(pages, 300 x target) blocks). Its order key is
+at most one block each: min(pages, 300 x target) blocks, as
+pg_stat_progress_analyze's sample_blks_total says; the target the largest
+set on one of its columns or extended statistics, and the round's when a
+column takes the default: bounded by the sample, not the table). Its order key is
 the relpages vacuumdb sorted by when the round began: the catalog's at the
 plan for a database's first round, its true size after a stage's ANALYZE
 set relpages (a never-vacuumed table's 0 is its file's size).
@@ -21,6 +24,7 @@ recorded) and the command line.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +41,8 @@ DEFAULT_TARGET = 100
 DEFAULT_KINDS = ("r", "m")
 # columns of a row of sql/vacuumdb_tables_*.sql
 OID, NSP, REL, KIND, RELPAGES, RELTUPLES, TOAST_PAGES, PATH, TOAST_OID, PART_PAGES, \
-    XID_AGE, MXID_AGE, LAST_VACUUM, LAST_ANALYZE, LAST_AUTOANALYZE = range(15)
+    XID_AGE, MXID_AGE, LAST_VACUUM, LAST_ANALYZE, LAST_AUTOANALYZE, SET_TARGET, \
+    DEFAULT_COLS = range(17)
 
 
 @dataclass
@@ -64,6 +69,60 @@ class Parts:
     sample: float
 
 
+# the last observations each part's rate is measured on
+RATE_WINDOW = 120
+HEAP, SAMPLE = "heap", "sample"
+
+
+@dataclass
+class PartRates:
+    """Bytes per second one session reads in each part of the work: a
+    VACUUM's heap (and TOAST) scan, an ANALYZE's sample. They differ: under
+    the cost-based delay a block costs what the buffer access costs
+    (vacuum_cost_page_hit / _miss, and _dirty when the block is written),
+    and a VACUUM's first pass after a load dirties every page (hint bits,
+    the visibility map) while the ANALYZE after it reads the same pages
+    clean, an order of magnitude cheaper. Measured on the same item seen in
+    the same part at two samples in a row."""
+
+    seen: dict[str, tuple[float, float, str]] = field(default_factory=dict)  # item key ->
+    # (wall time, done, part) at its last sample
+    steps: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)  # part ->
+    # (bytes, seconds) of its last observations
+
+    def observe(self, key: str, ts: float, done: float, part: str | None) -> None:
+        prev = self.seen.get(key)
+        if part is None:  # between its parts (its indexes): its last part's stays
+            return
+        self.seen[key] = (ts, done, part)
+        if prev is not None and prev[2] == part and ts > prev[0] and done >= prev[1]:
+            self.steps.setdefault(part, deque(maxlen=RATE_WINDOW)).append(
+                (done - prev[1], ts - prev[0]))
+
+    def finished(self, key: str, wall: float | None, heap: float, work: float) -> None:
+        """An item seen scanning its heap, or sampling, at its last sample
+        is done: (the rest of) its sample ran in between, too short to be
+        seen twice (a sample after its heap scan is cheap). The heap's rest
+        at the heap's rate, the sample half of what is left of that time
+        (its end lies anywhere in it)."""
+        prev = self.seen.pop(key, None)
+        r_heap = self.rate(HEAP)
+        if prev is None or wall is None or (prev[2] == HEAP and r_heap is None):
+            return
+        # seen sampling once: the rest of its sample took part of the time since
+        sample = work - max(prev[1], heap)
+        spare = wall - prev[0] - (max(0.0, heap - prev[1]) / r_heap if r_heap else 0.0)
+        if sample > 0 and spare > 0:
+            self.steps.setdefault(SAMPLE, deque(maxlen=RATE_WINDOW)).append(
+                (sample, spare / 2))
+
+    def rate(self, part: str) -> float | None:
+        """The part's bytes per second per session, once measured."""
+        obs = self.steps.get(part) or ()
+        b, t = sum(x[0] for x in obs), sum(x[1] for x in obs)
+        return b / t if b > 0 and t > 0 else None
+
+
 @dataclass
 class VacState:
     """What the driver keeps about one vacuumdb job, once planned (its
@@ -88,6 +147,7 @@ class VacState:
     max_sessions: int = 0
     unread: list[str] = field(default_factory=list)  # databases whose tables were not read
     evidence: bool = False  # the statistics read at the end show this run
+    rates: PartRates = field(default_factory=PartRates)
 
 
 def stage_target(opts: VacOptions, stage: int | None, default: int) -> int:
@@ -95,6 +155,17 @@ def stage_target(opts: VacOptions, stage: int | None, default: int) -> int:
     if stage is None:
         return default
     return STAGE_TARGETS[stage] or default
+
+
+def table_target(row: list[Any], target: int) -> int:
+    """The statistics target one table's ANALYZE samples for: the largest
+    of the targets set on its columns or its extended statistics, and the
+    round's (`target`: the default, or the stage's) when a column takes
+    the default (a row without those columns, recorded before: the round's)."""
+    if len(row) <= DEFAULT_COLS:
+        return target
+    explicit = int(row[SET_TARGET]) if row[SET_TARGET] is not None else 0
+    return max(explicit, target if row[DEFAULT_COLS] else 0)
 
 
 def work_parts(row: list[Any], opts: VacOptions, target: int, block: int,
@@ -107,7 +178,9 @@ def work_parts(row: list[Any], opts: VacOptions, target: int, block: int,
         pages = (sizes.get(f"{row[NSP]}.{row[REL]}") or 0.0) / block
     pages = max(1.0, pages)
     toast = 0.0 if opts.no_process_toast else float(row[TOAST_PAGES] or 0)
-    sample = min(pages, float(SAMPLE_ROWS_PER_TARGET * target))
+    # at least one block: a table whose columns all have target 0 is read
+    # for nothing, but its statement still runs
+    sample = max(1.0, min(pages, float(SAMPLE_ROWS_PER_TARGET * table_target(row, target))))
     st = opts.statement
     if st == ANALYZE:
         return 0.0, 0.0, sample * block

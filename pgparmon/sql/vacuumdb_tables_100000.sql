@@ -8,8 +8,13 @@
 -- the table's and its TOAST table's age), when each was last vacuumed and
 -- analyzed by hand and last analyzed by autovacuum (never analyzed: what
 -- --missing-stats-only takes), with the statistics target ANALYZE samples
--- for. The first eight columns are the
--- `tables` query's. pg_class, pg_inherits and statistics only: no lock on a
+-- for: the server's default, and per table the largest target set on one of
+-- its columns (ALTER TABLE ... SET STATISTICS) or its extended statistics
+-- (ALTER STATISTICS ... SET STATISTICS; to_jsonb: that column is 13+), and
+-- whether any column takes the default (-1 before 17, NULL since). The
+-- first eight columns are the
+-- `tables` query's. pg_class, pg_inherits, pg_attribute, pg_statistic_ext and
+-- statistics only: no lock on a
 -- user table (pg_partition_tree() would take one).
 WITH RECURSIVE parts (root, oid) AS (
     SELECT i.inhparent, i.inhrelid FROM pg_inherits i
@@ -31,7 +36,13 @@ SELECT json_build_object(
       CASE WHEN c.relminmxid::text <> '0'
            THEN greatest(mxid_age(c.relminmxid), mxid_age(t.relminmxid)) END,
       extract(epoch FROM s.last_vacuum)::float8, extract(epoch FROM s.last_analyze)::float8,
-      extract(epoch FROM s.last_autoanalyze)::float8)
+      extract(epoch FROM s.last_autoanalyze)::float8,
+      (SELECT greatest(max(nullif(a.attstattarget, -1)),
+                       (SELECT max(nullif((to_jsonb(x) ->> 'stxstattarget')::int, -1))
+                        FROM pg_statistic_ext x WHERE x.stxrelid = c.oid))
+       FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+      (SELECT coalesce(bool_or(coalesce(a.attstattarget, -1) < 0), false)
+       FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped))
       ORDER BY c.relpages DESC, c.oid), '[]'::json)
     FROM pg_class c
     JOIN pg_namespace n ON n.oid = c.relnamespace
