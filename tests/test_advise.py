@@ -64,11 +64,34 @@ def test_choose_knee_is_smallest_j_within_ten_percent() -> None:
 
 
 def test_choose_efficiency_rule_takes_the_smaller_j() -> None:
-    # CPU per GB grows past 2 streams (contention burns CPU): j_eff = 2
-    c = model.choose(preds({1: 100, 2: 55, 3: 45, 4: 40}), {1: 10.0, 2: 12.0, 4: 16.0}, {})
+    # past 2 streams the CPU per GB grows faster than the run speeds up
+    # (contention burns CPU): j_eff = 2
+    c = model.choose(preds({1: 100, 2: 60, 3: 52, 4: 45}), {1: 10.0, 2: 12.0, 4: 20.0}, {})
     assert c.knee == 4
-    assert c.efficient == 2  # 3 interpolates to 14 > 12.5
+    # 3 interpolates to 16: 1.33x 2's for 1.15x the speed; 4: 1.67x for 1.33x
+    assert c.efficient == 2
     assert c.recommended == 2
+
+
+def test_choose_efficiency_rule_keeps_jobs_that_buy_more_time_than_cpu() -> None:
+    # 16 cores, gzip: the CPU per GB grows 29% from 1 to 16 jobs (clocks drop
+    # as cores fill), while the run gets 9.5x faster: the jobs are worth it
+    times = {1: 43.6, 2: 22.1, 4: 11.5, 8: 6.5, 16: 4.6}
+    cpu = {1: 28.6, 2: 29.0, 4: 31.2, 8: 33.0, 16: 36.9}
+    c = model.choose(preds(times), cpu, {})
+    assert c.efficient == 16 and c.recommended == 16
+    # the same CPU growth for a run that stops speeding up past 8 is burnt
+    c = model.choose(preds({**times, 16: 6.3}), {**cpu, 16: 44.0}, {})
+    assert c.efficient == 8 and c.recommended == 8
+
+
+def test_choose_never_recommends_a_j_a_smaller_one_matches() -> None:
+    # 16 equal tables: -j 9..15 take two rounds like -j 8, so a cap of 13
+    # connections recommends 8, predicted as fast with fewer sessions
+    times = {j: 40.0 / j for j in (1, 2, 4)} | {j: 6.5 + 0.03 * (j - 8) for j in range(8, 16)}
+    c = model.choose(preds({**times, 16: 4.6}), {}, {"connections": 13})
+    assert c.capped_by == ["connections"]
+    assert c.recommended == 8
 
 
 def test_choose_caps_and_extrapolated_points() -> None:

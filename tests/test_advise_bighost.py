@@ -70,9 +70,10 @@ def _regret(kind: str, j: int) -> float:
     return measured[j] / min(measured.values())
 
 
-def _errors(kind: str, preds: list[predict.Prediction]) -> dict[int, float]:
+def _errors(kind: str, preds: list[predict.Prediction],
+            measured: dict[str, dict[int, float]] | None = None) -> dict[int, float]:
     by = {p.jobs: p.wall_s for p in preds}
-    return {j: by[j] / s - 1 for j, s in MEASURED[kind].items() if j in by}
+    return {j: by[j] / s - 1 for j, s in (measured or MEASURED)[kind].items() if j in by}
 
 
 @pytest.mark.parametrize("name", ["dump_probe10.json", "dump_probe30.json",
@@ -151,3 +152,48 @@ def test_without_the_servers_cpu_the_curve_stops_at_twice_the_last_count() -> No
     ev, preds, choice = _advise(doc, remote)
     assert not ev.extend and ev.limit_n == 8
     assert max(p.jobs for p in preds) == 8 and choice.recommended <= 4
+
+
+# The bundle's run on a lent 16-core host (tests/data/16-cores/live): the
+# advice of commit 07d22d2 with its probe's newer steps (all 16 tables,
+# fresh pages, files fsynced at once, the WAL step), then the real runs.
+LIVE = json.loads((DATA / "live" / "sweeps.json").read_text())
+MEASURED_LIVE = {"dump": {int(j): s for j, s in LIVE["pg_dump_Fd"].items()},
+                 "restore": {int(j): s for j, s in LIVE["pg_restore"].items()}}
+
+
+def _live(name: str) -> tuple[dict[str, Any], list[predict.Prediction], predict.Choice]:
+    doc, res = _load(f"live/{name}")
+    _, preds, choice = _advise(doc, res)
+    return doc, preds, choice
+
+
+@pytest.mark.parametrize("name", ["dump_probe.json", "dump_probe10.json", "restore_probe.json"])
+def test_the_live_probes_recommend_within_10_percent_of_the_best(name: str) -> None:
+    """The default dump probe recommended -j 13 there (8.58 s, 1.57x the
+    best): its CPU per GB grew 29% from 1 to 16 streams while the run got
+    9.5x faster, and -j 13 takes two rounds of 16 equal tables like -j 8."""
+    doc, preds, choice = _live(name)
+    measured = MEASURED_LIVE[doc["kind"]]
+    assert choice.recommended in measured
+    assert measured[choice.recommended] / min(measured.values()) <= 1.10
+
+
+def test_the_live_restore_probe_sees_the_wal_flatten_the_curve() -> None:
+    """The real restore gained 4% from -j 8 to 16 (5.35 -> 5.16 s) writing
+    1.89 GB of WAL; the WAL step's ceiling bounds the model there too."""
+    doc, preds, _ = _live("restore_probe.json")
+    by = {p.jobs: p for p in preds}
+    assert by[16].wall_s >= 0.9 * by[8].wall_s
+    assert "WAL" in by[16].bottleneck
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the real dump gained 1.64x at -j 2 and 2.77x at -j 4 where the probe's 1.6 s steps "
+    "gained 1.9x and 3.6x (one run of each j: not yet told apart from the host's noise); "
+    "the restore is within 18%"))
+@pytest.mark.parametrize("name", ["dump_probe.json", "restore_probe.json"])
+def test_the_live_probes_predict_every_measured_j_within_15_percent(name: str) -> None:
+    doc, preds, _ = _live(name)
+    errs = _errors(doc["kind"], preds, MEASURED_LIVE)
+    assert all(abs(e) <= 0.15 for e in errs.values()), errs

@@ -120,7 +120,8 @@ def why_lines(ev: Evidence, choice: predict.Choice, preds: list[Prediction],
                    f"({fmt.duration(k.wall_s)}): more jobs buy little")
     if choice.efficient is not None and choice.efficient < choice.knee:
         out.append(f"beyond -j {choice.efficient} the CPU per GB grows more than "
-                   f"{100 * (predict.EFFICIENCY - 1):.0f}%: the extra jobs mostly burn CPU")
+                   f"{100 * (predict.EFFICIENCY - 1):.0f}% and faster than the run speeds up: "
+                   "the extra jobs mostly burn CPU")
     rec = by[choice.recommended]
     if rec.extrapolated:
         top = ev.fit.max_n

@@ -389,31 +389,47 @@ def _interp(d: dict[int, float], j: int) -> float | None:
     return None
 
 
+def _efficient(preds: Sequence[Prediction], cpu_per_gb: dict[int, float]) -> int | None:
+    """The largest j whose extra CPU buys time: against every smaller j, its
+    CPU-seconds per GB stay within EFFICIENCY of that j's, or grow by less
+    than the run speeds up (t(i) / t(j) >= cpu(j) / cpu(i)).  None without
+    CPU measurements (static advice, timings)."""
+    if not _interp(cpu_per_gb, 1):
+        return None
+    pts = sorted((p.jobs, p.wall_s, _interp(cpu_per_gb, p.jobs) or math.inf) for p in preds)
+
+    def worth(j: int, t: float, c: float) -> bool:
+        return all(c <= EFFICIENCY * ci or ti >= t * c / ci
+                   for i, ti, ci in pts if i < j and ci > 0)
+    ok = [j for j, t, c in pts if worth(j, t, c)]
+    return max(ok) if ok else 1
+
+
 def choose(preds: Sequence[Prediction], cpu_per_gb: dict[int, float],
            caps: dict[str, int], extrapolated_ok: bool = False) -> Choice:
     """the rule of docs/advise.md: min(j_knee, j_eff), then the caps (each a reason
-    and the largest j it allows). Extrapolated predictions are shown, not
-    chosen (a j beyond the evidence is a guess about the one thing measured),
-    unless extrapolated_ok: the curve was still linear where the measurements
-    end and a measured resource bounds it (Evidence.extend)."""
+    and the largest j it allows), then down to the smallest j predicted as
+    fast (16 equal tables take two rounds at -j 9 as at -j 8).  Extrapolated
+    predictions are shown, not chosen (a j beyond the evidence is a guess
+    about the one thing measured), unless extrapolated_ok: the curve was
+    still linear where the measurements end and a measured resource bounds
+    it (Evidence.extend)."""
     if not extrapolated_ok:
         preds = [p for p in preds if not p.extrapolated] or list(preds)
     if not preds:
         raise ValueError("no predictions to choose from")
     best = min(preds, key=lambda p: (p.wall_s, p.jobs))
     knee = min(p.jobs for p in preds if p.wall_s <= KNEE * best.wall_s)
-    eff: int | None = None
-    base = _interp(cpu_per_gb, 1)
-    if base:
-        ok = [p.jobs for p in preds
-              if (_interp(cpu_per_gb, p.jobs) or math.inf) <= EFFICIENCY * base]
-        eff = max(ok) if ok else 1
+    eff = _efficient(preds, cpu_per_gb)
     rec = min(knee, eff) if eff is not None else knee
     capped: list[str] = []
     for why, cap in sorted(caps.items(), key=lambda kv: kv[1]):
         if cap < rec:
             capped.append(why)
             rec = max(1, cap)
+    at = next((p.wall_s for p in preds if p.jobs == rec), None)
+    if at is not None:
+        rec = min(p.jobs for p in preds if p.wall_s <= at)
     return Choice(rec, best.jobs, knee, eff, capped)
 
 
