@@ -197,3 +197,76 @@ def test_the_live_probes_predict_every_measured_j_within_15_percent(name: str) -
     doc, preds, _ = _live(name)
     errs = _errors(doc["kind"], preds, MEASURED_LIVE)
     assert all(abs(e) <= 0.15 for e in errs.values()), errs
+
+
+# ------------------------------------------- 2026-11-27: two counts of sixteen
+
+WAL_DATA = DATA / "live"
+WAL_SWEEPS = LIVE
+
+
+def _regret_between(measured: dict[str, float], j: int) -> float:
+    """The time at j, linear between the measured -j on either side, over
+    the best measured."""
+    ms = {int(k): v for k, v in measured.items()}
+    lo = max(k for k in ms if k <= j)
+    hi = min(k for k in ms if k >= j)
+    t = ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (j - lo) / (hi - lo)
+    return t / min(ms.values())
+
+
+def test_two_counts_still_rising_are_no_plateau_at_two() -> None:
+    """The restore probe of --probe-seconds 10 on the 16-core host measured 1
+    and 2 streams (its WAL steps took half the budget), 2 at 1.49x of 1:
+    the plateau put its knee at 1.49 jobs and -j 2 was advised, where -j 16
+    was 2.9 times faster.  Two counts still rising, short of the cores, show
+    no knee: the curve through them (Amdahl's) is followed past them up to
+    what the probe measured of the host's CPU and the WAL, every j past 2
+    marked extrapolated; the advice goes past 2 and lands within 10% of the
+    best."""
+    doc = json.loads((WAL_DATA / "restore_probe10.json").read_text())
+    res = ProbeResult.from_json(doc["probe"])
+    assert sorted(p.streams for p in res.points) == [1, 2]
+    ev, preds, choice = _advise(doc, res)
+    assert ev.fit.model == "usl" and ev.fit.kappa == 0 and ev.fit.sigma > 0
+    assert "still rising" in ev.note and "past 2 jobs extrapolated" in ev.note
+    assert ev.extend and {c.name for c in ev.ceilings} == {"host CPU", "WAL writes and flushes"}
+    # past the two counts: rising, never above a bound the probe measured
+    assert ev.throughput(4) > 1.2 * ev.throughput(2)
+    for j in range(3, CORES + 1):
+        assert ev.throughput(j) <= min(c.at(j) for c in ev.ceilings) + 1e-6
+    assert all(p.extrapolated == (p.jobs > 2) for p in preds)
+    assert choice.recommended >= 4
+    assert _regret_between(WAL_SWEEPS["pg_restore"], choice.recommended) <= 1.10
+    # where the server's CPU is not measured nothing bounds the curve past
+    # the counts: held as before (a plateau at 2, never recommended past it)
+    remote = dataclasses.replace(res, points=[dataclasses.replace(p, server_cpu_s=None)
+                                              for p in res.points])
+    ev, _, choice = _advise(doc, remote)
+    assert ev.fit.model == "plateau" and not ev.extend and choice.recommended <= 2
+
+
+def test_two_counts_at_the_cores_keep_the_plateau() -> None:
+    """The same two counts on a 2-core host reached its cores: past them the
+    plateau holds, as the 2-core held-out runs have always read them."""
+    doc = json.loads((WAL_DATA / "restore_probe10.json").read_text())
+    res = ProbeResult.from_json(doc["probe"])
+    ev, _, choice = _advise(doc, res, cores=2)
+    assert ev.fit.model == "plateau" and choice.recommended <= 2
+
+
+def test_the_copy_probes_two_counts_go_past_two() -> None:
+    """The COPY probe of --probe-seconds 10 (1 and 2 streams, 1.75x):
+    -j 2 was advised where 16 streams were 2.8 times faster."""
+    from pgparmon.advise.copyadvice import copy_predictions
+    from pgparmon.analyze.progress import DEFAULT_TEXT_RATIO
+
+    doc = json.loads((WAL_DATA / "copy_probe10.json").read_text())
+    res = ProbeResult.from_json(doc["probe"])
+    ev = predict.points_evidence("probe", res.fit_points(), limit="x")
+    ev = evidence.bounded(ev, res, CORES, WAL_PER_HEAP / DEFAULT_TEXT_RATIO)
+    assert ev.extend and "still rising" in ev.note
+    preds = copy_predictions(ev, float(doc["copy"]["data_bytes"]), list(range(1, CORES + 1)))
+    choice = predict.choose(preds, {}, {}, extrapolated_ok=ev.extend)
+    assert choice.recommended >= 4
+    assert _regret_between(WAL_SWEEPS["copy"], choice.recommended) <= 1.10

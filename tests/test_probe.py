@@ -278,6 +278,31 @@ def test_interrupt_removes_scratch(cluster: Cluster, probe_db: dict[str, int], w
     assert _our_tools() == []
 
 
+@pytest.mark.integration
+def test_a_short_budget_spans_to_the_cores(cluster: Cluster, probe_db: dict[str, int],
+                                           workdir: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The real probe on a host taken to have 8 cores, with 5 s: no time for
+    a step at 1, 2, 4 and 8 streams, so the counts are thinned from the
+    middle (1 and 8), and the result and its notes say which were skipped.
+    (Should the busy machine let the 8-stream step run into the budget, it
+    is dropped and said; it is never replaced by a count in the middle.)"""
+    from pgparmon.advise.probe import plan
+
+    monkeypatch.setattr(plan, "usable_cores", lambda: 8)
+    res = run_probe(_target(cluster), _tables(probe_db), str(workdir), budget_s=5.0,
+                    max_streams=8, compression="gzip", server_version_num=150000)
+    streams = [p.streams for p in res.points]
+    # 8 is planned second; 4 only as the point between 1 and 8 had 8 been
+    # flat over 1 (a thinned plan measures between only then)
+    assert streams[0] == 1 and 2 not in streams and 2 in res.skipped, (streams, res.notes)
+    assert 8 in streams or any("with 8 streams ran into the budget" in n
+                               for n in res.notes), (streams, res.notes)
+    assert any("did not hold a step at every stream count up to 8" in n
+               and "skipped 2" in n for n in res.notes), res.notes
+    assert res.to_json()["skipped_streams"] == sorted(res.skipped)
+
+
 # ------------------------------------------------------------------- pieces
 
 

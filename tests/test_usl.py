@@ -360,3 +360,25 @@ def test_the_first_and_last_steps_are_never_left_out() -> None:
     # a low first step or a low last one bounds the curve, it is no dip
     assert usl.under_hull([(1, 5), (2, 20), (4, 40)]) == set()
     assert usl.under_hull([(1, 10), (2, 20), (4, 5)]) == set()
+
+
+def test_two_counts_still_rising() -> None:
+    """Two counts, the second 1.49x the first: the plateau puts its knee at
+    1.49 jobs; `rising` says no knee was seen and `fit_rising` draws the
+    curve through both (Amdahl's law) and keeps rising past them.  1.2x is
+    flat enough for the plateau, and three counts show their own shape."""
+    pts = [(1.0, 76.6), (2.0, 114.3)]
+    plateau = usl.fit(pts)
+    assert plateau.model == "plateau" and plateau.peak_n == pytest.approx(1.49, abs=0.01)
+    assert usl.rising(plateau, pts)
+    f = usl.fit_rising(pts)
+    assert f.model == "usl" and f.kappa == 0
+    assert f.unbounded(1) == pytest.approx(76.6, rel=1e-3)
+    assert f.unbounded(2) == pytest.approx(114.3, rel=1e-3)
+    assert f.unbounded(8) > 1.5 * 114.3 and f.unbounded(16) < 76.6 / f.sigma
+    assert "still rising (+49% a doubling from 1 to 2)" in f.note
+    assert not usl.rising(usl.fit([(1.0, 100.0), (2.0, 120.0)]), [(1.0, 100.0), (2.0, 120.0)])
+    three = [(1.0, 30.0), (2.0, 45.0), (4.0, 60.0)]
+    assert not usl.rising(usl.fit(three), three)
+    # counts far apart: the gain is per doubling (1 -> 16 at 8x: +68% a doubling)
+    assert usl.last_gain([(1.0, 1.0), (16.0, 8.0)]) == pytest.approx((1.0, 16.0, 8 ** 0.25 - 1))

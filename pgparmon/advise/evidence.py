@@ -5,7 +5,6 @@ static model's shape scaled to a single measured job count."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from ..analyze.saturation import STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
@@ -14,6 +13,7 @@ from . import predict, usl
 from .checks import Caution
 from .kinds import kind_named
 from .predict import Ceiling, Evidence
+from .probe.plan import usable_cores
 from .probe.results import ProbeError
 from .probe.walstep import WAL_PER_HEAP
 from .request import AdviseError, Request
@@ -29,13 +29,6 @@ MAX_PROBE_STREAMS = 64
 # ideal 100%): the curve is still close to linear there, and may be followed
 # past the fit's range up to a measured resource bound
 LINEAR_GAIN = 0.7
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 # ---------------------------------------------------------- recordings
@@ -149,7 +142,18 @@ def _probe_fit(res: Any, budget: float, warnings: list[Caution]
         pj["storage_detail"] = detail
     ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": pj})
-    return bounded(ev, res, usable_cores(), WAL_PER_HEAP), pj
+    return skipped_note(bounded(ev, res, usable_cores(), WAL_PER_HEAP), res), pj
+
+
+def skipped_note(ev: Evidence, res: Any) -> Evidence:
+    """The evidence's note, with the stream counts the probe measured and
+    those it skipped for its budget (`ProbeResult.skipped`), if any."""
+    if not res.skipped:
+        return ev
+    measured = ", ".join(str(k) for k in sorted({int(p.streams) for p in res.points}))
+    skipped = ", ".join(str(k) for k in sorted(res.skipped))
+    return dataclasses.replace(ev, note=f"{ev.note}; streams measured: {measured}; skipped "
+                                        f"for the budget: {skipped}")
 
 
 def storage_bound(points: list[Any]) -> tuple[int, str] | None:
@@ -297,4 +301,11 @@ def bounded(ev: Evidence, res: Any, cores: int, wal_per_unit: float) -> Evidence
     linear = (top >= 2 and f.n_points >= 2
               and doubling_gain(top / 2, f.unbounded(top / 2), top, f.unbounded(top))
               >= LINEAR_GAIN)
+    # two counts short of the cores, the second still rising (usl.rising):
+    # no knee seen.  The curve through them (not a plateau at the last) is
+    # followed up to the bounds the probe measured, marked extrapolated
+    fitted = [(n, x) for n, x in ev.points if n not in f.left_out]
+    if whole and usl.rising(f, fitted) and f.max_n < cores:
+        f = usl.fit_rising(fitted)
+        return dataclasses.replace(ev, fit=f, note=f.note, ceilings=ceilings, extend=True)
     return dataclasses.replace(ev, ceilings=ceilings, extend=bool(whole and linear))

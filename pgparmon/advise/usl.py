@@ -35,6 +35,16 @@ DEFAULT_NOISE = 0.05
 # "The published sweeps": 70 s, 44 s, 39 s, 34 s, 31 s) is badly described by
 # a line and a ceiling.
 SMOOTH_BETTER = 2.0
+# Two counts measured, and the second gained this much a doubling of streams
+# over the first: no knee seen.  The plateau would put one at the last count
+# (1.49 jobs from 1 and 2 streams at 1.49x); where those counts stop short of
+# the host's cores, the smooth curve through the two is kept instead
+# (`fit_rising`: Amdahl's law, the USL without kappa), and what lies past
+# them is extrapolated up to the resource bounds the probe measured
+# (evidence.bounded).  From three counts on the points show a shape of their
+# own.
+RISING_GAIN = 0.3
+RISING_COUNTS = 2
 
 Point = tuple[float, float]  # (streams, total throughput)
 
@@ -263,6 +273,44 @@ def under_hull(pts: Sequence[Point], noise: float = DEFAULT_NOISE) -> set[float]
         if best[n] < (1.0 - noise) * chord:
             low.add(n)
     return low
+
+
+def last_gain(pts: Sequence[Point]) -> tuple[float, float, float] | None:
+    """(a, b, gain): the two largest stream counts measured and what the
+    step from a to b gained, scaled to one doubling of streams (the best
+    measurement of each count); None with fewer than two counts."""
+    best: dict[float, float] = {}
+    for n, x in pts:
+        best[n] = max(x, best.get(n, 0.0))
+    ns = sorted(best)
+    if len(ns) < 2:
+        return None
+    a, b = ns[-2], ns[-1]
+    g = (math.log(best[b]) - math.log(best[a])) / math.log2(b / a)
+    return a, b, math.exp(min(g, 700.0)) - 1.0
+
+
+def rising(f: Fit, pts: Sequence[Point]) -> bool:
+    """The fit rests on RISING_COUNTS counts and the last still rose
+    RISING_GAIN a doubling over the first: no knee seen (`_fit_clean`)."""
+    rise = last_gain(pts)
+    return f.n_points == RISING_COUNTS and rise is not None and rise[2] >= RISING_GAIN
+
+
+def fit_rising(points: Iterable[Point]) -> Fit:
+    """The curve through two counts still rising (`rising`): Amdahl's law,
+    which bends the way the USL does without inventing a knee, with a note
+    that says why and that what lies past them is extrapolated."""
+    pts = _clean(points)
+    rise = last_gain(pts)
+    f = fit_usl(pts, with_kappa=False)
+    if rise is None:
+        return f
+    a, b, gain = rise
+    return _with_note(f, f"USL without kappa (Amdahl) through the {f.n_points} job counts "
+                         f"measured: still rising ({gain:+.0%} a doubling from {a:g} to "
+                         f"{b:g}), no knee seen (a plateau would put one at {b:g}); past "
+                         f"{b:g} jobs extrapolated")
 
 
 def _fit_clean(pts: list[Point], noise: float) -> Fit:

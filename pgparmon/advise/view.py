@@ -67,9 +67,14 @@ def render(a: Advice) -> RenderableType:
             parts.append(Text(f"  {redact_text(w)}"))
     if a.probe:
         pr = a.probe
+        ks = sorted({int(p["streams"]) for p in pr.get("points") or []})
+        skipped = pr.get("skipped_streams") or []
         parts.append(Text(f"probe: {fmt.duration(pr.get('seconds', 0))} of a "
                           f"{fmt.duration(pr.get('budget_s', 0))} budget, "
-                          f"{len(pr.get('points') or [])} steps", style="dim"))
+                          f"{len(pr.get('points') or [])} steps"
+                          + (f" at {', '.join(map(str, ks))} streams" if ks else "")
+                          + (f" ({', '.join(map(str, skipped))} skipped for the budget)"
+                             if skipped else ""), style="dim"))
     if a.warnings:
         parts.append(Text(""))
         for caution in a.warnings:

@@ -30,12 +30,10 @@ import psycopg
 
 from ...connect import ConnTarget, connect
 from .plan import (
-    CLEANUP_RESERVE_S,
     check_args,
     cpu_note,
     probe_device,
-    run_steps,
-    stream_plan,
+    steps_and_wal,
 )
 from .psql import checked_psql, is_local_host, psql_env
 from .restore_ranges import index_on_temp
@@ -43,7 +41,6 @@ from .results import ProbeError, ProbeResult, qualified_name
 from .steps import StepRunner
 from .streams import Range, Stream
 from .results import WalPoint
-from .walstep import measure_wal, wal_reserve
 
 SCRATCH_PREFIX = "pgparmon_probe_"
 # The head of the file that is checked (and its records counted) up front.
@@ -328,11 +325,9 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                             device=device, local=is_local_host(env.get("PGHOST")),
                             connect_timeout_s=float(target.connect_timeout_s),
                             before_step=empty)
-        wal_s = wal_reserve(budget_s, len(stream_plan(max_streams))) if table.logged else 0.0
-        points = run_steps(runner, scratch_dir, notes, t_start, budget_s - wal_s, max_streams)
-        if wal_s > 0 and points:
-            wal = measure_wal(target, [p.streams for p in points],
-                              t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)
+        points, wal, plan = steps_and_wal(runner, scratch_dir, notes, t_start, budget_s,
+                                          max_streams, target, max_wal_size,
+                                          wal=table.logged)
         if source.reused:
             notes.append("the file was loaded more than once (it is small): the page cache "
                          "helped the reads")
@@ -344,7 +339,8 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     finally:
         _clean_up(conn, source, scratch_dir, scratch_sql if created else None, done)
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
-                       compression="none", ratio=None, device=device, notes=notes, wal=wal)
+                       compression="none", ratio=None, device=device, notes=notes, wal=wal,
+                       skipped=plan.skipped)
 
 
 def _dd() -> str:

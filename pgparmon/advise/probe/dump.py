@@ -26,7 +26,7 @@ from ...connect import ConnTarget
 from ...readers.files import nearest_existing
 from ... import units as fmt
 from .compress import compressor
-from .plan import check_args, cpu_note, probe_device, run_steps
+from .plan import check_args, cpu_note, measure_steps, probe_device
 from .psql import checked_psql, is_local_host, psql_env
 from .results import ProbeError, ProbeResult, ProbeTable, qualified_name
 from .steps import StepRunner
@@ -145,7 +145,7 @@ def run_probe(target: ConnTarget, tables: list[ProbeTable], target_dir: str, *,
                        device=device, local=is_local_host(env.get("PGHOST")),
                        connect_timeout_s=float(target.connect_timeout_s), waits=waits)
     try:
-        points = run_steps(probe, scratch, notes, t_start, budget_s, max_streams)
+        points, plan = measure_steps(probe, scratch, notes, t_start, budget_s, max_streams)
     finally:
         if waits is not None:
             waits.close()
@@ -153,7 +153,8 @@ def run_probe(target: ConnTarget, tables: list[ProbeTable], target_dir: str, *,
     ratio = sum(p.out_bytes for p in points) / heap if heap > 0 else None
     cpu_note(probe, points, notes)
     res = ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
-                      compression=comp.label, ratio=ratio, device=device, notes=notes)
+                      compression=comp.label, ratio=ratio, device=device, notes=notes,
+                      skipped=plan.skipped)
     if source.reused:
         notes.append(reread_note(source, block_size, res))
     return res

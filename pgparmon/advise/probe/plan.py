@@ -7,21 +7,32 @@ flat doubling waited on storage and the one before it gained little, the
 step before it measured again (where the storage knee is, see `_knee_again`).  The time of
 each step comes from the budget, which the whole probe keeps: a step that
 would run past it is cut off (and dropped) and the probe returns what it has.
+
+When the budget cannot hold a step at every count up to the host's cores
+(`plan_counts`), the counts are thinned from the middle, never from the
+top: the fewest and the most streams and, between them, as many as fit,
+spread evenly over the doublings (1, 4, 16 of 1, 2, 4, 8, 16), and the
+caller's work after the steps (the WAL steps) is kept to the most streams
+measured.  A probe cut off after its first doublings measured how one and
+two streams do, which says little of how sixteen do.
 Also the checks and notes the dump and restore probes share.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...analyze.saturation import FLAT_GAIN, STORAGE_GAIN, STORAGE_IO_SHARE, doubling_gain
 from ...readers.devices import device_for_path
 from ... import units as fmt
-from .results import ProbeError, ProbePoint
+from .results import ProbeError, ProbePoint, WalPoint
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
+from .walstep import measure_wal, wal_reserve
 
 # Step timing (seconds).  A step shorter than MIN_STEP_S is noise; longer than
 # MAX_STEP_S adds nothing to a steady rate but time.
@@ -37,8 +48,12 @@ RANGES_PER_STEP = 6
 MIN_RANGE_S = 0.15
 # The warm-up's first range; each range after it is twice the one before.
 WARMUP_FIRST_BYTES = 256 * 1024.0
-# X(2) above this many times X(1) is superlinear: k=1 was cold, measure again.
+# X(2) above this many times X(1) is superlinear: k=1 was cold, measure again
+# (for k streams over one: k / 2 times this).
 SUPERLINEAR = 2.2
+# A thinned plan keeps the caller's per-count work after the steps (the WAL
+# steps) to this many counts: the most streams measured.
+THIN_AFTER_COUNTS = 1
 
 
 def _gain(a: ProbePoint, b: ProbePoint) -> float:
@@ -54,6 +69,104 @@ def stream_plan(max_streams: int) -> list[int]:
     if ks[-1] != max_streams:
         ks.append(max_streams)
     return ks
+
+
+def spread(counts: list[int], n: int) -> list[int]:
+    """n of counts (fewest first): the first and the last, and between them
+    the ones nearest to even steps along the list (counts that double: even
+    in log), without repeats."""
+    if n >= len(counts):
+        return list(counts)
+    if n <= 1:
+        return counts[:1]
+    last = len(counts) - 1
+    return sorted({counts[round(i * last / (n - 1))] for i in range(n)})
+
+
+def step_cost(stretched: bool = True) -> float:
+    """What one step at its shortest (MIN_STEP_S) takes of the budget:
+    stretched, with the ranges in flight at its end allowed for as
+    `_Steps.step` allows for them; else as the steps take it in practice
+    (1.6 to 1.9 s of wall time on a 16-core host)."""
+    stretch = 1 + 2 / RANGES_PER_STEP if stretched else 1.0
+    return MIN_STEP_S * stretch + STEP_OVERHEAD_S
+
+
+@dataclass
+class Plan:
+    """The stream counts a probe measures within its budget (`plan_counts`).
+
+    counts: the plan, fewest first (the full 1, 2, 4, ... max_streams, or,
+    thinned, a spread of it up to the cores); thinned: counts were left out
+    from the middle for the budget; skipped: the counts of the full plan
+    not planned (thinned) or not reached (the budget ran out: filled in by
+    the steps); after_s: seconds kept at the end for the caller's work per
+    count (the WAL steps), after_counts of them."""
+
+    counts: list[int]
+    thinned: bool = False
+    top: int = 1
+    after_s: float = 0.0
+    after_counts: int = 0
+    skipped: list[int] = field(default_factory=list)
+
+    def after_at(self, measured: list[int]) -> list[int]:
+        """The counts the caller's after-steps work runs at: every count
+        measured, or, thinned, the most streams measured."""
+        ks = sorted(set(measured))
+        if not self.thinned:
+            return ks
+        return ks[-self.after_counts:] if self.after_counts > 0 else []
+
+    def note(self, budget_s: float, measured: list[int]) -> str | None:
+        """Which counts were measured and which skipped for the budget."""
+        if not self.thinned:
+            return None
+        got = sorted(set(measured))
+        skipped = [k for k in self.skipped if k not in got]
+        beyond = [k for k in skipped if k > self.top]
+        inside = [k for k in skipped if k <= self.top]
+        text = (f"the budget of {budget_s:g} s did not hold a step at every stream count "
+                f"up to {self.top}: measured {_ks(got)} (spread up to {self.top}, thinned "
+                "from the middle)")
+        if inside:
+            text += f", skipped {_ks(inside)}"
+        if beyond:
+            text += f"; {_ks(beyond)} beyond the cores not measured"
+        return text
+
+
+def _ks(ks: list[int]) -> str:
+    return ", ".join(str(k) for k in ks) if ks else "none"
+
+
+def plan_counts(max_streams: int, cores: int, avail_s: float,
+                after: Callable[[int], float] | None = None) -> Plan:
+    """The counts to measure in avail_s seconds (after the warm-up).
+
+    The full plan (1, 2, 4, ... max_streams) when the doublings reach the
+    cores (min(max_streams, cores), `top`) within the budget, at the pace
+    steps take in practice, with the caller's per-count work after them
+    (after(n): its seconds for n counts) kept for every count: as before,
+    the steps then run until the budget ends.  Else the plan is thinned:
+    the fewest and the most streams up to the cores and, between them, as
+    many counts as fit at a step of at least MIN_STEP_S each (with room for
+    the ranges in flight), spread over the doublings; the work after them
+    kept to THIN_AFTER_COUNTS counts.  Never thinned below 1 and top, nor
+    when only 1 and top are left to measure (1 and 2 on a 2-core host)."""
+    full = stream_plan(max_streams)
+    top = max(1, min(max_streams, cores))
+    core = [k for k in full if k < top] + [top]
+    after = after or (lambda n: 0.0)
+    reserve = after(len(full))
+    if len(core) <= 2 or (avail_s - reserve) >= len(core) * step_cost(stretched=False):
+        return Plan(full, False, top, reserve, len(full))
+    n_after = THIN_AFTER_COUNTS
+    rest = avail_s - after(n_after)
+    n = max(2, min(len(core) - 1, int(rest // step_cost())))
+    counts = spread(core, n)
+    return Plan(counts, True, top, after(n_after), n_after,
+                [k for k in full if k not in counts])
 
 
 def check_args(budget_s: float, max_streams: int) -> None:
@@ -87,33 +200,83 @@ def run_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
               budget_s: float, max_streams: int, finale: Any = None) -> list[ProbePoint]:
     """The steps (see the module's docstring), then the scratch directory
     removed whatever happened.  finale: see StepRunner.run_step."""
+    return measure_steps(probe, scratch, notes, t_start, budget_s, max_streams, finale)[0]
+
+
+def measure_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
+                  budget_s: float, max_streams: int, finale: Any = None,
+                  after: Callable[[int], float] | None = None, cores: int | None = None
+                  ) -> tuple[list[ProbePoint], Plan]:
+    """`run_steps`, with the time the caller needs after the steps kept free
+    (after(n): seconds for n stream counts, the WAL steps) and the plan
+    they followed (`plan_counts`: which counts, which skipped, where the
+    work after them runs).  cores: the host's (default: this process's)."""
     points: dict[int, ProbePoint] = {}
+    plan = Plan(stream_plan(max_streams))
     try:
         try:
-            _measure(probe, points, notes, t_start, budget_s, max_streams, finale)
+            plan = _measure(probe, points, notes, t_start, budget_s, max_streams, finale,
+                            after, usable_cores() if cores is None else cores)
         except OSError as exc:
             raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return sorted(points.values(), key=lambda p: p.streams)
+    measured = sorted(points)
+    plan.skipped = [k for k in plan.skipped if k not in points]  # a midpoint may fill one
+    note = plan.note(budget_s, measured)
+    if note:
+        notes.append(note)
+    return [points[k] for k in measured], plan
+
+
+def steps_and_wal(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
+                  budget_s: float, max_streams: int, target: Any, max_wal_size: float | None,
+                  finale: Any = None, wal: bool = True
+                  ) -> tuple[list[ProbePoint], list[WalPoint], Plan]:
+    """The restore and COPY probes' steps, then (wal: the job writes WAL)
+    the WAL's ceiling (`walstep.measure_wal`) at the counts the plan keeps
+    for it, in the time kept for it (`walstep.wal_reserve`)."""
+    after = (lambda n: wal_reserve(budget_s, n)) if wal else None
+    points, plan = measure_steps(probe, scratch, notes, t_start, budget_s, max_streams, finale,
+                                 after)
+    at = plan.after_at([p.streams for p in points])
+    walpts = (measure_wal(target, at, t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size,
+                          notes)
+              if wal and at and wal_reserve(budget_s, len(at)) > 0 else [])
+    return points, walpts, plan
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _measure(probe: StepRunner, points: dict[int, ProbePoint], notes: list[str], t_start: float,
-             budget_s: float, max_streams: int, finale: Any = None) -> None:
-    """The warm-up, the doublings, then one more step: the storage knee's
-    (`_knee_again`) or the point between the last two doublings."""
-    deadline = t_start + budget_s - CLEANUP_RESERVE_S
-    per_stream = _warm_up(probe, deadline, budget_s, notes, finale)
+             budget_s: float, max_streams: int, finale: Any, after: Callable[[int], float] | None,
+             cores: int) -> Plan:
+    """The warm-up, the doublings (as planned: `plan_counts`), then one more
+    step: the storage knee's (`_knee_again`) or the point between the last
+    two doublings."""
+    end = t_start + budget_s - CLEANUP_RESERVE_S
+    full = stream_plan(max_streams)
+    reserve = after(len(full)) if after is not None else 0.0
+    per_stream = _warm_up(probe, end - reserve, budget_s - reserve, notes, finale)
     if per_stream is None:
-        return
-    steps = _Steps(probe, points, notes, deadline, per_stream)
-    measured = _doublings(steps, budget_s, max_streams)
+        return Plan(full, False, min(max_streams, cores), reserve, len(full), list(full))
+    plan = plan_counts(max_streams, cores, end - time.monotonic(), after)
+    steps = _Steps(probe, points, notes, end - plan.after_s, per_stream)
+    measured = _doublings(steps, budget_s, max_streams, plan)
     if measured is None:
-        return
+        return plan
     doubling, stopped = measured
     if stopped and _knee_again(points, doubling, notes, steps.step):
-        return
-    _between_last_two(steps, doubling, stopped)
+        return plan
+    if stopped or not plan.thinned:  # a thinned plan's time went to its counts
+        _between_last_two(steps, doubling, stopped)
+    return plan
 
 
 def _warm_up(probe: StepRunner, deadline: float, budget_s: float, notes: list[str],
@@ -147,16 +310,8 @@ class _Steps:
         """k streams; ks_left: the stream counts still planned, this one
         first.  None when no step fits in the budget's time left, or (with a
         note) the step ran into the deadline."""
-        avail = self.deadline - time.monotonic()
-        # a step lasts its time plus the ranges in flight at its end (a
-        # range is about 1/RANGES_PER_STEP of it; allow for two)
-        stretch = 1 + 2 / RANGES_PER_STEP
-        t_step = (avail / max(1, len(ks_left)) - STEP_OVERHEAD_S) / stretch
-        t_step = min(MAX_STEP_S, t_step)
-        if t_step < MIN_STEP_S:
-            # fewer steps will fit: each still long enough to be steady
-            t_step = min(MIN_STEP_S, (avail - STEP_OVERHEAD_S) / stretch)
-        if t_step < MIN_STEP_S / 2:
+        t_step = step_seconds(self.deadline - time.monotonic(), len(ks_left))
+        if t_step is None:
             return None
         t_step = _fresh_step(t_step, fresh_bytes(self.probe), self.per_stream, ks_left)
         range_s = max(MIN_RANGE_S, t_step / RANGES_PER_STEP)
@@ -170,34 +325,53 @@ class _Steps:
         return p
 
 
-def _doublings(steps: _Steps, budget_s: float, max_streams: int
+def step_seconds(avail: float, n_left: int) -> float | None:
+    """A step's time when avail seconds are left for n_left steps (this one
+    included): an even share, at most MAX_STEP_S; at least MIN_STEP_S while
+    that fits (fewer steps will), down to MIN_STEP_S / 2; None below."""
+    # a step lasts its time plus the ranges in flight at its end (a range is
+    # about 1/RANGES_PER_STEP of it; allow for two)
+    stretch = 1 + 2 / RANGES_PER_STEP
+    t_step = min(MAX_STEP_S, (avail / max(1, n_left) - STEP_OVERHEAD_S) / stretch)
+    if t_step < MIN_STEP_S:
+        # fewer steps will fit: each still long enough to be steady
+        t_step = min(MIN_STEP_S, (avail - STEP_OVERHEAD_S) / stretch)
+    return None if t_step < MIN_STEP_S / 2 else t_step
+
+
+def _doublings(steps: _Steps, budget_s: float, max_streams: int, plan: Plan
                ) -> tuple[list[int], bool] | None:
-    """k = 1, 2, 4, ... up to max_streams, each measured: (the stream counts
-    measured, whether a doubling gained under FLAT_GAIN, where they stopped);
-    None (with a note) when the budget ran out first."""
+    """The plan's counts (1, 2, 4, ... up to max_streams, or thinned), each
+    measured: (the stream counts measured, whether a step gained under
+    FLAT_GAIN a doubling over the one before, where they stopped); None
+    (with a note) when the budget ran out first."""
     points, notes = steps.points, steps.notes
-    plan = stream_plan(max_streams)
-    doubling: list[int] = []  # measured stream counts of the 1, 2, 4, ... sequence
+    ks = plan.counts
+    doubling: list[int] = []  # measured stream counts of the plan
     repeated_one = False
-    extra = 1 if max_streams >= 3 else 0  # room for a point between two doublings
-    for i, k in enumerate(plan):
+    # room for a point between two doublings (a thinned plan keeps none: a
+    # count measured counts more)
+    extra = 1 if max_streams >= 3 and not plan.thinned else 0
+    for i, k in enumerate(ks):
         # steps still planned: this one, the rest of the doublings, a midpoint
-        p = steps.step(k, plan[i:] + midpoint(plan, i, extra))
+        p = steps.step(k, ks[i:] + midpoint(ks, i, extra))
         if p is None:
             if not doubling or k > doubling[-1]:
-                notes.append(f"the budget of {budget_s:g} s allowed up to "
-                             f"{max(doubling) if doubling else 0} of {max_streams} streams")
+                plan.skipped += [j for j in ks[i:] if j not in plan.skipped]
+                if not plan.thinned:
+                    notes.append(f"the budget of {budget_s:g} s allowed up to "
+                                 f"{max(doubling) if doubling else 0} of {max_streams} streams")
             return None
         points[k] = p
         if not doubling:
             doubling.append(k)
             continue
         prev = points[doubling[-1]]
-        if (not repeated_one and doubling[-1] == 1 and k == 2
-                and p.bytes_per_s > SUPERLINEAR * prev.bytes_per_s):
+        if (not repeated_one and doubling[-1] == 1
+                and p.bytes_per_s > SUPERLINEAR * k / 2 * prev.bytes_per_s):
             # superlinear: k=1 was cold; measure it again, then go on
             repeated_one = True
-            again = steps.step(1, [1, *plan[i:], *midpoint(plan, i, extra)])
+            again = steps.step(1, [1, *ks[i:], *midpoint(ks, i, extra)])
             if again is not None:
                 notes.append(f"1 stream measured again: {fmt.rate(prev.bytes_per_s)} the "
                              f"first time, then {fmt.rate(again.bytes_per_s)} (cold start)")

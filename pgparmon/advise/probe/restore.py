@@ -34,15 +34,13 @@ from .plan import (
     check_args,
     cpu_note,
     probe_device,
-    run_steps,
-    stream_plan,
+    steps_and_wal,
 )
 from .psql import checked_psql, error_line, is_local_host, psql_env
 from .restore_ranges import DataFile, RestoreSource
 from .results import GB, ProbeError, ProbePoint, ProbeResult
 from .steps import StepRunner
 from .streams import Stream
-from .walstep import measure_wal, wal_reserve
 
 # Decompressor per data file suffix (pg_dump -Fd: NNNN.dat[.gz|.lz4|.zst]).
 _DECOMPRESSORS = {".gz": "gzip", ".lz4": "lz4", ".zst": "zstd"}
@@ -169,7 +167,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
 
     The temporary tables write no WAL: after the steps, when the budget
     is WAL_MIN_BUDGET_S or more, the WAL's own ceiling is measured at the
-    stream counts the steps reached (`walstep.measure_wal`, ProbeResult.wal;
+    stream counts the steps reached, or, when the budget thinned the plan,
+    at the most streams measured (`plan.steps_and_wal`, ProbeResult.wal;
     max_wal_size bounds its volume).  Not measured: the table's own writes
     (a temporary table's pages stay local).  The sessions are read-write
     (temporary tables need that); nothing outside them is touched but the
@@ -198,11 +197,8 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     # what pg_restore's own client would spend per byte (timed before the
     # steps, within the budget), to read the steps as pg_restore would
     client_real = pg_restore_client_cost(files, text_ratio)
-    wal_s = wal_reserve(budget_s, len(stream_plan(max_streams)))
-    points = run_steps(probe, scratch, notes, t_start, budget_s - wal_s, max_streams, finale)
-    wal = (measure_wal(target, [p.streams for p in points],
-                       t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size, notes)
-           if wal_s > 0 and points else [])
+    points, wal, plan = steps_and_wal(probe, scratch, notes, t_start, budget_s, max_streams,
+                                      target, max_wal_size, finale)
     if client_real is not None:
         points = _as_real_client(points, client_real, notes)
     build_s_per_byte, build = _timed_build(built, budget_s, notes)
@@ -211,7 +207,7 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression=label, ratio=None, device=device, notes=notes,
                        build_s_per_byte=build_s_per_byte, build=build,
-                       client_s_per_byte=client_real, wal=wal)
+                       client_s_per_byte=client_real, wal=wal, skipped=plan.skipped)
 
 
 def _linked_files(data_files: list[tuple[str, str, float]]

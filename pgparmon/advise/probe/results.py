@@ -114,6 +114,9 @@ class ProbeResult:
     # probe's own client (the restore probe's: pg_restore's, timed on a sample)
     client_s_per_byte: float | None = None
     wal: list[WalPoint] = field(default_factory=list)  # the WAL step: W(k)
+    # stream counts of the plan (1, 2, 4, ... max) not measured for the
+    # budget: left out from the middle (plan.plan_counts) or not reached
+    skipped: list[int] = field(default_factory=list)
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(streams, total heap bytes/s), fewest streams first: usl.fit's input
@@ -172,7 +175,8 @@ class ProbeResult:
                    compression=str(d.get("compression") or ""), ratio=d.get("ratio"),
                    device=d.get("device"), notes=list(d.get("notes") or []),
                    build_s_per_byte=d.get("build_s_per_byte"), build=d.get("build"),
-                   client_s_per_byte=d.get("client_s_per_byte"), wal=wal)
+                   client_s_per_byte=d.get("client_s_per_byte"), wal=wal,
+                   skipped=[int(k) for k in d.get("skipped_streams") or []])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -187,6 +191,7 @@ class ProbeResult:
             "build": None if self.build is None else dict(self.build),
             "client_s_per_byte": self.client_s_per_byte,
             "wal": [w.to_json() for w in self.wal],
+            "skipped_streams": sorted(self.skipped),
             "points": [{k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in asdict(p).items()}
                        for p in sorted(self.points, key=lambda p: p.streams)],
