@@ -40,7 +40,6 @@ from ...connect import ConnTarget, connect
 from ... import units as fmt
 from .plan import (
     CLEANUP_RESERVE_S,
-    MIN_RANGE_S,
     check_args,
     cpu_note,
     probe_device,
@@ -64,17 +63,20 @@ _READ = 1 << 16
 # The file's name in the scratch directory: the slices' dd reads it there.
 INPUT_LINK = "input.dat"
 _QUOTE = b'"'
-# The logged step: one stream for this long, in ranges of 1/LOGGED_RANGES
-# of it; LOGGED_SETUP_S: its table and indexes created and dropped.
+# The logged step: one stream, one COPY of about this many seconds of the
+# unlogged rate (a real load runs one COPY a stream: its bulk-write ring of
+# 16 MB fills and wraps, and each dirty buffer it hands back waits for the
+# WAL up to its change to be flushed; slices of a fraction of a second
+# would each start with a fresh ring).  LOGGED_SETUP_S: its table and
+# indexes created and dropped.
 LOGGED_STEP_S = 1.0
-LOGGED_RANGES = 4
-LOGGED_SETUP_S = 0.3
+LOGGED_SETUP_S = 0.2
 
 
 def logged_step_s() -> float:
-    """What the logged step takes of a budget: its time, the ranges in
-    flight at its end, a session's start and its table's set-up."""
-    return LOGGED_STEP_S * (1 + 2 / LOGGED_RANGES) + STEP_OVERHEAD_S + LOGGED_SETUP_S
+    """What the logged step takes of a budget: its COPY at up to half the
+    unlogged rate, a session's start and its table's set-up."""
+    return 2 * LOGGED_STEP_S + STEP_OVERHEAD_S + LOGGED_SETUP_S
 
 
 def logged_reserve(budget_s: float, max_streams: int, logged: bool) -> float:
@@ -423,19 +425,18 @@ def _logged_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: str,
                  one: ProbePoint, background: float, deadline: float,
                  notes: list[str]) -> LoggedStep | None:
     """One stream into the logged scratch table (the source already points
-    at it), ranges sized as the unlogged one-stream step's; the WAL insert
-    position read before its session starts and after it ends.  None (with
-    a note) when it ran into the deadline."""
+    at it): one slice of LOGGED_STEP_S at the unlogged one-stream rate; the
+    WAL insert position read before its session starts and after it ends.
+    None (with a note) when it ran into the deadline."""
     marks: list[tuple[float, float]] = []
 
     def mark(_k: int) -> None:
         marks.append((_wal_lsn(conn), time.monotonic()))
 
     steps = runner(scratch_dir, mark)
-    range_s = max(MIN_RANGE_S, LOGGED_STEP_S / LOGGED_RANGES)
     try:
         try:
-            p = steps.run_step(1, LOGGED_STEP_S, one.bytes_per_s * range_s, deadline)
+            p = steps.run_step(1, LOGGED_STEP_S, one.bytes_per_s * LOGGED_STEP_S, deadline)
         except Aborted:
             notes.append("the step into a logged table ran into the budget and was dropped: "
                          "each stream's cost of writing WAL is not measured")
