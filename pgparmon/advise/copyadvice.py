@@ -43,9 +43,13 @@ from .probe.copyload import (
     CopyFile,
     CopyInputError,
     TargetTable,
+    as_logged,
     check_copy_file,
+    logged_cost,
+    logged_step_s,
     run_copy_probe,
 )
+from .probe.results import ProbeResult
 from .request import AdviseError, Request, catalog_session
 
 # Seed: parallel COPY into one table scales best to about half the server's
@@ -186,7 +190,7 @@ def advise_copy(req: Request) -> Advice:
     rec = choice.recommended
     warnings += connection_warnings(COPY.name, t.afacts, choice)
     warnings += copy_warnings(t.table, t.settings, data, t.facts.version_num,
-                              bool(probe_json and probe_json.get("wal")))
+                              ProbeResult.from_json(probe_json) if probe_json else None)
     if t.cf.multiline:
         notes.append("some records hold newlines (quoted): the command's line-based split "
                      "would cut them; use a loader that splits the file on records")
@@ -252,7 +256,8 @@ def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jo
     streams = probe_streams(max_jobs)
     guess = float(t.cf.data_bytes) / static.throughput(1)
     wal_counts = len(stream_plan_of(streams)) if t.table.logged else 0
-    budget, skip = probe_budget(req, guess, plan_seconds(streams, wal_counts))
+    need = plan_seconds(streams, wal_counts) + (logged_step_s() if t.table.logged else 0.0)
+    budget, skip = probe_budget(req, guess, need)
     if skip is not None:
         warnings.append(Caution("probe_skipped", skip))
         return None, None
@@ -265,18 +270,36 @@ def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jo
         warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
         return None, None
     probe_json = res.to_json()
-    pts = res.fit_points()
-    if not pts:
+    ev = copy_probe_evidence(res, cores, len(t.table.indexes))
+    if ev is None:
         warnings.append(Caution("probe_failed", "the probe measured nothing within its budget"))
-        return None, probe_json
-    cpu = {int(p.streams): v for p in res.points
-           if (v := res.cpu_s_per_gb(p.streams)) is not None}
-    neck, per_stream = copy_limits(res, cores, len(t.table.indexes))
+    return ev, probe_json
+
+
+def copy_probe_evidence(res: ProbeResult, cores: int, indexes: int) -> Evidence | None:
+    """The probe's steps as the load into the table runs them (`as_logged`:
+    each stream's own cost of writing WAL, from the logged step), fitted
+    and bounded by the host's CPU and the WAL step's ceiling over the WAL a
+    file byte makes (`wal_per_file_byte`); None when nothing was measured."""
+    lres = as_logged(res)
+    pts = lres.fit_points()
+    if not pts:
+        return None
+    cpu = {int(p.streams): v for p in lres.points
+           if (v := lres.cpu_s_per_gb(p.streams)) is not None}
+    neck, per_stream = copy_limits(lres, cores, indexes)
     ev = predict.points_evidence("probe", pts, limit=neck, per_stream_limit=per_stream,
-                                 cpu_per_gb=cpu, detail={"probe": probe_json})
-    # work units are the file's bytes: WAL a byte of file is the
-    # WAL a heap byte over the heap bytes a byte of COPY text makes
-    return bounded(ev, res, cores, WAL_PER_HEAP / DEFAULT_TEXT_RATIO), probe_json
+                                 cpu_per_gb=cpu, detail={"probe": res.to_json()})
+    return bounded(ev, lres, cores, wal_per_file_byte(res))
+
+
+def wal_per_file_byte(res: ProbeResult) -> float:
+    """WAL bytes a byte of the file makes: what the logged step measured,
+    else the WAL a heap byte makes over the heap bytes a byte of COPY text
+    makes (a typical ratio: narrow rows with an index make more)."""
+    if res.logged is not None and (w := res.logged.wal_per_byte) is not None and w > 0:
+        return w
+    return WAL_PER_HEAP / DEFAULT_TEXT_RATIO
 
 
 def copy_why(ev: Evidence, choice: predict.Choice, preds: list[Prediction]) -> list[str]:
@@ -301,16 +324,42 @@ def copy_json(t: CopyTarget, ev: Evidence, probe_json: dict[str, Any] | None
         "table_rows": table.rows, "logged": table.logged, "indexes": len(table.indexes),
         "index_maintenance": (("measured" if ev.basis == "probe" else "not measured")
                               if table.indexes else "none"),
-        "wal": (("measured apart (the WAL step)" if probe_json and probe_json.get("wal")
-                 else "not measured (the probe's table is unlogged)")
-                if table.logged else "none"),
+        "wal": wal_json(table, probe_json),
     }
 
 
+def wal_json(table: TargetTable, probe_json: dict[str, Any] | None) -> str:
+    """The advice's copy.wal: what of the load's WAL the probe measured."""
+    if not table.logged:
+        return "none"
+    what = []
+    if probe_json and probe_json.get("logged"):
+        what.append("each stream's cost (a step into a logged table)")
+    if probe_json and probe_json.get("wal"):
+        what.append("the ceiling (the WAL step)")
+    return ("measured: " + " and ".join(what)) if what else \
+        "not measured (the probe's table is unlogged)"
+
+
 def copy_warnings(table: TargetTable, settings: dict[str, Any], data: float,
-                  version_num: int | None, wal_measured: bool = False) -> list[Caution]:
+                  version_num: int | None, res: ProbeResult | None = None) -> list[Caution]:
+    """The load's cautions: its WAL (what the probe measured of it, and
+    checkpoints when it writes more than max_wal_size), and the server
+    version's extension lock."""
     out: list[Caution] = []
-    if table.logged and wal_measured:
+    lg = res.logged if res is not None else None
+    r = logged_cost(res) if res is not None else None
+    if table.logged and lg is not None and r is not None:
+        w = wal_per_file_byte(res) if res is not None else 0.0
+        ceiling = "; the WAL's ceiling bounds them" if res is not None and res.wal else ""
+        out.append(Caution("wal", f"{table.name} is a logged table: the load writes WAL for "
+                                  f"every row and index entry (about {w:.2f} B a byte of "
+                                  f"file, measured); one stream into a logged scratch table "
+                                  f"ran at {r:.0%} of the unlogged one's rate, and the "
+                                  f"predictions carry that cost{ceiling}; full-page images "
+                                  "of the table's existing pages after a checkpoint are not "
+                                  "in them"))
+    elif table.logged and res is not None and res.wal:
         out.append(Caution("wal", f"{table.name} is a logged table: the load writes WAL for "
                                   "every row and index entry, which the probe's unlogged "
                                   "scratch table did not; the WAL's ceiling was measured apart "
@@ -321,11 +370,15 @@ def copy_warnings(table: TargetTable, settings: dict[str, Any], data: float,
                                   "every row and index entry, which the probe's unlogged "
                                   "scratch table did not; where WAL writes are slow the load "
                                   "is slower than predicted"))
-        wal = setting_bytes(settings, "max_wal_size")
-        if wal and data > wal:
-            out.append(Caution("max_wal_size", f"the file ({fmt.size(data)}) is larger than "
+    wal = setting_bytes(settings, "max_wal_size")
+    if table.logged and wal:
+        per = wal_per_file_byte(res) if res is not None else WAL_PER_HEAP / DEFAULT_TEXT_RATIO
+        if data * per > wal:
+            out.append(Caution("max_wal_size", f"the load writes about {fmt.size(data * per)} "
+                                               f"of WAL ({fmt.size(data)} of file), more than "
                                                f"max_wal_size ({fmt.size(wal)}): checkpoints "
-                                               "during the load"))
+                                               "during the load, and full-page images of the "
+                                               "pages it touches again after each"))
     if version_num is not None and version_num < BULK_EXTEND_VERSION:
         out.append(Caution("copy_version", "before PostgreSQL 16, parallel COPY into one table "
                                            "waits on the relation extension lock: more "

@@ -11,6 +11,14 @@ INCLUDING DEFAULTS INCLUDING GENERATED)`` with T's indexes (never unique:
 a small file is loaded more than once).  The scratch table is emptied
 before each step and dropped at the end, also on an error or Ctrl-C.
 
+When T is logged, one more step (`_logged_step`) loads the next slices by
+one stream into a second, LOGGED scratch table (the same clone, created
+for the step and dropped after it): what a stream's own WAL costs it
+(records assembled and inserted, the flushes its bulk-write ring waits
+for), and the WAL a file byte makes (the WAL insert position's progress,
+less the server's own WAL rate read over the unlogged steps).  `as_logged`
+carries both into the model: the unlogged steps as loads into T would run.
+
 The work unit is the file's byte (ProbePoint.heap_bytes holds file bytes).
 """
 
@@ -23,12 +31,13 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 
 from ...connect import ConnTarget, connect
+from ... import units as fmt
 from .plan import (
     check_args,
     cpu_note,
@@ -37,10 +46,10 @@ from .plan import (
 )
 from .psql import checked_psql, is_local_host, psql_env
 from .restore_ranges import index_on_temp
-from .results import ProbeError, ProbeResult, qualified_name
-from .steps import StepRunner
+from .results import LoggedStep, ProbeError, ProbePoint, ProbeResult, WalPoint, qualified_name
+from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
-from .results import WalPoint
+from .walstep import WAL_LSN_SQL
 
 SCRATCH_PREFIX = "pgparmon_probe_"
 # The head of the file that is checked (and its records counted) up front.
@@ -52,6 +61,34 @@ _READ = 1 << 16
 # The file's name in the scratch directory: the slices' dd reads it there.
 INPUT_LINK = "input.dat"
 _QUOTE = b'"'
+# The logged step: one stream, one COPY of about this many seconds of the
+# unlogged rate (a real load runs one COPY a stream: its bulk-write ring of
+# 16 MB fills and wraps, and each dirty buffer it hands back waits for the
+# WAL up to its change to be flushed; slices of a fraction of a second
+# would each start with a fresh ring).  LOGGED_SETUP_S: its table and
+# indexes created and dropped.
+LOGGED_STEP_S = 1.0
+LOGGED_SETUP_S = 0.2
+
+
+def logged_step_s() -> float:
+    """What the logged step takes of a budget: its COPY at up to half the
+    unlogged rate, a session's start and its table's set-up."""
+    return 2 * LOGGED_STEP_S + STEP_OVERHEAD_S + LOGGED_SETUP_S
+
+
+def logged_reserve(budget_s: float, max_streams: int, logged: bool) -> float:
+    """Seconds of a probe's budget kept for the logged step: its time when
+    the table is logged and the rest of the budget still holds the plan's
+    warm-up and first two steps (`evidence.plan_seconds` of two streams:
+    the curve's level and its first doubling).  It comes before the later
+    doublings and the WAL steps: a stream's own WAL cost is in every
+    prediction, the WAL's ceiling binds only at many streams.  Else 0."""
+    from ..evidence import plan_seconds
+
+    if not logged or budget_s - logged_step_s() < plan_seconds(min(max_streams, 2)):
+        return 0.0
+    return logged_step_s()
 
 
 class CopyInputError(ProbeError):
@@ -280,10 +317,11 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                    max_wal_size: float | None = None) -> ProbeResult:
     """Measure X(k) (file bytes per second, all streams) of k parallel COPY
     FROM streams of cf into a scratch clone of `table`, within budget_s
-    seconds.  The scratch table (and its indexes) is dropped at the end,
-    whatever happened; the target table is only read (LIKE).  The scratch
-    table is unlogged: when `table` is logged (and the budget allows), the
-    WAL's own ceiling is measured after the steps (`walstep`)."""
+    seconds.  The scratch tables (and their indexes) are dropped at the end,
+    whatever happened; the target table is only read (LIKE).  The steps'
+    scratch table is unlogged: when `table` is logged (and the budget
+    allows), one stream is measured into a logged clone (`_logged_step`)
+    and the WAL's own ceiling after that (`walstep`)."""
     t_start = time.monotonic()
     check_args(budget_s, max_streams)
     psql = checked_psql()
@@ -293,54 +331,168 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     device = probe_device(cf.path, notes)
     scratch_sql = qualified_name(table.schema, scratch_name())
     conn = connect(target)
-    created = False
+    dropping: list[str] = []  # scratch tables to drop (named before they are created)
     done = False
     wal: list[WalPoint] = []
-    scratch_dir: str | None = None
+    logged: LoggedStep | None = None
+    dirs: list[str] = []
     source: CopySource | None = None
     try:
         with conn.cursor() as cur:
             cur.execute("SET default_transaction_read_only = off")
             cur.execute("SET lock_timeout = '5s'")
             cur.execute(f"SET statement_timeout = {int((budget_s + 30) * 1000)}")
-            # LIKE reads T's definition under an AccessShareLock only (what a
-            # SELECT takes): it waits for nothing but an ALTER/DROP of T, and
-            # blocks nothing but those.
-            cur.execute(f"CREATE UNLOGGED TABLE {scratch_sql} (LIKE "
-                        f"{qualified_name(table.schema, table.relname)} "
-                        "INCLUDING DEFAULTS INCLUDING GENERATED)")
-            created = True
-            built = _scratch_indexes(cur, table.indexes, scratch_sql)
+            dropping.append(scratch_sql)
+            built = _create_scratch(cur, table, scratch_sql, unlogged=True)
         if table.indexes:
             notes.append(f"index maintenance measured: the scratch table has {built} of the "
                          f"table's {len(table.indexes)} index(es) (none unique)")
         notes.append("the scratch table is unlogged: the load's own WAL is not in the steps")
-        scratch_dir = _linked_input(cf.path)
+        dirs.append(_linked_input(cf.path))
         source = CopySource(cf, INPUT_LINK, scratch_sql, dd)
 
         def empty(_k: int) -> None:
             conn.execute(f"TRUNCATE {scratch_sql}")
 
-        runner = StepRunner(psql=psql, comp=None, env=env, scratch=scratch_dir, source=source,
-                            device=device, local=is_local_host(env.get("PGHOST")),
-                            connect_timeout_s=float(target.connect_timeout_s),
-                            before_step=empty)
-        points, wal, plan = steps_and_wal(runner, scratch_dir, notes, t_start, budget_s,
+        def runner(scratch_dir: str, before: Any) -> StepRunner:
+            assert source is not None
+            return StepRunner(psql=psql, comp=None, env=env, scratch=scratch_dir, source=source,
+                              device=device, local=is_local_host(env.get("PGHOST")),
+                              connect_timeout_s=float(target.connect_timeout_s),
+                              before_step=before)
+
+        steps = runner(dirs[0], empty)
+        log_s = logged_reserve(budget_s, max_streams, table.logged)
+        l0, t0 = _wal_lsn(conn), time.monotonic()
+
+        def between(points: list[ProbePoint], deadline: float) -> None:
+            """After the unlogged steps, before the WAL's ceiling: the
+            step into a logged clone, with the WAL the server wrote of its
+            own over the steps taken out."""
+            nonlocal logged
+            assert source is not None
+            background = max(0.0, (_wal_lsn(conn) - l0) / max(time.monotonic() - t0, 1e-3))
+            one = next((p for p in points if p.streams == 1), None)
+            if log_s > 0 and one is not None:
+                logged_sql = qualified_name(table.schema, scratch_name())
+                dropping.append(logged_sql)
+                with conn.cursor() as cur:
+                    _create_scratch(cur, table, logged_sql, unlogged=False)
+                dirs.append(_linked_input(cf.path))
+                source.table_sql = logged_sql
+                logged = _logged_step(conn, runner, dirs[-1], one, background, deadline, notes)
+                drop_scratch(conn, logged_sql)
+            elif table.logged:
+                notes.append("the budget was too short for a step into a logged table: each "
+                             "stream's cost of writing WAL is not measured")
+
+        points, wal, plan = steps_and_wal(steps, dirs[0], notes, t_start, budget_s,
                                           max_streams, target, max_wal_size,
-                                          wal=table.logged)
+                                          wal=table.logged, reserve_s=log_s, between=between)
         if source.reused:
             notes.append("the file was loaded more than once (it is small): the page cache "
                          "helped the reads")
-        cpu_note(runner, points, notes)
+        cpu_note(steps, points, notes)
         done = True
     except psycopg.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProbeError(f"the probe could not prepare its scratch table: {first}") from None
     finally:
-        _clean_up(conn, source, scratch_dir, scratch_sql if created else None, done)
+        _clean_up(conn, source, dirs, dropping, done)
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression="none", ratio=None, device=device, notes=notes, wal=wal,
-                       skipped=plan.skipped)
+                       skipped=plan.skipped, logged=logged)
+
+
+def _wal_lsn(conn: psycopg.Connection[Any]) -> float:
+    row = conn.execute(WAL_LSN_SQL).fetchone()
+    return float(row[0]) if row is not None else 0.0
+
+
+def _create_scratch(cur: psycopg.Cursor[Any], table: TargetTable, scratch_sql: str,
+                    unlogged: bool) -> int:
+    """A scratch clone of `table` with its indexes (none unique); how many
+    indexes were built.  LIKE reads T's definition under an AccessShareLock
+    only (what a SELECT takes): it waits for nothing but an ALTER/DROP of T,
+    and blocks nothing but those."""
+    cur.execute(f"CREATE {'UNLOGGED ' if unlogged else ''}TABLE {scratch_sql} (LIKE "
+                f"{qualified_name(table.schema, table.relname)} "
+                "INCLUDING DEFAULTS INCLUDING GENERATED)")
+    return _scratch_indexes(cur, table.indexes, scratch_sql)
+
+
+def _logged_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: str,
+                 one: ProbePoint, background: float, deadline: float,
+                 notes: list[str]) -> LoggedStep | None:
+    """One stream into the logged scratch table (the source already points
+    at it): one slice of LOGGED_STEP_S at the unlogged one-stream rate; the
+    WAL insert position read before its session starts and after it ends.
+    None (with a note) when it ran into the deadline."""
+    marks: list[tuple[float, float]] = []
+
+    def mark(_k: int) -> None:
+        marks.append((_wal_lsn(conn), time.monotonic()))
+
+    steps = runner(scratch_dir, mark)
+    try:
+        try:
+            p = steps.run_step(1, LOGGED_STEP_S, one.bytes_per_s * LOGGED_STEP_S, deadline)
+        except Aborted:
+            notes.append("the step into a logged table ran into the budget and was dropped: "
+                         "each stream's cost of writing WAL is not measured")
+            return None
+        except OSError as exc:
+            raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    l1, t1 = _wal_lsn(conn), time.monotonic()
+    l0, t0 = marks[0]
+    step = LoggedStep(p, l1 - l0, t1 - t0, background)
+    w = step.wal_per_byte
+    notes.append(f"1 stream into a logged table: {fmt.rate(p.bytes_per_s)} of file against "
+                 f"{fmt.rate(one.bytes_per_s)} into the unlogged one; "
+                 + (f"{w:.2f} B of WAL a byte of file" if w is not None else "no WAL read")
+                 + (f" (the server's own {fmt.rate(background)} of WAL taken out)"
+                    if background > 0 else ""))
+    return step
+
+
+def as_logged(res: ProbeResult) -> ProbeResult:
+    """The probe's unlogged steps as loads into the logged table would run
+    them, from its logged step: each step's time divided by r, the logged
+    step's rate over the unlogged one-stream step's (at most 1: a stream
+    that also writes WAL is never faster), and its backends' CPU times the
+    ratio of their CPU per byte (at least 1).  Each stream pays its own
+    WAL's cost (records, CRCs, the flushes its ring waits for), as a second
+    stream pays it again; what the streams share (WAL insertion and the
+    flushes of all of them) is the WAL step's ceiling.  The result as it is
+    without a logged step (or a one-stream step to compare it with)."""
+    lg = res.logged
+    one = res.point(1)
+    if lg is None or one is None or one.bytes_per_s <= 0 or lg.point.bytes_per_s <= 0:
+        return res
+    r = min(1.0, lg.point.bytes_per_s / one.bytes_per_s)
+    c = 1.0
+    if (lg.point.server_cpu_s and one.server_cpu_s and lg.point.heap_bytes > 0
+            and one.heap_bytes > 0):
+        c = max(1.0, (lg.point.server_cpu_s / lg.point.heap_bytes)
+                / (one.server_cpu_s / one.heap_bytes))
+
+    def conv(p: ProbePoint) -> ProbePoint:
+        return replace(p, elapsed_s=p.elapsed_s / r, wall_s=p.wall_s / r,
+                       bytes_per_s=p.bytes_per_s * r,
+                       server_cpu_s=None if p.server_cpu_s is None else p.server_cpu_s * c)
+
+    return replace(res, points=[conv(p) for p in res.points])
+
+
+def logged_cost(res: ProbeResult) -> float | None:
+    """X_logged(1) / X_unlogged(1) as `as_logged` takes it; None when not
+    measured."""
+    lg, one = res.logged, res.point(1)
+    if lg is None or one is None or one.bytes_per_s <= 0:
+        return None
+    return min(1.0, lg.point.bytes_per_s / one.bytes_per_s)
 
 
 def _dd() -> str:
@@ -384,21 +536,24 @@ def _linked_input(path: str) -> str:
 
 
 def _clean_up(conn: psycopg.Connection[Any], source: CopySource | None,
-              scratch_dir: str | None, scratch_sql: str | None, done: bool) -> None:
-    """The probe's input closed, its scratch directory removed, its scratch
-    table (scratch_sql, when it was created) dropped and its connection
-    closed.  A failed DROP is raised only after a probe that succeeded
-    (done): otherwise the error in flight says more."""
+              scratch_dirs: list[str], scratch_sqls: list[str], done: bool) -> None:
+    """The probe's input closed, its scratch directories removed, its
+    scratch tables (those named in scratch_sqls: DROP IF EXISTS) dropped and
+    its connection closed.  A failed DROP is raised only after a probe that
+    succeeded (done): otherwise the error in flight says more."""
     if source is not None:
         source.close()
-    if scratch_dir is not None:
-        shutil.rmtree(scratch_dir, ignore_errors=True)
+    for d in scratch_dirs:
+        shutil.rmtree(d, ignore_errors=True)
     try:
-        if scratch_sql is not None:
-            drop_scratch(conn, scratch_sql)
-    except ProbeError:
-        if done:
-            raise
+        failed: ProbeError | None = None
+        for name in scratch_sqls:
+            try:
+                drop_scratch(conn, name)
+            except ProbeError as exc:
+                failed = failed or exc
+        if failed is not None and done:
+            raise failed
     finally:
         conn.close()
 

@@ -231,18 +231,24 @@ def measure_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: fl
 
 def steps_and_wal(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
                   budget_s: float, max_streams: int, target: Any, max_wal_size: float | None,
-                  finale: Any = None, wal: bool = True
+                  finale: Any = None, wal: bool = True, reserve_s: float = 0.0,
+                  between: Callable[[list[ProbePoint], float], None] | None = None
                   ) -> tuple[list[ProbePoint], list[WalPoint], Plan]:
-    """The restore and COPY probes' steps, then (wal: the job writes WAL)
-    the WAL's ceiling (`walstep.measure_wal`) at the counts the plan keeps
-    for it, in the time kept for it (`walstep.wal_reserve`)."""
-    after = (lambda n: wal_reserve(budget_s, n)) if wal else None
-    points, plan = measure_steps(probe, scratch, notes, t_start, budget_s, max_streams, finale,
+    """The restore and COPY probes' steps, then `between` (given the points
+    and its deadline: reserve_s seconds of the budget are kept for it),
+    then (wal: the job writes WAL) the WAL's ceiling
+    (`walstep.measure_wal`) at the counts the plan keeps for it, in the
+    time kept for it (`walstep.wal_reserve`)."""
+    steps_s = budget_s - reserve_s
+    after = (lambda n: wal_reserve(steps_s, n)) if wal else None
+    points, plan = measure_steps(probe, scratch, notes, t_start, steps_s, max_streams, finale,
                                  after)
     at = plan.after_at([p.streams for p in points])
-    walpts = (measure_wal(target, at, t_start + budget_s - CLEANUP_RESERVE_S, max_wal_size,
-                          notes)
-              if wal and at and wal_reserve(budget_s, len(at)) > 0 else [])
+    keep = wal_reserve(steps_s, len(at)) if wal and at else 0.0
+    end = t_start + budget_s - CLEANUP_RESERVE_S
+    if between is not None:
+        between(points, end - keep)
+    walpts = (measure_wal(target, at, end, max_wal_size, notes) if keep > 0 else [])
     return points, walpts, plan
 
 

@@ -97,6 +97,51 @@ class WalPoint:
                 "seconds": round(self.seconds, 4), "bytes_per_s": round(self.bytes_per_s)}
 
 
+@dataclass(frozen=True)
+class LoggedStep:
+    """The COPY probe's step into a LOGGED scratch table, one stream
+    (`copyload`): its point (heap_bytes: file bytes), the WAL insert
+    position's progress from before its session started to after it ended
+    (wal_bytes over seconds), and the rate at which the server wrote WAL of
+    its own meanwhile, read over the unlogged steps (which write none):
+    other sessions' WAL, taken out of this step's."""
+
+    point: ProbePoint
+    wal_bytes: float
+    seconds: float
+    background_wal_bytes_per_s: float = 0.0
+
+    @property
+    def own_wal_bytes(self) -> float:
+        return max(0.0, self.wal_bytes - self.background_wal_bytes_per_s * self.seconds)
+
+    @property
+    def wal_per_byte(self) -> float | None:
+        """WAL bytes the load writes per file byte; None when nothing loaded."""
+        if self.point.heap_bytes <= 0:
+            return None
+        return self.own_wal_bytes / self.point.heap_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.wal_per_byte
+        return {"point": {k: (round(v, 4) if isinstance(v, float) else v)
+                          for k, v in asdict(self.point).items()},
+                "wal_bytes": round(self.wal_bytes), "seconds": round(self.seconds, 4),
+                "background_wal_bytes_per_s": round(self.background_wal_bytes_per_s),
+                "wal_per_byte": None if w is None else round(w, 4)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LoggedStep:
+        return cls(point_of(d["point"]), float(d["wal_bytes"]), float(d["seconds"]),
+                   float(d.get("background_wal_bytes_per_s") or 0.0))
+
+
+def point_of(d: dict[str, Any]) -> ProbePoint:
+    """A ProbePoint read back from its JSON (the fields it has)."""
+    names = {f.name for f in fields(ProbePoint)}
+    return ProbePoint(**{k: v for k, v in d.items() if k in names})
+
+
 @dataclass
 class ProbeResult:
     points: list[ProbePoint]
@@ -117,6 +162,8 @@ class ProbeResult:
     # stream counts of the plan (1, 2, 4, ... max) not measured for the
     # budget: left out from the middle (plan.plan_counts) or not reached
     skipped: list[int] = field(default_factory=list)
+    # the COPY probe's one-stream step into a logged scratch table
+    logged: LoggedStep | None = None
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(streams, total heap bytes/s), fewest streams first: usl.fit's input
@@ -164,10 +211,8 @@ class ProbeResult:
     def from_json(cls, d: dict[str, Any]) -> ProbeResult:
         """A pgparmon.probe/1 document read back (an advice's `probe`): the
         fields it has, the rest at their defaults (an older document has no
-        `sync_s`, `client_s_per_byte` or `wal`)."""
-        names = {f.name for f in fields(ProbePoint)}
-        pts = [ProbePoint(**{k: v for k, v in p.items() if k in names})
-               for p in d.get("points") or []]
+        `sync_s`, `client_s_per_byte`, `wal` or `logged`)."""
+        pts = [point_of(p) for p in d.get("points") or []]
         wal = [WalPoint(int(w["streams"]), float(w["wal_bytes"]), float(w["seconds"]))
                for w in d.get("wal") or []]
         return cls(points=pts, seconds=float(d.get("seconds") or 0.0),
@@ -176,7 +221,8 @@ class ProbeResult:
                    device=d.get("device"), notes=list(d.get("notes") or []),
                    build_s_per_byte=d.get("build_s_per_byte"), build=d.get("build"),
                    client_s_per_byte=d.get("client_s_per_byte"), wal=wal,
-                   skipped=[int(k) for k in d.get("skipped_streams") or []])
+                   skipped=[int(k) for k in d.get("skipped_streams") or []],
+                   logged=LoggedStep.from_json(d["logged"]) if d.get("logged") else None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,6 +238,7 @@ class ProbeResult:
             "client_s_per_byte": self.client_s_per_byte,
             "wal": [w.to_json() for w in self.wal],
             "skipped_streams": sorted(self.skipped),
+            "logged": None if self.logged is None else self.logged.to_json(),
             "points": [{k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in asdict(p).items()}
                        for p in sorted(self.points, key=lambda p: p.streams)],
