@@ -270,3 +270,40 @@ def test_the_copy_probes_two_counts_go_past_two() -> None:
     choice = predict.choose(preds, {}, {}, extrapolated_ok=ev.extend)
     assert choice.recommended >= 4
     assert _regret_between(WAL_SWEEPS["copy"], choice.recommended) <= 1.10
+
+
+# ------------------------------------- 2026-11-27, second host: a cold start
+
+LIVE_B = json.loads((DATA / "live-b" / "sweeps.json").read_text())
+MEASURED_B = {"dump": {int(j): s for j, s in LIVE_B["pg_dump_Fd"].items()},
+              "restore": {int(j): s for j, s in LIVE_B["pg_restore"].items()}}
+
+
+def test_a_plateau_at_the_last_count_of_a_linear_curve_is_no_knee() -> None:
+    """The second host's 10 s dump probe: 1 stream measured again after a
+    cold start, then 2, 4 and 8 streams at 70, 124 and 244 MB/s; 16 did not
+    fit.  The plateau put its knee at 8 (4 streams read a little under the
+    line) and -j 8 was advised, 1.55x the best (-j 16).  The last doubling
+    gained 97%: no knee seen; the curve is followed up to the host's CPU."""
+    doc, res = _load("live-b/dump_probe10.json")
+    assert sorted(p.streams for p in res.points) == [1, 2, 4, 8]
+    ev, preds, choice = _advise(doc, res)
+    assert ev.extend and ev.fit.model == "usl" and ev.fit.kappa == 0
+    assert "no knee seen" in ev.note
+    assert [c.name for c in ev.ceilings] == ["host CPU"]
+    assert all(p.extrapolated == (p.jobs > 8) for p in preds)
+    measured = MEASURED_B["dump"]
+    assert measured[choice.recommended] / min(measured.values()) <= 1.10
+    # the same points on an 8-core host reach its cores: the plateau stands
+    ev8, _, choice8 = _advise(doc, res, cores=8)
+    assert ev8.fit.model == "plateau" and choice8.recommended <= 8
+
+
+@pytest.mark.parametrize("name", ["dump_probe.json", "restore_probe.json",
+                                  "restore_probe10.json"])
+def test_the_second_hosts_probes_recommend_within_10_percent(name: str) -> None:
+    doc, res = _load(f"live-b/{name}")
+    _, _, choice = _advise(doc, res)
+    measured = MEASURED_B[doc["kind"]]
+    assert _regret_between({str(k): v for k, v in measured.items()},
+                           choice.recommended) <= 1.10

@@ -124,9 +124,10 @@ class TimedSteps:
     the fixed costs (on the fake clock); throughput is lam * k^0.8, still
     rising at every count."""
 
-    def __init__(self, clock: FakeClock, flat_from: int = 10**6) -> None:
+    def __init__(self, clock: FakeClock, flat_from: int = 10**6, cold: bool = False) -> None:
         self.clock = clock
         self.flat_from = flat_from
+        self.cold = cold  # the first one-stream step reads at half the rate
         self.ran: list[int] = []
         self.lengths: list[float] = []
 
@@ -137,16 +138,19 @@ class TimedSteps:
             self.ran.append(k)
             self.lengths.append(t_step)
         rate = 50e6 * min(k, self.flat_from) ** 0.8
+        if self.cold and not grow and self.ran == [1]:
+            rate /= 2
         return ProbePoint(streams=k, heap_bytes=rate * t_step, out_bytes=0, elapsed_s=t_step,
                           bytes_per_s=rate, client_cpu_s=0.1 * k, server_cpu_s=0.1 * k,
                           disk_util=None, disk_await_ms=None, disk_queue=None)
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, budget_s: float, max_streams: int, cores: int,
-         after: Any = None, flat_from: int = 10**6) -> tuple[TimedSteps, Plan, list[str]]:
+         after: Any = None, flat_from: int = 10**6, cold: bool = False
+         ) -> tuple[TimedSteps, Plan, list[str]]:
     clock = FakeClock()
     monkeypatch.setattr(plan, "time", clock)
-    steps = TimedSteps(clock, flat_from)
+    steps = TimedSteps(clock, flat_from, cold)
     notes: list[str] = []
     pts, p = measure_steps(steps, tempfile.mkdtemp(), notes, clock.t,  # type: ignore[arg-type]
                            budget_s, max_streams, after=after, cores=cores)
@@ -166,6 +170,19 @@ def test_a_short_budget_on_sixteen_cores_spans_to_sixteen(monkeypatch: pytest.Mo
     # no WAL: the same budget holds every doubling (the dump probe)
     steps, p, notes = _run(monkeypatch, 10.0, 16, 16)
     assert steps.ran[:5] == [1, 2, 4, 8, 16] and not p.thinned
+
+
+def test_a_cold_start_measured_again_leaves_the_top_count(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The dump probe of --probe-seconds 10 on a 16-core host: its first
+    one-stream step read cold, so 1 stream was measured again, and the
+    budget then ended after 8 streams: -j 8 was advised where -j 16 was
+    1.55x faster.  A count below the cores gives way to the top instead."""
+    steps, p, notes = _run(monkeypatch, 10.0, 16, 16, cold=True)
+    assert steps.ran[:3] == [1, 2, 1]
+    assert 16 in steps.ran and p.thinned
+    assert set(p.skipped) & {4, 8}
+    assert any("measured 1, 2" in n and "16" in n and "skipped" in n for n in notes), notes
 
 
 def test_a_thinned_plan_that_flattens_measures_between(monkeypatch: pytest.MonkeyPatch

@@ -301,11 +301,13 @@ def bounded(ev: Evidence, res: Any, cores: int, wal_per_unit: float) -> Evidence
     linear = (top >= 2 and f.n_points >= 2
               and doubling_gain(top / 2, f.unbounded(top / 2), top, f.unbounded(top))
               >= LINEAR_GAIN)
-    # two counts short of the cores, the second still rising (usl.rising):
-    # no knee seen.  The curve through them (not a plateau at the last) is
-    # followed up to the bounds the probe measured, marked extrapolated
+    # two counts short of the cores, the second still rising, or a plateau
+    # whose knee is the last count of a curve still linear there
+    # (usl.rising): no knee seen.  The curve through them (not a plateau at
+    # the last) is followed up to the bounds the probe measured, marked
+    # extrapolated
     fitted = [(n, x) for n, x in ev.points if n not in f.left_out]
-    if whole and usl.rising(f, fitted) and f.max_n < cores:
+    if whole and usl.rising(f, fitted, LINEAR_GAIN) and f.max_n < cores:
         f = usl.fit_rising(fitted)
         return dataclasses.replace(ev, fit=f, note=f.note, ceilings=ceilings, extend=True)
     return dataclasses.replace(ev, ceilings=ceilings, extend=bool(whole and linear))

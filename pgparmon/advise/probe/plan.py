@@ -359,6 +359,12 @@ def _doublings(steps: _Steps, budget_s: float, max_streams: int, plan: Plan
     # count measured counts more)
     extra = 1 if max_streams >= 3 and not plan.thinned else 0
     for i, k in enumerate(ks):
+        if doubling and _gives_way(steps, ks[i:], plan.top):
+            # a count below the cores gives way to the most streams: time
+            # went elsewhere (one stream measured again after a cold start)
+            plan.skipped.append(k)
+            plan.thinned = True
+            continue
         # steps still planned: this one, the rest of the doublings, a midpoint
         p = steps.step(k, ks[i:] + midpoint(ks, i, extra))
         if p is None:
@@ -387,6 +393,17 @@ def _doublings(steps: _Steps, budget_s: float, max_streams: int, plan: Plan
         if _gain(prev, p) < FLAT_GAIN:
             return doubling, True
     return doubling, False
+
+
+def _gives_way(steps: _Steps, left: list[int], top: int) -> bool:
+    """Whether the first of the counts left, one below `top` (the cores),
+    is to be skipped so that `top` is measured: the time left does not
+    hold a step, at the pace steps take, for each count left up to top."""
+    k = left[0]
+    needed = [j for j in left if j <= top]
+    if k >= top or top not in needed:
+        return False
+    return steps.deadline - time.monotonic() < len(needed) * step_cost(stretched=False)
 
 
 def _between_last_two(steps: _Steps, doubling: list[int], stopped: bool) -> None:
