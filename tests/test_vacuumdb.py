@@ -152,9 +152,11 @@ def _session(pid: int, start: float, query: str | None, state: str = "active",
                    query=query, **kw)
 
 
-def _analyzing(pid: int, table: str, done: int) -> MaintProgress:
+def _analyzing(pid: int, table: str, done: int, total: int = 1000) -> MaintProgress:
+    """A session sampling `table` (a's 1000 blocks at 10 targets or more, the
+    300 at most of --analyze-in-stages' first stage)."""
     return MaintProgress(pid=pid, datname="shop", relid=OIDS[table], relation=f"public.{table}",
-                         command="ANALYZE", phase="acquiring sample rows", blocks_total=1000,
+                         command="ANALYZE", phase="acquiring sample rows", blocks_total=total,
                          blocks_done=done)
 
 
@@ -177,11 +179,11 @@ def _script() -> list[tuple[tuple[Backend, ...], tuple[MaintProgress, ...], Any]
                              "waiting_for": ("relation", "ShareUpdateExclusiveLock", "public.a")}
     return [
         ((_session(11, s1, a), _session(12, s1 + 0.01, b)),
-         (_analyzing(11, "a", 100), _analyzing(12, "b", 100)), None),
+         (_analyzing(11, "a", 30, 300), _analyzing(12, "b", 30, 300)), None),
         ((_session(11, s1, a), _session(12, s1 + 0.01, "ANALYZE public.d;", query_start=T0 + 1.9)),
-         (_analyzing(11, "a", 600),), part1),
+         (_analyzing(11, "a", 180, 300),), part1),
         ((_session(11, s1, a), _session(12, s1 + 0.01, "ANALYZE public.d;", "idle")),
-         (_analyzing(11, "a", 900),), part1),
+         (_analyzing(11, "a", 270, 300),), part1),
         ((), (), None),  # between the stages: it reconnects
         # stage 2's first table, queued behind a lock; its text not read yet
         ((_session(21, s2, "ANALYZE", **waits), HOLDER), (), None),
@@ -262,6 +264,81 @@ def test_rounds_followed_from_samples_alone() -> None:
     # gone with stage 3 half seen: the statistics show every table analyzed since
     assert jobs[-1]["state"] == "finished" and mon.outcome is not None
     assert mon.outcome.reason == "all items done" and src.asked == ["shop"]
+
+
+def _rounds(script: list[Any]) -> list[dict[str, Any]]:
+    mon = Monitor(ScriptedVacuumdb(script))  # type: ignore[arg-type]
+    mon.discover()
+    return [mon.tick().to_json()["job"] for _ in script]
+
+
+def test_a_first_stage_over_before_the_first_sample() -> None:
+    """--analyze-in-stages' first stage runs without the cost-based delay
+    (vacuumdb sets vacuum_cost_delay = 0 for it) and may be over before
+    the first sample: the first sessions seen, opened within a second of
+    the process, are the second stage's. Their ANALYZE samples more blocks
+    than the first stage's target lets it (pg_stat_progress_analyze: a's
+    1000 blocks, 300 at most at 1 target): the second stage, and the first
+    is done (before, the job stayed one stage behind to its end)."""
+    s2, s3 = T0 + 0.15, T0 + 3.5
+    script: list[Any] = [
+        ((_session(21, s2, "ANALYZE public.a;"), _session(22, s2 + 0.02, "ANALYZE public.b;")),
+         (_analyzing(21, "a", 100), _analyzing(22, "b", 50, 500)), None),
+        ((_session(21, s2, "ANALYZE public.a;"), _session(22, s2 + 0.02, "ANALYZE public.c;")),
+         (_analyzing(21, "a", 700),), None),
+        ((), (), None),
+        # the third stage's first session, its progress row not sampling yet
+        ((_session(31, s3, "ANALYZE public.a;"),),
+         (dataclasses.replace(_analyzing(31, "a", 0, 0), phase="initializing"),), None),
+    ]
+    jobs = _rounds(script)
+    assert [j["round"] for j in jobs] == [2, 2, 2, 3]
+    assert jobs[0]["stage"] == "2/3: medium optimizer statistics (10 targets)"
+    assert jobs[0]["items_done"] >= 4  # the first stage's four tables
+
+
+def test_the_first_stage_is_over_only_before_the_session_began() -> None:
+    """The statistics read with the plan show an ANALYZE as soon as it
+    ends, while its stage's sessions are still there: every table of the
+    first stage analyzed since the process began says the first stage is
+    over only for a session that began after the last of them."""
+    from pgparmon.jobs.vacuumdb_plan import first_round
+
+    rows = [r[:] for r in ROWS[:4]]
+    for i, r in enumerate(rows):
+        r[13] = T0 + 0.02 * (i + 1)  # last_analyze: T0 + 0.02 ... T0 + 0.08
+    tr = _planned(["vacuumdb", "-j", "2", "--analyze-in-stages"],
+                  [{"name": "shop", "target": 100, "tables": rows, "sizes": {}}])
+    st = _vac(tr)
+    assert first_round(st, "shop", T0 + 0.01, T0) == 0 and not st.uncertain
+    assert first_round(st, "shop", T0 + 0.05, T0) == 0  # began before c and d ended
+    assert first_round(st, "shop", T0 + 0.1, T0) == 1 and st.uncertain
+    rows[3][13] = T0 - 60  # d analyzed before this run: not this stage's
+    tr = _planned(["vacuumdb", "-j", "2", "--analyze-in-stages"],
+                  [{"name": "shop", "target": 100, "tables": rows, "sizes": {}}])
+    assert first_round(_vac(tr), "shop", T0 + 0.1, T0) == 0
+
+
+def test_a_new_stage_first_seen_on_a_table_the_last_one_never_showed() -> None:
+    """Both of the first stage's connections seen (on a and b), then a
+    session that began after them on c, which the first stage was not seen
+    doing (c ties with d: no order evidence; the statistics not flushed
+    yet): vacuumdb opens at most -j connections a round and closes them
+    all at its end, so it is the next stage's, not a late connection of
+    the first (before, the job stayed one stage behind)."""
+    s1, s2 = T0 + 0.1, T0 + 1.5  # samples at T0 + 1, 2, 3 (server time)
+    script: list[Any] = [
+        ((_session(11, s1, "ANALYZE public.a;"), _session(12, s1 + 0.01, "ANALYZE public.b;")),
+         (_analyzing(11, "a", 30, 300), _analyzing(12, "b", 30, 300)), None),
+        ((_session(21, s2, "ANALYZE public.c;"),), (), None),
+        ((_session(21, s2, "ANALYZE public.d;"), _session(22, s2 + 0.01, "ANALYZE public.b;")),
+         (), None),
+    ]
+    jobs = _rounds(script)
+    assert [j["round"] for j in jobs] == [1, 2, 2]
+    # the first stage's four tables, and the second's a and b: larger than c,
+    # handed out before it
+    assert jobs[1]["items_done"] == 6 and jobs[1]["tables"]["running"] == 1
 
 
 def test_a_stall_behind_a_lock_keeps_the_lock_verdict() -> None:
@@ -616,6 +693,53 @@ def test_run_follows_the_stages(cluster: Cluster, vacdb: str, gate: psycopg.Conn
     replayed, again, _ = monitor_replay(rec)
     assert [s["job"] for s in replayed] == [s["job"] for s in samples]
     assert again["state"] == "finished"
+
+
+@pytest.mark.integration
+def test_attach_during_the_second_stage(cluster: Cluster) -> None:
+    """--analyze-in-stages' first stage runs without the cost-based delay
+    (vacuumdb sets vacuum_cost_delay = 0 for it) and is over long before
+    the next ones here (throttled for the database). Attached while the
+    second stage samples its largest table (more blocks than the first
+    stage's target lets it), the job is in the second stage from its first
+    sample, moves on to the third, and never back."""
+    db = "vacstages"
+    cluster.psql(f"DROP DATABASE IF EXISTS {db}")
+    cluster.psql(f"CREATE DATABASE {db}")
+    cluster.psql("CREATE TABLE wide (id int, v text); INSERT INTO wide SELECT g, "
+                 "repeat('x', 200) FROM generate_series(1, 20000) g; "
+                 + "".join(f"CREATE TABLE t{i} AS SELECT generate_series(1, {i * 500}) AS id; "
+                           for i in range(1, 4)), dbname=db)
+    cluster.psql("VACUUM", dbname=db)  # relpages, which vacuumdb orders by
+    cluster.psql(f"ALTER DATABASE {db} SET vacuum_cost_limit = 1")
+    cluster.psql(f"ALTER DATABASE {db} SET vacuum_cost_delay = '10ms'")
+    vac = subprocess.Popen([cluster.client("vacuumdb"), "-j", "2", "--analyze-in-stages",
+                            "-d", db], env=cluster.env(), stdout=subprocess.DEVNULL)
+    att: Lines | None = None
+    try:
+        with psycopg.connect(cluster.conninfo(db), autocommit=True) as c:
+            deadline = time.monotonic() + 120
+            while not c.execute(
+                    "SELECT count(*) FROM pg_stat_progress_analyze p JOIN pg_stat_activity a "
+                    "USING (pid) WHERE a.application_name = 'vacuumdb' "
+                    "AND p.sample_blks_total > 300").fetchone()[0]:  # type: ignore[index]
+                assert vac.poll() is None and time.monotonic() < deadline, \
+                    "the second stage never sampled wide"
+                time.sleep(0.02)
+        att = Lines(subprocess.Popen(
+            pgparmon_cmd("attach", "-d", db, "--json", "--interval", "0.2"),
+            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        first = att.wait_for(lambda s: s["job"].get("round") is not None, "the job's round")
+        assert (first["job"]["round"], first["job"]["rounds"]) == (2, 3), first["job"]
+        assert first["job"]["stage"].startswith("2/3")
+        samples, summary, _ = att.finish()
+    finally:
+        vac.wait(timeout=300)
+    assert vac.returncode == 0 and att is not None and att.proc.returncode == 0, att.stderr[-1500:]
+    rounds = [s["job"]["round"] for s in samples if s["job"].get("round") is not None]
+    assert rounds == sorted(rounds) and rounds[-1] == 3, rounds
+    assert summary["state"] == "finished", summary["reason"]
+    assert _monotone(samples)[-1] == 1.0
 
 
 def test_missing_stats_only_takes_the_tables_never_analyzed() -> None:

@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 
 # ANALYZE samples 300 rows per unit of statistics target, from as many blocks
 SAMPLE_ROWS_PER_TARGET = 300
+# and never fewer rows than this (do_analyze_rel's floor: every column's target 0)
+MIN_SAMPLE_ROWS = 100
 DEFAULT_TARGET = 100
+# tables ANALYZE skips (the statistics never show it ran)
+NO_ANALYZE = ("pg_catalog.pg_statistic",)
 # tables vacuumdb takes when no -t names them
 DEFAULT_KINDS = ("r", "m")
 # columns of a row of sql/vacuumdb_tables_*.sql
@@ -67,6 +71,9 @@ class Parts:
     heap: float
     toast: float
     sample: float
+    # the most blocks its ANALYZE samples (300 rows per unit of its target, a
+    # block each), whatever the table's size; 0: no ANALYZE, or not known
+    cap: float = 0.0
 
 
 # the last observations each part's rate is measured on
@@ -166,6 +173,15 @@ def table_target(row: list[Any], target: int) -> int:
         return target
     explicit = int(row[SET_TARGET]) if row[SET_TARGET] is not None else 0
     return max(explicit, target if row[DEFAULT_COLS] else 0)
+
+
+def sample_cap(row: list[Any], opts: VacOptions, target: int) -> float:
+    """The most blocks one table's ANALYZE samples: the sample_blks_total
+    its progress row shows is this or the table's size, if smaller (0: its
+    statement analyzes nothing)."""
+    if opts.statement != ANALYZE and not opts.analyze:
+        return 0.0
+    return float(max(MIN_SAMPLE_ROWS, SAMPLE_ROWS_PER_TARGET * table_target(row, target)))
 
 
 def work_parts(row: list[Any], opts: VacOptions, target: int, block: int,
@@ -268,7 +284,8 @@ def _add(tr: Tracker, st: VacState, r: int, row: list[Any], info: dict[str, Any]
                 name=label(rel, rd.db, rd.stage, many_dbs), size=size,
                 work=heap + toast + sample, reltuples=reltuples, heap_bytes=heap or None))
     toast_oid = int(row[TOAST_OID]) if row[TOAST_OID] else None
-    st.parts[key] = Parts(rd.db, int(row[OID]), toast_oid, heap, toast, sample)
+    st.parts[key] = Parts(rd.db, int(row[OID]), toast_oid, heap, toast, sample,
+                          sample_cap(row, opts, target))
     st.round_of[key] = r
     st.by_oid[(r, rd.db, int(row[OID]))] = key
     if toast_oid:
@@ -305,27 +322,27 @@ def inferred_options(statement: str | None) -> VacOptions:
     return VacOptions(analyze="ANALY" in head, full="FULL" in head, freeze="FREEZE" in head)
 
 
-def first_round(st: VacState, db: str, since: float | None, began: float | None,
-                grace: float) -> int:
+def first_round(st: VacState, db: str, since: float | None, began: float | None) -> int:
     """The round a job is in when its sessions are first seen (`since`:
-    their start; `began`: its client process's, when seen): that
-    database's only round; with stages, its first while some of its tables
-    were not analyzed since the process began, or when the sessions began
-    with it, else the second (a guess: the second and third look alike)."""
+    the session's start; `began`: its client process's, when seen): that
+    database's only round; with stages, the second once every table of
+    the first was analyzed since the process began and before the session
+    began (the statistics read with the plan, which an ANALYZE updates as
+    it ends: a first stage's session began before the last of its tables
+    ended), else the first (a guess the second and third look alike; the
+    sessions' progress rows may move it on)."""
     mine = [r for r, rd in enumerate(st.rounds) if rd.db == db]
     if not mine:
         return 0
     if len(mine) == 1:
         return mine[0]
-    if began is not None and since is not None and since - began < grace \
-            and mine[0] == 0:
-        return mine[0]
-    if began is None:
+    if began is None or since is None:
         st.uncertain = True
         return mine[0]
-    keys = st.rounds[mine[0]].keys
+    keys = [k for k in st.rounds[mine[0]].keys
+            if st.parts[k].oid and k.split(":", 2)[2] not in NO_ANALYZE]
     fresh = [st.stats.get((db, st.parts[k].oid), (None, None))[1] for k in keys]
-    if any(t is None or t < began for t in fresh):
+    if not fresh or any(t is None or not began <= t < since for t in fresh):
         return mine[0]
     st.uncertain = True
     return mine[1]

@@ -1,13 +1,35 @@
 """Following vacuumdb through its rounds: which round and table each of its
 sessions works on, and the evidence that settles the tables nobody saw run.
 
-A session belongs to one round (vacuumdb connects anew for each database
-and each stage, and the rounds never overlap). A session never seen before
-is in the round running now when it began while that round's sessions were
-there; else it is the next round's when it works in another database, or on
-a table the round running now has done already or gives another session
-(the next stage starts with the largest table again); else it is one of
-the round's connections opened late.
+A session belongs to one round: vacuumdb connects anew for each database
+and each stage, opens a round's -j connections as it hands out the round's
+first tables (the first one before it lists the tables), and closes them
+all at the round's end, before the next round's first connection; the
+rounds never overlap. What says which round a session serves, and when it
+arrives (a sample every interval; a stage's first statement on each
+connection, `SET default_statistics_target=1; SET vacuum_cost_delay=0;`,
+`...=10; RESET vacuum_cost_delay;`, `RESET default_statistics_target;`,
+is followed by its first ANALYZE within microseconds, and a session not yet
+followed shows only its first word: no sample carries it):
+- its ANALYZE's progress row, once it samples (pg_stat_progress_analyze's
+  sample_blks_total): at most 300 blocks per unit of the round's statistics
+  target (300 at the first stage, 3000 at the second), so a larger sample
+  is a later stage's. --analyze-in-stages' first stage runs without the
+  cost-based delay and is often over before a sample sees it;
+- its start: a session that began after every session of the round
+  running now, once that round has all its connections, is the next
+  round's; one that began while the round's sessions were there is that
+  round's;
+- its table: one the round running now has done already or gives another
+  session is the next round's (the next stage starts with the largest
+  table again);
+- at the first sight of the job, the statistics read with the plan: the
+  first stage is over for a session that began after every table of it
+  was analyzed since the process began (an ANALYZE shows there as it
+  ends, while its stage's sessions are still there).
+Else it is one of the round's connections opened late. A session is placed
+again as its evidence comes (its progress row a sample later), and only
+ever into a later round: the job never moves back.
 
 What no sample saw (a table that took less than a sample's interval):
 - a round entered ends every round before it (vacuumdb moves on only once
@@ -30,18 +52,12 @@ from typing import TYPE_CHECKING, Any
 from ..snapshot import Backend, MaintProgress
 from .vacuumdb_options import STAGE_NAMES, name_parts, table_part
 from .base import state_of
-from .vacuumdb_plan import VacState, add_unplanned, first_round
+from .vacuumdb_plan import NO_ANALYZE, VacState, add_unplanned, first_round
 
 if TYPE_CHECKING:
     from ..analyze.items import Item
     from ..analyze.progress import Tracker
     from .base import EndContext
-
-# a round whose first session began this soon after the client process is
-# its first round
-START_GRACE_S = 5.0
-# tables ANALYZE skips (the statistics never show it ran)
-NO_ANALYZE = ("pg_catalog.pg_statistic",)
 
 
 @dataclass
@@ -85,8 +101,9 @@ def locate(tr: Tracker, st: VacState, b: Backend, rel: str | None,
            mp: MaintProgress | None) -> str | None:
     """The item of the statement a session runs (Driver.maint_item)."""
     prev = st.stmts.get(b.pid)
-    if prev is not None and prev[0] == b.query_start and prev[1] in tr.items:
-        return prev[1]  # the same statement as last sample
+    if prev is not None and prev[0] == b.query_start and prev[1] in tr.items \
+            and _known_round(tr, st, b, mp) == st.round_of.get(prev[1]):
+        return prev[1]  # the same statement as last sample, in the same round
     oid = mp.relid if mp is not None and mp.relid else None
     name = statement_table(b.query)
     if name is None and b.waiting_for and b.waiting_for[0] == "relation" \
@@ -101,7 +118,7 @@ def locate(tr: Tracker, st: VacState, b: Backend, rel: str | None,
         # its text cut to its first word (a session not followed yet): named next sample
         st.unmapped = st.unmapped or _on_a_table(b.query)
         return None
-    r = _session_round(tr, st, b, oid, name)
+    r = _session_round(tr, st, b, oid, name, mp)
     key = _lookup(st, r, db, oid, name)
     if key is None:
         if name is None:  # a progress row of a relation the plan does not know
@@ -133,20 +150,67 @@ def began(tr: Tracker) -> float | None:
 
 
 def _session_round(tr: Tracker, st: VacState, b: Backend, oid: int | None,
-                   name: str | None) -> int:
+                   name: str | None, mp: MaintProgress | None = None) -> int:
+    """The round a session works in: settled when it is first seen, moved
+    on (never back) when later evidence says a later round."""
+    r = _known_round(tr, st, b, mp)
+    if r is None:
+        db = b.datname or ""
+        if st.cur is None:
+            r = first_round(st, db, b.backend_start, began(tr))
+        else:
+            r = _next_round(tr, st, b, oid, name)
+        r = _evidence_round(st, r, db, mp)
+    _place(tr, st, b, r)
+    return r
+
+
+def _known_round(tr: Tracker, st: VacState, b: Backend, mp: MaintProgress | None) -> int | None:
+    """The round of a session seen before, moved on by what this sample
+    shows (None: a session not seen before). Rounds never overlap: one
+    alive while a later round runs is that round's (it was taken for an
+    earlier one before that round's evidence came)."""
     known = st.sessions.get(b.pid)
-    if known is not None and known[0] == b.backend_start:
-        return known[1]
-    db = b.datname or ""
-    if st.cur is None:
-        r = first_round(st, db, b.backend_start, began(tr), START_GRACE_S)
-    else:
-        r = _next_round(tr, st, b, oid, name)
+    if known is None or known[0] != b.backend_start:
+        return None
+    r = known[1]
+    if st.cur is not None and st.cur > r and st.rounds[st.cur].db == st.rounds[r].db:
+        r = st.cur
+    return _evidence_round(st, r, b.datname or "", mp)
+
+
+def _place(tr: Tracker, st: VacState, b: Backend, r: int) -> None:
+    was = st.sessions.get(b.pid)
     st.sessions[b.pid] = (b.backend_start, r)
+    if was is not None and was[0] == b.backend_start and was[1] != r:
+        # moved on: the round it was taken for began with another session, if any
+        old = st.rounds[was[1]]
+        old.start = min((s[0] for s in st.sessions.values() if s[1] == was[1]
+                         and s[0] is not None), default=None)
     enter(tr, st, r)
     rd = st.rounds[r]
     if b.backend_start is not None and (rd.start is None or b.backend_start < rd.start):
         rd.start = b.backend_start
+
+
+def _evidence_round(st: VacState, r: int, db: str, mp: MaintProgress | None) -> int:
+    """Round r, or a later one of the same database where the session's
+    ANALYZE samples more blocks than round r's statistics target lets it
+    (pg_stat_progress_analyze's sample_blks_total: at most 300 x the target
+    blocks, 300 at --analyze-in-stages' first stage, 3000 at its second):
+    the earliest round whose target allows it."""
+    if mp is None or not mp.relid or not mp.blocks_total or mp.command != "ANALYZE" \
+            or "acquiring sample rows" not in (mp.phase or "").lower():
+        return r
+    for later in range(r, len(st.rounds)):
+        if st.rounds[later].db != db:
+            continue
+        key = st.by_oid.get((later, db, int(mp.relid)))
+        if key is None:
+            return r  # a table this round does not take: no evidence
+        cap = st.parts[key].cap
+        if not cap or mp.blocks_total <= cap:
+            return later
     return r
 
 
@@ -155,12 +219,35 @@ def _later(st: VacState, db: str) -> int | None:
     return next((r for r in range(st.cur + 1, len(st.rounds)) if st.rounds[r].db == db), None)
 
 
+def _connections(st: VacState, r: int) -> int | None:
+    """How many connections vacuumdb opens for round r: -j of them, no more
+    than the round has tables (one without -j); None when its command line
+    is not known."""
+    if st.inferred:
+        return None
+    return max(1, min(st.opts.jobs or 1, len(st.rounds[r].keys)))
+
+
 def _next_round(tr: Tracker, st: VacState, b: Backend, oid: int | None,
                 name: str | None) -> int:
+    """A session not seen before, while round `cur` runs: vacuumdb opens a
+    round's connections as it hands out the round's first tables, and
+    closes them all at the round's end, so a session is the next round's
+    when it began after every session of round `cur` began and that round
+    has all its connections already, or when its table is one the round
+    has done or gives another session (the next stage starts with the
+    largest table again); it is round `cur`'s when it began while that
+    round's sessions were there, or when nothing says otherwise (one of
+    the round's connections opened late)."""
     assert st.cur is not None
     cur, db = st.cur, b.datname or ""
     rd = st.rounds[cur]
     if rd.db != db:
+        return _later(st, db) or cur
+    mine = [s for pid, s in st.sessions.items() if s[1] == cur and pid != b.pid]
+    want = _connections(st, cur)
+    if want is not None and len(mine) >= want and b.backend_start is not None \
+            and all(s[0] is not None and s[0] < b.backend_start for s in mine):
         return _later(st, db) or cur
     if rd.seen is not None and b.backend_start is not None and b.backend_start <= rd.seen:
         return cur  # it began while the round's sessions were there
