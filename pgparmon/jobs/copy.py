@@ -68,6 +68,7 @@ class CopyLoad(Driver):
     kind = "copy"
     title = "COPY load"
     client_specs = {"psql": PSQL}  # a load run as psql -c "\\copy ..." or -f script
+    data_flow = "in"
     names_source = True  # a copy between databases: --source
     joins_sessions_live = True
     plans_work = True  # only a copy between databases: see plan_request
