@@ -38,7 +38,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from .end import End, EndContext
-from .grouping import cluster_job, tree_member_pids
 from .job import TREE, Job  # the job model: drivers and the core import it from here too
 from .plan import Plan, PlanInputs, PlanReader
 from .progress import DATA_FLOWS, Progress
@@ -48,8 +47,7 @@ if TYPE_CHECKING:
     from ..analyze.progress import Tracker
 
 __all__ = ["TREE", "Driver", "End", "EndContext", "Job", "Plan", "PlanInputs", "PlanReader",
-           "Progress", "Recognise", "SessionApps", "cluster_job", "state_of",
-           "tree_member_pids", "undeclared"]
+           "Progress", "Recognise", "SessionApps", "state_of", "undeclared"]
 
 S = TypeVar("S")
 

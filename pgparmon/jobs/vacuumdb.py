@@ -41,8 +41,8 @@ from .base import (
     PlanReader,
     SessionApps,
     state_of,
-    tree_member_pids,
 )
+from .grouping import tree_member_pids
 from .statements import maint_target
 from .vacuumdb_options import CLIENT, ITEM_KINDS, VacOptions, options_of, vac_options
 from .vacuumdb_plan import HEAP, SAMPLE, Parts, VacState, build, inferred_options
