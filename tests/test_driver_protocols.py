@@ -66,6 +66,18 @@ def test_every_built_in_driver_declares_what_it_must() -> None:
         {d.kind: [] for d in registry.drivers()}
 
 
+def test_every_built_in_driver_states_what_its_tool_is() -> None:
+    """The defaults describe no tool, so each built-in driver says in its
+    own class which way its data flows and whether its worker processes
+    live to the end (a dump's do: one gone early died)."""
+    unsaid = [f"{d.kind}: {name}" for d in registry.drivers()
+              for name in ("kind", "data_flow", "fixed_workers")
+              if name not in type(d).__dict__]
+    assert unsaid == []
+    assert {d.kind for d in registry.drivers() if d.fixed_workers} == \
+        {"pg_dump", "pg_restore", "vacuumdb"}
+
+
 class Nameless(Driver):
     """A loader that forgot its kind."""
 
@@ -383,14 +395,24 @@ def test_no_driver_borrows_from_another_drivers_module() -> None:
     """A driver's module imports shared modules (jobs/grouping.py,
     tables.py, backup_rows.py...), never the module of another registered
     driver."""
-    mods = {type(d).__module__.rsplit(".", 1)[-1]: d.kind for d in registry.drivers()}
+    mods = {type(d).__module__.rsplit(".", 1)[-1] for d in registry.drivers()}
     found = []
-    for name in mods:
+    for name in sorted(mods):
         tree = ast.parse((ROOT / "jobs" / f"{name}.py").read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                src = (node.module or "").split(".")[0]
-                found += [f"{name} imports {src}" for _ in [0] if src in mods and src != name]
-                found += [f"{name} imports {a.name}" for a in node.names
-                          if node.module is None and a.name in mods and a.name != name]
+        found += [f"{name} imports {other}" for other in _imported_siblings(tree)
+                  if other in mods and other != name]
     assert found == []
+    # the check finds what it looks for
+    assert _imported_siblings(ast.parse("from .pg_dump import x\nfrom . import copy, walwait\n"
+                                        "from ..analyze import eta\n")) == \
+        ["pg_dump", "copy", "walwait"]
+
+
+def _imported_siblings(tree: ast.AST) -> list[str]:
+    """The modules of jobs/ a module of jobs/ imports (`from .x import`,
+    `from . import x`)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            out += [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+    return out
