@@ -16,11 +16,12 @@ from typing import Any
 
 from .cmdline import ClientArgs
 from .exitcodes import ExitCode
-from .jobs.base import TREE, Driver, Job
+from .jobs.base import TREE, Job
+from .jobs.recognise import Recognise
 from .jobs.registry import (
     client_programs,
-    driver_for,
-    drivers,
+    recognise_for,
+    recognisers,
     job_titles,
     parse_argv,
     program_of,
@@ -44,7 +45,7 @@ class DiscoveryError(RuntimeError):
 
 
 def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: ServerFacts,
-                      db: DbSample, peers: dict[int, set[int]] | None, driver: Driver,
+                      db: DbSample, peers: dict[int, set[int]] | None, driver: Recognise,
                       rivals: Iterable[float] = ()) -> tuple[bool, set[int]]:
     """Whether this process tree is connected to our server, with the backend
     pids it is linked to when that can be seen. `rivals`: the start times of
@@ -78,7 +79,7 @@ def _tree_talks_to_us(tree: list[procs.ProcInfo], args: ClientArgs, facts: Serve
     return _opened_first_session(tree[0], args.dbname, driver, db, rivals), set()
 
 
-def _opened_first_session(root: procs.ProcInfo, dbname: str, driver: Driver, db: DbSample,
+def _opened_first_session(root: procs.ProcInfo, dbname: str, driver: Recognise, db: DbSample,
                           rivals: Iterable[float]) -> bool:
     firsts: dict[object, float] = {}
     for b in db.backends:
@@ -99,15 +100,15 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
 
     jobs: list[Job] = []
     claimed: set[int] = set()
-    for d in drivers():  # jobs the server runs itself (a subscription's sync)
+    for d in recognisers():  # jobs the server runs itself (a subscription's sync)
         for job in d.server_jobs(db, facts):
             jobs.append(job)
             claimed |= job.pid_hint
     peers = procs.unix_peers() if scan_processes and os.name == "posix" else None
     if scan_processes:
         trees = procs.process_trees(procs.scan_job_processes(client_programs()))
-        by_program: dict[str, list[Driver]] = {}
-        for d in drivers():
+        by_program: dict[str, list[Recognise]] = {}
+        for d in recognisers():
             if not d.host_only:  # no session of its own: found by `attach --host-only`
                 for p in d.programs:
                     by_program.setdefault(p, []).append(d)
@@ -153,7 +154,7 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
             claimed |= members
             jobs.append(job)
         forced = pid if pid is not None and not any(j.has_pid(pid) for j in jobs) else None
-        for d in drivers():  # clients no program names (a COPY loader's tree)
+        for d in recognisers():  # clients no program names (a COPY loader's tree)
             jobs.extend(d.tree_jobs(db, claimed, links, forced, steps))
     jobs.extend(_backend_only_jobs(db, claimed, facts))
     return jobs
@@ -163,7 +164,7 @@ def find_host_jobs(pid: int | None = None) -> list[Job]:
     """The jobs of tools that run with the server down (a pgBackRest
     restore), from this host's process table alone; `pid`: only the tree
     that process belongs to."""
-    host_drivers = [d for d in drivers() if d.host_only]
+    host_drivers = [d for d in recognisers() if d.host_only]
     programs = tuple(dict.fromkeys(p for d in host_drivers for p in d.programs))
     if not programs:
         return []
@@ -185,7 +186,7 @@ def find_host_jobs(pid: int | None = None) -> list[Job]:
 
 
 def step_of(root: procs.ProcInfo, links: dict[int, int], db: DbSample,
-            owners: Iterable[Driver]) -> int | None:
+            owners: Iterable[Recognise]) -> int | None:
     """The job root of the program a pg_dump / pg_restore is a step of, or
     None when it is a job of its own. A migration tool runs pg_dump for the
     schema and pg_restore for the post-data while it holds a transaction
@@ -225,7 +226,7 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
     for b in db.backends:
         if b.pid in claimed or b.backend_type not in ("client backend", "walsender"):
             continue
-        ds = drivers()
+        ds = recognisers()
         if any(d.stale_session(b, db.server_ts) for d in ds):
             continue  # an old session whose last statement was a COPY: no load now
         for d in ds:
@@ -235,7 +236,7 @@ def _backend_only_jobs(db: DbSample, claimed: set[int], facts: ServerFacts) -> l
                 break
     jobs: list[Job] = []
     for key, members in groups.items():
-        d = driver_for(str(key[0]))
+        d = recognise_for(str(key[0]))
         jobs.extend(d.from_sessions(part) for part in d.split(members))
     return jobs
 

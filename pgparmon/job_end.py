@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING
 
 from .analyze.warnings import FULL_BYTES
 from .exitcodes import ExitCode
+from .jobs.end import end_of
 
 if TYPE_CHECKING:
     from .analyze.progress import Tracker
-    from .jobs.base import EndContext, Job
+    from .jobs.end import EndContext
+    from .jobs.job import Job
     from .snapshot import Snapshot
 
 
@@ -89,7 +91,7 @@ class JobEnd:
             members = tr.members(snap) if snap.db and not snap.db.error else None
             # a job the server runs may be working with no session (its
             # workers wait for a free slot): its driver says
-            if members is not None and tr.driver.still_working(job, members, snap):
+            if members is not None and end_of(tr).still_working(job, members, snap):
                 self.no_members = 0
                 return None
             if members is None:
@@ -112,8 +114,8 @@ class JobEnd:
         # worker gone while another still works and items still wait to
         # start is one that died (items that ran between two samples are
         # never seen running, so "pending" alone proves nothing)
-        waiting = tr.driver.fixed_workers and any(i.state == "pending"
-                                                  for i in tr.items.values())
+        waiting = end_of(tr).fixed_workers and any(i.state == "pending"
+                                                   for i in tr.items.values())
         others = live - died - {job.client_pid}
         if root_alive and died and waiting and others and not died <= self.died:
             self.died |= died
@@ -123,7 +125,7 @@ class JobEnd:
 
     def _verdict(self, tr: Tracker, snap: Snapshot, ctx: EndContext,
                  code: int | None) -> Outcome:
-        driver = tr.driver
+        driver = end_of(tr)
         # the last items may have finished between two samples
         readable = driver.settle_at_end(tr, ctx, snap)
         full = (" (the target filesystem is full)" if snap.free_bytes is not None

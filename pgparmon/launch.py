@@ -22,7 +22,8 @@ from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
 from .jobs.base import Job
-from .jobs.registry import client_programs, client_specs, command_job, driver_for, parse_argv
+from .jobs.registry import client_programs, client_specs, command_job, parse_argv, \
+    recognise_for
 from .monitor import Monitor
 from .open_job import job_for_process
 from .readers import procs
@@ -96,7 +97,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
             job = _wrapped_job(proc, argv, inner, tag, log)
         try:
             live: LiveSource | HostSource
-            if driver_for(job.kind).host_only:  # it runs with the server down
+            if recognise_for(job.kind).host_only:  # it runs with the server down
                 live = HostSource(job=job, process=proc, log=log)
             else:
                 live = LiveSource(target, job=job, process=proc, log=log,

@@ -22,6 +22,8 @@ from .analyze.progress import Tracker
 from .heap import HeapSettler
 from .job_end import JobEnd, Outcome
 from .jobs.base import Job
+from .jobs.plan import plan_of
+from .jobs.progress import progress_of
 from .jobs.registry import driver_for
 from .jobs.statements import copy_target
 from .notes import Notes
@@ -98,7 +100,7 @@ class Monitor:
                                client_pids=getattr(self.source, "client_pids", None))
         self.end = JobEnd(job, self.noted.say)
         self.noted.discovered(job, self.facts, getattr(self.source, "why", None),
-                              self.tracker.driver.data_flow)
+                              progress_of(self.tracker).data_flow)
         return job
 
     def discover_label(self) -> str:
@@ -107,9 +109,10 @@ class Monitor:
     def _plan(self) -> None:
         tr = self.tracker
         assert tr is not None
-        if tr.planned or not tr.driver.plans_work or self.plan_failed:
+        plan = plan_of(tr)
+        if tr.planned or not plan.plans_work or self.plan_failed:
             return
-        req = tr.driver.plan_request(tr)
+        req = plan.plan_request(tr)
         if req is None:
             return  # nothing to plan from yet
         inputs = self.source.plan_inputs(req)
@@ -117,10 +120,10 @@ class Monitor:
             return  # not readable yet: ask again next tick
         if inputs.error:
             self.noted.say(inputs.error)
-        if inputs.error or not tr.driver.plan(tr, inputs):
+        if inputs.error or not plan.plan(tr, inputs):
             self.plan_failed = True
             return
-        tr.driver.after_plan(tr, self.source, self.snaps[-1], self._running_keys())
+        plan.after_plan(tr, self.source, self.snaps[-1], self._running_keys())
 
     def _running_keys(self) -> set[str]:
         """Items some backend works on right now (their rows are not committed)."""
@@ -169,7 +172,7 @@ class Monitor:
         if not self.settle_heap or self.samples < 2:
             return
         tr = self.tracker
-        planned = (tr is None or tr.planned or self.plan_failed or not tr.driver.plans_work)
+        planned = (tr is None or tr.planned or self.plan_failed or not plan_of(tr).plans_work)
         self._heap.settle(planned)
 
     def _databases(self) -> list[str]:

@@ -50,7 +50,7 @@ class Notes:
                      f"{facts.user} shows them)")
 
     def discovered(self, job: Job, facts: ServerFacts, why: str | None,
-                   data_flow: str) -> None:
+                   data_flow: str | None) -> None:
         """How the job is followed (host only), and what a load pays for
         the server's data checksums."""
         if facts.host_only:

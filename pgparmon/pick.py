@@ -16,7 +16,7 @@ from .connect import ConnTarget
 from .discover import DiscoveryError, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job
-from .jobs.registry import driver_for, sample_extras
+from .jobs.registry import recognise_for, sample_extras
 from .readers import procs
 from .readers.db import DbSampler, ServerFacts
 from .snapshot import DbSample
@@ -78,7 +78,7 @@ def found_jobs(jobs: list[Job], db: DbSample) -> list[FoundJob]:
     out: list[FoundJob] = []
     for j, own in zip(jobs, mine, strict=True):
         if not own and j.grouping != TREE:
-            driver = driver_for(j.kind)
+            driver = recognise_for(j.kind)
             own = [b.pid for b in sessions if b.pid not in claimed and driver.belongs(j, b)]
             claimed |= set(own)
         started: float | None = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .analyze import bottleneck, eta
 from .analyze.job_warnings import JobWarnings
 from .analyze.stall import Stall
+from .jobs.progress import progress_of
 from .jobs.registry import phase_of
 from .jobs.statements import copy_target
 from .sample import NO_HOST, DiskLoad, Ending, HostLoad, JobStatus, Sample, ServerStatus, \
@@ -101,18 +102,18 @@ def worker_rows(tr: Tracker, snap: Snapshot, prev: Snapshot | None) -> WorkerRow
         streaming = phase_of(w.phase).streams
         bps = w.bytes_rate.recent(5.0) if streaming else 0.0
         tps = w.tuples_rate.recent(5.0) if w.phase == "copy" else 0.0
-        cpid = links.get(w.pid) or tr.driver.client_of(tr, w, snap)
+        cpid = links.get(w.pid) or progress_of(tr).client_of(tr, w, snap)
         ccpu = cpu_percent(cpid, snap, prev) if cpid else None
         scpu = cpu_percent(w.pid, snap, prev, os_side=True)
         progress = w.progress
         if progress is None and w.phase == "copy" and cpid:
-            progress = tr.driver.client_progress(tr, cpid)  # a file the server can't see
+            progress = progress_of(tr).client_progress(tr, cpid)  # a file the server can't see
         direction = None
         if w.phase == "copy":
             ct = copy_target(w.query)
             direction = ct[0] if ct else None
         elif streaming:  # a backup: the server sends
-            direction = "to" if tr.driver.data_flow == "out" else "from"
+            direction = "to" if progress_of(tr).data_flow == "out" else "from"
         out.bps_by_dir[direction] = out.bps_by_dir.get(direction, 0.0) + (bps or 0.0)
         out.tps_by_dir[direction] = out.tps_by_dir.get(direction, 0.0) + (tps or 0.0)
         out.obs.append(bottleneck.WorkerObs(w.phase, w.wait_event, ccpu, scpu, direction))
@@ -195,13 +196,13 @@ class SampleBuilder:
         tr = t.tr
         pending = tr.count("pending")
         running = [(i.name, i.fraction) for i in tr.running()]
-        own = None if stopped else tr.driver.verdict(tr, t.snap, t.facts.settings)
+        own = None if stopped else progress_of(tr).verdict(tr, t.snap, t.facts.settings)
         # a stall replaces the driver's reason unless that names what its
         # workers wait on (bottleneck.against_stall, the judge's rule too)
         own = bottleneck.against_stall(own, stuck)
         return own or bottleneck.judge(
-            list(self.obs_window), flow=tr.driver.data_flow, tool=t.job.kind,
-            pending=pending, jobs=tr.driver.streams(tr), running_items=running,
+            list(self.obs_window), flow=progress_of(tr).data_flow, tool=t.job.kind,
+            pending=pending, jobs=progress_of(tr).streams(tr), running_items=running,
             host=t.host_rates, devices=disks, stalled=stuck, stopped_clients=stopped)
 
     def _job_part(self, t: Tick, rows: WorkerRows, est: eta.Eta,
@@ -228,5 +229,5 @@ class SampleBuilder:
             grouping=job.grouping,
             databases=tuple(t.databases),
             client_pids=tuple(sorted(tr.client_pids.now(t.snap))),
-            kind_fields=tr.driver.job_fields(tr, rows.rows, state),
+            kind_fields=progress_of(tr).job_fields(tr, rows.rows, state),
             ending=Ending(outcome.reason, outcome.exit_code) if outcome else None)

@@ -23,7 +23,8 @@ from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
-from .jobs.registry import driver_for, job_extras, job_titles, sample_extras
+from .jobs.registry import job_extras, job_titles, plan_for, progress_for, recognise_for, \
+    sample_extras
 from .readers import devices as devmod
 from .readers import host as hostmod
 from .readers import procs
@@ -127,7 +128,7 @@ class LiveSource:
                     exc.found = found_jobs(exc.jobs, db)
                 raise
         job = self.job
-        driver = driver_for(job.kind)
+        driver = recognise_for(job.kind)
         # the job is known: its samples read its driver's parts and server
         # types alone (a dump's runs no subscription query)
         self.sampler.read_extras(**job_extras(job.kind))
@@ -215,7 +216,7 @@ class LiveSource:
     def snapshot(self) -> Snapshot:
         job = self.job
         assert job is not None
-        driver = driver_for(job.kind)
+        driver, obs = recognise_for(job.kind), progress_for(job.kind)
         tree = job.grouping == TREE and bool(job.client_pid)
         db = self.sampler.sample(sorted(self.known_backends))
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
@@ -240,13 +241,13 @@ class LiveSource:
         backend_pids = [b.pid for b in backends]
         backends_os = procs.read_procs(backend_pids) if self.local else ()
         files: tuple[FileSize, ...] = ()
-        if (self.target_dir and driver.writes_target_files
+        if (self.target_dir and obs.writes_target_files
                 and os.path.isdir(self.target_dir)):
             files = dir_sizes(self.target_dir) or ()
         elif tree:
             files = input_sizes(clients)
         self.snapshots_taken += 1
-        tool = driver.read_status(job, clients, self._tool) if job.client_pid else None
+        tool = obs.read_status(job, clients, self._tool) if job.client_pid else None
         self._tool = tool or self._tool
         # the free space where the job writes: its target, or where the tool
         # says it writes (a pgBackRest backup's directory in its repository)
@@ -285,7 +286,7 @@ class LiveSource:
         toc.dat is written just after it starts)."""
         assert self.job is not None
         try:
-            return driver_for(self.job.kind).read_plan(self, req or {})
+            return plan_for(self.job.kind).read_plan(self, req or {})
         except TocError as exc:
             return PlanInputs(error=f"cannot read the archive's TOC ({exc}): progress from "
                                     "activity only")
@@ -427,11 +428,11 @@ class HostSource:
     def snapshot(self) -> Snapshot:
         job = self.job
         assert job is not None
-        driver = driver_for(job.kind)
+        obs = progress_for(job.kind)
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         now = self.clients.read(True)
         clients = procs.read_procs(now.live, files_under="/")
-        tool = driver.read_status(job, clients, self._tool) if job.client_pid else None
+        tool = obs.read_status(job, clients, self._tool) if job.client_pid else None
         self._tool = tool or self._tool
         if tool and tool.get("pgdata") and not self.target_dir:
             self.target_dir = tool["pgdata"]

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .. import units as fmt
-from ..jobs.base import Driver
-from ..jobs.registry import driver_for, phase_of
+from ..jobs.progress import Progress
+from ..jobs.registry import phase_of, progress_for
 from ..sample import DiskLoad, HostLoad, Sample
 from .rates import SteadyThroughput
 from .saturation import MIN_SAMPLES, StreamPoint, saturation
@@ -149,9 +149,9 @@ class AdviceTracker:
             if disk.rotational is not None:
                 acc.rotational.append(bool(disk.rotational))
 
-    def _driver(self) -> Driver | None:
+    def _driver(self) -> Progress | None:
         try:
-            return driver_for(self.kind) if self.kind else None
+            return progress_for(self.kind) if self.kind else None
         except KeyError:  # a recording of a kind this version does not know
             return None
 

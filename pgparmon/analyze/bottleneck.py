@@ -62,14 +62,14 @@ class WorkerObs:
     direction: str | None  # "to" (dump) | "from" (restore / load) | None
 
 
-def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str, jobs: int | None,
+def judge(window: Sequence[Sequence[WorkerObs]], *, flow: str | None, jobs: int | None,
           pending: int, running_items: Sequence[tuple[str, float]],
           host: Any | None, devices: Mapping[str, Any] | None = None,
           stalled: bool = False, stopped_clients: int = 0, tool: str = "client") -> Verdict:
     """window: the last few samples' worker observations (oldest first).
     flow: "out" when the server sends the job's data to the client (a dump),
-    "in" when the client feeds the server (a restore, a load). tool names the
-    client program in the verdict."""
+    "in" when the client feeds the server (a restore, a load), None when its
+    driver declares neither. tool names the client program in the verdict."""
     if stopped_clients:
         return Verdict("stalled", f"{stopped_clients} client process(es) are stopped (SIGSTOP): "
                                   "no work is done until they continue")
@@ -128,7 +128,7 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def _inner(obs: list[WorkerObs], waits: Counter[str | None], n: int, host: Any | None,
-           devices: Mapping[str, Any] | None, flow: str, tool: str) -> Verdict:
+           devices: Mapping[str, Any] | None, flow: str | None, tool: str) -> Verdict:
     client_cpu = _mean([o.client_cpu for o in obs if o.client_cpu is not None])
     server_cpu = _mean([o.server_cpu for o in obs if o.server_cpu is not None])
     host_cpu = getattr(host, "cpu_percent", None) if host is not None else None

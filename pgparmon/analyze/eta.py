@@ -9,25 +9,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..jobs.plan import plan_of
+from ..jobs.progress import progress_of
+from .eta_value import Eta
 from .items import Item
 from .progress import Tracker
 from .rates import throughput_by_active
 from .schedule import Schedule, WorkItem, simulate
 
 MIN_HISTORY_S = 3.0
-
-
-@dataclass(frozen=True)
-class Eta:
-    """An ETA: the schedule simulation's (estimate), or a driver's own
-    (Driver.own_eta), which fills what it can say of the same fields."""
-
-    seconds: float | None
-    last_item: str | None = None  # the item expected to finish last (its name)
-    tail_s: float | None = None  # part of the rest where fewer than -j streams will run
-    reason: str | None = None  # why there is no ETA (or what it leaves out)
 
 
 def per_stream_rate(tr: Tracker, window_s: float = 15.0) -> Callable[[int], float] | None:
@@ -60,9 +51,10 @@ def per_stream_rate(tr: Tracker, window_s: float = 15.0) -> Callable[[int], floa
 def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     if stalled:
         return Eta(None, None, None, "stalled: no progress")
-    if not tr.planned and tr.driver.plans_work and tr.driver.needs_plan:
+    plan, obs = plan_of(tr), progress_of(tr)
+    if not tr.planned and plan.plans_work and plan.needs_plan:
         return Eta(None, None, None, "no work list yet")
-    own_eta = tr.driver.own_eta(tr)
+    own_eta = obs.own_eta(tr)
     if own_eta is not None:
         return own_eta
     rate = per_stream_rate(tr)
@@ -71,7 +63,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     own = _own_rates(tr)
     active = tr.running()
     r1 = rate(max(1, len(active)))
-    spb = tr.build_seconds_per_byte() or tr.driver.build_spb_default
+    spb = tr.build_seconds_per_byte() or plan.build_spb_default
 
     def left(it: Item) -> float:
         if spb is not None and it.kind in BUILDS and it.size > 0:
@@ -100,9 +92,9 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
                             exclusive=it.exclusive, holds=it.holds, deps=it.deps,
                             label=it.name)
                    for it in order if it.state != "done" and it.state != "running"]
-    if not tr.driver.has_total(tr):
+    if not obs.has_total(tr):
         return Eta(None, None, None, "no total known for this COPY")
-    workers = tr.driver.streams(tr) or max(1, len(running))
+    workers = obs.streams(tr) or max(1, len(running))
     sched: Schedule = simulate(pending, workers, rate, running=running)
     last = tr.items.get(sched.last_item or "")
     return Eta(sched.makespan, last.name if last else None, sched.tail_s, None)

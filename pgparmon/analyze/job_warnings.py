@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..jobs.progress import progress_of
+from ..jobs.recognise import recognise_of
 from .warnings import (
     BackupWal,
     Checkpoints,
@@ -44,24 +46,24 @@ class JobWarnings:
         """The warnings of a sample of a job that still runs."""
         self.free_space.add(snap.ts, snap.free_bytes)
         out = self.free_space.check(snap.free_bytes, eta_s)
-        if snap.db is not None and not snap.db.error and tr.driver.fails_on_lock_queue:
+        if snap.db is not None and not snap.db.error and progress_of(tr).fails_on_lock_queue:
             members = {b.pid for b in tr.members(snap)}
             pending = {i.relation for i in tr.items.values() if i.state != "done" and i.relation}
             out += exclusive_waiters(snap.db.backends, members, pending)
-        if snap.db is not None and tr.driver.data_flow == "in":
+        if snap.db is not None and progress_of(tr).data_flow == "in":
             self.checkpoints.add(snap.ts, snap.db.checkpoints)
             ck = self.checkpoints.check(settings)
             if ck and not self.checkpoints.noted:
                 self.checkpoints.noted = True
                 self.note(ck[0].message)  # the first time; the warning keeps counting
             out += ck
-        if tr.driver.warns_early_foreign_keys:
+        if progress_of(tr).warns_early_foreign_keys:
             early = early_foreign_keys(tr.items, tr.keys_of("fk"))
             if early and not self.early_fk_noted:
                 self.early_fk_noted = True
                 self.note(early[0].message)  # once: the warning lasts while loads wait
             out += early
-        if snap.db is not None and not snap.db.error and tr.driver.whole_cluster:
+        if snap.db is not None and not snap.db.error and recognise_of(tr).whole_cluster:
             out += self.backup_wal.check(snap.db.archiver, snap.db.slots)
         for w in out:
             if w.code not in UNNOTED:

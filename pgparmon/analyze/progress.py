@@ -28,8 +28,11 @@ DEFAULT_TEXT_RATIO = 0.85
 
 
 class TrackedDriver(Protocol):
-    """What the Tracker asks of its job's driver (jobs.base.Driver answers
-    it); the Tracker is handed the driver and knows no tool."""
+    """What the Tracker asks of its job's driver; the Tracker is handed the
+    driver and knows no tool. The drivers sit above the Tracker (they
+    import it), so it names its questions here: each is a member of the
+    driver's Recognise or Progress protocol (jobs/recognise.py,
+    jobs/progress.py; tests/test_driver_protocols.py checks it)."""
 
     has_leader: bool
     host_only: bool
@@ -63,8 +66,9 @@ class Tracker:
         # the keeper of the job's client processes (client_tree.py): the
         # live source's, else one seeded from the job (a replay, a test)
         self.client_pids = client_pids or ClientPids.of(job)
-        # the job's driver: the Tracker asks it TrackedDriver's questions; the
-        # sample's builders and the job's end, which hold the Tracker, ask more
+        # the job's driver, whole: the Tracker asks it TrackedDriver's
+        # questions; the core modules that hold the Tracker ask theirs
+        # through one protocol each (jobs' plan_of, progress_of, end_of...)
         self.driver: Any = driver
         self.block_size = block_size
         self.items: dict[str, Item] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING
 
+from ..jobs.progress import progress_of
 from ..jobs.registry import phase_of
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class Stall:
         self.waited = False
 
     def stalled(self, tr: Tracker, ended: bool) -> bool:
-        if tr.driver.between_steps(tr):
+        if progress_of(tr).between_steps(tr):
             self.waited = True  # a stall is counted from the next step's first sample
             return False
         h = tr.history
@@ -53,7 +54,7 @@ def stalled(tr: Tracker, ended: bool, h: list[tuple[float, int, float]] | None =
     sessions were active, and nothing of the job's own explains the pause.
     A job that ended is not stalled."""
     h = tr.history if h is None else h
-    if len(h) < STALL_SAMPLES or ended or tr.driver.between_steps(tr):
+    if len(h) < STALL_SAMPLES or ended or progress_of(tr).between_steps(tr):
         return False
     n = STALL_SAMPLES
     while n < len(h) and h[-1][0] - h[-n][0] < STALL_MIN_S:

@@ -26,7 +26,7 @@ import psutil
 from ..connect import ConnTarget
 from ..discover import find_host_jobs, find_jobs
 from ..jobs.base import Job
-from ..jobs.registry import drivers, sample_extras
+from ..jobs.registry import recognisers, sample_extras
 from ..monitor import Monitor
 from ..readers.db import DbSampler
 from ..record import Recorder, RecordingError
@@ -297,7 +297,7 @@ class ServerWatch:
         # server runs itself is found from the query alone: one not followed
         # now is new (its workers come and go: it is known by what the
         # server calls it)
-        ds = drivers()
+        ds = recognisers()
         facts = self.sampler.facts
         assert facts is not None
         new = [b for b in db.backends if b.pid not in running

@@ -39,11 +39,11 @@ from ..item_kinds import COPY as COPY_ITEM
 from ..readers.files import table_file_sizes
 from ..redact import redact_argv
 from ..snapshot import Backend, CopyProgress, DbSample, IndexProgress, MaintProgress, Snapshot
-from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, state_of, \
-    tree_member_pids
+from .base import TREE, Driver, EndContext, Job, PlanInputs, PlanReader, state_of
 from .copy_inputs import CopyState, client_fraction, cut_inputs, input_files, read_inputs, \
     reader_ends, readers_tail
 from .copy_tree import IDLE_GRACE_S, IDLE_STATES, copy_tree_jobs, idle_for
+from .grouping import tree_member_pids
 from .psql_options import PSQL
 from .statements import copy_target, norm_rel
 from .tables import DEFAULT_FK_FACTOR, plan_tables, table_progress
@@ -68,6 +68,7 @@ class CopyLoad(Driver):
     kind = "copy"
     title = "COPY load"
     client_specs = {"psql": PSQL}  # a load run as psql -c "\\copy ..." or -f script
+    data_flow = "in"
     names_source = True  # a copy between databases: --source
     joins_sessions_live = True
     plans_work = True  # only a copy between databases: see plan_request

@@ -42,10 +42,9 @@ from .base import (
     EndContext,
     Job,
     SessionApps,
-    cluster_job,
     state_of,
-    tree_member_pids,
 )
+from .grouping import cluster_job, tree_member_pids
 from .basebackup_options import CLIENT
 
 if TYPE_CHECKING:

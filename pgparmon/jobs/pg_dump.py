@@ -70,6 +70,7 @@ class PgDump(Driver):
     session_apps = SessionApps(("pg_dump",), query_text=True, idle=True)
     client_specs = {"pg_dump": CLIENT}
     data_flow = "out"
+    fixed_workers = True  # its workers live until the end: one gone early died
     has_leader = True
     fails_on_lock_queue = True
     writes_target_files = True

@@ -60,10 +60,9 @@ from .base import (
     PlanInputs,
     PlanReader,
     SessionApps,
-    cluster_job,
     state_of,
-    tree_member_pids,
 )
+from .grouping import cluster_job, tree_member_pids
 from .pg_probackup_catalog import (
     CONTROL_KEYS,
     DONE_STATES,

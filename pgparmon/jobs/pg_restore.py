@@ -62,6 +62,8 @@ class PgRestore(Driver):
     title = "pg_restore"
     session_apps = SessionApps(("pg_restore",), query_text=True, idle=True)
     client_specs = {"pg_restore": CLIENT}
+    data_flow = "in"
+    fixed_workers = True  # its workers live until the end: one gone early died
     warns_early_foreign_keys = True  # its data loads and FK builds follow the TOC
     runs_as_step = True  # a migration tool's schema or post-data step
 

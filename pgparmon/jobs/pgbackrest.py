@@ -50,10 +50,9 @@ from .base import (
     PlanInputs,
     PlanReader,
     SessionApps,
-    cluster_job,
     state_of,
-    tree_member_pids,
 )
+from .grouping import cluster_job, tree_member_pids
 from .backup_rows import process_row, prune_rows, window_eta
 from .pgbackrest_repo import backup_type, command_of, data_directory_bytes, data_path, \
     option, read_lock

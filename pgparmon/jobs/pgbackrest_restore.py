@@ -38,8 +38,9 @@ from ..cmdline import ClientArgs
 from ..phases import Phase
 from ..snapshot import Backend, ClientProc, Snapshot
 from .backup_phases import BACKUP_ITEM, STARTING
-from .base import TREE, Driver, EndContext, Job, state_of, tree_member_pids
+from .base import TREE, Driver, EndContext, Job, state_of
 from .backup_rows import ProcessRows, how_far, process_row, prune_rows, window_eta
+from .grouping import tree_member_pids
 from .pgbackrest_repo import command_of, option
 
 if TYPE_CHECKING:

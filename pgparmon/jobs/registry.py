@@ -1,6 +1,15 @@
 """The tool kinds pgparmon knows, in the order they claim sessions: a
 session goes to the first driver whose `session_key` accepts it (tools that
-name themselves before the catch-all COPY load)."""
+name themselves before the catch-all COPY load).
+
+A driver is checked as it is registered (`base.undeclared`: its kind, its
+data flow, a plan for a driver that plans, the grouping rule of one that
+claims sessions), the built-in ones as they load. The core asks the
+drivers through the narrow protocols, which the look-ups here hand out
+typed so: `recognisers()` and `recognise_for(kind)` (discovery, the
+pickers, the live source), `plan_for(kind)` (the live source's plan
+reading), `progress_for(kind)` (the live advice's words). `driver_for`
+gives the whole driver, for the Tracker alone."""
 
 from __future__ import annotations
 
@@ -10,11 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import item_kinds, phases, verdicts
 from ..cmdline import ClientArgs, ClientSpec, parse_client_cmdline
-from .base import Driver, Job
+from .base import Driver, Job, undeclared
 from .job import set_kind_lookup
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from .plan import Plan
+    from .progress import Progress
+    from .recognise import Recognise
 
 _DRIVERS: list[Driver] = []
 _APPS: dict[str, str | None] = {}  # sample_apps(), built once per set of drivers
@@ -37,8 +50,20 @@ def _load() -> list[Driver]:
                          PgBackRestRestore(), PgProbackup(), LogicalSync(), VacuumDb(),
                          CopyLoad()])
         for d in _DRIVERS:
+            _check(d)
             _register_vocabulary(d)
     return _DRIVERS
+
+
+class DriverError(ValueError):
+    """A driver that leaves out what it must declare."""
+
+
+def _check(d: Driver) -> None:
+    missing = undeclared(d)
+    if missing:
+        raise DriverError(f"the driver {type(d).__name__} ({d.kind or 'no kind'}) cannot be "
+                          f"registered: {'; '.join(missing)}")
 
 
 def _register_vocabulary(d: Driver) -> None:
@@ -56,6 +81,7 @@ def register(driver: Driver, first: bool = False) -> None:
     """Add a tool kind (a plug-in, or a test's); first: it claims sessions
     before the built-in kinds."""
     _load()
+    _check(driver)
     if any(d.kind == driver.kind for d in _DRIVERS):
         raise ValueError(f"a driver for {driver.kind!r} is registered already")
     _register_vocabulary(driver)
@@ -114,19 +140,39 @@ def job_titles(host_only: bool = False) -> str:
 
 
 def driver_for(kind: str) -> Driver:
+    """The whole driver of a kind: what a Tracker is handed. The rest of
+    the core asks through one protocol (the look-ups below)."""
     for d in _load():
         if d.kind == kind:
             return d
     raise KeyError(f"no driver for job kind {kind!r}")
 
 
-def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Driver | None:
+def recognisers() -> list[Recognise]:
+    """Every driver, as the recognise protocol, in the order they claim
+    sessions."""
+    return list(_load())
+
+
+def recognise_for(kind: str) -> Recognise:
+    return driver_for(kind)
+
+
+def plan_for(kind: str) -> Plan:
+    return driver_for(kind)
+
+
+def progress_for(kind: str) -> Progress:
+    return driver_for(kind)
+
+
+def driver_for_argv(argv: list[str] | tuple[str, ...]) -> Recognise | None:
     """The driver of a command line: of those for its program, the first
     whose tool it is (pgBackRest's backup and restore are two kinds)."""
     from ..readers.procs import ProcInfo
 
     prog = os.path.basename(argv[0]) if argv else ""
-    mine = [d for d in _load() if prog in d.programs]
+    mine: list[Recognise] = [d for d in _load() if prog in d.programs]
     root = ProcInfo(0, 0, prog, tuple(argv), 0.0, None)
     args = parse_argv(argv)
     return next((d for d in mine if d.from_tree(root, args)), mine[0] if mine else None)

@@ -41,8 +41,8 @@ from .base import (
     PlanReader,
     SessionApps,
     state_of,
-    tree_member_pids,
 )
+from .grouping import tree_member_pids
 from .statements import maint_target
 from .vacuumdb_options import CLIENT, ITEM_KINDS, VacOptions, options_of, vac_options
 from .vacuumdb_plan import HEAP, SAMPLE, Parts, VacState, build, inferred_options
@@ -94,6 +94,7 @@ class VacuumDb(Driver):
     session_apps = SessionApps(("vacuumdb",))
     client_specs = {"vacuumdb": CLIENT}
     data_flow = "out"  # it reads the tables (and writes their hint bits and maps)
+    fixed_workers = True  # its -j connections live until the end
     all_databases = True  # -a: its sessions move from database to database
     # a connection idle while the round waits for its last tables is still
     # one of its workers: its process's sessions are looked up from the
