@@ -181,6 +181,18 @@ def _backend() -> Backend:
 # ---- the guard ---------------------------------------------------------------
 
 
+# the protocol names the module being checked imports from jobs/: a name
+# of its own (advise/probe/plan.py's Plan, the probe's plan of steps) is
+# not the driver's protocol
+_IMPORTED: set[str] = set()
+
+
+def _jobs_imports(tree: ast.AST) -> set[str]:
+    return {a.asname or a.name for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and "jobs" in (node.module or "").split(".")
+            for a in node.names if a.name in PROTOCOLS}
+
+
 def _annotation_protocol(node: ast.AST | None) -> tuple[str, bool] | None:
     """(protocol, several) an annotation names: `Recognise`, `Plan | None`,
     `list[Recognise]`, `Iterable[Recognise]`; a string annotation too."""
@@ -191,7 +203,7 @@ def _annotation_protocol(node: ast.AST | None) -> tuple[str, bool] | None:
             node = ast.parse(node.value, mode="eval").body
         except SyntaxError:
             return None
-    if isinstance(node, ast.Name) and node.id in PROTOCOLS:
+    if isinstance(node, ast.Name) and node.id in PROTOCOLS and node.id in _IMPORTED:
         return node.id, False
     if isinstance(node, ast.BinOp):  # X | None
         return _annotation_protocol(node.left) or _annotation_protocol(node.right)
@@ -316,6 +328,8 @@ def _imports_and_calls(rel: str, tree: ast.AST) -> list[str]:
 def check_module(rel: str, source: str) -> list[str]:
     """What the guard finds in one module outside jobs/."""
     tree = ast.parse(source)
+    _IMPORTED.clear()
+    _IMPORTED.update(_jobs_imports(tree))
     found = _imports_and_calls(rel, tree)
     returns = _returns(tree)
     tracked = members(TrackedDriver) if rel == "analyze/progress.py" else set()
@@ -352,6 +366,16 @@ def test_the_trackers_questions_are_the_protocols() -> None:
     Recognise's or Progress's."""
     asked = members(TrackedDriver)
     assert asked and asked <= members(Recognise) | members(Progress)
+
+
+def test_the_guard_reads_a_modules_own_names_as_its_own() -> None:
+    """A class of the module's own named like a protocol (the probe's plan
+    of steps is a `Plan`) is not the driver's protocol."""
+    own = "class Plan:\n    skipped = ()\n\ndef f(plan: Plan):\n    return plan.skipped\n"
+    assert check_module("y.py", own) == []
+    imported = "from ..jobs.plan import Plan\n" + own.split("\n\n", 1)[1]
+    assert [f.split(": ", 1)[1] for f in check_module("y.py", imported)] == [
+        "skipped is no Plan member"]
 
 
 def test_the_guard_finds_what_it_looks_for() -> None:

@@ -362,33 +362,13 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                               before_step=before)
 
         steps = runner(dirs[0], empty)
-        log_s = logged_reserve(budget_s, max_streams, table.logged)
-        l0, t0 = _wal_lsn(conn), time.monotonic()
-
-        def between(points: list[ProbePoint], deadline: float) -> None:
-            """After the unlogged steps, before the WAL's ceiling: the
-            step into a logged clone, with the WAL the server wrote of its
-            own over the steps taken out."""
-            nonlocal logged
-            assert source is not None
-            background = max(0.0, (_wal_lsn(conn) - l0) / max(time.monotonic() - t0, 1e-3))
-            one = next((p for p in points if p.streams == 1), None)
-            if log_s > 0 and one is not None:
-                logged_sql = qualified_name(table.schema, scratch_name())
-                dropping.append(logged_sql)
-                with conn.cursor() as cur:
-                    _create_scratch(cur, table, logged_sql, unlogged=False)
-                dirs.append(_linked_input(cf.path))
-                source.table_sql = logged_sql
-                logged = _logged_step(conn, runner, dirs[-1], one, background, deadline, notes)
-                drop_scratch(conn, logged_sql)
-            elif table.logged:
-                notes.append("the budget was too short for a step into a logged table: each "
-                             "stream's cost of writing WAL is not measured")
-
+        between = _Between(conn, table, cf, source, runner, dirs, dropping, notes,
+                           logged_reserve(budget_s, max_streams, table.logged))
         points, wal, plan = steps_and_wal(steps, dirs[0], notes, t_start, budget_s,
                                           max_streams, target, max_wal_size,
-                                          wal=table.logged, reserve_s=log_s, between=between)
+                                          wal=table.logged, reserve_s=between.log_s,
+                                          between=between)
+        logged = between.logged
         if source.reused:
             notes.append("the file was loaded more than once (it is small): the page cache "
                          "helped the reads")
@@ -402,6 +382,41 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression="none", ratio=None, device=device, notes=notes, wal=wal,
                        skipped=plan.skipped, logged=logged)
+
+
+class _Between:
+    """What runs after the unlogged steps, before the WAL's ceiling: the
+    step into a logged clone (log_s seconds kept for it; `logged` its
+    result), with the WAL the server wrote of its own over the steps (from
+    this object's making to its call) taken out."""
+
+    def __init__(self, conn: psycopg.Connection[Any], table: TargetTable, cf: CopyFile,
+                 source: CopySource, runner: Any, dirs: list[str], dropping: list[str],
+                 notes: list[str], log_s: float) -> None:
+        self.conn, self.table, self.cf, self.source = conn, table, cf, source
+        self.runner, self.dirs, self.dropping, self.notes = runner, dirs, dropping, notes
+        self.log_s = log_s
+        self.logged: LoggedStep | None = None
+        self.l0, self.t0 = _wal_lsn(conn), time.monotonic()
+
+    def __call__(self, points: list[ProbePoint], deadline: float) -> None:
+        conn, table = self.conn, self.table
+        background = max(0.0, (_wal_lsn(conn) - self.l0)
+                         / max(time.monotonic() - self.t0, 1e-3))
+        one = next((p for p in points if p.streams == 1), None)
+        if self.log_s > 0 and one is not None:
+            logged_sql = qualified_name(table.schema, scratch_name())
+            self.dropping.append(logged_sql)
+            with conn.cursor() as cur:
+                _create_scratch(cur, table, logged_sql, unlogged=False)
+            self.dirs.append(_linked_input(self.cf.path))
+            self.source.table_sql = logged_sql
+            self.logged = _logged_step(conn, self.runner, self.dirs[-1], one, background,
+                                       deadline, self.notes)
+            drop_scratch(conn, logged_sql)
+        elif table.logged:
+            self.notes.append("the budget was too short for a step into a logged table: each "
+                              "stream's cost of writing WAL is not measured")
 
 
 def _wal_lsn(conn: psycopg.Connection[Any]) -> float:
