@@ -93,7 +93,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
                             label=it.name)
                    for it in order if it.state != "done" and it.state != "running"]
     if not obs.has_total(tr):
-        return Eta(None, None, None, "no total known for this COPY")
+        return Eta(None, None, None, "no total known for this job")
     workers = obs.streams(tr) or max(1, len(running))
     sched: Schedule = simulate(pending, workers, rate, running=running)
     last = tr.items.get(sched.last_item or "")

@@ -308,7 +308,7 @@ def _advice_html(a: LiveAdvice, facts: RunFacts) -> str:
     rows = "".join(f"<tr><td class=\"num\">{k}</td><td class=\"num\">{esc(fmt.rate(v))}"
                    f"</td><td class=\"num\">{a.steady_samples.get(k, 0)}</td></tr>"
                    for k, v in sorted(a.by_streams.items()))
-    table = ("<table><tr><th class=\"num\">workers in COPY</th><th class=\"num\">throughput"
+    table = ("<table><tr><th class=\"num\">streaming workers</th><th class=\"num\">throughput"
              "</th><th class=\"num\">steady intervals</th></tr>" + rows + "</table>"
              if rows else "")
     nxt = (f"<p>Next time: <b>-j {a.next_jobs}</b> (this run: -j {esc(facts.jobs)})</p>"
@@ -346,10 +346,10 @@ def _throughput_svg(tl: TimelineBuilder, facts: RunFacts) -> str:
     s = tl.series
     if not s:
         return '<p class="muted">no samples</p>'
-    bps = Line("COPY bytes/s", PALETTE[0], [(p.t, p.bytes_per_s) for p in s], fill=True)
+    bps = Line("bytes/s", PALETTE[0], [(p.t, p.bytes_per_s) for p in s], fill=True)
     act = Line("active workers", PALETTE[1], [(p.t, float(p.active_workers)) for p in s],
                step=True)
-    cps = Line("workers in COPY", PALETTE[2], [(p.t, float(p.copy_streams)) for p in s],
+    cps = Line("streaming workers", PALETTE[2], [(p.t, float(p.copy_streams)) for p in s],
                step=True, width=1.5)
     top = float(max([facts.jobs or 0] + [p.active_workers for p in s]) or 1)
     return svg_chart("throughput and active workers", tl.t_end, [bps],
