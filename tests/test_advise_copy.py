@@ -303,18 +303,22 @@ def test_logged_step_measures_the_wal_a_real_load_writes(cluster: Cluster, copy_
 
 
 @pytest.mark.integration
-def test_advice_carries_the_logged_step(cluster: Cluster, copy_db: str, big_csv: Path) -> None:
+def test_advice_carries_the_logged_and_the_grown_step(cluster: Cluster, copy_db: str,
+                                                      big_csv: Path) -> None:
     r = _advise(*_conn_args(cluster), "--copy", str(big_csv), "--table", "items", "--header",
-                "--probe-seconds", "12", "--max-jobs", "2", "--json")
+                "--probe-seconds", "15", "--max-jobs", "2", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["basis"] == "probe"
+    g = doc["probe"]["grown"]
+    assert g is not None and g["before_bytes"] > 0 and g["point"]["bytes_per_s"] > 0
+    assert doc["copy"]["index_growth"].startswith("measured: the load runs at")
     assert doc["probe"]["logged"]["point"]["bytes_per_s"] > 0
     assert doc["copy"]["wal"].startswith("measured: each stream's cost")
     w = next(w for w in doc["warnings"] if w["code"] == "wal")
     assert "logged scratch table ran at" in w["message"]
     wal_per_byte = doc["probe"]["logged"]["wal_per_byte"]
-    # 12 s hold the plan's steps, the logged step and the WAL steps
+    # 15 s hold the plan's steps, the grown and the logged step and the WAL steps
     assert doc["probe"]["wal"] and len(doc["probe"]["points"]) >= 2
     ceilings = {c["name"]: c for c in doc["fit"]["ceilings"]}
     assert f"{wal_per_byte:.2f} B of WAL a byte" in \
@@ -342,4 +346,54 @@ def test_interrupt_in_the_logged_step_drops_both_scratch_tables(
     with pytest.raises(KeyboardInterrupt):
         _probe(cluster, big_csv, budget_s=6, max_streams=1)
     assert seen == [4]  # both scratch tables and their indexes
+    assert _state(cluster) == (0, ROWS_IN_TABLE)
+
+
+@pytest.mark.integration
+def test_grown_step_loads_into_the_table_the_last_step_left(
+        cluster: Cluster, copy_db: str, big_csv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grown step: one stream into the unlogged scratch table with what
+    the last step loaded still in it (no TRUNCATE before it); the file bytes
+    it says the table held match the rows there; the scratch tables gone
+    afterwards, the target untouched."""
+    from pgparmon.advise.probe import copyload
+
+    cf = check_copy_file(str(big_csv), "csv", True, 4)
+    held: list[tuple[float, int]] = []
+    real = copyload._grown_step
+
+    def counted(runner: Any, scratch_dir: str, one: Any, source: Any, deadline: float,
+                notes: list[str]) -> Any:
+        with psycopg.connect(cluster.conninfo(DB), autocommit=True) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {source.table_sql}").fetchone()
+        assert row is not None
+        held.append((source.loaded, int(row[0])))
+        return real(runner, scratch_dir, one, source, deadline, notes)
+
+    monkeypatch.setattr(copyload, "_grown_step", counted)
+    res = _probe(cluster, big_csv, budget_s=10, max_streams=2)
+    assert len(held) == 1
+    loaded, rows = held[0]
+    assert rows > 0 and loaded > 0
+    # the slices' bytes since the last TRUNCATE are the rows in the table
+    assert loaded / cf.record_bytes == pytest.approx(rows, rel=0.15)
+    assert res.grown is not None, res.notes
+    assert res.grown.before_bytes == loaded
+    assert res.grown.point.streams == 1 and res.grown.point.heap_bytes > 0
+    assert res.grown.point.bytes_per_s > 0
+    assert any("into the scratch table holding" in n for n in res.notes)
+    assert res.to_json()["grown"]["before_bytes"] == round(loaded)
+    assert _state(cluster) == (0, ROWS_IN_TABLE)
+
+
+@pytest.mark.integration
+def test_unindexed_table_has_no_grown_step(cluster: Cluster, copy_db: str,
+                                           big_csv: Path) -> None:
+    cf = check_copy_file(str(big_csv), "csv", True, 4)
+    table = TargetTable("public", "items", 4, [])
+    target = ConnTarget(dbname=DB, host=str(cluster.sockdir), port=cluster.port,
+                        user=cluster.superuser)
+    res = run_copy_probe(target, cf, table, budget_s=8, max_streams=2)
+    assert res.grown is None and res.points
+    assert not any("grown index" in n or "growth" in n for n in res.notes), res.notes
     assert _state(cluster) == (0, ROWS_IN_TABLE)

@@ -45,10 +45,12 @@ from .probe.copyload import (
     TargetTable,
     as_logged,
     check_copy_file,
+    grown_step_s,
     logged_cost,
     logged_step_s,
     run_copy_probe,
 )
+from .probe.indexgrowth import as_grown, load_scale, model_of
 from .probe.results import ProbeResult
 from .request import AdviseError, Request, catalog_session
 
@@ -256,7 +258,8 @@ def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jo
     streams = probe_streams(max_jobs)
     guess = float(t.cf.data_bytes) / static.throughput(1)
     wal_counts = len(stream_plan_of(streams)) if t.table.logged else 0
-    need = plan_seconds(streams, wal_counts) + (logged_step_s() if t.table.logged else 0.0)
+    need = (plan_seconds(streams, wal_counts) + (logged_step_s() if t.table.logged else 0.0)
+            + (grown_step_s() if t.table.indexes else 0.0))
     budget, skip = probe_budget(req, guess, need)
     if skip is not None:
         warnings.append(Caution("probe_skipped", skip))
@@ -270,18 +273,32 @@ def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jo
         warnings.append(Caution("probe_failed", f"the probe did not run: {exc}"))
         return None, None
     probe_json = res.to_json()
-    ev = copy_probe_evidence(res, cores, len(t.table.indexes))
+    ev = copy_probe_evidence(res, cores, len(t.table.indexes), load_bytes=t.cf.data_bytes,
+                             existing_bytes=existing_bytes(t.table, t.cf))
     if ev is None:
         warnings.append(Caution("probe_failed", "the probe measured nothing within its budget"))
     return ev, probe_json
 
 
-def copy_probe_evidence(res: ProbeResult, cores: int, indexes: int) -> Evidence | None:
+def existing_bytes(table: TargetTable, cf: CopyFile) -> float:
+    """The table's rows now (pg_class.reltuples: an estimate; none when
+    never counted) in bytes of this file's records: what its indexes hold
+    before the load, for `indexgrowth`."""
+    if not table.rows or table.rows <= 0:
+        return 0.0
+    return table.rows * cf.record_bytes
+
+
+def copy_probe_evidence(res: ProbeResult, cores: int, indexes: int, *,
+                        load_bytes: float = 0.0, existing_bytes: float = 0.0
+                        ) -> Evidence | None:
     """The probe's steps as the load into the table runs them (`as_logged`:
-    each stream's own cost of writing WAL, from the logged step), fitted
-    and bounded by the host's CPU and the WAL step's ceiling over the WAL a
-    file byte makes (`wal_per_file_byte`); None when nothing was measured."""
-    lres = as_logged(res)
+    each stream's own cost of writing WAL, from the logged step; `as_grown`:
+    the indexes' growth over load_bytes of file, from the grown step, into a
+    table that holds existing_bytes' worth already), fitted and bounded by
+    the host's CPU and the WAL step's ceiling over the WAL a file byte makes
+    (`wal_per_file_byte`); None when nothing was measured."""
+    lres = as_grown(as_logged(res), model_of(res), load_bytes, existing_bytes)
     pts = lres.fit_points()
     if not pts:
         return None
@@ -325,7 +342,22 @@ def copy_json(t: CopyTarget, ev: Evidence, probe_json: dict[str, Any] | None
         "index_maintenance": (("measured" if ev.basis == "probe" else "not measured")
                               if table.indexes else "none"),
         "wal": wal_json(table, probe_json),
+        "index_growth": growth_json(t, probe_json),
     }
+
+
+def growth_json(t: CopyTarget, probe_json: dict[str, Any] | None) -> str:
+    """The advice's copy.index_growth: what the indexes' growth over the
+    load costs it, as the probe's grown step measured it."""
+    if not t.table.indexes:
+        return "none"
+    res = ProbeResult.from_json(probe_json) if probe_json else None
+    s = (load_scale(res, t.cf.data_bytes, existing_bytes(t.table, t.cf))
+         if res is not None else None)
+    if s is None:
+        return "not measured"
+    return (f"measured: the load runs at {s:.0%} of the one-stream step's rate as its "
+            "indexes grow (a step into a grown index)")
 
 
 def wal_json(table: TargetTable, probe_json: dict[str, Any] | None) -> str:

@@ -40,7 +40,10 @@ def render(a: Advice) -> RenderableType:
         parts.append(Text(f"{c['file']}: {fmt.size(c['data_bytes'])} of {c['format']} into "
                           f"{c['table']} ({c['indexes']} index(es), "
                           f"{'logged' if c['logged'] else 'unlogged'}); index maintenance "
-                          f"{c['index_maintenance']}", style="dim"))
+                          f"{c['index_maintenance']}"
+                          + (f"; the indexes' growth {c['index_growth']}"
+                             if c.get("index_growth") not in (None, "none") else ""),
+                          style="dim"))
     if a.subscription is not None:
         parts.append(_subscription_line(a.subscription))
     if a.lower_bound_s is not None and kind.whole_items:

@@ -19,6 +19,13 @@ for), and the WAL a file byte makes (the WAL insert position's progress,
 less the server's own WAL rate read over the unlogged steps).  `as_logged`
 carries both into the model: the unlogged steps as loads into T would run.
 
+When T has indexes, one more step (`_grown_step`) loads the next slices by
+one stream into the unlogged scratch table while it still holds what the
+last step loaded (no TRUNCATE before it): the rate into a grown index,
+against the first one-stream step's into an empty one.  `indexgrowth`
+turns the two into the load's rate over its indexes' growth (a real load
+fills T's indexes as it goes; each step's start from empty ones does not).
+
 The work unit is the file's byte (ProbePoint.heap_bytes holds file bytes).
 """
 
@@ -46,7 +53,16 @@ from .plan import (
 )
 from .psql import checked_psql, is_local_host, psql_env
 from .restore_ranges import index_on_temp
-from .results import LoggedStep, ProbeError, ProbePoint, ProbeResult, WalPoint, qualified_name
+from .indexgrowth import MIN_LEVER, lever
+from .results import (
+    GrownStep,
+    LoggedStep,
+    ProbeError,
+    ProbePoint,
+    ProbeResult,
+    WalPoint,
+    qualified_name,
+)
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
 from .walstep import WAL_LSN_SQL
@@ -69,12 +85,22 @@ _QUOTE = b'"'
 # indexes created and dropped.
 LOGGED_STEP_S = 1.0
 LOGGED_SETUP_S = 0.2
+# The grown step: one stream, one COPY of about this many seconds at the
+# one-stream rate into the empty table (a grown index makes it slower).
+# Short, so that a 10 s budget still holds it beside the logged step.
+GROWN_STEP_S = 0.6
 
 
 def logged_step_s() -> float:
     """What the logged step takes of a budget: its COPY at up to half the
     unlogged rate, a session's start and its table's set-up."""
     return 2 * LOGGED_STEP_S + STEP_OVERHEAD_S + LOGGED_SETUP_S
+
+
+def grown_step_s() -> float:
+    """What the grown step takes of a budget: its COPY at up to half the
+    empty table's rate and a session's start."""
+    return 2 * GROWN_STEP_S + STEP_OVERHEAD_S
 
 
 def logged_reserve(budget_s: float, max_streams: int, logged: bool) -> float:
@@ -89,6 +115,18 @@ def logged_reserve(budget_s: float, max_streams: int, logged: bool) -> float:
     if not logged or budget_s - logged_step_s() < plan_seconds(min(max_streams, 2)):
         return 0.0
     return logged_step_s()
+
+
+def grown_reserve(budget_s: float, max_streams: int, indexed: bool, kept: float) -> float:
+    """Seconds of a probe's budget kept for the grown step: its time when
+    the table has indexes and the rest of the budget (less `kept`, the
+    logged step's) still holds the plan's warm-up and first two steps, as
+    `logged_reserve`: the indexes' growth is in every prediction.  Else 0."""
+    from ..evidence import plan_seconds
+
+    if not indexed or budget_s - kept - grown_step_s() < plan_seconds(min(max_streams, 2)):
+        return 0.0
+    return grown_step_s()
 
 
 class CopyInputError(ProbeError):
@@ -113,6 +151,12 @@ class CopyFile:
     @property
     def data_bytes(self) -> int:
         return self.size - self.data_start
+
+    @property
+    def record_bytes(self) -> float:
+        """A record's mean bytes in the checked head (its whole when the file
+        is smaller)."""
+        return max(1.0, (min(self.size, CHECK_BYTES) - self.data_start) / max(1, self.records))
 
 
 @dataclass(frozen=True)
@@ -283,6 +327,7 @@ class CopySource:
         self.pos = cf.data_start
         self.reused = False
         self.slices = 0
+        self.loaded = 0.0  # file bytes the slices finished since `emptied`
         self.f = open(cf.path, "rb")  # noqa: SIM115 (closed in close())
         opts = "FORMAT csv" if cf.fmt == "csv" else "FORMAT text"
         self.opts = opts
@@ -305,7 +350,11 @@ class CopySource:
         return Range(os.path.basename(self.cf.path), script, heap=float(end - start), owner=s)
 
     def finish(self, r: Range) -> None:
-        del r  # the slice's size is known up front
+        self.loaded += r.heap
+
+    def emptied(self) -> None:
+        """The table the slices load into was emptied."""
+        self.loaded = 0.0
 
 
 def scratch_name() -> str:
@@ -335,6 +384,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     done = False
     wal: list[WalPoint] = []
     logged: LoggedStep | None = None
+    grown: GrownStep | None = None
     dirs: list[str] = []
     source: CopySource | None = None
     try:
@@ -353,6 +403,8 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
 
         def empty(_k: int) -> None:
             conn.execute(f"TRUNCATE {scratch_sql}")
+            assert source is not None
+            source.emptied()
 
         def runner(scratch_dir: str, before: Any) -> StepRunner:
             assert source is not None
@@ -362,13 +414,15 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
                               before_step=before)
 
         steps = runner(dirs[0], empty)
-        between = _Between(conn, table, cf, source, runner, dirs, dropping, notes,
-                           logged_reserve(budget_s, max_streams, table.logged))
+        log_s = logged_reserve(budget_s, max_streams, table.logged)
+        between = _Between(conn, table, cf, source, runner, dirs, dropping, notes, log_s,
+                           grown_reserve(budget_s, max_streams, built > 0, log_s), built > 0)
         points, wal, plan = steps_and_wal(steps, dirs[0], notes, t_start, budget_s,
                                           max_streams, target, max_wal_size,
-                                          wal=table.logged, reserve_s=between.log_s,
+                                          wal=table.logged,
+                                          reserve_s=between.log_s + between.grow_s,
                                           between=between)
-        logged = between.logged
+        logged, grown = between.logged, between.grown
         if source.reused:
             notes.append("the file was loaded more than once (it is small): the page cache "
                          "helped the reads")
@@ -381,22 +435,25 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
         _clean_up(conn, source, dirs, dropping, done)
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression="none", ratio=None, device=device, notes=notes, wal=wal,
-                       skipped=plan.skipped, logged=logged)
+                       skipped=plan.skipped, logged=logged, grown=grown)
 
 
 class _Between:
     """What runs after the unlogged steps, before the WAL's ceiling: the
-    step into a logged clone (log_s seconds kept for it; `logged` its
-    result), with the WAL the server wrote of its own over the steps (from
-    this object's making to its call) taken out."""
+    grown step (grow_s seconds kept for it; `grown` its result), then the
+    step into a logged clone (log_s seconds; `logged`), with the WAL the
+    server wrote of its own over the steps (from this object's making to
+    its call) taken out."""
 
     def __init__(self, conn: psycopg.Connection[Any], table: TargetTable, cf: CopyFile,
                  source: CopySource, runner: Any, dirs: list[str], dropping: list[str],
-                 notes: list[str], log_s: float) -> None:
+                 notes: list[str], log_s: float, grow_s: float = 0.0,
+                 indexed: bool = False) -> None:
         self.conn, self.table, self.cf, self.source = conn, table, cf, source
         self.runner, self.dirs, self.dropping, self.notes = runner, dirs, dropping, notes
-        self.log_s = log_s
+        self.log_s, self.grow_s, self.indexed = log_s, grow_s, indexed
         self.logged: LoggedStep | None = None
+        self.grown: GrownStep | None = None
         self.l0, self.t0 = _wal_lsn(conn), time.monotonic()
 
     def __call__(self, points: list[ProbePoint], deadline: float) -> None:
@@ -404,6 +461,13 @@ class _Between:
         background = max(0.0, (_wal_lsn(conn) - self.l0)
                          / max(time.monotonic() - self.t0, 1e-3))
         one = next((p for p in points if p.streams == 1), None)
+        if self.grow_s > 0 and one is not None:
+            self.dirs.append(_linked_input(self.cf.path))
+            self.grown = _grown_step(self.runner, self.dirs[-1], one, self.source,
+                                     deadline - self.log_s, self.notes)
+        elif self.indexed:
+            self.notes.append("the budget was too short for a step into a grown index: the "
+                              "cost of the indexes' growth over the load is not measured")
         if self.log_s > 0 and one is not None:
             logged_sql = qualified_name(table.schema, scratch_name())
             self.dropping.append(logged_sql)
@@ -448,18 +512,11 @@ def _logged_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: str,
     def mark(_k: int) -> None:
         marks.append((_wal_lsn(conn), time.monotonic()))
 
-    steps = runner(scratch_dir, mark)
-    try:
-        try:
-            p = steps.run_step(1, LOGGED_STEP_S, one.bytes_per_s * LOGGED_STEP_S, deadline)
-        except Aborted:
-            notes.append("the step into a logged table ran into the budget and was dropped: "
-                         "each stream's cost of writing WAL is not measured")
-            return None
-        except OSError as exc:
-            raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
-    finally:
-        shutil.rmtree(scratch_dir, ignore_errors=True)
+    p = _one_stream(runner, scratch_dir, mark, LOGGED_STEP_S, one.bytes_per_s, deadline,
+                    notes, "the step into a logged table ran into the budget and was dropped: "
+                    "each stream's cost of writing WAL is not measured")
+    if p is None:
+        return None
     l1, t1 = _wal_lsn(conn), time.monotonic()
     l0, t0 = marks[0]
     step = LoggedStep(p, l1 - l0, t1 - t0, background)
@@ -470,6 +527,48 @@ def _logged_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: str,
                  + (f" (the server's own {fmt.rate(background)} of WAL taken out)"
                     if background > 0 else ""))
     return step
+
+
+def _one_stream(runner: Any, scratch_dir: str, before: Any, step_s: float, rate: float,
+                deadline: float, notes: list[str], dropped: str) -> ProbePoint | None:
+    """One stream, one slice of step_s seconds at `rate` (file bytes/s), in
+    scratch_dir (removed after it); None with the note `dropped` when it ran
+    into the deadline."""
+    steps = runner(scratch_dir, before)
+    try:
+        return steps.run_step(1, step_s, rate * step_s, deadline)
+    except Aborted:
+        notes.append(dropped)
+        return None
+    except OSError as exc:
+        raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
+def _grown_step(runner: Any, scratch_dir: str, one: ProbePoint, source: CopySource,
+                deadline: float, notes: list[str]) -> GrownStep | None:
+    """One stream into the unlogged scratch table as the last step left it
+    (no TRUNCATE before it): one slice of GROWN_STEP_S at the one-stream
+    rate.  None (with a note) when the table holds too little for a slope
+    (`indexgrowth.lever` under MIN_LEVER) or the step ran into the
+    deadline."""
+    before = source.loaded
+    if lever(one.heap_bytes, before, one.heap_bytes) < MIN_LEVER:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+        notes.append(f"the steps left {fmt.size(before)} in the scratch table, too little "
+                     f"beside the one-stream step's {fmt.size(one.heap_bytes)}: the cost "
+                     "of the indexes' growth over the load is not measured")
+        return None
+    p = _one_stream(runner, scratch_dir, None, GROWN_STEP_S, one.bytes_per_s, deadline,
+                    notes, "the step into a grown index ran into the budget and was dropped: "
+                    "the cost of the indexes' growth over the load is not measured")
+    if p is None:
+        return None
+    notes.append(f"1 stream into the scratch table holding {fmt.size(before)} of file: "
+                 f"{fmt.rate(p.bytes_per_s)} against {fmt.rate(one.bytes_per_s)} into the "
+                 "empty one (the indexes' growth)")
+    return GrownStep(p, before)
 
 
 def as_logged(res: ProbeResult) -> ProbeResult:

@@ -136,6 +136,26 @@ class LoggedStep:
                    float(d.get("background_wal_bytes_per_s") or 0.0))
 
 
+@dataclass(frozen=True)
+class GrownStep:
+    """The COPY probe's one-stream step into its scratch table while that
+    still held what the last step loaded (`copyload`): its point
+    (heap_bytes: file bytes) and the file bytes the table held before it
+    (`before_bytes`): the index grown that far (`indexgrowth`)."""
+
+    point: ProbePoint
+    before_bytes: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"point": {k: (round(v, 4) if isinstance(v, float) else v)
+                          for k, v in asdict(self.point).items()},
+                "before_bytes": round(self.before_bytes)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GrownStep:
+        return cls(point_of(d["point"]), float(d["before_bytes"]))
+
+
 def point_of(d: dict[str, Any]) -> ProbePoint:
     """A ProbePoint read back from its JSON (the fields it has)."""
     names = {f.name for f in fields(ProbePoint)}
@@ -164,6 +184,8 @@ class ProbeResult:
     skipped: list[int] = field(default_factory=list)
     # the COPY probe's one-stream step into a logged scratch table
     logged: LoggedStep | None = None
+    # the COPY probe's one-stream step into its grown scratch table
+    grown: GrownStep | None = None
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(streams, total heap bytes/s), fewest streams first: usl.fit's input
@@ -211,7 +233,7 @@ class ProbeResult:
     def from_json(cls, d: dict[str, Any]) -> ProbeResult:
         """A pgparmon.probe/1 document read back (an advice's `probe`): the
         fields it has, the rest at their defaults (an older document has no
-        `sync_s`, `client_s_per_byte`, `wal` or `logged`)."""
+        `sync_s`, `client_s_per_byte`, `wal`, `logged` or `grown`)."""
         pts = [point_of(p) for p in d.get("points") or []]
         wal = [WalPoint(int(w["streams"]), float(w["wal_bytes"]), float(w["seconds"]))
                for w in d.get("wal") or []]
@@ -222,7 +244,8 @@ class ProbeResult:
                    build_s_per_byte=d.get("build_s_per_byte"), build=d.get("build"),
                    client_s_per_byte=d.get("client_s_per_byte"), wal=wal,
                    skipped=[int(k) for k in d.get("skipped_streams") or []],
-                   logged=LoggedStep.from_json(d["logged"]) if d.get("logged") else None)
+                   logged=LoggedStep.from_json(d["logged"]) if d.get("logged") else None,
+                   grown=GrownStep.from_json(d["grown"]) if d.get("grown") else None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -239,6 +262,7 @@ class ProbeResult:
             "wal": [w.to_json() for w in self.wal],
             "skipped_streams": sorted(self.skipped),
             "logged": None if self.logged is None else self.logged.to_json(),
+            "grown": None if self.grown is None else self.grown.to_json(),
             "points": [{k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in asdict(p).items()}
                        for p in sorted(self.points, key=lambda p: p.streams)],
