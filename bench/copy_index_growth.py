@@ -19,7 +19,9 @@ shared_buffers 1GB (table and index stay in memory), max_wal_size 16GB
 (no checkpoint during a load), as the 16-core hosts' runs.  Raw samples
 to docs/bench/copy_index_growth.json.
 
-    .venv/bin/python bench/copy_index_growth.py --mb 450 --repeats 2   # ~10 min on 2 cores
+    .venv/bin/python bench/copy_index_growth.py --mb 450 --repeats 2   # ~5 min on 2 cores
+    .venv/bin/python bench/copy_index_growth.py --loads "" --advise-jobs 1,2 \
+        --out docs/bench/copy_index_growth_advise.json    # the probe against real loads
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ def main() -> None:
                     help="also: `advise --copy --probe-seconds S` into the logged, indexed "
                          "table, then real loads at these J (advise's command), e.g. 1,2")
     ap.add_argument("--probe-seconds", type=float, default=15.0)
+    ap.add_argument("--out", default=str(OUT), help="the raw JSON's path")
     a = ap.parse_args()
     if a.summary:
         summary(json.loads(Path(a.summary).read_text()))
@@ -173,7 +176,7 @@ def main() -> None:
     doc = {"machine": machine(), "mb": a.mb, "bytes": size, "rows": rows,
            "window_mb": a.window, "settings": SETTINGS, "repeats": a.repeats,
            "load_average": os.getloadavg(), "runs": runs, "advise": advised}
-    write_json(OUT, doc)
+    write_json(Path(a.out), doc)
     summary(doc)
 
 
