@@ -16,15 +16,8 @@ import pytest
 from support import pgparmon_cmd
 
 from pgparmon.advise.probe import steps
-from pgparmon.advise.probe.copyload import (
-    CopyFile,
-    CopyInputError,
-    CopySource,
-    TargetTable,
-    check_copy_file,
-    record_end,
-    run_copy_probe,
-)
+from pgparmon.advise.probe.copyfile import CopyFile, CopyInputError, check_copy_file, record_end
+from pgparmon.advise.probe.copyload import CopySource, TargetTable, run_copy_probe
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from pgparmon.advise.copyadvice import copy_predictions, copy_probe_evidence, existing_bytes
-from pgparmon.advise.probe.copyload import CopyFile, TargetTable, as_logged
+from pgparmon.advise.probe.copyfile import CopyFile
+from pgparmon.advise.probe.copyload import TargetTable, as_logged
 from pgparmon.advise.probe.indexgrowth import (
     FLOOR,
     MIN_LEVER,

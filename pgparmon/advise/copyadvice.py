@@ -39,12 +39,10 @@ from .kinds import COPY
 from .predict import Evidence, Prediction
 from .probe import ProbeError, qualified_name
 from .probe.walstep import WAL_PER_HEAP
+from .probe.copyfile import CopyFile, CopyInputError, check_copy_file
 from .probe.copyload import (
-    CopyFile,
-    CopyInputError,
     TargetTable,
     as_logged,
-    check_copy_file,
     grown_step_s,
     logged_cost,
     logged_step_s,

@@ -41,7 +41,7 @@ from .inventory import read_advise_facts, server_is_local
 from .kinds import SUBSCRIPTION
 from .predict import Ceiling, Compression, Evidence, Prediction
 from .probe import qualified_name
-from .probe.copyload import CopyInputError, check_copy_file
+from .probe.copyfile import CopyInputError, check_copy_file
 from .request import AdviseError, Request, catalog_session
 
 # Each table's sync besides its COPY: a sync worker starts, opens a slot on
