@@ -37,7 +37,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -408,23 +408,15 @@ def as_logged(res: ProbeResult) -> ProbeResult:
     stream pays it again; what the streams share (WAL insertion and the
     flushes of all of them) is the WAL step's ceiling.  The result as it is
     without a logged step (or a one-stream step to compare it with)."""
-    lg = res.logged
-    one = res.point(1)
-    if lg is None or one is None or one.bytes_per_s <= 0 or lg.point.bytes_per_s <= 0:
+    lg, one, r = res.logged, res.point(1), logged_cost(res)
+    if lg is None or one is None or not r:
         return res
-    r = min(1.0, lg.point.bytes_per_s / one.bytes_per_s)
     c = 1.0
     if (lg.point.server_cpu_s and one.server_cpu_s and lg.point.heap_bytes > 0
             and one.heap_bytes > 0):
         c = max(1.0, (lg.point.server_cpu_s / lg.point.heap_bytes)
                 / (one.server_cpu_s / one.heap_bytes))
-
-    def conv(p: ProbePoint) -> ProbePoint:
-        return replace(p, elapsed_s=p.elapsed_s / r, wall_s=p.wall_s / r,
-                       bytes_per_s=p.bytes_per_s * r,
-                       server_cpu_s=None if p.server_cpu_s is None else p.server_cpu_s * c)
-
-    return replace(res, points=[conv(p) for p in res.points])
+    return res.slowed(r, c)
 
 
 def logged_cost(res: ProbeResult) -> float | None:

@@ -21,7 +21,7 @@ over [0, its bytes] against the load's (`growth_scale`), never up.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .results import ProbePoint, ProbeResult
 
@@ -128,12 +128,7 @@ def as_grown(res: ProbeResult, model: GrowthModel | None, load_bytes: float,
     if s >= 1.0:
         return res
 
-    def conv(p: ProbePoint) -> ProbePoint:
-        return replace(p, elapsed_s=p.elapsed_s / s, wall_s=p.wall_s / s,
-                       bytes_per_s=p.bytes_per_s * s,
-                       server_cpu_s=None if p.server_cpu_s is None else p.server_cpu_s / s)
-
-    return replace(res, points=[conv(p) for p in res.points])
+    return res.slowed(s, 1.0 / s)
 
 
 def load_scale(res: ProbeResult, load_bytes: float, existing_bytes: float = 0.0) -> float | None:

@@ -4,6 +4,7 @@ notes), the tables it may read (`ProbeTable`), and its error (`ProbeError`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -202,6 +203,19 @@ class ProbeResult:
         fresh = [p for p in self.points if not p.reread]
         return bool(fresh) and all(p.io_wait_share is not None
                                    and p.io_wait_share <= CACHED_IO_SHARE for p in fresh)
+
+    def slowed(self, rate: float, cpu: float = 1.0) -> ProbeResult:
+        """Every step as it runs at `rate` times its measured speed (its
+        time over rate), its backends' CPU time times `cpu`: how the COPY
+        probe carries a cost its scratch table did not pay (the WAL, an
+        index's growth) into all its counts."""
+        def conv(p: ProbePoint) -> ProbePoint:
+            return dataclasses.replace(
+                p, elapsed_s=p.elapsed_s / rate, wall_s=p.wall_s / rate,
+                bytes_per_s=p.bytes_per_s * rate,
+                server_cpu_s=None if p.server_cpu_s is None else p.server_cpu_s * cpu)
+
+        return dataclasses.replace(self, points=[conv(p) for p in self.points])
 
     def first_reads(self) -> list[ProbePoint]:
         """The steps to fit: every step when re-reads count (`rereads_kept`),
