@@ -14,6 +14,7 @@ from .checks import Caution
 from .kinds import kind_named
 from .predict import Ceiling, Evidence
 from .probe.plan import usable_cores
+from .probe.loggedtop import as_logged_load
 from .probe.results import ProbeError
 from .probe.walstep import WAL_PER_HEAP
 from .request import AdviseError, Request
@@ -103,7 +104,8 @@ def probe_evidence(strategy: Any, s: Any, static: Evidence, max_jobs: int
     streams = probe_streams(max_jobs)
     guess = predict.predict(static, inv.items, [1])[0].wall_s
     budget, skip = probe_budget(req, guess,
-                                plan_seconds(streams, strategy.probe_wal_steps(streams)))
+                                plan_seconds(streams, strategy.probe_wal_steps(streams))
+                                + strategy.probe_extra_s())
     refusal = (Caution("probe_skipped", skip) if skip is not None
                else strategy.probe_refusal(inv))
     if refusal is not None:
@@ -122,9 +124,12 @@ def probe_evidence(strategy: Any, s: Any, static: Evidence, max_jobs: int
 def _probe_fit(res: Any, budget: float, warnings: list[Caution]
                ) -> tuple[Evidence | None, dict[str, Any]]:
     """The probe's points fitted, named and bounded (by the host's CPU and the
-    WAL it measured, and the storage's knee)."""
-    pts = res.fit_points()
+    WAL it measured, and the storage's knee); a restore probe's as loads
+    into logged tables run them (`loggedtop.as_logged_load`), its JSON as
+    measured."""
     pj = res.to_json()
+    res, logged_limit = as_logged_load(res)
+    pts = res.fit_points()
     pj.setdefault("seconds", res.seconds)
     pj.setdefault("budget_s", budget)
     if not pts:
@@ -140,6 +145,8 @@ def _probe_fit(res: Any, budget: float, warnings: list[Caution]
         limit = f"storage reads ({detail})"
         pj["storage_bound_at"] = k
         pj["storage_detail"] = detail
+    elif logged_limit is not None:
+        limit = logged_limit
     ev = predict.points_evidence("probe", pts, limit=limit, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": pj})
     return skipped_note(bounded(ev, res, usable_cores(), WAL_PER_HEAP), res), pj

@@ -49,6 +49,7 @@ from .inventory import (
 from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION, Kind
 from .predict import Evidence
 from .probe import ProbeResult, ProbeTable, run_probe, run_restore_probe
+from .probe.loggedtop import logged_top_s
 from .probe.plan import stream_plan
 from .request import AdviseError, Request
 from .snapshots import check_snapshots, verdict
@@ -116,6 +117,10 @@ class ArchiveStrategy:
     def probe_wal_steps(self, streams: int) -> int:
         """How many WAL steps the probe adds to its stream steps."""
         return 0
+
+    def probe_extra_s(self) -> float:
+        """Seconds the probe adds to its steps beside the WAL steps."""
+        return 0.0
 
     def probe_refusal(self, inv: Inventory) -> Caution | None:
         """Why a probe would not measure a data rate here (then none runs)."""
@@ -259,6 +264,9 @@ class RestoreStrategy(ArchiveStrategy):
 
     def probe_wal_steps(self, streams: int) -> int:
         return len(stream_plan(streams))
+
+    def probe_extra_s(self) -> float:
+        return logged_top_s()
 
     def probe_refusal(self, inv: Inventory) -> Caution | None:
         biggest = max((t.heap_bytes for t in inv.tables), default=0.0)

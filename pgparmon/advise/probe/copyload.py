@@ -63,6 +63,7 @@ from .results import (
     WalPoint,
     qualified_name,
 )
+from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
 from .walstep import WAL_LSN_SQL
@@ -489,21 +490,3 @@ def _clean_up(conn: psycopg.Connection[Any], source: CopySource | None,
             raise failed
     finally:
         conn.close()
-
-
-def drop_scratch(conn: psycopg.Connection[Any], scratch_sql: str) -> None:
-    """DROP the scratch table, retrying while a killed stream's backend
-    still holds its lock (a few seconds at most)."""
-    last: Exception | None = None
-    for _ in range(5):
-        try:
-            conn.execute(f"DROP TABLE IF EXISTS {scratch_sql}")
-            return
-        except psycopg.errors.LockNotAvailable as exc:
-            last = exc
-        except psycopg.Error as exc:
-            last = exc
-            if conn.closed or conn.broken:
-                break
-    raise ProbeError(f"could not drop the probe's scratch table {scratch_sql}: {last}; "
-                     "drop it by hand")

@@ -15,6 +15,7 @@ and CREATE INDEX text read by `pgparmon.ddl`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ from .plan import (
     probe_device,
     steps_and_wal,
 )
+from .loggedtop import LoggedTop, logged_top_reserve
 from .psql import checked_psql, error_line, is_local_host, psql_env
 from .restore_ranges import DataFile, RestoreSource
 from .results import GB, ProbeError, ProbePoint, ProbeResult
@@ -165,14 +167,15 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     outside the timed steps, under a statement_timeout of INDEX_SHARE of the
     budget, and only when INDEX_MIN_LEFT_S are left after the warm-up.
 
-    The temporary tables write no WAL: after the steps, when the budget
+    The temporary tables write no WAL: after the steps, the most streams
+    measured load regular tables of their own once more when the budget
+    holds it (`loggedtop`, ProbeResult.logged_top), then, when the budget
     is WAL_MIN_BUDGET_S or more, the WAL's own ceiling is measured at the
-    stream counts the steps reached, or, when the budget thinned the plan,
-    at the most streams measured (`plan.steps_and_wal`, ProbeResult.wal;
-    max_wal_size bounds its volume).  Not measured: the table's own writes
-    (a temporary table's pages stay local).  The sessions are read-write
-    (temporary tables need that); nothing outside them is touched but the
-    WAL the WAL step writes."""
+    counts the steps reached, or the most when the budget thinned the plan
+    (`plan.steps_and_wal`, ProbeResult.wal; max_wal_size bounds its
+    volume).  The sessions are read-write (temporary tables need that);
+    nothing outside them is touched but the logged step's own tables,
+    dropped after it, and the WAL."""
     t_start = time.monotonic()
     del server_version_num  # COPY FROM works on any version; kept for symmetry
     if not isinstance(archive_dir, (str, os.PathLike)):
@@ -194,11 +197,14 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     finale = _index_build(source, index_sql, t_start + budget_s, INDEX_SHARE * budget_s,
                           built, notes)
 
-    # what pg_restore's own client would spend per byte (timed before the
-    # steps, within the budget), to read the steps as pg_restore would
+    # pg_restore's own client CPU per byte (timed before the steps): the steps as it reads them
     client_real = pg_restore_client_cost(files, text_ratio)
-    points, wal, plan = steps_and_wal(probe, scratch, notes, t_start, budget_s, max_streams,
-                                      target, max_wal_size, finale)
+    top = _logged_top(target, probe, source, data_files, client_real, notes,
+                      logged_top_reserve(budget_s, _rest_needs(max_streams)))
+    with top:
+        points, wal, plan = steps_and_wal(probe, scratch, notes, t_start, budget_s,
+                                          max_streams, target, max_wal_size, finale,
+                                          reserve_s=top.reserve_s, between=top)
     if client_real is not None:
         points = _as_real_client(points, client_real, notes)
     build_s_per_byte, build = _timed_build(built, budget_s, notes)
@@ -207,7 +213,35 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression=label, ratio=None, device=device, notes=notes,
                        build_s_per_byte=build_s_per_byte, build=build,
-                       client_s_per_byte=client_real, wal=wal, skipped=plan.skipped)
+                       client_s_per_byte=client_real, wal=wal, skipped=plan.skipped,
+                       logged_top=top.result)
+
+
+def _logged_top(target: ConnTarget, probe: StepRunner, source: RestoreSource,
+                data_files: list[tuple[str, str, float]], client_real: float | None,
+                notes: list[str], reserve_s: float) -> LoggedTop:
+    """The step into logged tables (`loggedtop`): the steps' runner over the
+    same data files, linked into a scratch directory of its own, into
+    regular tables of each stream's own."""
+    logged: list[RestoreSource] = []
+
+    def runner(schema: str, base: str) -> StepRunner:
+        scratch, files, _ = _linked_files(data_files)
+        logged.append(RestoreSource(files, source.create, scratch, source.text_ratio,
+                                    logged=(schema, base)))
+        return dataclasses.replace(probe, scratch=scratch, source=logged[-1], step_no=0)
+
+    return LoggedTop(target, runner, lambda: [n for src in logged for n in src.logged_tables],
+                     client_real, notes, reserve_s)
+
+
+def _rest_needs(max_streams: int) -> float:
+    """What the rest of a restore probe needs beside the logged step: the
+    warm-up and the first two steps at their shortest (the curve's level
+    and its first doubling)."""
+    from ..evidence import plan_seconds
+
+    return plan_seconds(min(max_streams, 2))
 
 
 def _linked_files(data_files: list[tuple[str, str, float]]

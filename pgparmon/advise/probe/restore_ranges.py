@@ -62,8 +62,13 @@ class RestoreSource:
     temporary table per session; it is emptied only when it has grown."""
 
     def __init__(self, files: list[DataFile], create: dict[str, str], scratch: str,
-                 text_ratio: float) -> None:
+                 text_ratio: float, logged: tuple[str, str] | None = None) -> None:
         self.files = sorted(files, key=lambda f: -f.size)
+        # (schema, base name): load regular (WAL-logged) tables instead, one
+        # set per stream, named base_<stream>_<n> in schema (`logged_tables`)
+        self.logged = logged
+        self.logged_tables: list[str] = []
+        self._stream_no: dict[int, int] = {}
         self.create = create
         self.scratch = scratch
         self.text_ratio = text_ratio
@@ -99,15 +104,30 @@ class RestoreSource:
         self.i += 1
         return f
 
+    def _table_of(self, s: Stream, table: str) -> tuple[str, str]:
+        """(name, its CREATE) of the table this stream loads `table` into:
+        its temporary clone, or in the logged mode a regular one of its own
+        (a temporary table's name is the session's; a regular table's is
+        the database's)."""
+        temp = self.temp_for(table)
+        if self.logged is None:
+            return temp, self.temp_sql[temp]
+        no = self._stream_no.setdefault(id(s), len(self._stream_no))
+        schema, base = self.logged
+        name = qualified_name(schema, f"{base}_{no}_{temp[len(TEMP_PREFIX):]}")
+        if name not in self.logged_tables:
+            self.logged_tables.append(name)
+        return name, temp_table_sql(self.create.get(table), table, name, temporary=False)
+
     def _part_script(self, s: Stream, f: DataFile, lines: int) -> tuple[Part, str]:
-        temp = self.temp_for(f.table)
+        temp, create = self._table_of(s, f.table)
         heap = f.size if lines == 0 else lines * self._line_bytes() / self.text_ratio
         script = ""
         truncate = False
         if temp not in s.created:
             s.created.add(temp)
             s.loaded[temp] = 0.0
-            script += self.temp_sql[temp] + "\n"
+            script += create + "\n"
         elif s.loaded.get(temp, 0.0) + heap > TRUNCATE_AFTER_BYTES:
             truncate = True
             s.loaded[temp] = 0.0
@@ -250,18 +270,20 @@ def _dd_bytes(path: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def temp_table_sql(create_sql: str | None, table: str, temp: str) -> str:
-    """CREATE TEMP TABLE temp with the columns of the archive's CREATE TABLE
+def temp_table_sql(create_sql: str | None, table: str, temp: str,
+                   temporary: bool = True) -> str:
+    """CREATE TEMP TABLE temp (temporary False: CREATE TABLE) with the columns of the archive's CREATE TABLE
     (its options, INHERITS and PARTITION BY left out) and its columns'
     STORAGE and COMPRESSION settings (a column kept EXTERNAL loads about 3x
     faster than one its clone would try to compress), or LIKE the table
     when there is no usable CREATE TABLE (the table must exist then)."""
+    kind = "TEMP TABLE" if temporary else "TABLE"
     cols = column_list(create_sql) if create_sql else None
     if cols is not None and cols.strip():
         sets = column_settings(create_sql or "")
         alter = f" ALTER TABLE {temp} {', '.join(sets)};" if sets else ""
-        return f"CREATE TEMP TABLE {temp} ({cols});{alter}"
+        return f"CREATE {kind} {temp} ({cols});{alter}"
     parts = split_qualified(table)
     name = qualified_name(*parts) if parts else table
-    return (f"CREATE TEMP TABLE {temp} (LIKE {name} INCLUDING DEFAULTS INCLUDING GENERATED "
+    return (f"CREATE {kind} {temp} (LIKE {name} INCLUDING DEFAULTS INCLUDING GENERATED "
             "INCLUDING STORAGE);")

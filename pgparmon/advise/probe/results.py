@@ -5,6 +5,7 @@ notes), the tables it may read (`ProbeTable`), and its error (`ProbeError`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -100,8 +101,9 @@ class WalPoint:
 
 @dataclass(frozen=True)
 class LoggedStep:
-    """The COPY probe's step into a LOGGED scratch table, one stream
-    (`copyload`): its point (heap_bytes: file bytes), the WAL insert
+    """A probe's step into LOGGED scratch tables: the COPY probe's, one
+    stream (`copyload`), the restore probe's at its most streams
+    (`loggedtop`): its point (heap_bytes: file bytes), the WAL insert
     position's progress from before its session started to after it ended
     (wal_bytes over seconds), and the rate at which the server wrote WAL of
     its own meanwhile, read over the unlogged steps (which write none):
@@ -187,6 +189,8 @@ class ProbeResult:
     logged: LoggedStep | None = None
     # the COPY probe's one-stream step into its grown scratch table
     grown: GrownStep | None = None
+    # the restore probe's step at its most streams into logged tables
+    logged_top: LoggedStep | None = None
 
     def fit_points(self) -> list[tuple[float, float]]:
         """(streams, total heap bytes/s), fewest streams first: usl.fit's input
@@ -209,7 +213,12 @@ class ProbeResult:
         time over rate), its backends' CPU time times `cpu`: how the COPY
         probe carries a cost its scratch table did not pay (the WAL, an
         index's growth) into all its counts."""
+        return self.slowed_by(lambda _k: rate, cpu)
+
+    def slowed_by(self, rate_of: Callable[[int], float], cpu: float = 1.0) -> ProbeResult:
+        """`slowed`, each step at rate_of(its streams) times its speed."""
         def conv(p: ProbePoint) -> ProbePoint:
+            rate = rate_of(p.streams)
             return dataclasses.replace(
                 p, elapsed_s=p.elapsed_s / rate, wall_s=p.wall_s / rate,
                 bytes_per_s=p.bytes_per_s * rate,
@@ -259,7 +268,9 @@ class ProbeResult:
                    client_s_per_byte=d.get("client_s_per_byte"), wal=wal,
                    skipped=[int(k) for k in d.get("skipped_streams") or []],
                    logged=LoggedStep.from_json(d["logged"]) if d.get("logged") else None,
-                   grown=GrownStep.from_json(d["grown"]) if d.get("grown") else None)
+                   grown=GrownStep.from_json(d["grown"]) if d.get("grown") else None,
+                   logged_top=(LoggedStep.from_json(d["logged_top"]) if d.get("logged_top")
+                               else None))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -277,6 +288,7 @@ class ProbeResult:
             "skipped_streams": sorted(self.skipped),
             "logged": None if self.logged is None else self.logged.to_json(),
             "grown": None if self.grown is None else self.grown.to_json(),
+            "logged_top": None if self.logged_top is None else self.logged_top.to_json(),
             "points": [{k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in asdict(p).items()}
                        for p in sorted(self.points, key=lambda p: p.streams)],

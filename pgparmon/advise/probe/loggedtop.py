@@ -1,0 +1,238 @@
+"""The restore probe's logged step (`LoggedTop`): its most streams once more,
+loading into regular, WAL-logged tables as pg_restore does.
+
+The steps load temporary tables: they measure decompression, parsing and
+inserting, but not what a restore pays for its WAL where many sessions
+share it: WAL insertion, the flushes each COPY's 16 MB bulk-write ring
+waits for, the shared buffers.  On a 16-core host a restore of 16 equal
+tables ran its data at about 430 MB/s of heap at -j 8 and at -j 16 alike,
+where the temporary tables took 550 and 620 MB/s, and the WAL step's
+messages (`walstep`) were written at 0.6 to 1.1 GB/s: the cost is in the
+logged COPY itself, not in the WAL's raw rate.  So one step, at the most
+streams the steps reached, loads the same data files into regular clones
+of the tables (one set per stream, named ``pgparmon_probe_<pid>_<hex>_<stream>_<n>``
+in the session's current schema, dropped after the step whatever
+happened), and the WAL insert position is read around it.  Its rate, read
+as pg_restore's client would have run it like the other steps, bounds the
+restore's throughput at every count (`evidence.logged_ceiling`) when it
+ran well under the temporary tables' rate at the same count.
+
+Nothing of the database's own is touched: the tables are new, their
+names the probe's; the step needs the CREATE privilege on the current
+schema (a restore's target: the restore needs it too), and is left out,
+with a note, without it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from ...connect import ConnectError, ConnTarget, connect
+from ... import units as fmt
+from .client_cost import as_pg_restore
+from .results import LoggedStep, ProbeError, ProbePoint
+from .scratch import drop_scratch
+from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
+from .walstep import WAL_LSN_SQL
+
+# The step's COPY time, and what its tables' creation and drop, its
+# session's starts and the WAL positions add to it.
+LOGGED_TOP_S = 1.5
+LOGGED_TOP_SETUP_S = 0.35
+# Its ranges: this many a stream (a real restore runs one COPY a table:
+# the ring fills and wraps within a range this long)
+RANGES_A_STREAM = 2
+BASE_PREFIX = "pgparmon_probe_"
+
+
+def logged_top_s() -> float:
+    """What the logged step takes of a budget."""
+    return LOGGED_TOP_S + STEP_OVERHEAD_S + LOGGED_TOP_SETUP_S
+
+
+def logged_top_reserve(budget_s: float, need_s: float) -> float:
+    """Seconds of the budget kept for the logged step: its time when the
+    rest still holds need_s (the steps' plan, at its shortest); else 0."""
+    return logged_top_s() if budget_s - logged_top_s() >= need_s else 0.0
+
+
+class LoggedTop:
+    """The logged step, run between the steps and the WAL steps
+    (`plan.steps_and_wal`'s `between`): `make_runner(schema, base)` gives
+    the StepRunner over a source that loads regular tables named from base
+    in schema, and the names it created (`tables()`).  `result`: the
+    LoggedStep, None when it did not run (a note says why)."""
+
+    def __init__(self, target: ConnTarget, make_runner: Callable[[str, str], StepRunner],
+                 tables: Callable[[], list[str]], client_real: float | None,
+                 notes: list[str], reserve_s: float) -> None:
+        """reserve_s: the seconds kept for the step (0: it does not run,
+        and no connection is made)."""
+        self.target, self.make_runner, self.tables = target, make_runner, tables
+        self.client_real, self.notes, self.reserve_s = client_real, notes, reserve_s
+        self.result: LoggedStep | None = None
+        self.conn: psycopg.Connection[Any] | None = None
+        self.l0, self.t0 = 0.0, time.monotonic()
+        if reserve_s <= 0:
+            return
+        try:
+            self.conn = connect(target)
+            self.conn.execute("SET default_transaction_read_only = off")
+            self.conn.execute("SET lock_timeout = '5s'")
+            self.l0 = _lsn(self.conn)
+        except (ConnectError, psycopg.Error) as exc:
+            self.close()
+            notes.append(f"the step into logged tables was left out: {_first_line(exc)}")
+
+    def __call__(self, points: list[ProbePoint], deadline: float) -> None:
+        if self.reserve_s <= 0:
+            self.notes.append("the budget was too short for a step into logged tables: "
+                              "what the restore's WAL costs many sessions is not measured")
+            return
+        if self.conn is None or not points:
+            return
+        top = max(points, key=lambda p: p.streams)
+        k = int(top.streams)
+        background = max(0.0, (_lsn(self.conn) - self.l0) / max(time.monotonic() - self.t0,
+                                                                  1e-3))
+        schema = self._schema()
+        if schema is None:
+            return
+        base = f"{BASE_PREFIX}{os.getpid()}_{secrets.token_hex(3)}"
+        marks: list[tuple[float, float]] = []
+
+        def mark(_k: int) -> None:
+            assert self.conn is not None
+            marks.append((_lsn(self.conn), time.monotonic()))
+
+        runner = self.make_runner(schema, base)
+        runner.before_step = mark
+        per_stream = (top.probe_bytes_per_s or top.bytes_per_s) / k
+        try:
+            p = runner.run_step(k, LOGGED_TOP_S, per_stream * LOGGED_TOP_S / RANGES_A_STREAM,
+                                deadline)
+            l1, t1 = _lsn(self.conn), time.monotonic()
+        except Aborted:
+            self.notes.append("the step into logged tables ran into the budget and was "
+                              "dropped: what the restore's WAL costs many sessions is not "
+                              "measured")
+            return
+        except OSError as exc:
+            raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+        finally:
+            shutil.rmtree(runner.scratch, ignore_errors=True)
+            self._drop()
+        if self.client_real is not None:
+            p = as_pg_restore([p], self.client_real)[0][0]
+            top = as_pg_restore([top], self.client_real)[0][0]
+        l0, t0 = marks[0]
+        self.result = LoggedStep(p, l1 - l0, t1 - t0, background)
+        self.notes.append(self.note(top))
+
+    def note(self, top: ProbePoint) -> str:
+        assert self.result is not None
+        p, w = self.result.point, self.result.wal_per_byte
+        return (f"{p.streams} stream(s) into logged tables: {fmt.rate(p.bytes_per_s)} of heap "
+                f"against {fmt.rate(top.bytes_per_s)} into temporary ones "
+                f"({p.bytes_per_s / top.bytes_per_s:.2f}x); "
+                + (f"{w:.2f} B of WAL a heap byte" if w is not None else "no WAL read")
+                + (f" (the server's own {fmt.rate(self.result.background_wal_bytes_per_s)} "
+                   "of WAL taken out)" if self.result.background_wal_bytes_per_s > 0 else ""))
+
+    def _schema(self) -> str | None:
+        """The current schema when this role may create tables in it; None
+        with a note otherwise."""
+        assert self.conn is not None
+        try:
+            row = self.conn.execute(
+                "SELECT current_schema(), coalesce(has_schema_privilege(current_schema(), "
+                "'CREATE'), false)").fetchone()
+        except psycopg.Error as exc:
+            self.notes.append(f"the step into logged tables was left out: {_first_line(exc)}")
+            return None
+        if row is None or row[0] is None or not row[1]:
+            what = ("no current schema (search_path)" if row is None or row[0] is None
+                    else f"no CREATE privilege on schema {row[0]}")
+            self.notes.append(f"the step into logged tables was left out: {what}; what the "
+                              "restore's WAL costs many sessions is not measured")
+            return None
+        return str(row[0])
+
+    def _drop(self) -> None:
+        assert self.conn is not None
+        for name in self.tables():
+            drop_scratch(self.conn, name)
+
+    def __enter__(self) -> LoggedTop:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def _lsn(conn: psycopg.Connection[Any]) -> float:
+    row = conn.execute(WAL_LSN_SQL).fetchone()
+    return float(row[0]) if row is not None else 0.0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# the logged step ran under this share of the temporary tables' rate at its
+# count: the logged load is what flattens the curve, and it is named so
+KEPT_PACE = 0.9
+
+
+def logged_contention(res: Any) -> float | None:
+    """s of the logged load: the restore probe's step into logged tables at
+    k streams ran at L(k) where the temporary tables took X(k), read as each
+    stream slowed by a share s for every other stream loading logged tables
+    beside it: L(n) = X(n) / (1 + s (n - 1)), s = (X(k) / L(k) - 1) / (k - 1)
+    (at least 0).  The serial part of the universal scalability law: what
+    the sessions share when they write WAL (its insertion, the flushes each
+    COPY's ring waits for) costs more the more of them share it, and one
+    stream alone pays next to nothing (a 16-core host's restore at -j 1 ran
+    at the temporary tables' one-stream rate).  None without the step, or
+    with it at one stream (nothing shared)."""
+    top = getattr(res, "logged_top", None)
+    if top is None or top.point.streams < 2 or top.point.bytes_per_s <= 0:
+        return None
+    k = int(top.point.streams)
+    same = res.point(k)
+    if same is None or same.bytes_per_s <= 0:
+        return None
+    return max(0.0, (same.bytes_per_s / top.point.bytes_per_s - 1.0) / (k - 1))
+
+
+def as_logged_load(res: Any) -> tuple[Any, str | None]:
+    """(the probe's steps as loads into logged tables run them: each step of
+    n streams at 1 / (1 + s (n - 1)) of its rate, `logged_contention`; what
+    limits the curve when the logged step ran under KEPT_PACE of the
+    temporary tables' rate, else None).  The result as it is without a
+    logged step."""
+    s = logged_contention(res)
+    if s is None:
+        return res, None
+    top = res.logged_top
+    k = int(top.point.streams)
+    r = top.point.bytes_per_s / res.point(k).bytes_per_s
+    out = res.slowed_by(lambda n: 1.0 / (1.0 + s * (n - 1)))
+    if r >= KEPT_PACE:
+        return out, None
+    return out, (f"the WAL-logged load ({k} streams loaded logged tables at "
+                 f"{fmt.rate(top.point.bytes_per_s)}, {r:.0%} of the temporary tables' rate: "
+                 f"each stream {s:.1%} slower for every other)")

@@ -1,0 +1,188 @@
+"""The restore probe's step into logged tables (`probe.loggedtop`): its most
+streams once more into regular tables, as pg_restore loads them, and the
+steps read as logged loads from it (`loggedtop.as_logged_load`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pgparmon.advise import evidence
+from pgparmon.advise.probe import ProbeResult, run_restore_probe
+from pgparmon.advise.probe.loggedtop import (
+    as_logged_load,
+    logged_contention,
+    logged_top_reserve,
+    logged_top_s,
+)
+from pgparmon.advise.probe.restore_ranges import DataFile, RestoreSource
+from pgparmon.advise.probe.results import LoggedStep, ProbePoint
+from pgparmon.advise.probe.streams import Stream
+from pgparmon.cluster import Cluster
+from pgparmon.connect import ConnTarget
+
+DB = "logged_probe"
+
+
+@pytest.fixture(scope="module")
+def archive(cluster: Cluster) -> Iterator[Path]:
+    """A -Fd archive (gzip) of a table of a few MB and a small one."""
+    cluster.psql(f"CREATE DATABASE {DB}")
+    cluster.psql("CREATE TABLE big (id int PRIMARY KEY, h text, h2 text); "
+                 "INSERT INTO big SELECT g, md5(g::text), md5((g * 7)::text) "
+                 "FROM generate_series(1, 60000) g; "
+                 "CREATE TABLE small AS SELECT g AS id FROM generate_series(1, 2000) g",
+                 dbname=DB)
+    d = Path(tempfile.mkdtemp(prefix="pgparmon-logged-archive-"))
+    out = d / "a.dump"
+    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(out), DB],
+                   env=cluster.env(), check=True, capture_output=True)
+    cluster.psql(f"CREATE DATABASE {DB}_target")
+    try:
+        yield out
+    finally:
+        subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+def _target(cluster: Cluster, user: str | None = None) -> ConnTarget:
+    return ConnTarget(dbname=f"{DB}_target", host=str(cluster.sockdir), port=cluster.port,
+                      user=user or cluster.superuser)
+
+
+def _ours(cluster: Cluster) -> str:
+    return cluster.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'pgparmon%'",
+                        dbname=f"{DB}_target").strip()
+
+
+def _stream() -> Stream:
+    s = Stream.__new__(Stream)
+    s.created, s.loaded, s.exact, s.table_of = set(), {}, {}, {}
+    return s
+
+
+def test_a_logged_source_gives_each_stream_its_own_regular_tables(tmp_path: Path) -> None:
+    f = DataFile("public.t", str(tmp_path / "1.dat"), 1e6, "f0.dat", None, text=1e6)
+    create = {"public.t": "CREATE TABLE public.t (\n    id integer\n);"}
+    src = RestoreSource([f], create, str(tmp_path), 1.0, logged=("s", "pgparmon_probe_1_ab"))
+    a, b = _stream(), _stream()
+    ra, rb = src.take(a, 1e6), src.take(b, 1e6)
+    assert '"s"."pgparmon_probe_1_ab_0_0"' in ra.script
+    assert '"s"."pgparmon_probe_1_ab_1_0"' in rb.script
+    assert 'CREATE TABLE "s"."pgparmon_probe_1_ab_0_0" (' in ra.script
+    assert "TEMP" not in ra.script + rb.script
+    assert src.logged_tables == ['"s"."pgparmon_probe_1_ab_0_0"', '"s"."pgparmon_probe_1_ab_1_0"']
+    # the same stream again: its table is not created twice
+    again = src.take(a, 1e6)
+    assert "CREATE" not in again.script and len(src.logged_tables) == 2
+    # without logged: temporary tables, shared names
+    plain = RestoreSource([f], create, str(tmp_path), 1.0)
+    assert "CREATE TEMP TABLE pgparmon_probe_0 (" in plain.take(_stream(), 1e6).script
+    assert plain.logged_tables == []
+
+
+def test_the_logged_step_is_kept_only_when_the_rest_fits() -> None:
+    assert logged_top_reserve(20.0, 5.0) == logged_top_s()
+    assert logged_top_reserve(5.0 + logged_top_s() - 0.01, 5.0) == 0.0
+
+
+def _res(top_rate: float, k: int = 16, temp_rate: float = 600e6) -> ProbeResult:
+    pts = [ProbePoint(streams=n, heap_bytes=temp_rate * n / k * 1.5, out_bytes=0,
+                      elapsed_s=1.5, bytes_per_s=temp_rate * n / k, client_cpu_s=1.0 * n,
+                      server_cpu_s=1.5 * n, disk_util=None, disk_await_ms=None, disk_queue=None)
+           for n in (1, 2, 4, 8, 16) if n <= k]
+    top = ProbePoint(streams=k, heap_bytes=top_rate * 1.5, out_bytes=0, elapsed_s=1.5,
+                     bytes_per_s=top_rate, client_cpu_s=1.0 * k, server_cpu_s=1.5 * k,
+                     disk_util=None, disk_await_ms=None, disk_queue=None)
+    return ProbeResult(points=pts, seconds=10, budget_s=10, compression="gzip", ratio=None,
+                       device=None, logged_top=LoggedStep(top, top_rate * 1.5, 1.6, 0.0))
+
+
+def test_a_logged_step_reads_every_step_as_a_logged_load() -> None:
+    """L(n) = X(n) / (1 + s (n - 1)) through the logged step's L(k)."""
+    res = _res(430e6)
+    s = logged_contention(res)
+    assert s == pytest.approx((600e6 / 430e6 - 1) / 15)
+    out, limit = as_logged_load(res)
+    got = {p.streams: p.bytes_per_s for p in out.points}
+    assert got[1] == pytest.approx(600e6 / 16)  # one stream shares nothing
+    assert got[16] == pytest.approx(430e6)  # the logged step's own rate
+    assert got[8] == pytest.approx(300e6 / (1 + 7 * s))
+    for p, q in zip(res.points, out.points, strict=True):
+        assert q.elapsed_s == pytest.approx(p.elapsed_s * p.bytes_per_s / q.bytes_per_s)
+        assert q.heap_bytes == p.heap_bytes and q.server_cpu_s == p.server_cpu_s
+    assert limit is not None and "the WAL-logged load" in limit and "72%" in limit
+    # the fitted curve goes through them, the limit named where it flattens
+    ev, pj = evidence._probe_fit(res, 10.0, [])
+    assert ev is not None and ev.limit == limit
+    assert ev.throughput(16) == pytest.approx(430e6, rel=0.05)
+    assert ev.throughput(2) < 2 * ev.throughput(1)
+    assert pj["points"][-1]["bytes_per_s"] == pytest.approx(600e6)  # the JSON as measured
+    assert pj["logged_top"]["point"]["bytes_per_s"] == pytest.approx(430e6)
+
+
+def test_a_logged_step_that_kept_pace_names_no_limit() -> None:
+    out, limit = as_logged_load(_res(560e6))
+    assert limit is None and out.points[-1].bytes_per_s == pytest.approx(560e6)
+    # faster than the temporary tables (noise): nothing changes
+    out, limit = as_logged_load(_res(650e6))
+    assert limit is None
+    assert [p.bytes_per_s for p in out.points] == [p.bytes_per_s for p in _res(650e6).points]
+
+
+def test_without_a_logged_step_at_two_streams_or_more_nothing_changes() -> None:
+    res = _res(430e6)
+    for other in (dataclasses.replace(res, logged_top=None),
+                  dataclasses.replace(res, points=res.points[:-1]),
+                  _res(30e6, k=1)):
+        assert logged_contention(other) is None
+        assert as_logged_load(other) == (other, None)
+
+
+def test_the_logged_step_round_trips_through_json() -> None:
+    res = _res(430e6)
+    doc = json.loads(json.dumps(res.to_json()))
+    back = ProbeResult.from_json(doc)
+    assert back.logged_top is not None
+    assert back.logged_top.point.bytes_per_s == pytest.approx(430e6)
+    assert back.logged_top.wal_per_byte == pytest.approx(1.0)
+    assert ProbeResult.from_json({**doc, "logged_top": None}).logged_top is None
+
+
+@pytest.mark.integration
+def test_the_restore_probe_loads_logged_tables_at_its_most_streams(
+        cluster: Cluster, archive: Path) -> None:
+    res = run_restore_probe(_target(cluster), str(archive), budget_s=9.0, max_streams=2,
+                            server_version_num=150000)
+    top = res.logged_top
+    assert top is not None, res.notes
+    assert top.point.streams == max(p.streams for p in res.points)
+    assert top.point.bytes_per_s > 0 and top.point.heap_bytes > 0
+    # a heap byte loaded into a logged table writes about a byte of WAL
+    assert top.wal_per_byte is not None and 0.5 <= top.wal_per_byte <= 3.0, top.to_json()
+    assert any("into logged tables" in n for n in res.notes)
+    assert res.seconds <= 9.0 + 1.0
+    # nothing left behind in the target database
+    assert _ours(cluster) == "0"
+    back = ProbeResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert back.logged_top is not None
+    assert back.logged_top.point.streams == top.point.streams
+
+
+@pytest.mark.integration
+def test_without_the_create_privilege_the_logged_step_is_left_out(
+        cluster: Cluster, archive: Path) -> None:
+    cluster.psql("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nocreate') "
+                 "THEN CREATE ROLE nocreate LOGIN; END IF; END $$; "
+                 f"GRANT CONNECT, TEMP ON DATABASE {DB}_target TO nocreate",
+                 dbname=f"{DB}_target")
+    res = run_restore_probe(_target(cluster, "nocreate"), str(archive), budget_s=9.0,
+                            max_streams=2, server_version_num=150000)
+    assert res.logged_top is None
+    assert any("no CREATE privilege on schema public" in n for n in res.notes), res.notes
+    assert res.points and _ours(cluster) == "0"
