@@ -307,6 +307,8 @@ def test_advice_carries_the_logged_and_the_grown_step(cluster: Cluster, copy_db:
     assert g is not None and g["before_bytes"] > 0 and g["point"]["bytes_per_s"] > 0
     assert doc["copy"]["index_growth"].startswith("measured: the load runs at")
     assert doc["probe"]["logged"]["point"]["bytes_per_s"] > 0
+    # and the step of its most streams into the logged table
+    assert doc["probe"]["logged_top"]["point"]["streams"] == 2, doc["probe"]["notes"]
     assert doc["copy"]["wal"].startswith("measured: each stream's cost")
     w = next(w for w in doc["warnings"] if w["code"] == "wal")
     assert "logged scratch table ran at" in w["message"]

@@ -163,3 +163,18 @@ def test_report_names_the_parts_not_run() -> None:
     text = summary.report(rows)
     assert "dump: not run (PARTS)" in text and "restore: not run (PARTS)" in text
     assert "dump: nothing measured" in summary.report(_rows())
+
+
+def test_the_report_shows_what_each_probe_measured() -> None:
+    """Per advice, the probe's steps, the counts it skipped, its steps into
+    logged tables and its WAL steps (the second 16-core run's results)."""
+    rows = summary.load(Path(__file__).parents[1] / "docs" / "bench" / "bighost"
+                        / "2026-11-27b_results.jsonl")
+    text = summary.report(rows)
+    assert "probe-10: probe steps 1:34 2:70 4:124 8:244; skipped 16 (MB/s)" in text
+    assert "logged@1 22 (0.93x), 2.90 B WAL/B; WAL 1:817" in text
+    copy = summary.scores(rows)["copy"]["advice"]
+    steps = next(a["probe_steps"] for a in copy if a["mode"] == "probe-10")
+    assert steps["skipped"] == [2, 4, 8] and sorted(steps["steps"]) == [1, 16]
+    assert steps["logged"]["streams"] == 1 and steps["logged"]["of_step"] == 0.847
+    assert "logged_top" not in steps

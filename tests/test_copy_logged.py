@@ -195,3 +195,25 @@ def test_recorded_16_core_probe_with_the_real_one_stream_load_as_its_logged_step
         assert abs(after[j] / measured[j] - 1) < 0.15, (j, after[j], measured[j])
     wal = next(c for c in ev2.ceilings if c.name.startswith("WAL"))
     assert "2.81 B of WAL a byte" in wal.detail
+
+
+def test_the_step_of_the_most_streams_into_the_logged_table_reads_as_shared_wal() -> None:
+    """`loggedtop.as_logged_load` after `as_logged`: the logged step at one
+    stream gives each stream's own cost (0.6 here), the step at 8 streams
+    what they pay for sharing the WAL, over the one-stream cost's rate."""
+    base = _res(_logged(12e6))
+    top = LoggedStep(_point(8, 0.6 * 120e6 * 0.7), 3.0 * 0.6 * 120e6 * 0.7 * 2.0, 2.0)
+    res = dataclasses.replace(base, logged_top=top)
+    plain = copy_probe_evidence(base, 16, 1)
+    shared = copy_probe_evidence(res, 16, 1)
+    assert plain is not None and shared is not None
+    assert shared.limit.startswith("the WAL-logged load (8 streams loaded logged tables")
+    assert "70%" in shared.limit
+    # one stream alone pays nothing more; 8 streams run at 70% of the rate without it
+    assert shared.throughput(1) == pytest.approx(plain.throughput(1), rel=0.03)
+    assert shared.throughput(8) == pytest.approx(0.7 * plain.throughput(8), rel=0.05)
+    data = 2e9
+    a = {p.jobs: p.wall_s for p in copy_predictions(plain, data, [1, 4, 8])}
+    b = {p.jobs: p.wall_s for p in copy_predictions(shared, data, [1, 4, 8])}
+    assert b[1] == pytest.approx(a[1], rel=0.03) and b[4] > a[4] and b[8] > 1.3 * a[8]
+    assert ProbeResult.from_json(json.loads(json.dumps(res.to_json()))).logged_top is not None

@@ -77,6 +77,53 @@ def measured(rows: list[dict[str, Any]], kind: str) -> dict[int, dict[str, Any]]
     return out
 
 
+def _mbs(x: Any) -> str:
+    return _f((_num(x) or 0.0) / 1e6, "{:.0f}")
+
+
+def _step_rate(step: Any) -> float | None:
+    point = step.get("point") if isinstance(step, dict) else None
+    return _num(point.get("bytes_per_s")) if isinstance(point, dict) else None
+
+
+def probe_steps(probe: dict[str, Any]) -> dict[str, Any]:
+    """What the advice's probe measured: its steps (streams -> bytes/s), the
+    counts it skipped for its budget, its steps into logged tables (one
+    stream: `logged`; its most streams: `logged_top`), its grown step and
+    its WAL steps, each with its streams and rate."""
+    pts = {p["streams"]: _num(p.get("bytes_per_s")) for p in probe.get("points") or []
+           if isinstance(p, dict) and isinstance(p.get("streams"), int)}
+    out: dict[str, Any] = {"steps": pts, "skipped": list(probe.get("skipped_streams") or [])}
+    for name in ("logged", "logged_top", "grown"):
+        step = probe.get(name)
+        rate = _step_rate(step)
+        if rate is not None:
+            k = step["point"].get("streams")
+            base = pts.get(k)
+            out[name] = {"streams": k, "bytes_per_s": rate,
+                         "of_step": round(rate / base, 3) if base else None,
+                         "wal_per_byte": _num(step.get("wal_per_byte"))}
+    out["wal"] = {w["streams"]: _num(w.get("bytes_per_s")) for w in probe.get("wal") or []
+                  if isinstance(w, dict) and isinstance(w.get("streams"), int)}
+    return out
+
+
+def probe_text(st: dict[str, Any]) -> str:
+    """probe_steps as one line, rates in MB/s."""
+    parts = ["steps " + " ".join(f"{k}:{_mbs(x)}" for k, x in sorted(st["steps"].items()))]
+    if st.get("skipped"):
+        parts.append("skipped " + ",".join(str(k) for k in st["skipped"]))
+    for name in ("logged", "logged_top", "grown"):
+        e = st.get(name)
+        if e:
+            ratio = f" ({e['of_step']:.2f}x)" if e.get("of_step") else ""
+            wal = f", {e['wal_per_byte']:.2f} B WAL/B" if e.get("wal_per_byte") else ""
+            parts.append(f"{name}@{e['streams']} {_mbs(e['bytes_per_s'])}{ratio}{wal}")
+    if st.get("wal"):
+        parts.append("WAL " + " ".join(f"{k}:{_mbs(x)}" for k, x in sorted(st["wal"].items())))
+    return "; ".join(parts) + " (MB/s)"
+
+
 def score_advice(row: dict[str, Any], meas: dict[int, dict[str, Any]]) -> dict[str, Any]:
     doc = row.get("advice") if isinstance(row.get("advice"), dict) else None
     s: dict[str, Any] = {"mode": row.get("mode"), "rc": row.get("rc"),
@@ -89,6 +136,8 @@ def score_advice(row: dict[str, Any], meas: dict[int, dict[str, Any]]) -> dict[s
              predicted_wall_s=_num(doc.get("predicted_wall_s")),
              probe_s=_num(probe.get("seconds")), probe_budget_s=_num(probe.get("budget_s")),
              warnings=[w.get("code") for w in doc.get("warnings") or [] if isinstance(w, dict)])
+    if probe.get("points"):
+        s["probe_steps"] = probe_steps(probe)
     per_j: dict[int, dict[str, Any]] = {}
     for p in doc.get("predictions") or []:
         if not isinstance(p, dict) or not isinstance(p.get("jobs"), int):
@@ -226,6 +275,9 @@ def report(rows: list[dict[str, Any]]) -> str:
                     f"{_f(a.get('best_jobs'), '{:d}'):>6} {regret:>12} "
                     f"{_f(a.get('error_at_rec') is not None and a['error_at_rec'] * 100, '{:+.0f}%'):>8}"
                     f"  {_f(a.get('probe_s'))}/{_f(a.get('probe_budget_s'))}")
+            for a in advs:
+                if a.get("probe_steps"):
+                    L.append(f"    {a['mode']}: probe {probe_text(a['probe_steps'])}")
             for a in advs:
                 if a.get("error") or a.get("warnings"):
                     L.append(f"    {a['mode']}: warnings {a.get('warnings') or []}"

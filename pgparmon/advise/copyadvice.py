@@ -49,6 +49,7 @@ from .probe.copyload import (
     run_copy_probe,
 )
 from .probe.indexgrowth import as_grown, load_scale, model_of
+from .probe.loggedtop import as_logged_load, logged_top_s
 from .probe.results import ProbeResult
 from .request import AdviseError, Request, catalog_session
 
@@ -256,7 +257,8 @@ def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jo
     streams = probe_streams(max_jobs)
     guess = float(t.cf.data_bytes) / static.throughput(1)
     wal_counts = len(stream_plan_of(streams)) if t.table.logged else 0
-    need = (plan_seconds(streams, wal_counts) + (logged_step_s() if t.table.logged else 0.0)
+    need = (plan_seconds(streams, wal_counts)
+            + (logged_step_s() + logged_top_s() if t.table.logged else 0.0)
             + (grown_step_s() if t.table.indexes else 0.0))
     budget, skip = probe_budget(req, guess, need)
     if skip is not None:
@@ -291,18 +293,22 @@ def copy_probe_evidence(res: ProbeResult, cores: int, indexes: int, *,
                         load_bytes: float = 0.0, existing_bytes: float = 0.0
                         ) -> Evidence | None:
     """The probe's steps as the load into the table runs them (`as_logged`:
-    each stream's own cost of writing WAL, from the logged step; `as_grown`:
+    each stream's own cost of writing WAL, from the logged step;
+    `loggedtop.as_logged_load`: what the streams pay for sharing the WAL,
+    from the step of the most streams into the logged table; `as_grown`:
     the indexes' growth over load_bytes of file, from the grown step, into a
     table that holds existing_bytes' worth already), fitted and bounded by
     the host's CPU and the WAL step's ceiling over the WAL a file byte makes
     (`wal_per_file_byte`); None when nothing was measured."""
-    lres = as_grown(as_logged(res), model_of(res), load_bytes, existing_bytes)
+    shared, logged_limit = as_logged_load(as_logged(res))
+    lres = as_grown(shared, model_of(res), load_bytes, existing_bytes)
     pts = lres.fit_points()
     if not pts:
         return None
     cpu = {int(p.streams): v for p in lres.points
            if (v := lres.cpu_s_per_gb(p.streams)) is not None}
     neck, per_stream = copy_limits(lres, cores, indexes)
+    neck = logged_limit or neck
     ev = predict.points_evidence("probe", pts, limit=neck, per_stream_limit=per_stream,
                                  cpu_per_gb=cpu, detail={"probe": res.to_json()})
     return bounded(ev, lres, cores, wal_per_file_byte(res))

@@ -63,6 +63,7 @@ from .results import (
     WalPoint,
     qualified_name,
 )
+from .loggedtop import LOGGED_TOP_S, logged_top_s
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
@@ -123,6 +124,21 @@ def grown_reserve(budget_s: float, max_streams: int, indexed: bool, kept: float)
     if not indexed or budget_s - kept - grown_step_s() < plan_seconds(min(max_streams, 2)):
         return 0.0
     return grown_step_s()
+
+
+def top_reserve(budget_s: float, max_streams: int, logged: bool, kept: float) -> float:
+    """Seconds of a probe's budget kept for the step of its most streams
+    into the logged table (`_logged_top_step`): its time when the logged
+    step runs and the rest of the budget (less `kept`, the logged and
+    grown steps') still holds the plan's warm-up and first two steps, as
+    `logged_reserve`.  It comes last of the three: a stream's own costs
+    are in every prediction, the shared WAL's only at many streams."""
+    from ..evidence import plan_seconds
+
+    if (not logged or max_streams < 2
+            or budget_s - kept - logged_top_s() < plan_seconds(min(max_streams, 2))):
+        return 0.0
+    return logged_top_s()
 
 
 @dataclass(frozen=True)
@@ -213,6 +229,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
     wal: list[WalPoint] = []
     logged: LoggedStep | None = None
     grown: GrownStep | None = None
+    logged_top: LoggedStep | None = None
     dirs: list[str] = []
     source: CopySource | None = None
     try:
@@ -243,14 +260,16 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
 
         steps = runner(dirs[0], empty)
         log_s = logged_reserve(budget_s, max_streams, table.logged)
+        grow_s = grown_reserve(budget_s, max_streams, built > 0, log_s)
         between = _Between(conn, table, cf, source, runner, dirs, dropping, notes, log_s,
-                           grown_reserve(budget_s, max_streams, built > 0, log_s), built > 0)
+                           grow_s, built > 0,
+                           top_reserve(budget_s, max_streams, log_s > 0, log_s + grow_s))
         points, wal, plan = steps_and_wal(steps, dirs[0], notes, t_start, budget_s,
                                           max_streams, target, max_wal_size,
                                           wal=table.logged,
-                                          reserve_s=between.log_s + between.grow_s,
-                                          between=between)
-        logged, grown = between.logged, between.grown
+                                          reserve_s=between.log_s + between.grow_s
+                                          + between.top_s, between=between)
+        logged, grown, logged_top = between.logged, between.grown, between.logged_top
         if source.reused:
             notes.append("the file was loaded more than once (it is small): the page cache "
                          "helped the reads")
@@ -263,7 +282,8 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
         _clean_up(conn, source, dirs, dropping, done)
     return ProbeResult(points=points, seconds=time.monotonic() - t_start, budget_s=budget_s,
                        compression="none", ratio=None, device=device, notes=notes, wal=wal,
-                       skipped=plan.skipped, logged=logged, grown=grown)
+                       skipped=plan.skipped, logged=logged, grown=grown,
+                       logged_top=logged_top)
 
 
 class _Between:
@@ -276,12 +296,13 @@ class _Between:
     def __init__(self, conn: psycopg.Connection[Any], table: TargetTable, cf: CopyFile,
                  source: CopySource, runner: Any, dirs: list[str], dropping: list[str],
                  notes: list[str], log_s: float, grow_s: float = 0.0,
-                 indexed: bool = False) -> None:
+                 indexed: bool = False, top_s: float = 0.0) -> None:
         self.conn, self.table, self.cf, self.source = conn, table, cf, source
         self.runner, self.dirs, self.dropping, self.notes = runner, dirs, dropping, notes
-        self.log_s, self.grow_s, self.indexed = log_s, grow_s, indexed
+        self.log_s, self.grow_s, self.indexed, self.top_s = log_s, grow_s, indexed, top_s
         self.logged: LoggedStep | None = None
         self.grown: GrownStep | None = None
+        self.logged_top: LoggedStep | None = None
         self.l0, self.t0 = _wal_lsn(conn), time.monotonic()
 
     def __call__(self, points: list[ProbePoint], deadline: float) -> None:
@@ -292,7 +313,7 @@ class _Between:
         if self.grow_s > 0 and one is not None:
             self.dirs.append(_linked_input(self.cf.path))
             self.grown = _grown_step(self.runner, self.dirs[-1], one, self.source,
-                                     deadline - self.log_s, self.notes)
+                                     deadline - self.log_s - self.top_s, self.notes)
         elif self.indexed:
             self.notes.append("the budget was too short for a step into a grown index: the "
                               "cost of the indexes' growth over the load is not measured")
@@ -304,7 +325,13 @@ class _Between:
             self.dirs.append(_linked_input(self.cf.path))
             self.source.table_sql = logged_sql
             self.logged = _logged_step(conn, self.runner, self.dirs[-1], one, background,
-                                       deadline, self.notes)
+                                       deadline - self.top_s, self.notes)
+            top = max(points, key=lambda p: p.streams)
+            if self.logged is not None and self.top_s > 0 and top.streams >= 2:
+                self.dirs.append(_linked_input(self.cf.path))
+                self.logged_top = _logged_top_step(conn, self.runner, self.dirs[-1], top,
+                                                   (logged_sql, self.source), background,
+                                                   deadline, self.notes)
             drop_scratch(conn, logged_sql)
         elif table.logged:
             self.notes.append("the budget was too short for a step into a logged table: each "
@@ -355,6 +382,42 @@ def _logged_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: str,
                  + (f" (the server's own {fmt.rate(background)} of WAL taken out)"
                     if background > 0 else ""))
     return step
+
+
+def _logged_top_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: str,
+                     top: ProbePoint, table: tuple[str, CopySource], background: float,
+                     deadline: float, notes: list[str]) -> LoggedStep | None:
+    """The most streams the steps reached, once more into the logged scratch
+    table (emptied first, as each step's table is): LOGGED_TOP_S of slices
+    at the unlogged rate, the WAL insert position read before its sessions
+    start and after they end (`probe.loggedtop`: what many sessions pay for
+    writing WAL together).  None (with a note) when it ran into the
+    deadline."""
+    logged_sql, source = table
+    marks: list[tuple[float, float]] = []
+
+    def before(_k: int) -> None:
+        conn.execute(f"TRUNCATE {logged_sql}")
+        source.emptied()
+        marks.append((_wal_lsn(conn), time.monotonic()))
+
+    k = int(top.streams)
+    steps = runner(scratch_dir, before)
+    try:
+        p = steps.run_step(k, LOGGED_TOP_S, top.bytes_per_s / k * LOGGED_TOP_S / 2, deadline)
+    except Aborted:
+        notes.append(f"the step of {k} streams into a logged table ran into the budget and "
+                     "was dropped: what many sessions pay for writing WAL is not measured")
+        return None
+    except OSError as exc:
+        raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    l1, t1 = _wal_lsn(conn), time.monotonic()
+    l0, t0 = marks[0]
+    notes.append(f"{k} streams into a logged table: {fmt.rate(p.bytes_per_s)} of file against "
+                 f"{fmt.rate(top.bytes_per_s)} into the unlogged one")
+    return LoggedStep(p, l1 - l0, t1 - t0, background)
 
 
 def _one_stream(runner: Any, scratch_dir: str, before: Any, step_s: float, rate: float,

@@ -198,8 +198,10 @@ KEPT_PACE = 0.9
 
 
 def logged_contention(res: Any) -> float | None:
-    """s of the logged load: the restore probe's step into logged tables at
-    k streams ran at L(k) where the temporary tables took X(k), read as each
+    """s of the logged load: the probe's step into logged tables at k
+    streams (restore: `LoggedTop`; COPY: `copyload._logged_top_step`) ran
+    at L(k) where the steps without WAL (temporary or unlogged tables, a
+    COPY's read with its one-stream logged cost) took X(k), read as each
     stream slowed by a share s for every other stream loading logged tables
     beside it: L(n) = X(n) / (1 + s (n - 1)), s = (X(k) / L(k) - 1) / (k - 1)
     (at least 0).  The serial part of the universal scalability law: what
@@ -234,5 +236,5 @@ def as_logged_load(res: Any) -> tuple[Any, str | None]:
     if r >= KEPT_PACE:
         return out, None
     return out, (f"the WAL-logged load ({k} streams loaded logged tables at "
-                 f"{fmt.rate(top.point.bytes_per_s)}, {r:.0%} of the temporary tables' rate: "
+                 f"{fmt.rate(top.point.bytes_per_s)}, {r:.0%} of the rate without WAL: "
                  f"each stream {s:.1%} slower for every other)")
