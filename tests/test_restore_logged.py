@@ -89,6 +89,8 @@ def test_a_logged_source_gives_each_stream_its_own_regular_tables(tmp_path: Path
 def test_the_logged_step_is_kept_only_when_the_rest_fits() -> None:
     assert logged_top_reserve(20.0, 5.0) == logged_top_s()
     assert logged_top_reserve(5.0 + logged_top_s() - 0.01, 5.0) == 0.0
+    # one stream alone shares nothing: no step
+    assert logged_top_reserve(20.0, 5.0, max_streams=1) == 0.0
 
 
 def _res(top_rate: float, k: int = 16, temp_rate: float = 600e6) -> ProbeResult:

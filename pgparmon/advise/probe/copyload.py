@@ -63,7 +63,7 @@ from .results import (
     WalPoint,
     qualified_name,
 )
-from .loggedtop import LOGGED_TOP_S, logged_top_s
+from .loggedtop import LOGGED_TOP_S, RANGES_A_STREAM, logged_top_s
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
@@ -305,7 +305,7 @@ class _Between:
         self.logged_top: LoggedStep | None = None
         self.l0, self.t0 = _wal_lsn(conn), time.monotonic()
 
-    def __call__(self, points: list[ProbePoint], deadline: float) -> None:
+    def __call__(self, points: list[ProbePoint], deadline: float, end: float) -> None:
         conn, table = self.conn, self.table
         background = max(0.0, (_wal_lsn(conn) - self.l0)
                          / max(time.monotonic() - self.t0, 1e-3))
@@ -331,7 +331,7 @@ class _Between:
                 self.dirs.append(_linked_input(self.cf.path))
                 self.logged_top = _logged_top_step(conn, self.runner, self.dirs[-1], top,
                                                    (logged_sql, self.source), background,
-                                                   deadline, self.notes)
+                                                   max(deadline, end), self.notes)
             drop_scratch(conn, logged_sql)
         elif table.logged:
             self.notes.append("the budget was too short for a step into a logged table: each "
@@ -391,8 +391,10 @@ def _logged_top_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: st
     table (emptied first, as each step's table is): LOGGED_TOP_S of slices
     at the unlogged rate, the WAL insert position read before its sessions
     start and after they end (`probe.loggedtop`: what many sessions pay for
-    writing WAL together).  None (with a note) when it ran into the
-    deadline."""
+    writing WAL together).  Its deadline is the probe's end: a slow step
+    takes the WAL steps' time (they measure what they can in the rest),
+    as the step that tells most at many streams.  None (with a note) when
+    it ran into the deadline."""
     logged_sql, source = table
     marks: list[tuple[float, float]] = []
 
@@ -404,7 +406,8 @@ def _logged_top_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: st
     k = int(top.streams)
     steps = runner(scratch_dir, before)
     try:
-        p = steps.run_step(k, LOGGED_TOP_S, top.bytes_per_s / k * LOGGED_TOP_S / 2, deadline)
+        p = steps.run_step(k, LOGGED_TOP_S, top.bytes_per_s / k * LOGGED_TOP_S / RANGES_A_STREAM,
+                           deadline)
     except Aborted:
         notes.append(f"the step of {k} streams into a logged table ran into the budget and "
                      "was dropped: what many sessions pay for writing WAL is not measured")

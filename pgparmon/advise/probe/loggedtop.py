@@ -46,9 +46,11 @@ from .walstep import WAL_LSN_SQL
 # session's starts and the WAL positions add to it.
 LOGGED_TOP_S = 1.5
 LOGGED_TOP_SETUP_S = 0.35
-# Its ranges: this many a stream (a real restore runs one COPY a table:
-# the ring fills and wraps within a range this long)
-RANGES_A_STREAM = 2
+# Its ranges: this many a stream at the steps' rate (a real restore runs
+# one COPY a table: a range of half a second, some 25 MB a stream on a
+# 16-core host, fills COPY's 16 MB ring and wraps it; and one started just
+# before the step's time is up ends soon after it, even at half the rate)
+RANGES_A_STREAM = 3
 BASE_PREFIX = "pgparmon_probe_"
 
 
@@ -57,10 +59,14 @@ def logged_top_s() -> float:
     return LOGGED_TOP_S + STEP_OVERHEAD_S + LOGGED_TOP_SETUP_S
 
 
-def logged_top_reserve(budget_s: float, need_s: float) -> float:
+def logged_top_reserve(budget_s: float, need_s: float, max_streams: int = 2) -> float:
     """Seconds of the budget kept for the logged step: its time when the
-    rest still holds need_s (the steps' plan, at its shortest); else 0."""
-    return logged_top_s() if budget_s - logged_top_s() >= need_s else 0.0
+    rest still holds need_s (the steps' plan, at its shortest) and the
+    probe may run two streams or more (one stream alone shares nothing);
+    else 0."""
+    if max_streams < 2 or budget_s - logged_top_s() < need_s:
+        return 0.0
+    return logged_top_s()
 
 
 class LoggedTop:
@@ -91,15 +97,27 @@ class LoggedTop:
             self.close()
             notes.append(f"the step into logged tables was left out: {_first_line(exc)}")
 
-    def __call__(self, points: list[ProbePoint], deadline: float) -> None:
+    def __call__(self, points: list[ProbePoint], deadline: float, end: float) -> None:
+        """The step, after the steps (`points`): within `end`, the probe's
+        own (a logged load slower than the reserve allowed for takes the WAL
+        steps' time, not the step: it tells most at many streams; the WAL
+        steps measure what they can in the rest); `deadline`, the end of
+        the time kept for it, is not a limit."""
+        del deadline
         if self.reserve_s <= 0:
-            self.notes.append("the budget was too short for a step into logged tables: "
-                              "what the restore's WAL costs many sessions is not measured")
+            if any(p.streams >= 2 for p in points):
+                self.notes.append("the budget was too short for a step into logged tables: "
+                                  "what the restore's WAL costs many sessions is not "
+                                  "measured")
             return
         if self.conn is None or not points:
             return
         top = max(points, key=lambda p: p.streams)
         k = int(top.streams)
+        if k < 2:
+            self.notes.append("the steps reached one stream only: the step into logged tables "
+                              "(what many sessions pay for the WAL) was left out")
+            return
         background = max(0.0, (_lsn(self.conn) - self.l0) / max(time.monotonic() - self.t0,
                                                                   1e-3))
         schema = self._schema()
@@ -117,7 +135,7 @@ class LoggedTop:
         per_stream = (top.probe_bytes_per_s or top.bytes_per_s) / k
         try:
             p = runner.run_step(k, LOGGED_TOP_S, per_stream * LOGGED_TOP_S / RANGES_A_STREAM,
-                                deadline)
+                                end)
             l1, t1 = _lsn(self.conn), time.monotonic()
         except Aborted:
             self.notes.append("the step into logged tables ran into the budget and was "

@@ -232,10 +232,11 @@ def measure_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: fl
 def steps_and_wal(probe: StepRunner, scratch: str, notes: list[str], t_start: float,
                   budget_s: float, max_streams: int, target: Any, max_wal_size: float | None,
                   finale: Any = None, wal: bool = True, reserve_s: float = 0.0,
-                  between: Callable[[list[ProbePoint], float], None] | None = None
+                  between: Callable[[list[ProbePoint], float, float], None] | None = None
                   ) -> tuple[list[ProbePoint], list[WalPoint], Plan]:
-    """The restore and COPY probes' steps, then `between` (given the points
-    and its deadline: reserve_s seconds of the budget are kept for it),
+    """The restore and COPY probes' steps, then `between` (given the points,
+    its deadline (reserve_s seconds of the budget are kept for it) and the
+    probe's end, which a step there may run into at the WAL steps' cost),
     then (wal: the job writes WAL) the WAL's ceiling
     (`walstep.measure_wal`) at the counts the plan keeps for it, in the
     time kept for it (`walstep.wal_reserve`)."""
@@ -247,7 +248,7 @@ def steps_and_wal(probe: StepRunner, scratch: str, notes: list[str], t_start: fl
     keep = wal_reserve(steps_s, len(at)) if wal and at else 0.0
     end = t_start + budget_s - CLEANUP_RESERVE_S
     if between is not None:
-        between(points, end - keep)
+        between(points, end - keep, end)
     walpts = (measure_wal(target, at, end, max_wal_size, notes) if keep > 0 else [])
     return points, walpts, plan
 

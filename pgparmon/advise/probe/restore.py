@@ -200,7 +200,7 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     # pg_restore's own client CPU per byte (timed before the steps): the steps as it reads them
     client_real = pg_restore_client_cost(files, text_ratio)
     top = _logged_top(target, probe, source, data_files, client_real, notes,
-                      logged_top_reserve(budget_s, _rest_needs(max_streams)))
+                      logged_top_reserve(budget_s, _rest_needs(max_streams), max_streams))
     with top:
         points, wal, plan = steps_and_wal(probe, scratch, notes, t_start, budget_s,
                                           max_streams, target, max_wal_size, finale,
