@@ -188,3 +188,31 @@ def test_without_the_create_privilege_the_logged_step_is_left_out(
     assert res.logged_top is None
     assert any("no CREATE privilege on schema public" in n for n in res.notes), res.notes
     assert res.points and _ours(cluster) == "0"
+
+
+def test_the_logged_steps_source_keeps_the_row_width_the_steps_learnt(tmp_path: Path) -> None:
+    """A large file's ranges are its first N lines, N from the row width
+    seen so far: the logged step's fresh source starts from the steps'
+    (a first guess of 100 B a line asked a table of 4 kB rows for 40 times
+    the bytes meant, and the step ran past the probe's end)."""
+    from pgparmon.advise.probe import restore
+    from pgparmon.advise.probe.steps import StepRunner
+
+    data = tmp_path / "1.dat"
+    data.write_text("x\n")
+    src = RestoreSource([DataFile("public.t", str(data), 1e9, "f0.dat", None)], {},
+                        str(tmp_path), 1.0)
+    src.bytes_seen, src.lines_seen = 4000.0 * 50, 50
+    probe = StepRunner(psql="psql", comp=None, env={}, scratch=str(tmp_path), source=src,
+                       device=None, local=True, connect_timeout_s=5.0)
+    top = restore._logged_top(ConnTarget(dbname="x"), probe, src, [("public.t", str(data), 1e9)],
+                              None, [], 0.0)
+    runner = top.make_runner("public", "pgparmon_probe_1_ab")
+    try:
+        logged = runner.source
+        assert isinstance(logged, RestoreSource) and logged.logged == ("public",
+                                                                       "pgparmon_probe_1_ab")
+        r = logged.take(_stream(), 4e6)
+        assert r.lines == 1000  # 4 MB of 4 kB rows, not 40,000 lines of the first guess
+    finally:
+        subprocess.run(["rm", "-rf", runner.scratch], check=False)

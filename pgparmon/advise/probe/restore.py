@@ -229,6 +229,10 @@ def _logged_top(target: ConnTarget, probe: StepRunner, source: RestoreSource,
         scratch, files, _ = _linked_files(data_files)
         logged.append(RestoreSource(files, source.create, scratch, source.text_ratio,
                                     logged=(schema, base)))
+        # the row width the steps learnt sizes its ranges of a large file's
+        # first lines (a fresh source's first guess, 100 B a line, would ask
+        # a table of 4 kB rows for 40 times the bytes meant)
+        logged[-1].bytes_seen, logged[-1].lines_seen = source.bytes_seen, source.lines_seen
         return dataclasses.replace(probe, scratch=scratch, source=logged[-1], step_no=0)
 
     return LoggedTop(target, runner, lambda: [n for src in logged for n in src.logged_tables],
