@@ -18,6 +18,7 @@ from pgparmon.advise.probe import ProbeResult, run_restore_probe
 from pgparmon.advise.probe.loggedtop import (
     as_logged_load,
     logged_contention,
+    logged_count,
     logged_top_reserve,
     logged_top_s,
 )
@@ -216,3 +217,12 @@ def test_the_logged_steps_source_keeps_the_row_width_the_steps_learnt(tmp_path: 
         assert r.lines == 1000  # 4 MB of 4 kB rows, not 40,000 lines of the first guess
     finally:
         subprocess.run(["rm", "-rf", runner.scratch], check=False)
+
+
+def test_the_logged_step_repeats_the_most_streams_that_each_have_a_core() -> None:
+    pts = _res(430e6).points  # 1, 2, 4, 8, 16 streams
+    assert logged_count(pts, 16).streams == 16
+    assert logged_count(pts, 64).streams == 16
+    assert logged_count(pts, 6).streams == 4  # past the cores the CPU is shared out too
+    assert logged_count(pts, 2).streams == 2
+    assert logged_count(pts[2:], 2).streams == 4  # none within: the fewest measured

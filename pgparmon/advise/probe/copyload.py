@@ -49,6 +49,7 @@ from .plan import (
     cpu_note,
     probe_device,
     steps_and_wal,
+    usable_cores,
 )
 from .psql import checked_psql, is_local_host, psql_env
 from .restore_ranges import index_on_temp
@@ -63,7 +64,7 @@ from .results import (
     WalPoint,
     qualified_name,
 )
-from .loggedtop import LOGGED_TOP_S, RANGES_A_STREAM, logged_top_s
+from .loggedtop import LOGGED_TOP_S, RANGES_A_STREAM, logged_count, logged_top_s
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
@@ -326,7 +327,7 @@ class _Between:
             self.source.table_sql = logged_sql
             self.logged = _logged_step(conn, self.runner, self.dirs[-1], one, background,
                                        deadline - self.top_s, self.notes)
-            top = max(points, key=lambda p: p.streams)
+            top = logged_count(points, usable_cores())
             if self.logged is not None and self.top_s > 0 and top.streams >= 2:
                 self.dirs.append(_linked_input(self.cf.path))
                 self.logged_top = _logged_top_step(conn, self.runner, self.dirs[-1], top,
