@@ -307,8 +307,8 @@ def test_advice_carries_the_logged_and_the_grown_step(cluster: Cluster, copy_db:
     assert g is not None and g["before_bytes"] > 0 and g["point"]["bytes_per_s"] > 0
     assert doc["copy"]["index_growth"].startswith("measured: the load runs at")
     assert doc["probe"]["logged"]["point"]["bytes_per_s"] > 0
-    # and the step of its most streams into the logged table
-    assert doc["probe"]["logged_top"]["point"]["streams"] == 2, doc["probe"]["notes"]
+    # no step of its most streams into the logged table: 2 streams, under 4
+    assert doc["probe"]["logged_top"] is None
     assert doc["copy"]["wal"].startswith("measured: each stream's cost")
     w = next(w for w in doc["warnings"] if w["code"] == "wal")
     assert "logged scratch table ran at" in w["message"]
@@ -318,6 +318,25 @@ def test_advice_carries_the_logged_and_the_grown_step(cluster: Cluster, copy_db:
     ceilings = {c["name"]: c for c in doc["fit"]["ceilings"]}
     assert f"{wal_per_byte:.2f} B of WAL a byte" in \
         ceilings["WAL writes and flushes"]["detail"]
+    assert _state(cluster) == (0, ROWS_IN_TABLE)
+
+
+@pytest.mark.integration
+def test_the_step_of_the_most_streams_into_the_logged_table(
+        cluster: Cluster, copy_db: str, big_csv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the one-stream logged step, the most streams within the cores
+    load the logged clone again (emptied first), the WAL read around it;
+    the scratch tables gone afterwards.  (4 streams within the cores are
+    needed on a real host; this VM has 2.)"""
+    from pgparmon.advise.probe import loggedtop
+
+    monkeypatch.setattr(loggedtop, "MIN_STREAMS", 2)
+    res = _probe(cluster, big_csv, budget_s=15, max_streams=2)
+    top = res.logged_top
+    assert top is not None, res.notes
+    assert top.point.streams == 2 and top.point.bytes_per_s > 0 and top.wal_bytes > 0
+    assert top.wal_per_byte is not None and 1.5 <= top.wal_per_byte <= 5.0
+    assert any("2 streams into a logged table" in n for n in res.notes)
     assert _state(cluster) == (0, ROWS_IN_TABLE)
 
 

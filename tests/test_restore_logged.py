@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from pgparmon.advise import evidence
-from pgparmon.advise.probe import ProbeResult, run_restore_probe
+from pgparmon.advise.probe import ProbeResult, loggedtop, run_restore_probe
 from pgparmon.advise.probe.loggedtop import (
     as_logged_load,
     logged_contention,
     logged_count,
+    logged_top_need,
     logged_top_reserve,
     logged_top_s,
 )
@@ -88,10 +89,13 @@ def test_a_logged_source_gives_each_stream_its_own_regular_tables(tmp_path: Path
 
 
 def test_the_logged_step_is_kept_only_when_the_rest_fits() -> None:
-    assert logged_top_reserve(20.0, 5.0) == logged_top_s()
-    assert logged_top_reserve(5.0 + logged_top_s() - 0.01, 5.0) == 0.0
-    # one stream alone shares nothing: no step
-    assert logged_top_reserve(20.0, 5.0, max_streams=1) == 0.0
+    assert logged_top_reserve(20.0, 5.0, 16, cores=16) == logged_top_s()
+    assert logged_top_reserve(5.0 + logged_top_s() - 0.01, 5.0, 16, cores=16) == 0.0
+    # under 4 streams within the cores: no step (nor time kept for it)
+    assert logged_top_reserve(20.0, 5.0, 16, cores=2) == 0.0
+    assert logged_top_reserve(20.0, 5.0, 3, cores=16) == 0.0
+    assert logged_top_reserve(20.0, 5.0, 4, cores=4) == logged_top_s()
+    assert logged_top_need(16, cores=16) == logged_top_s() and logged_top_need(16, cores=3) == 0
 
 
 def _res(top_rate: float, k: int = 16, temp_rate: float = 600e6) -> ProbeResult:
@@ -138,11 +142,14 @@ def test_a_logged_step_that_kept_pace_names_no_limit() -> None:
     assert [p.bytes_per_s for p in out.points] == [p.bytes_per_s for p in _res(650e6).points]
 
 
-def test_without_a_logged_step_at_two_streams_or_more_nothing_changes() -> None:
+def test_without_a_logged_step_at_four_streams_or_more_nothing_changes() -> None:
+    """Over one other stream the share cannot be told from a logged
+    stream's dearer CPU, nor from the noise: a step under 4 streams (a
+    recording's, or a test's) is not read."""
     res = _res(430e6)
     for other in (dataclasses.replace(res, logged_top=None),
                   dataclasses.replace(res, points=res.points[:-1]),
-                  _res(30e6, k=1)):
+                  _res(30e6, k=1), _res(50e6, k=2)):
         assert logged_contention(other) is None
         assert as_logged_load(other) == (other, None)
 
@@ -159,7 +166,9 @@ def test_the_logged_step_round_trips_through_json() -> None:
 
 @pytest.mark.integration
 def test_the_restore_probe_loads_logged_tables_at_its_most_streams(
-        cluster: Cluster, archive: Path) -> None:
+        cluster: Cluster, archive: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # this VM has 2 cores: the step runs from 4 streams within them
+    monkeypatch.setattr(loggedtop, "MIN_STREAMS", 2)
     res = run_restore_probe(_target(cluster), str(archive), budget_s=9.0, max_streams=2,
                             server_version_num=150000)
     top = res.logged_top
@@ -179,7 +188,8 @@ def test_the_restore_probe_loads_logged_tables_at_its_most_streams(
 
 @pytest.mark.integration
 def test_without_the_create_privilege_the_logged_step_is_left_out(
-        cluster: Cluster, archive: Path) -> None:
+        cluster: Cluster, archive: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loggedtop, "MIN_STREAMS", 2)
     cluster.psql("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'nocreate') "
                  "THEN CREATE ROLE nocreate LOGIN; END IF; END $$; "
                  f"GRANT CONNECT, TEMP ON DATABASE {DB}_target TO nocreate",
@@ -226,3 +236,13 @@ def test_the_logged_step_repeats_the_most_streams_that_each_have_a_core() -> Non
     assert logged_count(pts, 6).streams == 4  # past the cores the CPU is shared out too
     assert logged_count(pts, 2).streams == 2
     assert logged_count(pts[2:], 2).streams == 4  # none within: the fewest measured
+
+
+@pytest.mark.integration
+def test_under_four_streams_within_the_cores_no_logged_step_runs(
+        cluster: Cluster, archive: Path) -> None:
+    res = run_restore_probe(_target(cluster), str(archive), budget_s=9.0, max_streams=2,
+                            server_version_num=150000)
+    assert res.logged_top is None and res.points
+    assert not any("into logged tables" in n for n in res.notes), res.notes
+    assert _ours(cluster) == "0"

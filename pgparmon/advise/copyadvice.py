@@ -49,7 +49,7 @@ from .probe.copyload import (
     run_copy_probe,
 )
 from .probe.indexgrowth import as_grown, load_scale, model_of
-from .probe.loggedtop import as_logged_load, logged_top_s
+from .probe.loggedtop import as_logged_load, logged_top_need
 from .probe.results import ProbeResult
 from .request import AdviseError, Request, catalog_session
 
@@ -258,7 +258,7 @@ def copy_probe(req: Request, t: CopyTarget, static: Evidence, cores: int, max_jo
     guess = float(t.cf.data_bytes) / static.throughput(1)
     wal_counts = len(stream_plan_of(streams)) if t.table.logged else 0
     need = (plan_seconds(streams, wal_counts)
-            + (logged_step_s() + logged_top_s() if t.table.logged else 0.0)
+            + (logged_step_s() + logged_top_need(streams) if t.table.logged else 0.0)
             + (grown_step_s() if t.table.indexes else 0.0))
     budget, skip = probe_budget(req, guess, need)
     if skip is not None:

@@ -105,7 +105,7 @@ def probe_evidence(strategy: Any, s: Any, static: Evidence, max_jobs: int
     guess = predict.predict(static, inv.items, [1])[0].wall_s
     budget, skip = probe_budget(req, guess,
                                 plan_seconds(streams, strategy.probe_wal_steps(streams))
-                                + strategy.probe_extra_s())
+                                + strategy.probe_extra_s(streams))
     refusal = (Caution("probe_skipped", skip) if skip is not None
                else strategy.probe_refusal(inv))
     if refusal is not None:

@@ -49,7 +49,7 @@ from .inventory import (
 from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION, Kind
 from .predict import Evidence
 from .probe import ProbeResult, ProbeTable, run_probe, run_restore_probe
-from .probe.loggedtop import logged_top_s
+from .probe.loggedtop import logged_top_need
 from .probe.plan import stream_plan
 from .request import AdviseError, Request
 from .snapshots import check_snapshots, verdict
@@ -118,8 +118,9 @@ class ArchiveStrategy:
         """How many WAL steps the probe adds to its stream steps."""
         return 0
 
-    def probe_extra_s(self) -> float:
-        """Seconds the probe adds to its steps beside the WAL steps."""
+    def probe_extra_s(self, streams: int) -> float:
+        """Seconds the probe of up to `streams` streams adds to its steps
+        beside the WAL steps."""
         return 0.0
 
     def probe_refusal(self, inv: Inventory) -> Caution | None:
@@ -265,8 +266,8 @@ class RestoreStrategy(ArchiveStrategy):
     def probe_wal_steps(self, streams: int) -> int:
         return len(stream_plan(streams))
 
-    def probe_extra_s(self) -> float:
-        return logged_top_s()
+    def probe_extra_s(self, streams: int) -> float:
+        return logged_top_need(streams)
 
     def probe_refusal(self, inv: Inventory) -> Caution | None:
         biggest = max((t.heap_bytes for t in inv.tables), default=0.0)

@@ -64,7 +64,13 @@ from .results import (
     WalPoint,
     qualified_name,
 )
-from .loggedtop import LOGGED_TOP_S, RANGES_A_STREAM, logged_count, logged_top_s
+from .loggedtop import (
+    LOGGED_TOP_S,
+    RANGES_A_STREAM,
+    logged_count,
+    logged_top_reserve,
+    runs_at,
+)
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
@@ -136,10 +142,9 @@ def top_reserve(budget_s: float, max_streams: int, logged: bool, kept: float) ->
     are in every prediction, the shared WAL's only at many streams."""
     from ..evidence import plan_seconds
 
-    if (not logged or max_streams < 2
-            or budget_s - kept - logged_top_s() < plan_seconds(min(max_streams, 2))):
+    if not logged:
         return 0.0
-    return logged_top_s()
+    return logged_top_reserve(budget_s - kept, plan_seconds(min(max_streams, 2)), max_streams)
 
 
 @dataclass(frozen=True)
@@ -328,7 +333,7 @@ class _Between:
             self.logged = _logged_step(conn, self.runner, self.dirs[-1], one, background,
                                        deadline - self.top_s, self.notes)
             top = logged_count(points, usable_cores())
-            if self.logged is not None and self.top_s > 0 and top.streams >= 2:
+            if self.logged is not None and self.top_s > 0 and runs_at(top.streams):
                 self.dirs.append(_linked_input(self.cf.path))
                 self.logged_top = _logged_top_step(conn, self.runner, self.dirs[-1], top,
                                                    (logged_sql, self.source), background,

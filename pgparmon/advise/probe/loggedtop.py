@@ -54,6 +54,14 @@ LOGGED_TOP_SETUP_S = 0.35
 # before the step's time is up ends soon after it, even at half the rate)
 RANGES_A_STREAM = 3
 BASE_PREFIX = "pgparmon_probe_"
+# The fewest streams the step runs at: the share s one stream loses for
+# every other is read over at least 3 others.  Over one, it cannot be told
+# from a logged stream's dearer CPU on a host whose cores the streams fill,
+# nor from the noise: on this 2-core VM a COPY's step at 2 streams ran at
+# 0.75-0.89 of the unlogged rate while the real 2-stream loads lost a few
+# percent (5 runs), and read as sharing it advised 1 stream twice where 2
+# were 1.2-1.6x faster.
+MIN_STREAMS = 4
 
 
 def logged_count(points: list[ProbePoint], cores: int) -> ProbePoint:
@@ -72,14 +80,27 @@ def logged_top_s() -> float:
     return LOGGED_TOP_S + STEP_OVERHEAD_S + LOGGED_TOP_SETUP_S
 
 
-def logged_top_reserve(budget_s: float, need_s: float, max_streams: int = 2) -> float:
+def runs_at(k: int) -> bool:
+    """Whether the step runs at k streams (MIN_STREAMS or more)."""
+    return k >= MIN_STREAMS
+
+
+def logged_top_need(max_streams: int, cores: int | None = None) -> float:
+    """What the step adds to a probe's plan: its time when the probe may
+    run MIN_STREAMS streams or more within the cores (default: this
+    host's); else 0."""
+    within = min(max_streams, usable_cores() if cores is None else cores)
+    return logged_top_s() if runs_at(within) else 0.0
+
+
+def logged_top_reserve(budget_s: float, need_s: float, max_streams: int = MIN_STREAMS,
+                       cores: int | None = None) -> float:
     """Seconds of the budget kept for the logged step: its time when the
     rest still holds need_s (the steps' plan, at its shortest) and the
-    probe may run two streams or more (one stream alone shares nothing);
-    else 0."""
-    if max_streams < 2 or budget_s - logged_top_s() < need_s:
-        return 0.0
-    return logged_top_s()
+    probe may run MIN_STREAMS streams or more within the cores (default:
+    this host's); else 0."""
+    need = logged_top_need(max_streams, cores)
+    return need if need > 0 and budget_s - need >= need_s else 0.0
 
 
 class LoggedTop:
@@ -118,7 +139,7 @@ class LoggedTop:
         the time kept for it, is not a limit."""
         del deadline
         if self.reserve_s <= 0:
-            if any(p.streams >= 2 for p in points):
+            if points and runs_at(logged_count(points, usable_cores()).streams):
                 self.notes.append("the budget was too short for a step into logged tables: "
                                   "what the restore's WAL costs many sessions is not "
                                   "measured")
@@ -127,9 +148,10 @@ class LoggedTop:
             return
         top = logged_count(points, usable_cores())
         k = int(top.streams)
-        if k < 2:
-            self.notes.append("the steps reached one stream only: the step into logged tables "
-                              "(what many sessions pay for the WAL) was left out")
+        if not runs_at(k):
+            self.notes.append(f"the steps reached {k} stream(s) within the cores, under "
+                              f"{MIN_STREAMS}: the step into logged tables (what many "
+                              "sessions pay for the WAL) was left out")
             return
         background = max(0.0, (_lsn(self.conn) - self.l0) / max(time.monotonic() - self.t0,
                                                                   1e-3))
@@ -240,9 +262,9 @@ def logged_contention(res: Any) -> float | None:
     COPY's ring waits for) costs more the more of them share it, and one
     stream alone pays next to nothing (a 16-core host's restore at -j 1 ran
     at the temporary tables' one-stream rate).  None without the step, or
-    with it at one stream (nothing shared)."""
+    with it under MIN_STREAMS streams."""
     top = getattr(res, "logged_top", None)
-    if top is None or top.point.streams < 2 or top.point.bytes_per_s <= 0:
+    if top is None or not runs_at(top.point.streams) or top.point.bytes_per_s <= 0:
         return None
     k = int(top.point.streams)
     same = res.point(k)
