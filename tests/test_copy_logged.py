@@ -217,3 +217,21 @@ def test_the_step_of_the_most_streams_into_the_logged_table_reads_as_shared_wal(
     b = {p.jobs: p.wall_s for p in copy_predictions(shared, data, [1, 4, 8])}
     assert b[1] == pytest.approx(a[1], rel=0.03) and b[4] > a[4] and b[8] > 1.3 * a[8]
     assert ProbeResult.from_json(json.loads(json.dumps(res.to_json()))).logged_top is not None
+
+
+def test_a_failed_step_of_the_most_streams_loses_only_itself(tmp_path: Path) -> None:
+    from pgparmon.advise.probe import copyload
+    from pgparmon.advise.probe.results import ProbeError
+
+    class Failing:
+        def run_step(self, *_a: object, **_k: object) -> ProbePoint:
+            raise ProbeError("psql: ERROR:  could not extend file: No space left on device")
+
+    notes: list[str] = []
+    got = copyload._logged_top_step(
+        None, lambda _d, _before: Failing(), str(tmp_path / "d"),  # type: ignore[arg-type]
+        _point(8, 100e6), ("t", None), 0.0, 1e12, notes)  # type: ignore[arg-type]
+    assert got is None
+    assert notes == ["the step of 8 streams into a logged table failed (psql: ERROR:  could "
+                     "not extend file: No space left on device): what many sessions pay for "
+                     "writing WAL is not measured"]

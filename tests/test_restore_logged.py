@@ -246,3 +246,58 @@ def test_under_four_streams_within_the_cores_no_logged_step_runs(
     assert res.logged_top is None and res.points
     assert not any("into logged tables" in n for n in res.notes), res.notes
     assert _ours(cluster) == "0"
+
+
+class _Conn:
+    """A monitor connection's stand-in: WAL positions that advance, the
+    schema check, and the DROPs it was asked for."""
+
+    def __init__(self) -> None:
+        self.lsn = 0.0
+        self.sql: list[str] = []
+
+    def execute(self, sql: str) -> "_Conn":
+        self.sql.append(sql)
+        self.lsn += 1e6
+        self.row = (("public", True) if "current_schema" in sql else (self.lsn,))
+        return self
+
+    def fetchone(self) -> tuple[object, ...]:
+        return self.row
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failed_logged_step_loses_only_itself(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """A session of the step that fails (a statement_timeout, a full disk)
+    leaves the steps standing: a note, no result, its tables dropped."""
+    from pgparmon.advise.probe import ProbeError
+    from pgparmon.advise.probe.steps import StepRunner
+
+    conn = _Conn()
+    monkeypatch.setattr(loggedtop, "connect", lambda _t: conn)
+    monkeypatch.setattr(loggedtop, "usable_cores", lambda: 16)
+
+    class Failing(StepRunner):
+        def run_step(self, *_a: object, **_k: object) -> ProbePoint:
+            raise ProbeError("psql: ERROR:  canceling statement due to statement timeout")
+
+    made: list[str] = []
+
+    def runner(schema: str, base: str) -> StepRunner:
+        made.append(f'"{schema}"."{base}_0_0"')
+        return Failing(psql="psql", comp=None, env={}, scratch=str(tmp_path / "s"),
+                       source=None, device=None, local=True,  # type: ignore[arg-type]
+                       connect_timeout_s=5.0)
+
+    notes: list[str] = []
+    top = loggedtop.LoggedTop(ConnTarget(dbname="x"), runner, lambda: made, None, notes,
+                              logged_top_s())
+    top(_res(430e6).points, 0.0, 1e12)
+    assert top.result is None
+    assert notes == ["the step into logged tables failed (psql: ERROR:  canceling statement "
+                     "due to statement timeout): what the restore's WAL costs many sessions "
+                     "is not measured"]
+    assert any(s.startswith(f"DROP TABLE IF EXISTS {made[0]}") for s in conn.sql), conn.sql

@@ -418,8 +418,13 @@ def _logged_top_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: st
         notes.append(f"the step of {k} streams into a logged table ran into the budget and "
                      "was dropped: what many sessions pay for writing WAL is not measured")
         return None
-    except OSError as exc:
-        raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+    except (ProbeError, OSError) as exc:
+        # the steps stand: a failure of this step alone loses it only
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        first = str(what).strip().splitlines()[0] if str(what).strip() else type(exc).__name__
+        notes.append(f"the step of {k} streams into a logged table failed ({first}): what "
+                     "many sessions pay for writing WAL is not measured")
+        return None
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
     l1, t1 = _wal_lsn(conn), time.monotonic()

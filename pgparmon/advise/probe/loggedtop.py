@@ -177,8 +177,12 @@ class LoggedTop:
                               "dropped: what the restore's WAL costs many sessions is not "
                               "measured")
             return
-        except OSError as exc:
-            raise ProbeError(f"the probe failed: {exc.strerror or exc}") from None
+        except (ProbeError, OSError, psycopg.Error) as exc:
+            # the steps stand: a failure of this step alone loses it only
+            what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self.notes.append(f"the step into logged tables failed ({_first_line(what)}): "
+                              "what the restore's WAL costs many sessions is not measured")
+            return
         finally:
             shutil.rmtree(runner.scratch, ignore_errors=True)
             self._drop()
@@ -240,7 +244,7 @@ def _lsn(conn: psycopg.Connection[Any]) -> float:
     return float(row[0]) if row is not None else 0.0
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_line(exc: object) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
