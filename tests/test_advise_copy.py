@@ -331,7 +331,7 @@ def test_the_step_of_the_most_streams_into_the_logged_table(
     from pgparmon.advise.probe import loggedtop
 
     monkeypatch.setattr(loggedtop, "MIN_STREAMS", 2)
-    res = _probe(cluster, big_csv, budget_s=15, max_streams=2)
+    res = _probe(cluster, big_csv, budget_s=12, max_streams=2)
     top = res.logged_top
     assert top is not None, res.notes
     assert top.point.streams == 2 and top.point.bytes_per_s > 0 and top.wal_bytes > 0

@@ -194,7 +194,7 @@ def test_without_the_create_privilege_the_logged_step_is_left_out(
                  "THEN CREATE ROLE nocreate LOGIN; END IF; END $$; "
                  f"GRANT CONNECT, TEMP ON DATABASE {DB}_target TO nocreate",
                  dbname=f"{DB}_target")
-    res = run_restore_probe(_target(cluster, "nocreate"), str(archive), budget_s=9.0,
+    res = run_restore_probe(_target(cluster, "nocreate"), str(archive), budget_s=8.0,
                             max_streams=2, server_version_num=150000)
     assert res.logged_top is None
     assert any("no CREATE privilege on schema public" in n for n in res.notes), res.notes
@@ -241,7 +241,7 @@ def test_the_logged_step_repeats_the_most_streams_that_each_have_a_core() -> Non
 @pytest.mark.integration
 def test_under_four_streams_within_the_cores_no_logged_step_runs(
         cluster: Cluster, archive: Path) -> None:
-    res = run_restore_probe(_target(cluster), str(archive), budget_s=9.0, max_streams=2,
+    res = run_restore_probe(_target(cluster), str(archive), budget_s=6.0, max_streams=2,
                             server_version_num=150000)
     assert res.logged_top is None and res.points
     assert not any("into logged tables" in n for n in res.notes), res.notes
