@@ -224,6 +224,9 @@ def test_a_failed_step_of_the_most_streams_loses_only_itself(tmp_path: Path) -> 
     from pgparmon.advise.probe.results import ProbeError
 
     class Failing:
+        before_step = None
+        scratch = str(tmp_path / "d")
+
         def run_step(self, *_a: object, **_k: object) -> ProbePoint:
             raise ProbeError("psql: ERROR:  could not extend file: No space left on device")
 

@@ -64,17 +64,11 @@ from .results import (
     WalPoint,
     qualified_name,
 )
-from .loggedtop import (
-    LOGGED_TOP_S,
-    RANGES_A_STREAM,
-    logged_count,
-    logged_top_reserve,
-    runs_at,
-)
+from .loggedtop import first_line, logged_count, logged_top_reserve, run_logged, runs_at
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
-from .walstep import WAL_LSN_SQL
+from .walstep import wal_lsn
 
 SCRATCH_PREFIX = "pgparmon_probe_"
 # A slice is never smaller than this (a range per few kB would measure psql).
@@ -282,7 +276,7 @@ def run_copy_probe(target: ConnTarget, cf: CopyFile, table: TargetTable, *,
         cpu_note(steps, points, notes)
         done = True
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ProbeError(f"the probe could not prepare its scratch table: {first}") from None
     finally:
         _clean_up(conn, source, dirs, dropping, done)
@@ -344,9 +338,7 @@ class _Between:
                               "stream's cost of writing WAL is not measured")
 
 
-def _wal_lsn(conn: psycopg.Connection[Any]) -> float:
-    row = conn.execute(WAL_LSN_SQL).fetchone()
-    return float(row[0]) if row is not None else 0.0
+_wal_lsn = wal_lsn  # a name of this module's own: a test interrupts the probe through it
 
 
 def _create_scratch(cur: psycopg.Cursor[Any], table: TargetTable, scratch_sql: str,
@@ -402,36 +394,20 @@ def _logged_top_step(conn: psycopg.Connection[Any], runner: Any, scratch_dir: st
     as the step that tells most at many streams.  None (with a note) when
     it ran into the deadline."""
     logged_sql, source = table
-    marks: list[tuple[float, float]] = []
 
     def before(_k: int) -> None:
         conn.execute(f"TRUNCATE {logged_sql}")
         source.emptied()
-        marks.append((_wal_lsn(conn), time.monotonic()))
 
     k = int(top.streams)
-    steps = runner(scratch_dir, before)
-    try:
-        p = steps.run_step(k, LOGGED_TOP_S, top.bytes_per_s / k * LOGGED_TOP_S / RANGES_A_STREAM,
-                           deadline)
-    except Aborted:
-        notes.append(f"the step of {k} streams into a logged table ran into the budget and "
-                     "was dropped: what many sessions pay for writing WAL is not measured")
-        return None
-    except (ProbeError, OSError) as exc:
-        # the steps stand: a failure of this step alone loses it only
-        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        first = str(what).strip().splitlines()[0] if str(what).strip() else type(exc).__name__
-        notes.append(f"the step of {k} streams into a logged table failed ({first}): what "
-                     "many sessions pay for writing WAL is not measured")
-        return None
-    finally:
-        shutil.rmtree(scratch_dir, ignore_errors=True)
-    l1, t1 = _wal_lsn(conn), time.monotonic()
-    l0, t0 = marks[0]
-    notes.append(f"{k} streams into a logged table: {fmt.rate(p.bytes_per_s)} of file against "
-                 f"{fmt.rate(top.bytes_per_s)} into the unlogged one")
-    return LoggedStep(p, l1 - l0, t1 - t0, background)
+    step = run_logged(runner(scratch_dir, before), k, top.bytes_per_s / k, deadline,
+                      lambda: _wal_lsn(conn), background, notes,
+                      f"the step of {k} streams into a logged table",
+                      "what many sessions pay for writing WAL is not measured")
+    if step is not None:
+        notes.append(f"{k} streams into a logged table: {fmt.rate(step.point.bytes_per_s)} of "
+                     f"file against {fmt.rate(top.bytes_per_s)} into the unlogged one")
+    return step
 
 
 def _one_stream(runner: Any, scratch_dir: str, before: Any, step_s: float, rate: float,

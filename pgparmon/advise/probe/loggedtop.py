@@ -18,6 +18,9 @@ have run it like the other steps, gives the share each stream loses for
 every other loading logged tables beside it (`as_logged_load`): the
 steps are read as logged loads through it.
 
+`run_logged` runs such a step and reads the WAL around it for the COPY
+probe's step of its most streams too (`copyload._logged_top_step`).
+
 Nothing of the database's own is touched: the tables are new, their
 names the probe's; the step needs the CREATE privilege on the current
 schema (a restore's target: the restore needs it too), and is left out,
@@ -26,6 +29,7 @@ with a note, without it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -36,13 +40,14 @@ from typing import Any
 import psycopg
 
 from ...connect import ConnectError, ConnTarget, connect
+from ...redact import redact_text
 from ... import units as fmt
 from .client_cost import as_pg_restore
 from .plan import usable_cores
 from .results import LoggedStep, ProbeError, ProbePoint
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
-from .walstep import WAL_LSN_SQL
+from .walstep import wal_lsn
 
 # The step's COPY time, and what its tables' creation and drop, its
 # session's starts and the WAL positions add to it.
@@ -93,7 +98,7 @@ def logged_top_need(max_streams: int, cores: int | None = None) -> float:
     return logged_top_s() if runs_at(within) else 0.0
 
 
-def logged_top_reserve(budget_s: float, need_s: float, max_streams: int = MIN_STREAMS,
+def logged_top_reserve(budget_s: float, need_s: float, max_streams: int,
                        cores: int | None = None) -> float:
     """Seconds of the budget kept for the logged step: its time when the
     rest still holds need_s (the steps' plan, at its shortest) and the
@@ -126,10 +131,10 @@ class LoggedTop:
             self.conn = connect(target)
             self.conn.execute("SET default_transaction_read_only = off")
             self.conn.execute("SET lock_timeout = '5s'")
-            self.l0 = _lsn(self.conn)
+            self.l0 = wal_lsn(self.conn)
         except (ConnectError, psycopg.Error) as exc:
             self.close()
-            notes.append(f"the step into logged tables was left out: {_first_line(exc)}")
+            notes.append(f"the step into logged tables was left out: {first_line(exc)}")
 
     def __call__(self, points: list[ProbePoint], deadline: float, end: float) -> None:
         """The step, after the steps (`points`): within `end`, the probe's
@@ -153,44 +158,28 @@ class LoggedTop:
                               f"{MIN_STREAMS}: the step into logged tables (what many "
                               "sessions pay for the WAL) was left out")
             return
-        background = max(0.0, (_lsn(self.conn) - self.l0) / max(time.monotonic() - self.t0,
-                                                                  1e-3))
+        background = max(0.0, (wal_lsn(self.conn) - self.l0)
+                         / max(time.monotonic() - self.t0, 1e-3))
         schema = self._schema()
         if schema is None:
             return
         base = f"{BASE_PREFIX}{os.getpid()}_{secrets.token_hex(3)}"
-        marks: list[tuple[float, float]] = []
-
-        def mark(_k: int) -> None:
-            assert self.conn is not None
-            marks.append((_lsn(self.conn), time.monotonic()))
-
-        runner = self.make_runner(schema, base)
-        runner.before_step = mark
+        conn = self.conn
         per_stream = (top.probe_bytes_per_s or top.bytes_per_s) / k
         try:
-            p = runner.run_step(k, LOGGED_TOP_S, per_stream * LOGGED_TOP_S / RANGES_A_STREAM,
-                                end)
-            l1, t1 = _lsn(self.conn), time.monotonic()
-        except Aborted:
-            self.notes.append("the step into logged tables ran into the budget and was "
-                              "dropped: what the restore's WAL costs many sessions is not "
-                              "measured")
-            return
-        except (ProbeError, OSError, psycopg.Error) as exc:
-            # the steps stand: a failure of this step alone loses it only
-            what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            self.notes.append(f"the step into logged tables failed ({_first_line(what)}): "
+            step = run_logged(self.make_runner(schema, base), k, per_stream, end,
+                              lambda: wal_lsn(conn), background, self.notes,
+                              "the step into logged tables",
                               "what the restore's WAL costs many sessions is not measured")
-            return
         finally:
-            shutil.rmtree(runner.scratch, ignore_errors=True)
             self._drop()
+        if step is None:
+            return
         if self.client_real is not None:
-            p = as_pg_restore([p], self.client_real)[0][0]
+            step = dataclasses.replace(step, point=as_pg_restore([step.point],
+                                                                 self.client_real)[0][0])
             top = as_pg_restore([top], self.client_real)[0][0]
-        l0, t0 = marks[0]
-        self.result = LoggedStep(p, l1 - l0, t1 - t0, background)
+        self.result = step
         self.notes.append(self.note(top))
 
     def note(self, top: ProbePoint) -> str:
@@ -212,7 +201,7 @@ class LoggedTop:
                 "SELECT current_schema(), coalesce(has_schema_privilege(current_schema(), "
                 "'CREATE'), false)").fetchone()
         except psycopg.Error as exc:
-            self.notes.append(f"the step into logged tables was left out: {_first_line(exc)}")
+            self.notes.append(f"the step into logged tables was left out: {first_line(exc)}")
             return None
         if row is None or row[0] is None or not row[1]:
             what = ("no current schema (search_path)" if row is None or row[0] is None
@@ -239,14 +228,48 @@ class LoggedTop:
             self.conn = None
 
 
-def _lsn(conn: psycopg.Connection[Any]) -> float:
-    row = conn.execute(WAL_LSN_SQL).fetchone()
-    return float(row[0]) if row is not None else 0.0
+def run_logged(steps: StepRunner, k: int, per_stream: float, deadline: float,
+               lsn: Callable[[], float], background: float, notes: list[str], name: str,
+               lost: str) -> LoggedStep | None:
+    """k streams of `steps` (its `before_step` still runs first) for
+    LOGGED_TOP_S in RANGES_A_STREAM ranges a stream at per_stream (bytes/s),
+    the WAL insert position (`lsn`) read when the sessions are about to start
+    and after they end; its scratch directory removed after it.  None, with
+    a note ("{name} ran into the budget ...: {lost}", "{name} failed (...):
+    {lost}"), when it ran into the deadline or failed: a failure of this
+    step alone loses it only, the steps stand.  The restore's and the COPY
+    load's step into logged tables both run through here."""
+    marks: list[tuple[float, float]] = []
+    first = steps.before_step
+
+    def mark(n: int) -> None:
+        if first is not None:
+            first(n)
+        marks.append((lsn(), time.monotonic()))
+
+    steps.before_step = mark
+    try:
+        p = steps.run_step(k, LOGGED_TOP_S, per_stream * LOGGED_TOP_S / RANGES_A_STREAM,
+                           deadline)
+        l1, t1 = lsn(), time.monotonic()
+    except Aborted:
+        notes.append(f"{name} ran into the budget and was dropped: {lost}")
+        return None
+    except (ProbeError, OSError, psycopg.Error) as exc:
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        notes.append(f"{name} failed ({first_line(what)}): {lost}")
+        return None
+    finally:
+        shutil.rmtree(steps.scratch, ignore_errors=True)
+    l0, t0 = marks[0]
+    return LoggedStep(p, l1 - l0, t1 - t0, background)
 
 
-def _first_line(exc: object) -> str:
+def first_line(exc: object) -> str:
+    """An error's first line, redacted (a server's message may quote a
+    conninfo), or its type's name when it says nothing."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return redact_text(text.splitlines()[0]) if text else type(exc).__name__
 
 
 # the logged step ran under this share of the temporary tables' rate at its

@@ -274,9 +274,10 @@ def temp_table_sql(create_sql: str | None, table: str, temp: str,
                    temporary: bool = True) -> str:
     """CREATE TEMP TABLE temp (temporary False: CREATE TABLE) with the
     columns of the archive's CREATE TABLE (its options, INHERITS and
-    PARTITION BY left out) and its columns' STORAGE and COMPRESSION settings (a column kept EXTERNAL loads about 3x
-    faster than one its clone would try to compress), or LIKE the table
-    when there is no usable CREATE TABLE (the table must exist then)."""
+    PARTITION BY left out) and its columns' STORAGE and COMPRESSION
+    settings (a column kept EXTERNAL loads about 3x faster than one its
+    clone would try to compress), or LIKE the table when there is no usable
+    CREATE TABLE (the table must exist then)."""
     kind = "TEMP TABLE" if temporary else "TABLE"
     cols = column_list(create_sql) if create_sql else None
     if cols is not None and cols.strip():

@@ -66,6 +66,14 @@ WAL_MIN_BUDGET_S = 8.0
 STEP_OVERHEAD_S = 0.4
 
 WAL_LSN_SQL = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+
+
+def wal_lsn(conn: Any) -> float:
+    """The WAL insert position, in bytes, on `conn`."""
+    row = conn.execute(WAL_LSN_SQL).fetchone()
+    return float(row[0]) if row is not None else 0.0
+
+
 _WRITE = ("SELECT count(pg_logical_emit_message(true, %s, repeat('x', %s))) "
           "FROM generate_series(1, %s)")
 
@@ -200,14 +208,14 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
         except ConnectError as exc:
             notes.append(f"the WAL was not measured: {exc}")
             return None
-        start = float(mon.execute(WAL_LSN_SQL).fetchone()[0])
+        start = wal_lsn(mon)
         t_start = time.monotonic()
         for w in writers:
             w.thread.start()
         for w in writers:
             w.started.wait(5.0)
         time.sleep(SETTLE_S)
-        t0, l0 = time.monotonic(), float(mon.execute(WAL_LSN_SQL).fetchone()[0])
+        t0, l0 = time.monotonic(), wal_lsn(mon)
         t1, l1 = t0, l0
         pace = (l0 - start) / max(t0 - t_start, 1e-3)  # bytes a second, so far
         # stop before the next look would pass the cap; a look taken after
@@ -217,7 +225,7 @@ def _step(target: ConnTarget, mon: Any, k: int, cap: float, notes: list[str]
                and not share.spent.is_set()):
             time.sleep(POLL_S)
             spent = share.spent.is_set()
-            t, lsn = time.monotonic(), float(mon.execute(WAL_LSN_SQL).fetchone()[0])
+            t, lsn = time.monotonic(), wal_lsn(mon)
             if spent:
                 break
             pace = (lsn - l1) / max(t - t1, 1e-3)
