@@ -127,8 +127,7 @@ class LoggedStep:
 
     def to_json(self) -> dict[str, Any]:
         w = self.wal_per_byte
-        return {"point": {k: (round(v, 4) if isinstance(v, float) else v)
-                          for k, v in asdict(self.point).items()},
+        return {"point": point_json(self.point),
                 "wal_bytes": round(self.wal_bytes), "seconds": round(self.seconds, 4),
                 "background_wal_bytes_per_s": round(self.background_wal_bytes_per_s),
                 "wal_per_byte": None if w is None else round(w, 4)}
@@ -150,13 +149,17 @@ class GrownStep:
     before_bytes: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"point": {k: (round(v, 4) if isinstance(v, float) else v)
-                          for k, v in asdict(self.point).items()},
+        return {"point": point_json(self.point),
                 "before_bytes": round(self.before_bytes)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GrownStep:
         return cls(point_of(d["point"]), float(d["before_bytes"]))
+
+
+def point_json(p: ProbePoint) -> dict[str, Any]:
+    """A ProbePoint as JSON, its floats to 4 places (`point_of` reads it back)."""
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(p).items()}
 
 
 def point_of(d: dict[str, Any]) -> ProbePoint:
@@ -189,7 +192,7 @@ class ProbeResult:
     logged: LoggedStep | None = None
     # the COPY probe's one-stream step into its grown scratch table
     grown: GrownStep | None = None
-    # the restore probe's step at its most streams into logged tables
+    # the restore and COPY probes' step at their most streams into logged tables
     logged_top: LoggedStep | None = None
 
     def fit_points(self) -> list[tuple[float, float]]:
@@ -289,9 +292,7 @@ class ProbeResult:
             "logged": None if self.logged is None else self.logged.to_json(),
             "grown": None if self.grown is None else self.grown.to_json(),
             "logged_top": None if self.logged_top is None else self.logged_top.to_json(),
-            "points": [{k: (round(v, 4) if isinstance(v, float) else v)
-                        for k, v in asdict(p).items()}
-                       for p in sorted(self.points, key=lambda p: p.streams)],
+            "points": [point_json(p) for p in sorted(self.points, key=lambda p: p.streams)],
         }
 
 
