@@ -262,6 +262,8 @@ def restore_like(draw: st.DrawFn, allow_cycles: bool = False) -> list[WorkItem]:
             table=draw(st.sampled_from([None, "A", "B"])),
             exclusive=draw(st.booleans()),
             deps=frozenset(f"k{d}" for d in deps),
+            # pg_restore's lock rule over the tables an entry depends on
+            tables=draw(st.frozensets(st.sampled_from(["A", "B", "C"]), max_size=2)),
         ))
     return items
 
@@ -287,10 +289,20 @@ def check_invariants(items: Sequence[WorkItem], s: Schedule, workers: int,
         busy = sum(1 for y in real if y.start <= x.start < y.end)
         assert busy <= max(workers, len(running))
     # exclusive items on one table never overlap
-    excl = [x for x in real if item[x.key].exclusive and item[x.key].table is not None]
+    excl = [x for x in real if item[x.key].exclusive and item[x.key].table is not None
+            and not item[x.key].tables]
     for a, b in itertools.combinations(excl, 2):
         if item[a.key].table == item[b.key].table:
             assert a.end <= b.start or b.end <= a.start
+    # an exclusive item and any item naming one of its tables never overlap
+    # (items running at `now` were not handed out by the scheduler)
+    started = {r.key for r in running}
+    for a, b in itertools.combinations(real, 2):
+        ia, ib = item[a.key], item[b.key]
+        if a.key in started or b.key in started or not (ia.exclusive or ib.exclusive):
+            continue
+        if ia.lock_tables & ib.lock_tables:
+            assert a.end <= b.start or b.end <= a.start, (a, b)
     # dependencies finish first
     for x in s.spans:
         for d in item[x.key].deps:

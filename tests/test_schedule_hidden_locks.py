@@ -105,3 +105,75 @@ def test_the_post_data_step_goes_in_archive_order_with_the_data_skipped_in_turn(
     # at -j 3 every table's data is reached at once: the builds run first
     sp = _spans(post_step, 3)
     assert sp["13"] == (0.0, 1.0) and sp["20"] == (1.0, 5.0)
+
+
+def test_pg_restores_own_rule_a_key_and_the_index_builds_on_its_table_take_turns() -> None:
+    """pg_restore -j never runs an entry that locks a table beside one that
+    depends on it (`tables`): a primary key (exclusive) waits for the index
+    builds on its table, which run together, and an index build handed out
+    while the key runs waits for it (on no worker: pg_restore does not hand
+    it out). A foreign key locks the referenced table too: it waits for an
+    index build there."""
+    a, b = frozenset({"A"}), frozenset({"B"})
+    items = [WorkItem("idx1", 2.0, size=5.0, table="A", tables=a),
+             WorkItem("idx2", 3.0, size=5.0, table="A", tables=a),
+             WorkItem("pkey", 1.0, size=5.0, table="A", exclusive=True, tables=a),
+             WorkItem("idxB", 4.0, size=4.0, table="B", tables=b),
+             WorkItem("fk", 1.0, size=3.0, table="A", exclusive=True,
+                      tables=frozenset({"A", "B"}), deps=frozenset({"pkey"}))]
+    sp = _spans(items, 4)
+    assert sp["idx1"] == (0.0, 2.0) and sp["idx2"] == (0.0, 3.0)
+    assert sp["idxB"] == (0.0, 4.0)
+    assert sp["pkey"] == (3.0, 4.0)  # after both builds on A
+    assert sp["fk"] == (4.0, 5.0)  # after the key and the build on B
+    # the key handed out first: the builds on its table wait for it
+    first = [dataclasses.replace(items[2], size=6.0), *items[:2]]
+    sp = _spans(first, 3)
+    assert sp["pkey"] == (0.0, 1.0)
+    assert sp["idx1"] == (1.0, 3.0) and sp["idx2"] == (1.0, 4.0)
+    # without `tables` (the older rule): the key runs beside the builds
+    sp = _spans([dataclasses.replace(it, tables=frozenset()) for it in items], 4)
+    assert sp["pkey"] == (0.0, 1.0) and sp["fk"] == (1.0, 2.0)
+
+
+def test_a_restore_plan_names_each_entrys_tables_and_takes_ties_by_dump_id() -> None:
+    """plan_archive: an index or key names its table, a foreign key its table
+    and the referenced one (pg_restore's lock rule); a table's builds share
+    its size and go in dump-id order, as pg_restore takes ties."""
+    from pgparmon.analyze.progress import Tracker
+    from pgparmon.ddl import PostDataTarget
+    from pgparmon.jobs.base import Job
+    from pgparmon.jobs.pg_restore import plan_archive
+    from pgparmon.jobs.registry import driver_for
+    from pgparmon.toc import TocItem
+
+    toc = [TocItem(100, 0, 0, "TABLE DATA", "public", "a", "o"),
+           TocItem(101, 0, 0, "TABLE DATA", "public", "b", "o"),
+           # the archive lists the key before the indexes; dump ids say otherwise
+           TocItem(30, 0, 0, "CONSTRAINT", "public", "a a_pkey", "o"),
+           TocItem(21, 0, 0, "INDEX", "public", "a_x_idx", "o"),
+           TocItem(22, 0, 0, "INDEX", "public", "a_y_idx", "o"),
+           TocItem(40, 0, 0, "FK CONSTRAINT", "public", "a a_b_fkey", "o")]
+    targets = {30: PostDataTarget("CONSTRAINT", "public", "a a_pkey", "public.a", None,
+                                  "primary key", 30, (100,)),
+               21: PostDataTarget("INDEX", "public", "a_x_idx", "public.a", None, "index",
+                                  21, (100,)),
+               22: PostDataTarget("INDEX", "public", "a_y_idx", "public.a", None, "index",
+                                  22, (100,)),
+               40: PostDataTarget("FK CONSTRAINT", "public", "a a_b_fkey", "public.a",
+                                  "public.b", "foreign key", 40, (100, 101, 30))}
+    tr = Tracker(Job(kind="pg_restore", database=None), driver_for("pg_restore"))
+    # the restore's tracker, as restore_inventory makes it
+    plan_archive(tr, toc, {"100": (None, 1000.0), "101": (None, 500.0)}, targets)
+    items = tr.items
+    assert items["30"].tables == items["21"].tables == frozenset({"public.a"})
+    assert items["40"].tables == frozenset({"public.a", "public.b"})
+    assert items["100"].tables == frozenset()  # a load takes no part in the rule
+    post = [k for k in items if k not in ("100", "101")]
+    assert post == ["21", "22", "30", "40"]
+    # on four workers the indexes go first and the key after them
+    from pgparmon.advise.inventory import _work_items
+    sp = _spans(_work_items(tr), 4)
+    assert sp["21"][0] == sp["22"][0] == sp["100"][1]
+    assert sp["30"][0] == max(sp["21"][1], sp["22"][1])
+    assert sp["40"][0] >= sp["30"][1]

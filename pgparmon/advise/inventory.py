@@ -128,7 +128,8 @@ class Inventory:
 
 def _work_items(tr: Tracker) -> list[WorkItem]:
     return [WorkItem(key=it.key, work=it.work, size=it.size, table=it.relation,
-                     exclusive=it.exclusive, holds=it.holds, deps=it.deps, label=it.name)
+                     exclusive=it.exclusive, holds=it.holds, tables=it.tables, deps=it.deps,
+                     label=it.name)
             for it in tr.items.values()]
 
 

@@ -30,6 +30,8 @@ class Item:
     exclusive: bool = False
     # tables it locks that the tool's scheduler does not see (WorkItem.holds)
     holds: frozenset[str] = frozenset()
+    # the tables its archive entry depends on (WorkItem.tables)
+    tables: frozenset[str] = frozenset()
     seen_running: bool = False
     server_total: bool = False  # a COPY whose total the server knows (bytes_total)
 

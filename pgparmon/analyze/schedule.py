@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 RateFn = Callable[[int], float]
 """Per-stream rate (work units per second) when k streams are active."""
@@ -59,6 +59,17 @@ class WorkItem:
     # it beside an item on one of them anyway, and the later of the two waits
     # for the other to end: it holds its worker and makes no progress.
     holds: frozenset[str] = frozenset()
+    # The tables the item's archive entry depends on (pg_restore: a
+    # post-data entry's TABLE and TABLE DATA dependencies: its table, and a
+    # foreign key's referenced table too). Given, pg_restore's own rule
+    # holds: an exclusive item locks all of them, and never runs beside any
+    # item that names one of them (a key's build waits for the index builds
+    # on its table, and they for it). Left empty, an exclusive item locks its
+    # `table` against other exclusive items only.
+    tables: frozenset[str] = frozenset()
+    # the tables it takes in the scheduler's lock rule (`tables`, else its
+    # `table` when exclusive); set from the fields above
+    lock_tables: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Fail here, where the bad number is made, not deep in the heap where
@@ -73,6 +84,11 @@ class WorkItem:
             object.__setattr__(self, "deps", frozenset(self.deps))
         if not isinstance(self.holds, frozenset):
             object.__setattr__(self, "holds", frozenset(self.holds))
+        if not isinstance(self.tables, frozenset):
+            object.__setattr__(self, "tables", frozenset(self.tables))
+        locks = self.tables or (frozenset((self.table,)) if self.exclusive and
+                                self.table is not None else frozenset())
+        object.__setattr__(self, "lock_tables", locks)
 
 
 @dataclass(frozen=True)
@@ -171,7 +187,7 @@ class _Sim:
     the per-stream progress clock, see the module's docstring)."""
 
     __slots__ = ("items", "workers", "missing", "dependents", "start", "end", "worker_of",
-                 "ready", "locked", "blocked", "active", "free", "t", "p", "profile",
+                 "ready", "locked", "used", "blocked", "active", "free", "t", "p", "profile",
                  "waiting", "hidden")
 
     def __init__(self, items: list[WorkItem], workers: int, missing: list[int],
@@ -187,6 +203,7 @@ class _Sim:
         # (-size, input index): largest first, then input order
         self.ready: list[tuple[float, int]] = []
         self.locked: dict[str, int] = {}  # table -> running exclusive items on it
+        self.used: dict[str, int] = {}  # table -> running items that name it (lock_tables)
         self.blocked: dict[str, list[int]] = {}  # table -> ready items waiting for its lock
         self.active: list[tuple[float, int]] = []  # (finish point on the progress clock, index)
         self.free: list[int] = []  # idle worker ids below `workers`, lowest first
@@ -226,9 +243,7 @@ class _Sim:
             end[i] = t
             if worker_of[i] < workers:
                 heapq.heappush(self.free, worker_of[i])
-            it = self.items[i]
-            if it.exclusive and it.table is not None:
-                self._unlock(it.table)
+            self._unlock(self.items[i])
             self._release(self.dependents[i])
         if self.waiting:
             self._wake()
@@ -241,8 +256,10 @@ class _Sim:
         it = self.items[i]
         self.start[i] = self.t
         self.worker_of[i] = w
-        if it.exclusive and it.table is not None:
-            self.locked[it.table] = self.locked.get(it.table, 0) + 1
+        for table in it.lock_tables:
+            self.used[table] = self.used.get(table, 0) + 1
+            if it.exclusive:
+                self.locked[table] = self.locked.get(table, 0) + 1
         if self.hidden and self._meets_hidden_lock(i):
             self.waiting.append(i)
             return
@@ -280,16 +297,37 @@ class _Sim:
             if missing[dep] == 0:
                 heapq.heappush(self.ready, (-self.items[dep].size, dep))
 
-    def _unlock(self, table: str) -> None:
-        """One exclusive item on `table` ended: with the last one, the items
-        parked for its lock are ready again."""
-        left = self.locked[table] - 1
+    def _unlock(self, it: WorkItem) -> None:
+        """An item ended: its tables' counts drop, and the items parked on a
+        table whose lock (all exclusive items) or use (all items) is over are
+        ready again (each is checked again when a worker takes it)."""
+        for table in it.lock_tables:
+            free = self._drop(self.used, table)
+            if it.exclusive:
+                free = self._drop(self.locked, table) or free
+            if free:
+                for b in self.blocked.pop(table, ()):
+                    heapq.heappush(self.ready, (-self.items[b].size, b))
+
+    @staticmethod
+    def _drop(counts: dict[str, int], table: str) -> bool:
+        """One fewer on `table`; whether that was the last."""
+        left = counts[table] - 1
         if left:
-            self.locked[table] = left
-            return
-        del self.locked[table]
-        for b in self.blocked.pop(table, ()):
-            heapq.heappush(self.ready, (-self.items[b].size, b))
+            counts[table] = left
+            return False
+        del counts[table]
+        return True
+
+    def _conflict(self, it: WorkItem) -> str | None:
+        """A table of `it` that a running item keeps it from (pg_restore's
+        rule: an exclusive item and any other item naming a table it locks
+        never run together), else None."""
+        counts = self.used if it.exclusive else self.locked
+        for table in it.lock_tables:
+            if counts.get(table):
+                return table
+        return None
 
     def _fill(self) -> None:
         # Hand ready items to idle workers. An item whose lock conflicts is
@@ -298,9 +336,9 @@ class _Sim:
         active, ready, waiting = self.active, self.ready, self.waiting
         while len(active) + len(waiting) < self.workers and ready:
             _, i = heapq.heappop(ready)
-            it = self.items[i]
-            if it.exclusive and it.table is not None and self.locked.get(it.table):
-                self.blocked.setdefault(it.table, []).append(i)
+            table = self._conflict(self.items[i])
+            if table is not None:
+                self.blocked.setdefault(table, []).append(i)
                 continue
             self._begin(i, heapq.heappop(self.free))
 

@@ -227,7 +227,9 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         data_size[rel] = size
         tr.add(Item(key=str(it.dump_id), kind="data", relation=rel, name=rel, size=size,
                     work=max(size, 1.0), file=path))
-    for it in toc:
+    # pg_restore -j takes the largest ready item first, ties by dump id: a
+    # table's builds share its size, so they go in dump-id order
+    for it in sorted(toc, key=lambda t: t.dump_id):
         kind = {"INDEX": "index", "CONSTRAINT": "constraint",
                 "FK CONSTRAINT": "fk"}.get(it.desc)
         if kind is None:
@@ -249,9 +251,11 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
             parts = [r for r in partitions_under(table, parents) if r in data_size]
             base = sum(data_size[r] for r in parts)
             deps |= {tr.by_relation[r] for r in parts if r in tr.by_relation}
+        # pg_restore's lock rule names the tables of the entry's dependencies
+        tables = frozenset(t for t in (table, tgt.references if tgt else None) if t)
         tr.add(Item(key=str(it.dump_id), kind=kind, relation=table, name=name, size=base,
                     work=max(base * factor, 1.0), deps=frozenset(deps),
-                    exclusive=kind != "index", holds=holds))
+                    exclusive=kind != "index", holds=holds, tables=tables))
     for key, after in post_data_order(targets, set(tr.items)).items():
         tr.items[key].deps = tr.items[key].deps | after
     tr.mark_planned()
