@@ -6,9 +6,11 @@ import csv
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -107,9 +109,19 @@ def as_server_user(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
+def server_tmpdir(prefix: str) -> Path:
+    """A fresh temporary folder the server's user can write (pg_dump -Fd
+    run as postgres when we are root)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        shutil.chown(work, "postgres")
+    return work
+
+
 def machine() -> str:
     return f"{os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}"
 
 
 __all__ = ["Cluster", "start_cluster", "pgparmon", "timed", "median", "write_json", "make_csv",
-           "machine", "fill_sql", "archive_caught_up", "as_server_user", "eta_point"]
+           "machine", "fill_sql", "archive_caught_up", "as_server_user", "eta_point",
+           "server_tmpdir"]

@@ -29,17 +29,15 @@ Raw results: docs/bench/fk_check_order.json.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import advise_accuracy as shapes
-from common import machine, median, start_cluster, write_json
+from common import machine, median, server_tmpdir, start_cluster, write_json
 
 REPO = Path(__file__).resolve().parent.parent
 FK = ("ALTER TABLE order_lines ADD CONSTRAINT lines_fk FOREIGN KEY (order_id, placed) "
@@ -109,9 +107,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "docs" / "bench" / "fk_check_order.json"))
     a = ap.parse_args()
     cl = start_cluster(prefix="pgparmon-fkorder-")
-    work = Path(tempfile.mkdtemp(prefix="pgparmon-fkorder-"))
-    if os.geteuid() == 0:
-        shutil.chown(work, "postgres")
+    work = server_tmpdir("pgparmon-fkorder-")
     try:
         info = shapes.build_shape(cl, "partitioned-fk", a.scale)
         archive = work / "archive"
