@@ -178,3 +178,24 @@ def test_the_report_shows_what_each_probe_measured() -> None:
     assert steps["skipped"] == [2, 4, 8] and sorted(steps["steps"]) == [1, 16]
     assert steps["logged"]["streams"] == 1 and steps["logged"]["of_step"] == 0.847
     assert "logged_top" not in steps
+
+
+def test_the_report_shows_the_builds_against_one_alone() -> None:
+    """The builds part (sweep.py's build rows): each set of builds at once,
+    its heap rate, and that rate against one build alone with the same
+    parallel workers setting; a skipped set says why."""
+    rows = [{"op": "build", "streams": 1, "parallel_workers": "default", "seconds": 1.0,
+             "heap_bytes": 100e6, "wal_bytes": 30e6, "ok": True},
+            {"op": "build", "streams": 16, "parallel_workers": "default", "seconds": 4.0,
+             "heap_bytes": 1600e6, "wal_bytes": 480e6, "ok": True},
+            {"op": "build", "streams": 1, "parallel_workers": "0", "seconds": 2.0,
+             "heap_bytes": 100e6, "wal_bytes": 30e6, "ok": True},
+            {"op": "build", "skipped": True, "streams": 16, "parallel_workers": 0,
+             "reason": "budget: estimate 9 s + reserve 25 s > 20 s left"}]
+    text = summary.report(rows)
+    part = text[text.index("builds (CREATE INDEX"):].splitlines()
+    assert "1 at once, parallel workers default: 1.00 s, 100 MB/s, WAL 30 MB" in part[1]
+    assert "16 at once, parallel workers default: 4.00 s, 400 MB/s, x4.0 one" in part[2]
+    assert "1 at once, parallel workers 0: 2.00 s, 50 MB/s" in part[3]
+    assert "16 at once, parallel workers 0: skipped: budget" in part[4]
+    assert "builds (" not in summary.report(_rows())

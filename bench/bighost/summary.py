@@ -184,6 +184,32 @@ def _f(x: Any, fmt: str = "{:.1f}", none: str = "-") -> str:
     return fmt.format(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else none
 
 
+def builds_text(rows: list[dict[str, Any]]) -> list[str]:
+    """The builds part: each set of CREATE INDEX at once, its seconds and its
+    heap MB/s against one build alone with the same workers setting."""
+    builds = [r for r in rows if r.get("op") == "build"]
+    if not builds:
+        return []
+    out = ["", "builds (CREATE INDEX on the text column, one a table, at once): seconds, "
+               "heap MB/s, and x one build alone with the same parallel workers"]
+    alone = {r.get("parallel_workers"): r for r in builds
+             if r.get("streams") == 1 and r.get("ok") and not r.get("skipped")}
+    for r in builds:
+        what = f"  {r.get('streams'):>3} at once, parallel workers {r.get('parallel_workers')}:"
+        if r.get("skipped"):
+            out.append(f"{what} skipped: {r.get('reason')}")
+            continue
+        rate = (r.get("heap_bytes") or 0) / max(r.get("seconds") or 0, 1e-9)
+        one = alone.get(r.get("parallel_workers"))
+        x = ""
+        if one and r.get("streams") != 1:
+            x = f", x{rate / ((one['heap_bytes'] or 0) / max(one['seconds'], 1e-9)):.1f} one"
+        out.append(f"{what} {_f(r.get('seconds'), '{:.2f}')} s, {rate / 1e6:.0f} MB/s{x}, "
+                   f"WAL {_f((r.get('wal_bytes') or 0) / 1e6, '{:.0f}')} MB"
+                   + ("" if r.get("ok") else f" FAILED: {r.get('error')}"))
+    return out
+
+
 def report(rows: list[dict[str, Any]]) -> str:
     L: list[str] = []
     si, setup, seed, end = (_first(rows, op) for op in ("sysinfo", "setup", "seed", "end"))
@@ -291,6 +317,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             L.append(f"  FAILED: {kind} -j {r.get('jobs')} repeat {r.get('repeat')}: rc "
                      f"{r.get('rc')}{' (timed out)' if r.get('timed_out') else ''}: "
                      f"{(r.get('stderr') or '').strip().splitlines()[-1:] or ''}")
+    L += builds_text(rows)
     return "\n".join(L)
 
 

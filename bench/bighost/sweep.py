@@ -40,6 +40,7 @@ import sys
 import tarfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ ADV_DB = "r_adv"          # the restore advice's empty target
 RUN_DB = "r_run"          # each timed restore's fresh target
 COPY_DB = "c_load"        # the COPY part's target database
 COPY_TABLE = "items"      # its logged target table (one index), loaded by every J
-PARTS = ("dump", "restore", "copy")
+PARTS = ("dump", "restore", "builds", "copy")
 
 
 class Fatal(Exception):
@@ -1145,6 +1146,62 @@ VACUUM ANALYZE t{i};
         if res.rc == 0:
             self.times["restore"].setdefault(j, []).append(res.secs)
 
+    # -------------------------------------------------------------- index builds
+    def builds_part(self) -> None:
+        """Index builds on the seeded tables' text column: one table alone,
+        then one a table at once (NTAB streams), each with the server's
+        parallel maintenance workers (its default) and without (0). How a
+        restore's builds scale over the cores apart from its loads (the
+        advice's schedule runs them on the loads' curve), and what the
+        parallel workers give a build that has the cores to itself."""
+        per_mb = 0.03   # seconds a MB of heap for one build, a guess until one is timed
+        for workers in (None, 0):
+            for n in sorted({1, self.k.ntab}):
+                heap = self.heap_bytes / max(1, self.k.ntab) * n
+                est = heap / 1e6 * per_mb / min(n, self.ncores) * 1.5 + 3.0
+                reserve = END_RESERVE + self.copy_reserve(False)
+                if not self.fits(est, reserve):
+                    self.skip("build", est, reserve, streams=n,
+                              parallel_workers="default" if workers is None else workers)
+                    continue
+                secs = self.build(n, workers, heap)
+                if secs is not None and n == 1 and workers == 0:
+                    per_mb = secs / (heap / 1e6)
+
+    def build(self, n: int, workers: int | None, heap: float) -> float | None:
+        """n sessions at once, each CREATE INDEX on the text column of its own
+        table; the indexes dropped after. Wall seconds, or None on a failure."""
+        setting = "" if workers is None else f"SET max_parallel_maintenance_workers = {workers}; "
+        tables = [f"t{i}" for i in range(1, n + 1)]
+        lsn0 = self.psql("SELECT pg_current_wal_lsn()")
+        t0 = time.monotonic()
+        errors: list[str] = []
+
+        def one(t: str) -> float:
+            t1 = time.monotonic()
+            try:
+                self.psql(f"{setting}CREATE INDEX pgsweep_b_{t} ON {t} (b)", db=DB)
+            except Fatal as exc:
+                errors.append(str(exc))
+            return time.monotonic() - t1
+
+        with ThreadPoolExecutor(max_workers=n) as ex:
+            each = list(ex.map(one, tables))
+        wall = time.monotonic() - t0
+        wal = int(self.psql(f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn0}')::bigint"))
+        size = int(self.psql("SELECT coalesce(sum(pg_relation_size(oid)), 0) FROM pg_class "
+                             "WHERE relname LIKE 'pgsweep_b_%'", db=DB))
+        self.psql("; ".join(f"DROP INDEX IF EXISTS pgsweep_b_{t}" for t in tables), db=DB)
+        label = "default" if workers is None else str(workers)
+        self.log(f"build: {n} CREATE INDEX at once (parallel maintenance workers {label}) "
+                 f"{wall:.2f} s, each {min(each):.2f}-{max(each):.2f} s, heap "
+                 f"{heap / 1e6:.0f} MB, indexes {size / 1e6:.0f} MB, WAL {wal / 1e6:.0f} MB"
+                 + (f": {errors[0]}" if errors else ""))
+        self.rec("build", streams=n, parallel_workers=label, seconds=round(wall, 3),
+                 each_s=[round(x, 3) for x in each], heap_bytes=round(heap),
+                 index_bytes=size, wal_bytes=wal, ok=not errors, error=errors[:1])
+        return None if errors else wall
+
     # -------------------------------------------------------------- COPY loads
     def copy_part(self) -> None:
         try:
@@ -1319,6 +1376,8 @@ VACUUM ANALYZE t{i};
                     self.dump_part()
                 if "restore" in self.k.parts:
                     self.restore_part()
+                if "builds" in self.k.parts:
+                    self.builds_part()
                 if "copy" in self.k.parts:
                     self.copy_part()
             except Fatal as exc:
