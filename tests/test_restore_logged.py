@@ -199,6 +199,27 @@ def test_without_the_create_privilege_the_logged_step_is_left_out(
     assert res.logged_top is None
     assert any("no CREATE privilege on schema public" in n for n in res.notes), res.notes
     assert res.points and _ours(cluster) == "0"
+    # the advice then says its predictions from MIN_STREAMS jobs may be short, and why
+    why = loggedtop.unmeasured(res.to_json(), 2, cores=2)
+    assert why is not None and "no CREATE privilege on schema public" in why
+    assert "at -j 2 and more they may be short" in why
+
+
+def test_predictions_without_a_logged_step_say_they_may_be_short() -> None:
+    """loggedtop.unmeasured: only when the probe ran without the step, on a
+    host with MIN_STREAMS cores, for advice that reaches MIN_STREAMS jobs."""
+    measured = _res(430e6).to_json()
+    without = {**measured, "logged_top": None,
+               "notes": ["the budget was too short for a step into logged tables: what the "
+                         "restore's WAL costs many sessions is not measured"]}
+    why = loggedtop.unmeasured(without, 16, cores=16)
+    assert why is not None and "the budget was too short" in why and "-j 4 and more" in why
+    assert loggedtop.unmeasured(measured, 16, cores=16) is None  # the step measured it
+    assert loggedtop.unmeasured(None, 16, cores=16) is None  # no probe
+    assert loggedtop.unmeasured(without, 3, cores=16) is None  # too few jobs to show
+    assert loggedtop.unmeasured(without, 16, cores=2) is None  # the step would not run
+    bare = loggedtop.unmeasured({**without, "notes": []}, 8, cores=16)
+    assert bare is not None and "the step did not run" in bare
 
 
 def test_the_logged_steps_source_keeps_the_row_width_the_steps_learnt(tmp_path: Path) -> None:
@@ -301,3 +322,21 @@ def test_a_failed_logged_step_loses_only_itself(monkeypatch: pytest.MonkeyPatch,
                      "due to statement timeout): what the restore's WAL costs many sessions "
                      "is not measured"]
     assert any(s.startswith(f"DROP TABLE IF EXISTS {made[0]}") for s in conn.sql), conn.sql
+
+
+def test_the_restore_advice_carries_the_caution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RestoreStrategy.run_warnings: a `wal` caution when the probe ran
+    without the step on a host of 16 cores, none when it measured it."""
+    from pgparmon.advise.predict import Choice
+    from pgparmon.advise.request import Request
+    from pgparmon.advise.strategies import RestoreStrategy, Situation
+
+    monkeypatch.setattr(loggedtop, "usable_cores", lambda: 16)
+    s = Situation(req=Request(kind="restore", conn=None))
+    choice = Choice(recommended=8, fastest=16, knee=8, efficient=None)
+    without = {**_res(430e6).to_json(), "logged_top": None, "notes": []}
+    codes = [c.code for c in RestoreStrategy().run_warnings(s, choice, 8, False, without)]
+    assert "wal" in codes
+    measured = _res(430e6).to_json()
+    codes = [c.code for c in RestoreStrategy().run_warnings(s, choice, 8, False, measured)]
+    assert "wal" not in codes

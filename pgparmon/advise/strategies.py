@@ -49,7 +49,7 @@ from .inventory import (
 from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION, Kind
 from .predict import Evidence
 from .probe import ProbeResult, ProbeTable, run_probe, run_restore_probe
-from .probe.loggedtop import logged_top_need
+from .probe.loggedtop import logged_top_need, unmeasured
 from .probe.plan import stream_plan
 from .request import AdviseError, Request
 from .snapshots import check_snapshots, verdict
@@ -335,6 +335,9 @@ class RestoreStrategy(ArchiveStrategy):
         if sections:
             assert s.inv is not None
             out.append(fk_before_partitions(s.inv.early_fks, rec))
+        why = unmeasured(probe_json, max(rec, choice.fastest))
+        if why is not None:
+            out.append(Caution("wal", why))
         return out
 
     def command(self, req: Request, j: int, sections: bool = False) -> str:

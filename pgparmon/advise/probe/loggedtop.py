@@ -318,3 +318,25 @@ def as_logged_load(res: Any) -> tuple[Any, str | None]:
     return out, (f"the WAL-logged load ({k} streams loaded logged tables at "
                  f"{fmt.rate(top.point.bytes_per_s)}, {r:.0%} of the rate without WAL: "
                  f"each stream {s:.1%} slower for every other)")
+
+
+def unmeasured(probe_json: dict[str, Any] | None, jobs: int,
+               cores: int | None = None) -> str | None:
+    """Why a restore's predictions up to `jobs` may be short: the probe ran
+    but loaded no logged table (no CREATE on the schema, the budget, a
+    failure: its note says which) on a host where the step would run
+    (MIN_STREAMS cores or more), and `jobs` reaches MIN_STREAMS. None
+    otherwise (no probe, the step measured, or too few jobs or cores for
+    sharing the WAL to show)."""
+    cores = usable_cores() if cores is None else cores
+    if probe_json is None or probe_json.get("logged_top") or not probe_json.get("points"):
+        return None
+    if not runs_at(min(jobs, cores)):
+        return None
+    why = next((str(n) for n in probe_json.get("notes") or [] if "logged tables" in str(n)),
+               None)
+    return (f"the probe loaded no logged table ({why or 'the step did not run'}), so the "
+            "predictions leave out what sharing the WAL costs the restore's loads, which "
+            f"grows with the jobs: at -j {MIN_STREAMS} and more they may be short (a 16-core "
+            "host's restore loaded at 0.77x the probe's temporary tables at -j 8, 0.50x at "
+            "-j 16)")
