@@ -13,7 +13,7 @@ from . import predict, usl
 from .checks import Caution
 from .kinds import kind_named
 from .predict import Ceiling, Evidence
-from .probe.plan import usable_cores
+from .probe.plan import plan_seconds, usable_cores
 from .probe.loggedtop import as_logged_load
 from .probe.results import ProbeError
 from .probe.walstep import WAL_PER_HEAP
@@ -52,20 +52,6 @@ def history_evidence(req: Request, notes: list[str]) -> Evidence | None:
 
 
 # ----------------------------------------------------------- the probe
-
-
-def plan_seconds(max_streams: int, wal_counts: int = 0) -> float:
-    """What a probe of up to max_streams streams needs at the least: its
-    warm-up and each planned step (1, 2, 4, ... and a point between two) at
-    its shortest, and the WAL steps (restore and COPY probes)."""
-    from .probe.plan import MIN_STEP_S, RANGES_PER_STEP, stream_plan
-    from .probe.steps import STEP_OVERHEAD_S
-    from .probe.walstep import STEP_OVERHEAD_S as WAL_OVERHEAD_S
-    from .probe.walstep import STEP_S as WAL_STEP_S
-
-    steps = len(stream_plan(max_streams)) + (1 if max_streams >= 3 else 0)
-    step_s = MIN_STEP_S * (1 + 2 / RANGES_PER_STEP) + STEP_OVERHEAD_S
-    return 1.0 + steps * step_s + wal_counts * (WAL_STEP_S + WAL_OVERHEAD_S)
 
 
 def probe_budget(req: Request, guess_j1: float, need_s: float) -> tuple[float, str | None]:

@@ -64,7 +64,14 @@ from .results import (
     WalPoint,
     qualified_name,
 )
-from .loggedtop import first_line, logged_count, logged_top_reserve, run_logged, runs_at
+from .loggedtop import (
+    first_line,
+    logged_count,
+    logged_top_reserve,
+    rest_needs,
+    run_logged,
+    runs_at,
+)
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
 from .streams import Range, Stream
@@ -104,13 +111,11 @@ def grown_step_s() -> float:
 def logged_reserve(budget_s: float, max_streams: int, logged: bool) -> float:
     """Seconds of a probe's budget kept for the logged step: its time when
     the table is logged and the rest of the budget still holds the plan's
-    warm-up and first two steps (`evidence.plan_seconds` of two streams:
-    the curve's level and its first doubling).  It comes before the later
-    doublings and the WAL steps: a stream's own WAL cost is in every
-    prediction, the WAL's ceiling binds only at many streams.  Else 0."""
-    from ..evidence import plan_seconds
-
-    if not logged or budget_s - logged_step_s() < plan_seconds(min(max_streams, 2)):
+    warm-up and first two steps (`loggedtop.rest_needs`: the curve's level
+    and its first doubling).  It comes before the later doublings and the
+    WAL steps: a stream's own WAL cost is in every prediction, the WAL's
+    ceiling binds only at many streams.  Else 0."""
+    if not logged or budget_s - logged_step_s() < rest_needs(max_streams):
         return 0.0
     return logged_step_s()
 
@@ -120,9 +125,7 @@ def grown_reserve(budget_s: float, max_streams: int, indexed: bool, kept: float)
     the table has indexes and the rest of the budget (less `kept`, the
     logged step's) still holds the plan's warm-up and first two steps, as
     `logged_reserve`: the indexes' growth is in every prediction.  Else 0."""
-    from ..evidence import plan_seconds
-
-    if not indexed or budget_s - kept - grown_step_s() < plan_seconds(min(max_streams, 2)):
+    if not indexed or budget_s - kept - grown_step_s() < rest_needs(max_streams):
         return 0.0
     return grown_step_s()
 
@@ -134,11 +137,9 @@ def top_reserve(budget_s: float, max_streams: int, logged: bool, kept: float) ->
     grown steps') still holds the plan's warm-up and first two steps, as
     `logged_reserve`.  It comes last of the three: a stream's own costs
     are in every prediction, the shared WAL's only at many streams."""
-    from ..evidence import plan_seconds
-
     if not logged:
         return 0.0
-    return logged_top_reserve(budget_s - kept, plan_seconds(min(max_streams, 2)), max_streams)
+    return logged_top_reserve(budget_s - kept, rest_needs(max_streams), max_streams)
 
 
 @dataclass(frozen=True)

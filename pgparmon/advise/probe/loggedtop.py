@@ -43,7 +43,7 @@ from ...connect import ConnectError, ConnTarget, connect
 from ...redact import redact_text
 from ... import units as fmt
 from .client_cost import as_pg_restore
-from .plan import usable_cores
+from .plan import plan_seconds, usable_cores
 from .results import LoggedStep, ProbeError, ProbePoint
 from .scratch import drop_scratch
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
@@ -96,6 +96,13 @@ def logged_top_need(max_streams: int, cores: int | None = None) -> float:
     host's); else 0."""
     within = min(max_streams, usable_cores() if cores is None else cores)
     return logged_top_s() if runs_at(within) else 0.0
+
+
+def rest_needs(max_streams: int) -> float:
+    """What the rest of a probe needs beside its logged steps: the warm-up
+    and the first two steps at their shortest (the curve's level and its
+    first doubling)."""
+    return plan_seconds(min(max_streams, 2))
 
 
 def logged_top_reserve(budget_s: float, need_s: float, max_streams: int,

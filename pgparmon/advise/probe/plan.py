@@ -32,6 +32,8 @@ from ...readers.devices import device_for_path
 from ... import units as fmt
 from .results import ProbeError, ProbePoint, WalPoint
 from .steps import STEP_OVERHEAD_S, Aborted, StepRunner
+from .walstep import STEP_OVERHEAD_S as WAL_OVERHEAD_S
+from .walstep import STEP_S as WAL_STEP_S
 from .walstep import measure_wal, wal_reserve
 
 # Step timing (seconds).  A step shorter than MIN_STEP_S is noise; longer than
@@ -227,6 +229,15 @@ def measure_steps(probe: StepRunner, scratch: str, notes: list[str], t_start: fl
     if note:
         notes.append(note)
     return [points[k] for k in measured], plan
+
+
+def plan_seconds(max_streams: int, wal_counts: int = 0) -> float:
+    """What a probe of up to max_streams streams needs at the least: its
+    warm-up and each planned step (1, 2, 4, ... and a point between two) at
+    its shortest, and the WAL steps (restore and COPY probes)."""
+    steps = len(stream_plan(max_streams)) + (1 if max_streams >= 3 else 0)
+    step_s = MIN_STEP_S * (1 + 2 / RANGES_PER_STEP) + STEP_OVERHEAD_S
+    return 1.0 + steps * step_s + wal_counts * (WAL_STEP_S + WAL_OVERHEAD_S)
 
 
 def steps_and_wal(probe: StepRunner, scratch: str, notes: list[str], t_start: float,

@@ -37,7 +37,7 @@ from .plan import (
     probe_device,
     steps_and_wal,
 )
-from .loggedtop import LoggedTop, logged_top_reserve
+from .loggedtop import LoggedTop, logged_top_reserve, rest_needs
 from .psql import checked_psql, error_line, is_local_host, psql_env
 from .restore_ranges import DataFile, RestoreSource
 from .results import GB, ProbeError, ProbePoint, ProbeResult
@@ -200,7 +200,7 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     # pg_restore's own client CPU per byte (timed before the steps): the steps as it reads them
     client_real = pg_restore_client_cost(files, text_ratio)
     top = _logged_top(target, probe, source, data_files, client_real, notes,
-                      logged_top_reserve(budget_s, _rest_needs(max_streams), max_streams))
+                      logged_top_reserve(budget_s, rest_needs(max_streams), max_streams))
     with top:
         points, wal, plan = steps_and_wal(probe, scratch, notes, t_start, budget_s,
                                           max_streams, target, max_wal_size, finale,
@@ -237,15 +237,6 @@ def _logged_top(target: ConnTarget, probe: StepRunner, source: RestoreSource,
 
     return LoggedTop(target, runner, lambda: [n for src in logged for n in src.logged_tables],
                      client_real, notes, reserve_s)
-
-
-def _rest_needs(max_streams: int) -> float:
-    """What the rest of a restore probe needs beside the logged step: the
-    warm-up and the first two steps at their shortest (the curve's level
-    and its first doubling)."""
-    from ..evidence import plan_seconds
-
-    return plan_seconds(min(max_streams, 2))
 
 
 def _linked_files(data_files: list[tuple[str, str, float]]
