@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -552,3 +554,17 @@ def jobs_found(cluster: Cluster, dbname: str) -> tuple[Any, list[Any]]:
     finally:
         sampler.close()
     return db, find_jobs(facts, db)
+
+
+@contextlib.contextmanager
+def dumped(cluster: Cluster, dbname: str, prefix: str) -> Iterator[Path]:
+    """A -Fd archive of dbname (pg_dump's defaults), in a temporary folder
+    removed after."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    out = d / "a.dump"
+    try:
+        subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(out), dbname],
+                       env=cluster.env(), check=True, capture_output=True)
+        yield out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -8,13 +8,12 @@ was launched and finished)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import dumped
 
 from pgparmon.advise.inventory import restore_inventory
 from pgparmon.analyze.schedule import simulate
@@ -35,14 +34,8 @@ def archive(cluster: Cluster) -> Iterator[Path]:
                  "ALTER TABLE t ADD PRIMARY KEY (id); CREATE INDEX ON t (a); "
                  "CREATE INDEX ON t (h); "
                  "CREATE TABLE u AS SELECT g AS id FROM generate_series(1, 5000) g", dbname=DB)
-    d = Path(tempfile.mkdtemp(prefix="pgparmon-lockrule-"))
-    out = d / "a.dump"
-    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(out), DB],
-                   env=cluster.env(), check=True, capture_output=True)
-    try:
+    with dumped(cluster, DB, "pgparmon-lockrule-") as out:
         yield out
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _real_spans(cluster: Cluster, archive: Path) -> dict[str, tuple[int, int]]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import dumped
 
 from pgparmon.advise import evidence
 from pgparmon.advise.probe import ProbeResult, loggedtop, run_restore_probe
@@ -41,15 +41,9 @@ def archive(cluster: Cluster) -> Iterator[Path]:
                  "FROM generate_series(1, 60000) g; "
                  "CREATE TABLE small AS SELECT g AS id FROM generate_series(1, 2000) g",
                  dbname=DB)
-    d = Path(tempfile.mkdtemp(prefix="pgparmon-logged-archive-"))
-    out = d / "a.dump"
-    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(out), DB],
-                   env=cluster.env(), check=True, capture_output=True)
     cluster.psql(f"CREATE DATABASE {DB}_target")
-    try:
+    with dumped(cluster, DB, "pgparmon-logged-archive-") as out:
         yield out
-    finally:
-        subprocess.run(["rm", "-rf", str(d)], check=False)
 
 
 def _target(cluster: Cluster, user: str | None = None) -> ConnTarget:
