@@ -1087,6 +1087,38 @@ def test_a_foreign_key_on_a_partitioned_table_checks_all_its_partitions(
     # (the live plan's unit is the archive's byte, the advice's the heap byte)
     assert live_fk["work"] == pytest.approx(0.15 * sum(live_data[t] for t in leaves), rel=0.01)
     assert live_fk["state"] == "done"
+    # ... and a restore in steps with list files (-L, relative to
+    # pg_restore's working folder): the post-data but the foreign keys, then
+    # the keys. The first plans no foreign key, the second nothing else, and
+    # both finish
+    cluster.psql("DROP DATABASE IF EXISTS parts_r")
+    cluster.psql("CREATE DATABASE parts_r")
+    pr = cluster.client("pg_restore")
+    listing = subprocess.run([pr, "-l", str(arch)], env=cluster.env(), check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+    (tmp_path / "rest.list").write_text(
+        "".join(f"{ln}\n" for ln in listing if " FK CONSTRAINT " not in ln))
+    (tmp_path / "fk.list").write_text(
+        "".join(f"{ln}\n" for ln in listing if " FK CONSTRAINT " in ln))
+    for section in ("pre-data", "data"):
+        subprocess.run([pr, "-j", "2", f"--section={section}", "-d", "parts_r", str(arch)],
+                       env=cluster.env(), check=True, capture_output=True)
+    kinds = []
+    for step in (["--section=post-data", "-L", "rest.list"], ["-L", "fk.list"]):
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "-d", "parts_r",
+                                          "--", pr, "-j", "2", *step, "-d", "parts_r",
+                                          str(arch)),
+                             capture_output=True, text=True, env=cluster.env(), timeout=120,
+                             cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        (summary,) = [json.loads(line) for line in res.stdout.splitlines()
+                      if '"pgparmon.summary/1"' in line]
+        assert summary["state"] == "finished", summary["reason"]
+        assert all(i["state"] == "done" for i in summary["items"]), summary["items"]
+        kinds.append({i["kind"] for i in summary["items"]})
+    assert "fk" not in kinds[0] and "constraint" in kinds[0] and kinds[1] == {"fk"}
+    assert cluster.psql("SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND "
+                        "conparentid = 0", dbname="parts_r").strip() == "1"
     for db in ("parts", "parts_r"):
         cluster.psql(f"DROP DATABASE {db}")
 

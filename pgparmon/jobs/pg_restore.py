@@ -24,6 +24,7 @@ from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
+from .restore_list import ListError, read_use_list
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
@@ -88,17 +89,36 @@ class PgRestore(Driver):
 
     # ---- plan --------------------------------------------------------------
 
+    def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
+        """The list file of `-L` (absolute: a relative one is the process's
+        working folder's), when the command line has one."""
+        path, why = use_list_path(tr.job.args, tr.job.client_pid)
+        return {"use_list": path, "use_list_error": why}
+
     def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         if not src.target_dir:
             return PlanInputs()
+        listed, why = None, req.get("use_list_error")
+        if req.get("use_list") and not why:
+            try:
+                listed = read_use_list(req["use_list"])
+            except ListError as exc:
+                why = str(exc)
+        if why:
+            return PlanInputs(error=f"pg_restore -L {req.get('use_list') or 'FILE'}: the list "
+                                    f"cannot be read here ({why}), so which items it restores "
+                                    "is unknown: progress from activity only")
         pg_restore = src.client_binary("pg_restore")
-        items = list_archive(src.target_dir, pg_restore=pg_restore)[1]
+        everything = list_archive(src.target_dir, pg_restore=pg_restore)[1]
+        # -L: only the listed items are restored (the partitions' parents are
+        # still read from every TABLE ATTACH entry: a key's size needs them)
+        items = [t for t in everything if listed is None or t.dump_id in listed]
         try:
             targets = post_data_targets(src.target_dir, pg_restore=pg_restore)
         except TocError:
             targets = {}
         try:
-            parents = partition_parents(src.target_dir, items, pg_restore=pg_restore)
+            parents = partition_parents(src.target_dir, everything, pg_restore=pg_restore)
         except TocError:
             parents = {}
         files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
@@ -180,6 +200,21 @@ def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,
             continue
         if it.kind == "data" and (it.relation in loaded or it.relation in built_on):
             tr.finish(it, wall)
+
+
+def use_list_path(args: ClientArgs | None, pid: int | None) -> tuple[str | None, str | None]:
+    """pg_restore's -L file as an absolute path (a relative one is in the
+    process's working folder), and why it cannot be told: (None, None)
+    without -L."""
+    path = next((v for k, v in (args.options if args else ()) if k == "use-list" and v), None)
+    if path is None or os.path.isabs(path):
+        return path, None
+    try:
+        import psutil
+
+        return os.path.join(psutil.Process(pid or -1).cwd(), path), None
+    except Exception:  # noqa: BLE001 - another user's process, or gone
+        return None, "its working folder, where the relative path points, is not ours to read"
 
 
 def archive_file(archive: str, dump_id: int) -> tuple[str | None, float]:

@@ -1,0 +1,71 @@
+"""pg_restore's list files: the live monitor's reading of `-L` (only
+regular files: a pipe is pg_restore's to read)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from pgparmon.cmdline import ClientArgs
+from pgparmon.jobs.pg_restore import use_list_path
+from pgparmon.jobs.restore_list import ListError, listed_ids, read_use_list
+
+LISTING = """;
+; Archive created at 2026-11-27 10:00:00 UTC
+;     dbname: shop
+;
+; Selected TOC Entries:
+;
+215; 1259 16390 TABLE public orders postgres
+3340; 0 16390 TABLE DATA public orders postgres
+3350; 2606 16400 CONSTRAINT public orders orders_pkey postgres
+3351; 1259 16401 INDEX public lines_order_idx postgres
+3355; 2606 16507 FK CONSTRAINT public orders orders_customer_id_fkey postgres
+3356; 2606 16536 FK CONSTRAINT public "FK CONSTRAINT x" lines_fkey postgres
+3357; 2606 16537 CONSTRAINT public "a FK CONSTRAINT b" b_pkey postgres
+"""
+
+
+def test_commented_and_blank_lines_select_nothing() -> None:
+    assert listed_ids(";3355; 2606 16507 FK CONSTRAINT public a b c\n\n  12; 0 1 TABLE x\n"
+                      "junk\n") == {12}
+
+
+def test_a_list_file_is_read_and_a_pipe_is_refused_without_waiting(tmp_path: Path) -> None:
+    f = tmp_path / "x.list"
+    f.write_text(LISTING)
+    assert read_use_list(str(f)) == {215, 3340, 3350, 3351, 3355, 3356, 3357}
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    out: list[object] = []
+
+    def read() -> None:
+        try:
+            out.append(read_use_list(str(fifo)))
+        except ListError as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "read_use_list opened a pipe and waited on it"
+    assert isinstance(out[0], ListError) and "not a regular file" in str(out[0])
+    with pytest.raises(ListError, match="No such file"):
+        read_use_list(str(tmp_path / "missing.list"))
+
+
+def test_the_list_path_is_the_processes_own(tmp_path: Path) -> None:
+    def args(path: str | None) -> ClientArgs:
+        return ClientArgs(program="pg_restore",
+                          options=(("jobs", "2"),) + ((("use-list", path),) if path else ()))
+
+    assert use_list_path(args(None), os.getpid()) == (None, None)
+    assert use_list_path(args("/srv/a.list"), None) == ("/srv/a.list", None)
+    # relative: in the process's working folder, not pgparmon's
+    assert use_list_path(args("a.list"), os.getpid()) == (os.path.join(os.getcwd(), "a.list"),
+                                                          None)
+    path, why = use_list_path(args("a.list"), 2 ** 22 + 12345)
+    assert path is None and why and "working folder" in why
