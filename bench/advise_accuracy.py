@@ -305,6 +305,16 @@ def orders(jobs: list[int], repeats: int) -> list[list[int]]:
     return out
 
 
+def shape_archive(cl: Any, shape: str, scale: float, work: Path
+                  ) -> tuple[dict[str, Any], Path]:
+    """A shape built in cl and dumped (-Fd -j 2, default compression) to
+    work/archive: (the shape's facts, the archive)."""
+    info = build_shape(cl, shape, scale)
+    archive = work / "archive"
+    subprocess.run(dump_cmd(cl, info["db"], 2, archive, None), env=cl.env(), check=True)
+    return info, archive
+
+
 def dump_cmd(cl: Any, db: str, j: int, out: Path, compress: str | None) -> list[str]:
     cmd = [cl.client("pg_dump"), "-Fd", "-j", str(j), "-f", str(out)]
     if compress is not None:

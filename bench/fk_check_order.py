@@ -109,10 +109,7 @@ def main() -> None:
     cl = start_cluster(prefix="pgparmon-fkorder-")
     work = server_tmpdir("pgparmon-fkorder-")
     try:
-        info = shapes.build_shape(cl, "partitioned-fk", a.scale)
-        archive = work / "archive"
-        subprocess.run(shapes.dump_cmd(cl, info["db"], 2, archive, None), env=cl.env(),
-                       check=True)
+        info, archive = shapes.shape_archive(cl, "partitioned-fk", a.scale, work)
         runs: list[dict[str, Any]] = []
         for r in range(a.repeats):
             for way in (WAYS if r % 2 == 0 else WAYS[::-1]):
