@@ -341,28 +341,48 @@ def sweep_dump(cl: Any, db: str, jobs: list[int], repeats: int, work: Path,
 
 
 def in_sections(archive: Path) -> bool:
-    """Whether the advice would give -j 2+ as three steps (pre-data, then
-    data and post-data with -j): the archive has a foreign key that pg_restore
-    -j may add before its partitions' data (docs/advise.md)."""
+    """Whether the advice would give -j 2+ as four steps (pre-data, then
+    with -j data, post-data but the early foreign keys, those keys): the
+    archive has a foreign key that pg_restore -j may add before its
+    partitions' data (docs/advise.md)."""
     from pgparmon.advise.inventory import restore_inventory
     return bool(restore_inventory(str(archive)).early_fks)
 
 
+def restore_lists(cl: Any, archive: Path) -> tuple[Path, Path]:
+    """The advice's two list files (every item but the early foreign keys;
+    those keys), from `pg_restore -l` split as the advice's command does."""
+    from pgparmon.advise.inventory import restore_inventory
+    from pgparmon.jobs.restore_list import split_ids
+    listing = subprocess.run([cl.client("pg_restore"), "-l", str(archive)], env=cl.env(),
+                             capture_output=True, text=True, check=True).stdout
+    rest, fks = split_ids(listing, restore_inventory(str(archive)).early_fk_ids)
+    out = archive.parent / f"{archive.name}.rest.list", archive.parent / f"{archive.name}.fk.list"
+    out[0].write_text(rest)
+    out[1].write_text(fks)
+    return out
+
+
 def restore_cmds(cl: Any, archive: Path, target: str, j: int,
-                 sections: bool) -> list[list[str]]:
+                 lists: tuple[Path, Path] | None) -> list[list[str]]:
+    """The restore the advice gives at J: one pg_restore -j J, or with
+    `lists` (restore_lists) at J >= 2 its four steps."""
     pr = cl.client("pg_restore")
-    if not sections or j < 2:
+    if lists is None or j < 2:
         return [[pr, "-j", str(j), "-d", target, str(archive)]]
+    jj = ["-j", str(j)]
     return [[pr, "--section=pre-data", "-d", target, str(archive)],
-            [pr, "-j", str(j), "--section=data", "-d", target, str(archive)],
-            [pr, "-j", str(j), "--section=post-data", "-d", target, str(archive)]]
+            [pr, *jj, "--section=data", "-d", target, str(archive)],
+            [pr, *jj, "--section=post-data", "-L", str(lists[0]), "-d", target, str(archive)],
+            [pr, *jj, "-L", str(lists[1]), "-d", target, str(archive)]]
 
 
 def sweep_restore(cl: Any, archive: Path, db: str, jobs: list[int], repeats: int,
                   log: Any) -> dict[str, Any]:
     """pg_restore -j J over J; at J >= 2 the command the advice gives, in
-    three steps when `in_sections` (the time is the three together)."""
+    four steps when `in_sections` (the time is the four together)."""
     sections = in_sections(archive)
+    lists = restore_lists(cl, archive) if sections else None
     env = cl.env()
     times: dict[int, list[float]] = {j: [] for j in jobs}
     runs = []
@@ -373,7 +393,7 @@ def sweep_restore(cl: Any, archive: Path, db: str, jobs: list[int], repeats: int
             cl.psql(f"CREATE DATABASE {target}")
             try:
                 t = sum(run_timed(cmd, env, f"pg_restore -j {j} into {target}")
-                        for cmd in restore_cmds(cl, archive, target, j, sections))
+                        for cmd in restore_cmds(cl, archive, target, j, lists))
             finally:
                 cl.psql(f"DROP DATABASE IF EXISTS {target}")
             times[j].append(t)

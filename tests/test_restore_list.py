@@ -1,9 +1,11 @@
-"""pg_restore's list files: the live monitor's reading of `-L` (only
-regular files: a pipe is pg_restore's to read)."""
+"""pg_restore's list files: the advice's split (its early foreign keys
+last) and the live monitor's reading of `-L` (only regular files: a pipe is
+pg_restore's to read)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -11,7 +13,13 @@ import pytest
 
 from pgparmon.cmdline import ClientArgs
 from pgparmon.jobs.pg_restore import use_list_path
-from pgparmon.jobs.restore_list import ListError, listed_ids, read_use_list
+from pgparmon.jobs.restore_list import (
+    ListError,
+    id_pattern,
+    listed_ids,
+    read_use_list,
+    split_ids,
+)
 
 LISTING = """;
 ; Archive created at 2026-11-27 10:00:00 UTC
@@ -27,6 +35,26 @@ LISTING = """;
 3356; 2606 16536 FK CONSTRAINT public "FK CONSTRAINT x" lines_fkey postgres
 3357; 2606 16537 CONSTRAINT public "a FK CONSTRAINT b" b_pkey postgres
 """
+
+
+def test_the_split_puts_the_keys_in_the_second_list_and_nothing_else() -> None:
+    rest, fks = split_ids(LISTING, [3356, 3355])
+    assert listed_ids(fks) == {3355, 3356}
+    assert listed_ids(rest) == {215, 3340, 3350, 3351, 3357}
+    # the comments stay with the rest (pg_restore skips them); a dump id is
+    # matched whole (3355 is neither 33550 nor 13355)
+    assert rest.startswith(";\n; Archive created")
+    assert listed_ids(split_ids("33550; 1 2 X\n13355; 1 2 Y\n", [3355])[0]) == {33550, 13355}
+    # the pattern is what `grep -E` is given in the advice's command: the
+    # same lines match there
+    grep = subprocess.run(["grep", "-E", id_pattern([3355, 3356])], input=LISTING,
+                          capture_output=True, text=True, check=True).stdout
+    assert grep == fks
+
+
+def test_a_listing_without_the_keys_gives_an_empty_second_list() -> None:
+    rest, fks = split_ids("215; 1259 16390 TABLE public t postgres\n", [3355])
+    assert fks == "" and listed_ids(rest) == {215}
 
 
 def test_commented_and_blank_lines_select_nothing() -> None:

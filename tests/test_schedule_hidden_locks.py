@@ -107,6 +107,35 @@ def test_the_post_data_step_goes_in_archive_order_with_the_data_skipped_in_turn(
     assert sp["13"] == (0.0, 1.0) and sp["20"] == (1.0, 5.0)
 
 
+def test_the_foreign_keys_last_run_after_every_build() -> None:
+    """The advice's restore in four steps: the post-data step lists every
+    item but the early foreign keys (`-L`), the last lists only them. The
+    key then starts after every partition's build, whatever the job count
+    (at -j 2 in three steps it ran before lines_p2's, above), and no build
+    waits on it."""
+    data = [WorkItem("101", 10.0, size=10.0, table="s.orders_p1"),
+            WorkItem("102", 10.0, size=10.0, table="s.lines_p1"),
+            WorkItem("103", 10.0, size=10.0, table="s.lines_p2")]
+    post = [WorkItem(k, 1.0, size=10.0, table=t, exclusive=True, deps=frozenset({d}))
+            for k, t, d in (("11", "s.orders_p1", "101"), ("12", "s.lines_p1", "102"),
+                            ("13", "s.lines_p2", "103"))]
+    fk = WorkItem("20", 4.0, size=20.0, table="s.lines", exclusive=True,
+                  deps=frozenset({"11", "102", "103"}),
+                  holds=frozenset({"s.lines_p1", "s.lines_p2", "s.orders_p1"}))
+    steps = section_steps([*data, *post, fk], frozenset({"101", "102", "103"}),
+                          frozenset({"20"}))
+    assert [[it.key for it in st] for st in steps] == [
+        ["101", "102", "103"], ["101", "102", "103", "11", "12", "13"], ["20"]]
+    # in its own step the key depends on nothing left to run
+    assert steps[2][0].deps == frozenset() and steps[2][0].work == 4.0
+    for jobs in (2, 3):
+        sp = _spans(steps[1], jobs)
+        assert max(e for _, e in sp.values()) == (2.0 if jobs == 2 else 1.0)
+        assert _spans(steps[2], jobs)["20"] == (0.0, 4.0)
+    # no keys named: the two steps as before
+    assert len(section_steps([*data, *post, fk], frozenset({"101", "102", "103"}))) == 2
+
+
 def test_pg_restores_own_rule_a_key_and_the_index_builds_on_its_table_take_turns() -> None:
     """pg_restore -j never runs an entry that locks a table beside one that
     depends on it (`tables`): a primary key (exclusive) waits for the index

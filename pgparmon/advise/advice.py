@@ -110,7 +110,7 @@ def _advise_archive(req: Request, strategy: ArchiveStrategy) -> Advice:
         conf = "medium"  # the recommendation rests on extrapolation (`why` says so)
     return Advice(kind=req.kind, recommended=rec, fastest=choice.fastest, predictions=preds,
                   lower_bound_s=rec_pred.lower_bound_s, basis=ev.basis, confidence=conf,
-                  warnings=s.warnings, command=strategy.command(req, rec, sections=sections),
+                  warnings=s.warnings, command=strategy.command(req, rec, sections=sections, s=s),
                   evidence=ev, choice=choice, inventory=s.inv, dominant=dom,
                   probe=probe_json, why=why_lines(ev, choice, preds, dom), notes=s.notes,
                   server=server_facts(s.facts, s.afacts, s.local) if s.facts else None)

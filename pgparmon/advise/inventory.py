@@ -74,6 +74,7 @@ class Inventory:
     # pg_restore -j add before their partitions' data ("name on
     # schema.table"; see `fk_before_partitions`)
     early_fks: list[str] = field(default_factory=list)
+    early_fk_ids: list[int] = field(default_factory=list)  # their dump ids
 
     def with_index_factor(self, index_factor: float, measured_on: str | None = None
                           ) -> Inventory:
@@ -371,22 +372,22 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
 
 
 def fk_before_partitions(toc: list[Any], targets: dict[int, Any],
-                         parents: dict[str, str]) -> list[str]:
+                         parents: dict[str, str]) -> list[tuple[int, str]]:
     """Foreign keys on a partitioned table whose archive dependencies do not
     include its partitions' data: pg_dump (14-18 measured) makes such a key
     depend on the parent, which holds no rows, and the referenced key, so
     pg_restore -j 2+ runs it as soon as the referenced key is built, often
     before the partitions load; every row loaded after it is then checked
-    one at a time. "name on schema.table", in archive order."""
+    one at a time. (dump id, "name on schema.table"), in archive order."""
     data_ids = {f"{it.schema}.{it.tag}": it.dump_id for it in toc
                 if it.desc == "TABLE DATA" and it.schema is not None}
     out = []
-    for t in targets.values():
+    for dump_id, t in targets.items():
         if t.kind != "foreign key" or not t.table:
             continue
         parts = [data_ids[p] for p in partitions_under(t.table, parents) if p in data_ids]
         if parts and not set(parts) <= set(t.dependencies):
-            out.append(f"{t.object_name or t.name} on {t.table}")
+            out.append((int(dump_id), f"{t.object_name or t.name} on {t.table}"))
     return out
 
 
@@ -433,7 +434,9 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
                                   parents=parents)
     inv = Inventory(RESTORE.name, items, tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp, plan_inputs=(toc, files, targets, parents),
-                    rows=rows, early_fks=fk_before_partitions(toc, targets, parents))
+                    rows=rows)
+    early = fk_before_partitions(toc, targets, parents)
+    inv.early_fks, inv.early_fk_ids = [n for _, n in early], [i for i, _ in early]
     if fmt == "custom":
         inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
                          "taken as equal, so the largest-table bound is unknown")

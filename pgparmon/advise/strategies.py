@@ -24,6 +24,7 @@ import psycopg
 
 from ..connect import ConnectError
 from ..jobs.pg_restore import section_steps
+from ..jobs.restore_list import id_pattern
 from ..readers.db import ServerFacts
 from ..redact import redact_text
 from .. import units as fmt
@@ -165,7 +166,8 @@ class ArchiveStrategy:
     def last_warnings(self, s: Situation) -> list[Caution]:
         return []
 
-    def command(self, req: Request, j: int, sections: bool = False) -> str:
+    def command(self, req: Request, j: int, sections: bool = False,
+                s: Situation | None = None) -> str:
         raise NotImplementedError
 
 
@@ -243,7 +245,8 @@ class DumpStrategy(ArchiveStrategy):
                                      "for -j to share")]
         return []
 
-    def command(self, req: Request, j: int, sections: bool = False) -> str:
+    def command(self, req: Request, j: int, sections: bool = False,
+                s: Situation | None = None) -> str:
         comp = req.compression.dump_args(client_major(self.kind.tool))
         argv = [self.kind.tool, "-Fd", "-j", str(j), *comp, *conn_args(req), "-f",
                 req.target_dir or "DIR", req.dbname_for_command or "DBNAME"]
@@ -319,14 +322,16 @@ class RestoreStrategy(ArchiveStrategy):
         return bool(rec >= 2 and s.inv is not None and s.inv.early_fks)
 
     def steps(self, s: Situation) -> predict.StepsFn | None:
-        """At -j 2 and more such an archive is restored in sections (the
-        command says so): the data, then the post-data, each its own
-        schedule (the pre-data is the serial part)."""
+        """At -j 2 and more such an archive is restored in steps (the
+        command says so): the data, the post-data but the early foreign
+        keys, then those keys, each its own schedule (the pre-data is the
+        serial part)."""
         if s.inv is None or not s.inv.early_fks or s.inv.plan_inputs is None:
             return None
         data_keys = frozenset(str(t.dump_id) for t in s.inv.plan_inputs[0]
                               if t.desc == "TABLE DATA")
-        return lambda j, items: section_steps(items, data_keys) if j >= 2 else [items]
+        last = frozenset(str(i) for i in s.inv.early_fk_ids)
+        return lambda j, items: section_steps(items, data_keys, last) if j >= 2 else [items]
 
     def run_warnings(self, s: Situation, choice: predict.Choice, rec: int, sections: bool,
                      probe_json: dict[str, Any] | None) -> list[Caution]:
@@ -340,22 +345,46 @@ class RestoreStrategy(ArchiveStrategy):
             out.append(Caution("wal", why))
         return out
 
-    def command(self, req: Request, j: int, sections: bool = False) -> str:
-        """sections: in three steps (pre-data alone, then data and post-data
-        with -j), each its own pg_restore, joined with &&."""
+    def command(self, req: Request, j: int, sections: bool = False,
+                s: Situation | None = None) -> str:
+        """sections: in four steps, each its own pg_restore, joined with &&:
+        pre-data alone, then with -j the data, the post-data but the early
+        foreign keys, and those keys (`sectioned_restore`)."""
         tool, conn_args_ = self.kind.tool, conn_args(req)
         db = req.dbname_for_command or "DBNAME"
-        if sections:
-            arch = req.archive or "ARCHIVE"
-            steps = [[tool, "--section=pre-data", *conn_args_, "-d", db, arch]]
-            steps += [[tool, "-j", str(j), f"--section={s}", *conn_args_, "-d", db, arch]
-                      for s in ("data", "post-data")]
-            return redact_text(" && ".join(shlex.join(a) for a in steps))
+        if sections and s is not None and s.inv is not None:
+            return redact_text(sectioned_restore(tool, conn_args_, db, req.archive or "ARCHIVE",
+                                                 j, s.inv.early_fk_ids))
         if req.archive and os.path.isfile(req.archive) and j == 1:
             argv = [tool, *conn_args_, "-d", db, req.archive]
         else:
             argv = [tool, "-j", str(j), *conn_args_, "-d", db, req.archive or "ARCHIVE"]
         return redact_text(shlex.join(argv))
+
+
+def sectioned_restore(tool: str, conn: list[str], db: str, arch: str, j: int,
+                      last: list[int]) -> str:
+    """The restore in four steps, for any POSIX shell: two list files in a
+    private temporary folder (`pg_restore -l` split on the dump ids `last`
+    by restore_list.id_pattern), then pre-data; the data with -j; the
+    post-data but `last` with -j (`-L`); `last` with -j (`-L`), after every
+    index and key they could use; the folder removed at the end."""
+    q = shlex.quote
+    lst = f"{q(tool)} -l {q(arch)}"
+    pat = q(id_pattern(last))
+    target = [*conn, "-d", db, arch]
+    steps = [
+        'L="$(mktemp -d)"',
+        f'{lst} | grep -Ev {pat} > "$L/rest.list"',
+        f'{lst} | grep -E {pat} > "$L/fk.list"',
+        shlex.join([tool, "--section=pre-data", *target]),
+        shlex.join([tool, "-j", str(j), "--section=data", *target]),
+        shlex.join([tool, "-j", str(j), "--section=post-data", "-L"]) + ' "$L/rest.list" '
+        + shlex.join(target),
+        shlex.join([tool, "-j", str(j), "-L"]) + ' "$L/fk.list" ' + shlex.join(target),
+        'rm -r "$L"',
+    ]
+    return " && ".join(steps)
 
 
 def fk_before_partitions(fks: list[str], rec: int) -> Caution:
@@ -367,9 +396,10 @@ def fk_before_partitions(fks: list[str], rec: int) -> Caution:
         "before the partitions' data is loaded (the archive makes "
         f"{'each' if len(fks) > 1 else 'it'} wait only for the partitioned table, which "
         "holds no rows): every row loaded after it is then checked one at a time "
-        "(measured: -j 2 slower than -j 1). Restore in three "
-        "steps, pre-data, then data and post-data with -j (the command below): the "
-        "predictions are for that")
+        "(measured: -j 2 slower than -j 1). Restore in four steps (the command "
+        "below): pre-data, then with -j the data, the post-data but these keys, and the "
+        "keys, each checked after every index it can use (measured: -j 2 1.2x faster "
+        "than in three steps, -j 3 and 4 the same): the predictions are for that")
 
 
 class CopyStrategy:

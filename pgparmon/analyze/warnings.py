@@ -92,9 +92,10 @@ def early_foreign_keys(items: Mapping[str, Any],
             f"{it.name} was added before the data of {len(waiting)} of the tables it checks "
             f"({', '.join(sorted(w.relation or w.name for w in waiting)[:3])}"
             f"{', ...' if len(waiting) > 3 else ''}): their rows are checked one at a time as "
-            "they load (about 3x slower loads measured); next time restore in three steps "
-            "(pg_restore --section=pre-data, then -j N --section=data, then -j N "
-            "--section=post-data; `pgparmon advise` gives the commands)"))
+            "they load (about 3x slower loads measured); next time restore in steps, these "
+            "keys last (pg_restore --section=pre-data, then -j N --section=data, -j N "
+            "--section=post-data without the keys, then the keys: `pgparmon advise` gives "
+            "the commands)"))
     return out
 
 

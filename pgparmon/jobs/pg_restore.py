@@ -324,10 +324,12 @@ def post_data_order(targets: dict[int, PostDataTarget], planned: set[str]
     return out
 
 
-def section_steps(items: list[WorkItem], data_keys: frozenset[str]
-                  ) -> list[list[WorkItem]]:
+def section_steps(items: list[WorkItem], data_keys: frozenset[str],
+                  last_keys: frozenset[str] = frozenset()) -> list[list[WorkItem]]:
     """A restore run in sections (`--section=data -j N`, then
-    `--section=post-data -j N`) as two schedules, each pg_restore's own.
+    `--section=post-data -j N`) as two schedules, each pg_restore's own;
+    with `last_keys` (foreign keys), three: the post-data step lists every
+    item but those (`-L`), and a last step lists only them.
 
     The data step hands out the table data, largest first. The post-data
     step restores no data, and there pg_restore orders its ready items by
@@ -339,19 +341,26 @@ def section_steps(items: list[WorkItem], data_keys: frozenset[str]
     at a time, as workers go idle. Modelled as items of no work in that order.
     A foreign key on a partitioned table waits in the archive for the keys it
     references, not for its partitions' data: that dependency, which the
-    one-command plan adds for the load, is dropped here."""
+    one-command plan adds for the load, is dropped here. The last step's
+    list holds no data entries: its keys go in dump-id order, every other
+    item done."""
     data = [it for it in items if it.key in data_keys]
     post: list[WorkItem] = [
         WorkItem(key=it.key, work=0.0, size=-_dump_id(it.key), label=it.label)
         for it in data]
+    last: list[WorkItem] = []
     by_key = {it.key: it for it in data}
     for it in items:
         if it.key in data_keys:
             continue
+        if it.key in last_keys:
+            deps = frozenset(d for d in it.deps if d in last_keys)
+            last.append(dataclasses.replace(it, size=-_dump_id(it.key), deps=deps))
+            continue
         deps = frozenset(d for d in it.deps
                          if d not in by_key or by_key[d].table not in it.holds)
         post.append(dataclasses.replace(it, size=-_dump_id(it.key), deps=deps))
-    return [data, post]
+    return [data, post, last] if last else [data, post]
 
 
 def _dump_id(key: str) -> float:

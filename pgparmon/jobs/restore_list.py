@@ -6,7 +6,10 @@ starts with ``;`` is a comment (pg_restore skips it, and so the item). With
 item whose dependency is not listed runs as if that dependency were done.
 
 The live monitor reads the list of a `pg_restore -L FILE` it follows, to
-plan only the items that run restores.
+plan only the items that run restores. The advice restores an archive whose
+foreign keys can run early in four steps, those keys last, through two list
+files made from `pg_restore -l` with `grep -E` and `id_pattern`; the bench
+splits its lists the same way (`split_ids`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,22 @@ MAX_LIST_BYTES = 64 * 1024 * 1024
 
 class ListError(ValueError):
     """A list file that cannot be read here, with why."""
+
+
+def id_pattern(ids: list[int]) -> str:
+    """The lines of `pg_restore -l` that list these dump ids, as a POSIX
+    extended regular expression (grep -E and Python's re alike)."""
+    return f"^({'|'.join(str(i) for i in sorted(set(ids)))});"
+
+
+def split_ids(listing: str, ids: list[int]) -> tuple[str, str]:
+    """`pg_restore -l` output as (every line but those of `ids`, their
+    lines): the two lists of the advice's last two steps."""
+    pat = re.compile(id_pattern(ids))
+    lines = listing.splitlines()
+    rest = [ln for ln in lines if not pat.match(ln)]
+    keys = [ln for ln in lines if pat.match(ln)]
+    return "\n".join(rest) + "\n", "\n".join(keys) + ("\n" if keys else "")
 
 
 def listed_ids(text: str) -> frozenset[int]:
