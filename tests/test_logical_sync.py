@@ -91,14 +91,17 @@ def test_initial_sync_followed_from_the_subscriber(servers: tuple[Cluster, Clust
         assert job["sync_workers"] == 2 and job["database"] == "dst"
         assert {t["state"] for t in job["tables_not_ready"]} == {"waiting", "copying"}
         samples, summary, err = attach.finish(timeout=180)
+        states = table_states(sub, "dst")
     finally:
         hold.close()
         if attach is not None and attach.proc.poll() is None:
             attach.proc.kill()
+        # its apply worker would hold a worker slot through the later tests
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s", dbname="dst")
     assert attach.proc.returncode == 0, err[-2000:]
     # the end: every table ready on the subscriber, and the job said finished;
     # every table's state as it went; progress only grows, to 1
-    assert table_states(sub, "dst") == "r"
+    assert states == "r"
     check_subscriber_run(samples, summary)
     # sizes from the publisher's catalog through the subscription's own
     # connection string, which is shown nowhere (its password least of all)
@@ -198,6 +201,7 @@ def test_the_exporter_serves_a_sync_of_another_database(servers: tuple[Cluster, 
             code, err = exp.stop()
     finally:
         hold.close()
+        sub.psql("DROP SUBSCRIPTION IF EXISTS s3", dbname="dst3")  # its worker slot
     assert code == 0 and "Traceback" not in err, err[-2000:]
     # followed once, from the discovery query
     assert err.count("following logical_sync of s3") == 1, err[-2000:]
