@@ -97,3 +97,22 @@ def test_the_list_path_is_the_processes_own(tmp_path: Path) -> None:
                                                           None)
     path, why = use_list_path(args("a.list"), 2 ** 22 + 12345)
     assert path is None and why and "working folder" in why
+
+
+def test_the_four_steps_parse_in_a_posix_shell_with_awkward_names() -> None:
+    """The advice's command for such an archive (one line, for sh or bash):
+    names with spaces and quotes stay single words, and each step's list is
+    the one it names."""
+    from pgparmon.advise.strategies import sectioned_restore
+
+    cmd = sectioned_restore("pg_restore", ["-h", "/tmp/x y", "-p", "5433"], "it's db",
+                            "/srv/dump dir", 4, [3356, 3355])
+    assert subprocess.run(["sh", "-n", "-c", cmd]).returncode == 0
+    steps = cmd.split(" && ")
+    assert steps[0] == 'L="$(mktemp -d)"' and steps[-1] == 'rm -r "$L"'
+    assert "grep -Ev '^(3355|3356);' > \"$L/rest.list\"" in steps[1]
+    assert "grep -E '^(3355|3356);' > \"$L/fk.list\"" in steps[2]
+    assert steps[3].startswith("pg_restore --section=pre-data ") and "-j" not in steps[3]
+    assert '--section=post-data -L "$L/rest.list"' in steps[5]
+    assert steps[6].startswith('pg_restore -j 4 -L "$L/fk.list"')
+    assert all(s.endswith("-d 'it'\"'\"'s db' '/srv/dump dir'") for s in steps[3:7])
