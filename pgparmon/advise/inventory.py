@@ -128,10 +128,7 @@ class Inventory:
 
 
 def _work_items(tr: Tracker) -> list[WorkItem]:
-    return [WorkItem(key=it.key, work=it.work, size=it.size, table=it.relation,
-                     exclusive=it.exclusive, holds=it.holds, tables=it.tables, deps=it.deps,
-                     label=it.name)
-            for it in tr.items.values()]
+    return [it.work_item(it.work) for it in tr.items.values()]
 
 
 def server_is_local(facts: ServerFacts) -> bool:
@@ -432,11 +429,11 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         comp = None
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
                                   parents=parents)
+    early = fk_before_partitions(toc, targets, parents)
     inv = Inventory(RESTORE.name, items, tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp, plan_inputs=(toc, files, targets, parents),
-                    rows=rows)
-    early = fk_before_partitions(toc, targets, parents)
-    inv.early_fks, inv.early_fk_ids = [n for _, n in early], [i for i, _ in early]
+                    rows=rows, early_fks=[n for _, n in early],
+                    early_fk_ids=[i for i, _ in early])
     if fmt == "custom":
         inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
                          "taken as equal, so the largest-table bound is unknown")

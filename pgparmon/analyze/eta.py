@@ -79,19 +79,14 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
         r_own = own.get(it.key)
         if r_own and r_own > 0:
             remaining = remaining * r1 / r_own
-        running.append(WorkItem(key=it.key, work=remaining, size=it.size, table=it.relation,
-                                exclusive=it.exclusive, holds=it.holds, tables=it.tables,
-                                deps=frozenset(), label=it.name))
+        running.append(it.work_item(remaining, frozenset()))
     tail = _Tail.of(tr)
     if tail is not None and tail.waiting() > MAX_SIMULATED:
         pending = tail.work(left, spb * r1 if spb is not None else None)
     else:
         order = tail.order if tail is not None else sorted(tr.items.values(),
                                                              key=lambda it: -it.size)
-        pending = [WorkItem(key=it.key, work=left(it), size=it.size, table=it.relation,
-                            exclusive=it.exclusive, holds=it.holds, tables=it.tables,
-                            deps=it.deps, label=it.name)
-                   for it in order if it.state != "done" and it.state != "running"]
+        pending = [it.work_item(left(it)) for it in order if it.state != "done" and it.state != "running"]
     if not obs.has_total(tr):
         return Eta(None, None, None, "no total known for this job")
     workers = obs.streams(tr) or max(1, len(running))
@@ -227,9 +222,7 @@ class _Tail:
     def work(self, left: Callable[[Item], float], build_per_byte: float | None) -> list[WorkItem]:
         """The waiting work: single items, then batches (build_per_byte: a
         build's work units per byte of its table, else their own estimate)."""
-        out = [WorkItem(key=it.key, work=left(it), size=it.size, table=it.relation,
-                        exclusive=it.exclusive, holds=it.holds, tables=it.tables,
-                        deps=self.single_deps.get(it.key, it.deps), label=it.name)
+        out = [it.work_item(left(it), self.single_deps.get(it.key, it.deps))
                for it in self.singles if it.state != "done" and it.state != "running"]
         for b, key in enumerate(self.keys):
             if self.count[b] <= 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .rates import WindowRate
+from .schedule import WorkItem
 
 
 @dataclass(slots=True)
@@ -34,6 +35,13 @@ class Item:
     tables: frozenset[str] = frozenset()
     seen_running: bool = False
     server_total: bool = False  # a COPY whose total the server knows (bytes_total)
+
+    def work_item(self, work: float, deps: frozenset[str] | None = None) -> WorkItem:
+        """The item as the scheduler takes it, with `work` left and `deps`
+        (its own when None)."""
+        return WorkItem(key=self.key, work=work, size=self.size, table=self.relation,
+                        exclusive=self.exclusive, holds=self.holds, tables=self.tables,
+                        deps=self.deps if deps is None else deps, label=self.name)
 
     @property
     def fraction(self) -> float:
