@@ -25,6 +25,7 @@ from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .restore_list import ListError, read_use_list
+from .restore_select import Selection
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
@@ -90,10 +91,11 @@ class PgRestore(Driver):
     # ---- plan --------------------------------------------------------------
 
     def plan_request(self, tr: Tracker) -> dict[str, Any] | None:
-        """The list file of `-L` (absolute: a relative one is the process's
-        working folder's), when the command line has one."""
+        """What this run restores (restore_select.Selection, from its
+        command line) and the list file of `-L` (absolute: a relative one
+        is the process's working folder's), when it has one."""
         path, why = use_list_path(tr.job.args, tr.job.client_pid)
-        return {"use_list": path, "use_list_error": why}
+        return {"use_list": path, "use_list_error": why, "args": tr.job.args}
 
     def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         if not src.target_dir:
@@ -110,9 +112,18 @@ class PgRestore(Driver):
                                     "is unknown: progress from activity only")
         pg_restore = src.client_binary("pg_restore")
         everything = list_archive(src.target_dir, pg_restore=pg_restore)[1]
-        # -L: only the listed items are restored (the partitions' parents are
-        # still read from every TABLE ATTACH entry: a key's size needs them)
-        items = [t for t in everything if listed is None or t.dump_id in listed]
+        sel = Selection.of(req.get("args"), listed)
+        # every item stays in the plan's inputs (a build is sized by its
+        # table's data, loaded by this run or an earlier one); `extra` says
+        # which of them this run restores
+        extra = None
+        if not sel.everything:
+            ids, empty = sel.restored(everything)
+            if not ids:
+                return PlanInputs(error=f"pg_restore {sel.describe(req.get('args'))}: this run "
+                                        "loads no table's data and builds no index or key, so "
+                                        "there is no work to count: progress from activity only")
+            extra = {"restores": sorted(ids), "empty_tables": sorted(empty)}
         try:
             targets = post_data_targets(src.target_dir, pg_restore=pg_restore)
         except TocError:
@@ -122,16 +133,20 @@ class PgRestore(Driver):
         except TocError:
             parents = {}
         files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
-                 for it in items if it.desc == "TABLE DATA"}
-        return PlanInputs(toc=[dataclasses.asdict(t) for t in items],
+                 for it in everything if it.desc == "TABLE DATA"}
+        return PlanInputs(toc=[dataclasses.asdict(t) for t in everything],
                           targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
-                          archive_files=files, partitions=parents or None)
+                          archive_files=files, partitions=parents or None, extra=extra)
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         if inputs.toc is None:
             return False
+        extra = inputs.extra or {}
+        restores = extra.get("restores")
         plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets(),
-                     inputs.partitions)
+                     inputs.partitions,
+                     restores=None if restores is None else {int(i) for i in restores},
+                     empty_tables=frozenset(extra.get("empty_tables") or ()))
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
@@ -246,28 +261,34 @@ def partitions_under(table: str, parents: dict[str, str]) -> list[str]:
 
 def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
                  targets: dict[int, PostDataTarget],
-                 parents: dict[str, str] | None = None) -> None:
+                 parents: dict[str, str] | None = None, restores: set[int] | None = None,
+                 empty_tables: frozenset[str] = frozenset()) -> None:
     """Items of a restore: data files (sized by the file) and post-data
     builds, which depend on their table's data and, except INDEX, lock it.
     parents: each partition's parent (ddl.partition_parents); a foreign key
     on a partitioned table checks the rows of all its partitions, so it is
     sized by, and waits for, their data (an index or key on the parent alone,
-    ON ONLY, is a catalog entry: each partition builds its own)."""
+    ON ONLY, is a catalog entry: each partition builds its own).
+    restores: the dump ids this run restores (restore_select; None: all);
+    a build is sized by its table's data in the archive, whichever run
+    loads it, but on a table of `empty_tables` (created by this run, no
+    data loaded) it builds on no rows."""
     data_size: dict[str, float] = {}
     for it in toc:
         if it.desc != "TABLE DATA" or it.schema is None:
             continue
         rel = f"{it.schema}.{it.tag}"
         path, size = archive_files.get(str(it.dump_id)) or (None, 1.0)
-        data_size[rel] = size
-        tr.add(Item(key=str(it.dump_id), kind="data", relation=rel, name=rel, size=size,
-                    work=max(size, 1.0), file=path))
+        data_size[rel] = 0.0 if rel in empty_tables else size
+        if restores is None or it.dump_id in restores:
+            tr.add(Item(key=str(it.dump_id), kind="data", relation=rel, name=rel, size=size,
+                        work=max(size, 1.0), file=path))
     # pg_restore -j takes the largest ready item first, ties by dump id: a
     # table's builds share its size, so they go in dump-id order
     for it in sorted(toc, key=lambda t: t.dump_id):
         kind = {"INDEX": "index", "CONSTRAINT": "constraint",
                 "FK CONSTRAINT": "fk"}.get(it.desc)
-        if kind is None:
+        if kind is None or (restores is not None and it.dump_id not in restores):
             continue
         tgt = targets.get(it.dump_id)
         table = tgt.table if tgt else None

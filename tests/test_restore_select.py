@@ -1,0 +1,225 @@
+"""What one pg_restore run restores (jobs/restore_select.py), and the live
+monitor's plan and end of a restore run in sections: each step plans only
+its own items and ends with them."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from support import attach_while_held, pgparmon_cmd
+
+from pgparmon.analyze.progress import Tracker
+from pgparmon.cluster import Cluster
+from pgparmon.cmdline import parse_client_cmdline
+from pgparmon.ddl import PostDataTarget
+from pgparmon.jobs.base import Job, PlanInputs
+from pgparmon.jobs.pg_restore import PgRestore
+from pgparmon.jobs.registry import driver_for
+from pgparmon.jobs.restore_select import Selection, section_of
+from pgparmon.toc import TocItem
+
+
+def _toc() -> list[TocItem]:
+    """Two schemas' tables, each with its data, key and an index; a foreign
+    key from s2.b to s1.a; pg_dump's numbering (definitions, data, builds)."""
+    rows = [(1, "TABLE", "s1", "a"), (2, "TABLE", "s2", "b"), (3, "SEQUENCE", "s1", "a_id_seq"),
+            (10, "TABLE DATA", "s1", "a"), (11, "TABLE DATA", "s2", "b"),
+            (12, "SEQUENCE SET", "s1", "a_id_seq"), (13, "BLOBS", None, "BLOBS"),
+            (20, "CONSTRAINT", "s1", "a a_pkey"), (21, "CONSTRAINT", "s2", "b b_pkey"),
+            (22, "INDEX", "s1", "a_x_idx"), (23, "INDEX", "s2", "b_y_idx"),
+            (24, "FK CONSTRAINT", "s2", "b b_a_fkey"), (25, "TRIGGER", "s1", "a trg")]
+    return [TocItem(dump_id=i, catalog_oid=0, oid=i, desc=d, schema=s, tag=t, owner="o")
+            for i, d, s, t in rows]
+
+
+def _sel(*opts: str, listed: frozenset[int] | None = None) -> Selection:
+    args = parse_client_cmdline(["pg_restore", *opts, "-d", "x", "/a"], PgRestore.client_specs)
+    return Selection.of(args, listed)
+
+
+def _ids(sel: Selection) -> tuple[list[int], list[str]]:
+    ids, empty = sel.restored(_toc())
+    return sorted(ids), sorted(empty)
+
+
+def test_sections_split_the_items_as_pg_dump_files_them() -> None:
+    assert [section_of(d) for d in ("TABLE DATA", "BLOBS", "SEQUENCE SET", "INDEX",
+                                    "CONSTRAINT", "FK CONSTRAINT", "TABLE", "SEQUENCE")] == \
+        ["data", "data", "data", "post-data", "post-data", "post-data", "pre-data", "pre-data"]
+    assert _sel().everything and _ids(_sel()) == ([10, 11, 13, 20, 21, 22, 23, 24], [])
+    assert _ids(_sel("--section=data")) == ([10, 11, 13], [])
+    # post-data after an earlier data step: no table is created here, so
+    # none is empty (the builds are sized by the archive's data)
+    assert _ids(_sel("--section=post-data")) == ([20, 21, 22, 23, 24], [])
+    # pre-data creates the tables, loads and builds nothing
+    assert _ids(_sel("--section", "pre-data")) == ([], ["s1.a", "s2.b"])
+    assert _ids(_sel("--section=data", "--section=post-data"))[0] == [10, 11, 13, 20, 21, 22,
+                                                                      23, 24]
+
+
+def test_data_only_and_schema_only() -> None:
+    assert _ids(_sel("-a")) == ([10, 11, 13], [])
+    assert _ids(_sel("--no-schema")) == ([10, 11, 13], [])
+    # -s: the tables are created here and nothing loaded into them: their
+    # builds run on empty tables
+    assert _ids(_sel("-s")) == ([20, 21, 22, 23, 24], ["s1.a", "s2.b"])
+    assert _ids(_sel("--no-data")) == ([20, 21, 22, 23, 24], ["s1.a", "s2.b"])
+    assert _ids(_sel("--statistics-only")) == ([], [])
+
+
+def test_schemas_tables_and_indexes_by_name() -> None:
+    assert _ids(_sel("-n", "s1")) == ([10, 20, 22], [])
+    assert _ids(_sel("--exclude-schema=s1")) == ([11, 13, 21, 23, 24], [])
+    # -t names tables without a schema, and brings no index, key or foreign
+    # key with them (pg_restore's -t is not pg_dump's)
+    assert _ids(_sel("-t", "a")) == ([10], [])
+    assert _ids(_sel("-t", "a", "-t", "b", "-I", "b_y_idx")) == ([10, 11, 23], [])
+    # -I alone: that index, no table
+    assert _ids(_sel("-I", "a_x_idx")) == ([22], [])
+    # -P / -T select functions / triggers only: no data, no build
+    assert _ids(_sel("-T", "trg")) == ([], [])
+    assert _ids(_sel("-n", "s2", "-t", "a")) == ([], [])
+
+
+def test_a_list_file_and_sections_together() -> None:
+    assert _ids(_sel(listed=frozenset({1, 10, 22, 24}))) == ([10, 22, 24], [])
+    assert _ids(_sel("--section=post-data", listed=frozenset({10, 22, 24}))) == ([22, 24], [])
+    # -L with a table's definition and not its data: an empty table
+    assert _ids(_sel(listed=frozenset({1, 20}))) == ([20], ["s1.a"])
+
+
+def _plan(opts: list[str], toc: list[TocItem]) -> Tracker:
+    """The live plan of a pg_restore with these options over a fake archive
+    (every table's data file 1,000 bytes)."""
+    argv = ["pg_restore", *opts, "-d", "x", "/a"]
+    job = Job(kind="pg_restore", database="x", jobs=2,
+              args=parse_client_cmdline(argv, PgRestore.client_specs))
+    tr = Tracker(job, driver_for("pg_restore"))
+    sel = Selection.of(job.args)
+    extra = None
+    if not sel.everything:
+        ids, empty = sel.restored(toc)
+        extra = {"restores": sorted(ids), "empty_tables": sorted(empty)}
+    tables = {20: "s1.a", 21: "s2.b", 22: "s1.a", 23: "s2.b", 24: "s2.b"}
+    targets = {str(t.dump_id): dataclasses.asdict(PostDataTarget(
+        desc=t.desc, schema=t.schema, name=t.tag, table=tables[t.dump_id],
+        references="s1.a" if t.desc == "FK CONSTRAINT" else None, kind=t.desc.lower(),
+        dump_id=t.dump_id)) for t in toc if t.dump_id in tables}
+    inputs = PlanInputs(toc=[dataclasses.asdict(t) for t in toc], extra=extra, targets=targets,
+                        archive_files={str(t.dump_id): [None, 1000.0] for t in toc
+                                       if t.desc == "TABLE DATA"})
+    assert PgRestore().plan(tr, PlanInputs.from_dict(inputs.to_dict()))
+    return tr
+
+
+def test_each_step_plans_its_own_items_sized_by_the_archive() -> None:
+    whole = _plan([], _toc())
+    assert {i.kind for i in whole.items.values()} == {"data", "constraint", "index", "fk"}
+    data = _plan(["--section=data"], _toc())
+    assert {i.kind for i in data.items.values()} == {"data"}
+    post = _plan(["--section=post-data"], _toc())
+    assert {i.kind for i in post.items.values()} == {"constraint", "index", "fk"}
+    # the builds as large as in the one-command restore, waiting on no
+    # data item of this run
+    for key, it in post.items.items():
+        assert it.work == pytest.approx(whole.items[key].work) and it.work > 100
+        assert it.deps <= set(post.items) and it.deps == whole.items[key].deps - set(data.items)
+    # -s: the same builds on empty tables
+    schema = _plan(["-s"], _toc())
+    assert set(schema.items) == set(post.items)
+    assert all(it.work <= 1.0 for it in schema.items.values())
+
+
+# ------------------------------------------------- a real restore in sections
+
+
+@contextlib.contextmanager
+def _lock_held(cluster: Cluster, db: str, table: str) -> Iterator[Callable[[], None]]:
+    """A psql session holding ACCESS EXCLUSIVE on `table` (a sibling
+    process, not the job's parent) until the returned release() ends it: a
+    restore step that loads or builds on that table waits on it, found
+    mid-run however long attach takes to start; nothing is timed."""
+    app = f"pgparmon-test-lock-{time.time_ns()}"
+    holder = subprocess.Popen(
+        [cluster.client("psql"), "-X", "-q", "-d", db, "-c",
+         f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600)"],
+        env={**cluster.env(), "PGAPPNAME": app}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    watch = psycopg.connect(cluster.conninfo(), autocommit=True)
+
+    def release() -> None:
+        watch.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE application_name = %s", (app,))
+
+    try:
+        _wait(watch, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                     "WHERE a.application_name = %s AND l.granted "
+                     "AND l.mode = 'AccessExclusiveLock'", app, holder)
+        yield release
+    finally:
+        release()
+        holder.wait(30)
+        watch.close()
+
+
+def _wait(conn: psycopg.Connection[Any], sql: str, arg: str,
+          proc: subprocess.Popen[Any]) -> None:
+    deadline = time.monotonic() + 60
+    while not conn.execute(sql, (arg,)).fetchone()[0]:  # type: ignore[index]
+        assert proc.poll() is None, f"{proc.args!r} exited early with {proc.returncode}"
+        assert time.monotonic() < deadline, sql
+        time.sleep(0.05)
+
+
+@pytest.mark.integration
+def test_a_restore_in_sections_is_followed_step_by_step(cluster: Cluster,
+                                                        dump_archive: Path) -> None:
+    """pre-data, then `-j 2 --section=data`, then `-j 2 --section=post-data`,
+    each attached to as another OS user's process is (no exit status to
+    read), each held mid-run by a lock on the orders table until attach has
+    sampled it: the data step plans the data alone and finishes with it (it
+    used to plan the builds too, and end "failed" with every build not
+    done); the post-data step plans the builds, sized by the tables' data
+    that the step before loaded, and finishes with them."""
+    db = "sections_r"
+    cluster.psql(f"DROP DATABASE IF EXISTS {db}")
+    cluster.psql(f"CREATE DATABASE {db}")
+    tool = cluster.client("pg_restore")
+    subprocess.run([tool, "--section=pre-data", "-d", db, str(dump_archive)],
+                   env=cluster.env(), check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    kinds = []
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as watch:
+        for section in ("data", "post-data"):
+            with _lock_held(cluster, db, "orders") as release:
+                proc = subprocess.Popen([tool, "-j", "2", f"--section={section}", "-d", db,
+                                         str(dump_archive)], env=cluster.env())
+                _wait(watch, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
+                             "application_name = 'pg_restore' AND wait_event_type = 'Lock'",
+                      db, proc)
+                att = attach_while_held(proc.pid, pgparmon_cmd(
+                    "attach", "-h", str(cluster.sockdir), "-p", str(cluster.port), "-U",
+                    "postgres", "-d", db, "--json", "--interval", "0.3"), env)
+                release()
+                samples, summary, err = att.finish(timeout=120)
+            assert proc.wait() == 0
+            assert att.proc.returncode == 0, err
+            assert summary["state"] == "finished", summary
+            assert all(i["state"] == "done" for i in summary["items"]), summary["items"]
+            assert samples[-1]["job"]["progress"] == 1.0
+            kinds.append({i["kind"] for i in summary["items"]})
+            if section == "post-data":
+                orders = [i for i in summary["items"] if i["relation"] == "public.orders"]
+                assert orders and all(i["work"] > 100_000 for i in orders), orders
+    assert kinds[0] == {"data"}
+    assert "data" not in kinds[1] and {"index", "constraint"} <= kinds[1]
+    cluster.psql(f"DROP DATABASE {db}")
