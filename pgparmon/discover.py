@@ -10,6 +10,7 @@ tree is ours and which client process drives which session.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -148,6 +149,8 @@ def find_jobs(facts: ServerFacts, db: DbSample, scan_processes: bool = True,
                       command=tuple(redact_argv(list(root.cmdline))),
                       app_name=tagged, pid_hint=frozenset(linked), args=args)
             job = driver.refine(job, [b for b in db.backends if b.pid in linked])
+            if driver.in_steps(job):
+                job = dataclasses.replace(job, step_shell=procs.step_shell(root))
             members = {b.pid for b in db.backends if driver.belongs(job, b)}
             if linked and not (members & linked) and not job.app_name:
                 continue

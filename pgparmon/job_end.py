@@ -10,6 +10,9 @@ is the only reader of a snapshot's end evidence (`root_alive`, `exit_code`,
   the live source's `ClientTree`), or for a job of sessions alone, its
   sessions (3 samples with none), unless `Driver.still_working` says the
   server still works for it;
+- a job in steps (steps.py): when a step's processes are gone, the next
+  step its shell started (`next_step`, which the Monitor then follows as
+  the same job), waited for while the shell lives, STEP_GAP_S at most;
 - a worker process that died while the others worked (`fixed_workers`);
 - once it ended: the last readings (`settle_at_end`), evidence it stopped
   short (`cut_short`), its exit status (`exit_reason`), the items not done
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 from .analyze.warnings import FULL_BYTES
 from .exitcodes import ExitCode
 from .jobs.end import end_of
+from .steps import STEP_GAP_S
 
 if TYPE_CHECKING:
     from .analyze.progress import Tracker
@@ -73,6 +77,10 @@ class JobEnd:
         self.no_members = 0  # samples in a row without a session (no client process)
         self.died: set[int] = set()  # worker processes that died mid-run
         self.died_note: str | None = None
+        # a job in steps (steps.py): its next step, found when this one
+        # ended (the Monitor follows it), and since when one is waited for
+        self.next_step: Job | None = None
+        self.gap_since: float | None = None
 
     def check(self, tr: Tracker, snap: Snapshot, ctx: EndContext) -> Outcome | None:
         """After the Tracker read `snap`: the outcome once the job ended
@@ -85,6 +93,8 @@ class JobEnd:
             return self.outcome
         if job.client_pid:
             if self._clients_run(tr, snap):
+                return None
+            if job.step_shell and self._next_step(snap, ctx):
                 return None
             code = snap.exit_code
         else:
@@ -102,6 +112,20 @@ class JobEnd:
             code = None
         self.outcome = self._verdict(tr, snap, ctx, code)
         return self.outcome
+
+    def _next_step(self, snap: Snapshot, ctx: EndContext) -> bool:
+        """A step of a job in steps ended: whether the job goes on (its next
+        step found, in `next_step`; or its shell alive and STEP_GAP_S not
+        yet passed since the step was seen gone)."""
+        look = ctx.next_step(self.job)
+        if look.job is not None:
+            self.next_step = look.job
+            return True
+        if not look.shell_alive:
+            return False
+        if self.gap_since is None:
+            self.gap_since = snap.wall
+        return snap.wall - self.gap_since < STEP_GAP_S
 
     def _clients_run(self, tr: Tracker, snap: Snapshot) -> bool:
         """Whether the job's client processes still run; a worker gone

@@ -19,6 +19,7 @@ from typing import Any
 
 from .analyze import hostrates
 from .analyze.progress import Tracker
+from .client_tree import ClientPids
 from .heap import HeapSettler
 from .job_end import JobEnd, Outcome
 from .jobs.base import Job
@@ -160,12 +161,35 @@ class Monitor:
             self.host_rates = hostrates.host_rates(self.prev_host, snap.host)
         self.prev_host = snap.host
         end.check(tr, snap, self.source)
+        if end.next_step is not None:
+            job, end = self._follow_step(end.next_step)
         sample = self.builder.build(Tick(
             tr=tr, job=job, facts=self.facts, snap=snap, prev=prev, outcome=end.outcome,
             host_rates=self.host_rates, devices=self.devices, target_dir=self.target_dir,
             databases=self._databases()))
         self._settle_heap()
         return sample
+
+    def _follow_step(self, step: Job) -> tuple[Job, JobEnd]:
+        """The job's next step (steps.py): the same job, its processes and
+        end from now on the step's, its plan made again for the step's own
+        items beside those done before (the total grows: progress may fall)."""
+        tr = self.tracker
+        assert tr is not None and self.job is not None
+        last = self.job
+        self.job = step
+        self.source.follow_step(step)
+        tr.job = step
+        tr.client_pids = getattr(self.source, "client_pids", None) or ClientPids.of(step)
+        tr.planned = False
+        tr.max_fraction = 0.0
+        self.plan_failed = False
+        self.end = JobEnd(step, self.noted.say)
+        self.noted.say(f"step {step.step}: {' '.join(step.command)} (pid {step.client_pid}), "
+                       f"started by the shell (pid {step.step_shell}) that ran step {last.step} "
+                       f"(pid {last.client_pid}): the same {step.kind}, followed on; the total "
+                       "counts the steps seen so far")
+        return step, self.end
 
     def _settle_heap(self) -> None:
         """Once the start-up is done and again once the plan is made (heap.py)."""

@@ -2,8 +2,9 @@
 
 ReplaySource gives back, in recorded order, what RecordingSource wrote as
 the live run read it (snapshots, the plan's inputs, the catalog's done
-list, the target's files at the end), so a replay goes through the very
-same analysis and reaches the same samples on any host.
+list, the target's files at the end, the looks for a job's next step), so
+a replay goes through the very same analysis and reaches the same samples
+on any host.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from .jobs.base import Job, PlanInputs
 from .readers.db import ServerFacts
 from .snapshot import FileSize, Snapshot
+from .jobs.job import StepLook
 
 
 class EndOfRecording(Exception):
@@ -39,7 +41,8 @@ class ReplaySource:
         self.job: Job | None = Job.from_dict(header["job"])
         self.target_dir = header.get("target_dir")
         self.devices = set(header.get("devices") or ())
-        self._events = [e for e in events if e[0] in ("snapshot", "plan", "done", "files")]
+        self._events = [e for e in events
+                        if e[0] in ("snapshot", "plan", "done", "files", "step")]
         self._pos = 0
 
     def discover(self) -> Job:
@@ -78,6 +81,14 @@ class ReplaySource:
     def final_files(self) -> tuple[FileSize, ...] | None:
         v = self._next("files")
         return None if v is None else tuple(FileSize(**f) for f in v)
+
+    def next_step(self, job: Job) -> StepLook:
+        if not self.may_ask_again("step"):
+            return StepLook()  # recorded before jobs ran in steps
+        return StepLook.from_dict(self._next("step"))
+
+    def follow_step(self, job: Job) -> None:
+        self.job = job
 
     def details(self, pid: int, client_pid: int | None) -> dict[str, Any]:
         return {"pid": pid, "locks": [], "client": None,

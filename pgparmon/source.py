@@ -31,6 +31,8 @@ from .readers import procs
 from .readers.db import DbSampler, ServerFacts, host_only_facts
 from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
+from .jobs.job import StepLook
+from .steps import next_step
 from .toc import TocError
 
 
@@ -57,6 +59,10 @@ class Source(Protocol):
     def pause(self, seconds: float) -> None: ...
 
     def details(self, pid: int, client_pid: int | None) -> dict[str, Any]: ...
+
+    def next_step(self, job: Job) -> StepLook: ...
+
+    def follow_step(self, job: Job) -> None: ...
 
     def close(self) -> None: ...
 
@@ -159,6 +165,17 @@ class LiveSource:
             self._idle_sessions()
         self._find_devices()
         return job
+
+    def next_step(self, job: Job) -> StepLook:
+        """The next step of a job in steps its shell started (steps.py)."""
+        return next_step(job, self.target_dir)
+
+    def follow_step(self, job: Job) -> None:
+        """Follow the next step of the job: its process tree from now on."""
+        self.job = job
+        self.known_backends |= set(job.pid_hint)
+        self.clients = ClientTree.of(job, job.grouping == TREE)
+        self._tool = None
 
     def look_again(self) -> None:
         """Forget the job found and undo what following it set (the sampler
@@ -456,6 +473,12 @@ class HostSource:
         return {"pid": pid, "locks": [], "client": None,
                 "error": "host only: no server to ask for locks"}
 
+    def next_step(self, job: Job) -> StepLook:
+        return StepLook()  # its tools run in no steps
+
+    def follow_step(self, job: Job) -> None:
+        self.job = job
+
     def close(self) -> None:
         pass
 
@@ -493,6 +516,11 @@ class RecordingSource:
     def final_files(self) -> tuple[FileSize, ...] | None:
         v = self.live.final_files()
         self.recorder.event("files", None if v is None else [dataclasses.asdict(f) for f in v])
+        return v
+
+    def next_step(self, job: Job) -> StepLook:
+        v = self.live.next_step(job)
+        self.recorder.event("step", v.to_dict())
         return v
 
     def close(self) -> None:

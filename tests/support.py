@@ -568,3 +568,57 @@ def dumped(cluster: Cluster, dbname: str, prefix: str) -> Iterator[Path]:
         yield out
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def table_lock_held(cluster: Cluster, db: str, table: str) -> Iterator[Callable[[], None]]:
+    """A psql session holding ACCESS EXCLUSIVE on `table` (a sibling
+    process, not the job's parent) until the returned release() ends it: a
+    restore step that loads or builds on that table waits on it, found
+    mid-run however long attach takes to start; nothing is timed."""
+    app = f"pgparmon-test-lock-{time.time_ns()}"
+    holder = subprocess.Popen(
+        [cluster.client("psql"), "-X", "-q", "-d", db, "-c",
+         f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600)"],
+        env={**cluster.env(), "PGAPPNAME": app}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    watch = psycopg.connect(cluster.conninfo(), autocommit=True)
+
+    def release() -> None:
+        watch.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE application_name = %s", (app,))
+
+    try:
+        wait_until(watch, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING "
+                          "(pid) WHERE a.application_name = %s AND l.granted "
+                          "AND l.mode = 'AccessExclusiveLock'", app, holder)
+        yield release
+    finally:
+        release()
+        holder.wait(30)
+        watch.close()
+
+
+def wait_until(conn: psycopg.Connection[Any], sql: str, arg: str,
+               proc: subprocess.Popen[Any]) -> None:
+    """Until `sql` (one parameter, `arg`) returns a true first value; the
+    process `proc` must live meanwhile (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while not conn.execute(sql, (arg,)).fetchone()[0]:  # type: ignore[index]
+        assert proc.poll() is None, f"{proc.args!r} exited early with {proc.returncode}"
+        assert time.monotonic() < deadline, sql
+        time.sleep(0.05)
+
+
+def restore_in_steps(cluster: Cluster, archive: Path, db: str) -> str:
+    """Database `db` made anew with the archive's pre-data restored, and
+    the rest of its restore as one shell string of two steps run one after
+    the other: `pg_restore -j 2 --section=data ... && pg_restore -j 2
+    --section=post-data ...`."""
+    cluster.psql(f"DROP DATABASE IF EXISTS {db}")
+    cluster.psql(f"CREATE DATABASE {db}")
+    tool = cluster.client("pg_restore")
+    subprocess.run([tool, "--section=pre-data", "-d", db, str(archive)],
+                   env=cluster.env(), check=True, capture_output=True)
+    return " && ".join(f"{tool} -j 2 --section={s} -d {db} {archive}"
+                       for s in ("data", "post-data"))

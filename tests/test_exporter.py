@@ -22,13 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import pytest
 from conftest import _debian_tool
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from support import dump_held_at_start, pgparmon_cmd
+from support import (
+    dump_held_at_start,
+    pgparmon_cmd,
+    restore_in_steps,
+    table_lock_held,
+    wait_until,
+)
 
 from pgparmon.cluster import Cluster, free_port
 from pgparmon.connect import ConnTarget
@@ -884,6 +891,40 @@ def test_back_to_back_dumps_are_two_jobs(cluster: Cluster, sample_db: str,
         code, err = exp.stop()
     assert code == 0, err
     assert [(s or {}).get("state") for s in summaries] == ["finished", "finished"], err
+
+
+@pytest.mark.integration
+def test_a_restore_in_steps_is_one_job(cluster: Cluster, dump_archive: Path,
+                                       workdir: Path) -> None:
+    """`bash -c 'pg_restore -j 2 --section=data ... && pg_restore -j 2
+    --section=post-data ...'`: the exporter follows one job into its second
+    step (the discovery pass that sees the second pg_restore leaves it to
+    the job it is a step of), with one recording that ends finished."""
+    db = "exp_steps"
+    steps = restore_in_steps(cluster, dump_archive, db)
+    rec = workdir / "rec"
+    labels = {"kind": "pg_restore", "database": db}
+    with exporter(cluster, "--record-dir", str(rec)) as exp, \
+            psycopg.connect(cluster.conninfo(), autocommit=True) as watch:
+        exp.wait_for("pgparmon_server_up", server=exp.server)
+        with table_lock_held(cluster, db, "orders") as release:
+            chain = subprocess.Popen(["bash", "-c", steps], env=cluster.env())
+            wait_until(watch, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
+                              "application_name = 'pg_restore' AND wait_event_type = 'Lock'",
+                       db, chain)
+            exp.wait_for("pgparmon_job_state", state="running", **labels)
+            release()
+            assert chain.wait(timeout=120) == 0
+        exp.wait_for("pgparmon_job_state", state="finished", **labels)
+        code, err = exp.stop()
+    assert code == 0, err
+    recs = sorted(rec.glob("*" + retention.SUFFIX))
+    assert len(recs) == 1, (sorted(p.name for p in recs), err)
+    summary = read_recording(str(recs[0])).summary
+    assert summary is not None and summary["state"] == "finished", summary
+    assert any(n.startswith("step 2: ") for n in summary["notes"]), summary["notes"]
+    assert {"data", "index"} <= {i["kind"] for i in summary["items"]}
+    cluster.psql(f"DROP DATABASE {db}")
 
 
 @pytest.mark.integration

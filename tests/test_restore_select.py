@@ -4,18 +4,20 @@ its own items and ends with them."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
-from support import attach_while_held, pgparmon_cmd
+from support import (
+    attach_while_held,
+    pgparmon_cmd,
+    restore_in_steps,
+    table_lock_held,
+    wait_until,
+)
 
 from pgparmon.analyze.progress import Tracker
 from pgparmon.cluster import Cluster
@@ -142,44 +144,6 @@ def test_each_step_plans_its_own_items_sized_by_the_archive() -> None:
 # ------------------------------------------------- a real restore in sections
 
 
-@contextlib.contextmanager
-def _lock_held(cluster: Cluster, db: str, table: str) -> Iterator[Callable[[], None]]:
-    """A psql session holding ACCESS EXCLUSIVE on `table` (a sibling
-    process, not the job's parent) until the returned release() ends it: a
-    restore step that loads or builds on that table waits on it, found
-    mid-run however long attach takes to start; nothing is timed."""
-    app = f"pgparmon-test-lock-{time.time_ns()}"
-    holder = subprocess.Popen(
-        [cluster.client("psql"), "-X", "-q", "-d", db, "-c",
-         f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600)"],
-        env={**cluster.env(), "PGAPPNAME": app}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
-    watch = psycopg.connect(cluster.conninfo(), autocommit=True)
-
-    def release() -> None:
-        watch.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE application_name = %s", (app,))
-
-    try:
-        _wait(watch, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                     "WHERE a.application_name = %s AND l.granted "
-                     "AND l.mode = 'AccessExclusiveLock'", app, holder)
-        yield release
-    finally:
-        release()
-        holder.wait(30)
-        watch.close()
-
-
-def _wait(conn: psycopg.Connection[Any], sql: str, arg: str,
-          proc: subprocess.Popen[Any]) -> None:
-    deadline = time.monotonic() + 60
-    while not conn.execute(sql, (arg,)).fetchone()[0]:  # type: ignore[index]
-        assert proc.poll() is None, f"{proc.args!r} exited early with {proc.returncode}"
-        assert time.monotonic() < deadline, sql
-        time.sleep(0.05)
-
-
 @pytest.mark.integration
 def test_a_restore_in_sections_is_followed_step_by_step(cluster: Cluster,
                                                         dump_archive: Path) -> None:
@@ -200,12 +164,12 @@ def test_a_restore_in_sections_is_followed_step_by_step(cluster: Cluster,
     kinds = []
     with psycopg.connect(cluster.conninfo(), autocommit=True) as watch:
         for section in ("data", "post-data"):
-            with _lock_held(cluster, db, "orders") as release:
+            with table_lock_held(cluster, db, "orders") as release:
                 proc = subprocess.Popen([tool, "-j", "2", f"--section={section}", "-d", db,
                                          str(dump_archive)], env=cluster.env())
-                _wait(watch, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
-                             "application_name = 'pg_restore' AND wait_event_type = 'Lock'",
-                      db, proc)
+                wait_until(watch, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                  "AND application_name = 'pg_restore' AND wait_event_type = "
+                                  "'Lock'", db, proc)
                 att = attach_while_held(proc.pid, pgparmon_cmd(
                     "attach", "-h", str(cluster.sockdir), "-p", str(cluster.port), "-U",
                     "postgres", "-d", db, "--json", "--interval", "0.3"), env)
@@ -222,4 +186,50 @@ def test_a_restore_in_sections_is_followed_step_by_step(cluster: Cluster,
                 assert orders and all(i["work"] > 100_000 for i in orders), orders
     assert kinds[0] == {"data"}
     assert "data" not in kinds[1] and {"index", "constraint"} <= kinds[1]
+    cluster.psql(f"DROP DATABASE {db}")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_archive: Path,
+                                                       tmp_path: Path, shell: str) -> None:
+    """`SHELL -c 'pg_restore -j 2 --section=data ... && pg_restore -j 2
+    --section=post-data ...'` (the pre-data restored before), attached to
+    in the data step: one job, followed into its post-data step, that ends
+    with the shell, every item of both steps done; its recording replays to
+    the same end."""
+    from support import monitor_replay
+
+    db = f"steps_{shell}"
+    steps = restore_in_steps(cluster, dump_archive, db)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    rec = tmp_path / "steps.rec"
+    os.chmod(tmp_path, 0o777)
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as watch, \
+            table_lock_held(cluster, db, "orders") as release:
+        chain = subprocess.Popen([shell, "-c", steps], env=cluster.env())
+        wait_until(watch, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
+                          "application_name = 'pg_restore' AND wait_event_type = 'Lock'", db,
+                   chain)
+        att = attach_while_held(chain.pid, pgparmon_cmd(
+            "attach", "-h", str(cluster.sockdir), "-p", str(cluster.port), "-U", "postgres",
+            "-d", db, "--json", "--interval", "0.3", "--record", str(rec)), env)
+        release()
+        samples, summary, err = att.finish(timeout=120)
+    assert chain.wait() == 0
+    assert att.proc.returncode == 0, err
+    first, last = samples[0]["job"], samples[-1]["job"]
+    assert "--section=data" in first["command"] and "--section=post-data" in last["command"]
+    assert first["client_pid"] != last["client_pid"]
+    assert summary["state"] == "finished", summary
+    assert any(n.startswith("step 2: ") for n in summary["notes"]), summary["notes"]
+    kinds = {i["kind"] for i in summary["items"]}
+    assert {"data", "index", "constraint"} <= kinds
+    assert all(i["state"] == "done" for i in summary["items"]), summary["items"]
+    assert last["progress"] == 1.0
+    # the replay follows the same steps to the same end
+    replayed, rsummary, mon = monitor_replay(rec)
+    assert mon.outcome is not None and mon.outcome.state == "finished"
+    assert replayed[-1]["job"]["client_pid"] == last["client_pid"]
+    assert {i["key"] for i in rsummary["items"]} == {i["key"] for i in summary["items"]}
     cluster.psql(f"DROP DATABASE {db}")

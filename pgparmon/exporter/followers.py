@@ -150,6 +150,7 @@ class Followed:
             return
         self.failures = 0
         self.doc = doc
+        self.job = self.mon.job or self.job  # a job in steps: the step it follows now
         if self.recorder is not None:
             self.recorder.event("sample", doc.to_json())
         if doc.server.error:
@@ -208,6 +209,11 @@ class Followed:
                        tool=self.tool, doc=self.doc, started=self.started, ended=self.ended,
                        bytes_done=self.bytes_done, rows_done=self.rows_done,
                        last_progress=self.last_progress)
+
+
+def _step_key(job: Job) -> tuple[object, ...]:
+    """What the steps of one job in steps share (steps.py)."""
+    return (job.kind, job.step_shell, job.database)
 
 
 def _tool(job: Job) -> str:
@@ -286,10 +292,13 @@ class ServerWatch:
         running: set[int] = set()
         claimed: set[int] = set()
         clients: set[int] = set()
+        shells: set[tuple[object, ...]] = set()  # running jobs in steps: their shells
         for f in self.jobs:
             claimed |= f.claimed
             if f.running:
                 running |= f.claimed
+                if f.job.step_shell:
+                    shells.add(_step_key(f.job))
             if f.job.client_pid:
                 clients.add(f.job.client_pid)
         # the cheap part: is there any session some driver would claim that
@@ -323,6 +332,8 @@ class ServerWatch:
                 # a running job's sessions are its own (found before its tree was)
                 if job.client_pid in clients or job.pid_hint & running:
                     continue
+                if job.step_shell and _step_key(job) in shells:
+                    continue  # the next step of a running job in steps: its Monitor follows it
             elif job.pid_hint & claimed or not job.pid_hint & new_pids:
                 continue  # sessions a followed job owns (or owned)
             key = (_server_job(job) if job.subject

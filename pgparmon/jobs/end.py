@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..analyze.items import Item
     from ..analyze.progress import Tracker
     from ..snapshot import Backend, Snapshot
-    from .job import Job
+    from .job import Job, StepLook
 
 
 class EndContext(Protocol):
@@ -30,6 +30,8 @@ class EndContext(Protocol):
     def may_ask_again(self, kind: str) -> bool: ...
 
     def pause(self, seconds: float) -> None: ...
+
+    def next_step(self, job: Job) -> StepLook: ...
 
 
 class End:

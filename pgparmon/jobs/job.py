@@ -62,12 +62,20 @@ class Job:
     # what the server calls a job it runs itself, with no client of its own
     # (a subscription's name)
     subject: str | None = None
+    # a run that may be one step of several a shell runs one after another
+    # (`pg_restore --section=pre-data ... && pg_restore -j 4 --section=data
+    # ...`): the shell's pid, and which step of them this one is (1: the
+    # first followed). steps.py finds the next one when this one ends
+    step_shell: int | None = None
+    step: int = 1
 
     def describe(self) -> str:
         who = (f"pid {self.client_pid}" if self.client_pid
                else "run by the server" if self.subject else "remote client")
         if self.grouping:
             who += f"; {self.grouping}"
+        if self.step > 1:
+            who += f"; step {self.step}"
         j = f" -j {self.jobs}" if self.jobs else ""
         tgt = f" {self.target}" if self.target else ""
         rel = f" into {self.relation}" if self.relation else ""
@@ -108,3 +116,21 @@ class Job:
         kw["databases"] = tuple(kw.get("databases") or ())
         return Job(**kw)
 
+
+@dataclass(frozen=True)
+class StepLook:
+    """One look for the next step: the step found (its job), and whether the
+    shell that runs the steps still does (alive, and still a shell or the
+    tool itself)."""
+
+    job: Job | None = None
+    shell_alive: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job.to_dict() if self.job else None, "shell_alive": self.shell_alive}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any] | None) -> StepLook:
+        d = d or {}
+        return StepLook(Job.from_dict(d["job"]) if d.get("job") else None,
+                        bool(d.get("shell_alive")))

@@ -75,6 +75,13 @@ class PgRestore(Driver):
         # pg_restore -l, or writing SQL to a file: no server work to follow
         return not args.list_only and bool(args.dbname)
 
+    def in_steps(self, job: Job) -> bool:
+        # a run that restores part of the archive (a section, a list): a
+        # restore in steps runs the rest next
+        args = job.args
+        return args is not None and (not Selection.of(args).everything
+                                     or any(k == "use-list" for k, _ in args.options))
+
     def session_key(self, b: Backend) -> tuple[object, ...] | None:
         if not self.names_app(b.application_name):
             return None
@@ -272,7 +279,8 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
     restores: the dump ids this run restores (restore_select; None: all);
     a build is sized by its table's data in the archive, whichever run
     loads it, but on a table of `empty_tables` (created by this run, no
-    data loaded) it builds on no rows."""
+    data loaded) it builds on no rows. Items already tracked (an earlier
+    step's of a restore in steps) stay as they are."""
     data_size: dict[str, float] = {}
     for it in toc:
         if it.desc != "TABLE DATA" or it.schema is None:
@@ -280,7 +288,7 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         rel = f"{it.schema}.{it.tag}"
         path, size = archive_files.get(str(it.dump_id)) or (None, 1.0)
         data_size[rel] = 0.0 if rel in empty_tables else size
-        if restores is None or it.dump_id in restores:
+        if (restores is None or it.dump_id in restores) and str(it.dump_id) not in tr.items:
             tr.add(Item(key=str(it.dump_id), kind="data", relation=rel, name=rel, size=size,
                         work=max(size, 1.0), file=path))
     # pg_restore -j takes the largest ready item first, ties by dump id: a
@@ -288,8 +296,9 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
     for it in sorted(toc, key=lambda t: t.dump_id):
         kind = {"INDEX": "index", "CONSTRAINT": "constraint",
                 "FK CONSTRAINT": "fk"}.get(it.desc)
-        if kind is None or (restores is not None and it.dump_id not in restores):
-            continue
+        if kind is None or (restores is not None and it.dump_id not in restores) \
+                or str(it.dump_id) in tr.items:
+            continue  # not this run's, or planned by an earlier step (kept as it is)
         tgt = targets.get(it.dump_id)
         table = tgt.table if tgt else None
         name = (tgt.object_name or tgt.name.split(" ")[-1]) if tgt else it.tag.split(" ")[-1]

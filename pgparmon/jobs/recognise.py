@@ -99,6 +99,13 @@ class Recognise:
     # program holding a transaction starts is a job of its own)
     runs_as_step: ClassVar[bool] = False
 
+    def in_steps(self, job: Job) -> bool:
+        """Whether this run may be one step of several that one shell runs
+        one after another on the same target (a restore in sections): then,
+        when it ends while that shell lives, the next step is looked for
+        (steps.py) and followed as the same job."""
+        return False
+
     def server_jobs(self, db: DbSample, facts: ServerFacts) -> list[Job]:
         """Jobs the server runs itself, found from this kind's sample parts
         (they have no client, and may have no session yet)"""

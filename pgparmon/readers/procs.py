@@ -447,6 +447,16 @@ def _launches_jobs(p: ProcInfo) -> bool:
     return False
 
 
+def step_shell(root: ProcInfo) -> int | None:
+    """The shell a tool's process was started by (an interactive one, or
+    one running a script or a `-c` string), which may start the next step
+    of the same work when this one ends; None: another parent."""
+    parent = _info(root.ppid) if root.ppid > 1 else None
+    if parent is None or parent.name.lstrip("-") not in SHELLS:
+        return None
+    return parent.pid
+
+
 def own_ancestors() -> frozenset[int]:
     """This process (the monitor) and every process above it."""
     out: set[int] = set()

@@ -1,0 +1,99 @@
+"""A job in steps: one shell runs the same tool on the same target several
+times, one run after another, each doing a part of the work (a restore in
+sections: `pg_restore --section=pre-data ... && pg_restore -j 4
+--section=data ... && pg_restore -j 4 --section=post-data ...`, or the
+advice's four steps with list files). The DBA started one restore; each
+run is a step of it, never a job of its own that ends with its step.
+
+A run whose driver says it may be a step (`Driver.in_steps`: a pg_restore
+that restores part of its archive) is found with the shell that started it
+(`Job.step_shell`). When its processes are gone and that shell lives, the
+job's end (job_end.JobEnd) asks for the next step (`next_step`): a process
+of the same program that the shell started (or that the shell became: a
+shell runs the last command of a `-c` string in its own process), with the
+same database and the same target (the archive, resolved in each process's
+working folder). Found, the Monitor follows it as the same job (its plan
+adds the step's items to those done before). Not found, the job ends once
+the shell is gone or STEP_GAP_S have passed with no next step (an
+interactive shell back at its prompt): a list's next command starts within
+milliseconds of the last one's end.
+
+The look is a reading of the live system, kept in recordings (the "step"
+event), so that a replay follows the same steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .jobs.base import Job
+from .jobs.job import StepLook
+from .jobs.registry import driver_for_argv, parse_argv
+from .readers import procs
+from .redact import redact_argv
+
+# how long a job in steps waits, its step ended and its shell alive, for
+# the shell to start the next one
+STEP_GAP_S = 2.0
+
+
+def resolved(path: str | None, pid: int | None) -> str | None:
+    """A command line's path as that process sees it (a relative one is
+    in its working folder); None when that folder is not ours to read."""
+    if not path:
+        return None
+    if not os.path.isabs(path):
+        try:
+            import psutil
+
+            path = os.path.join(psutil.Process(pid or -1).cwd(), path)
+        except Exception:  # noqa: BLE001 - another user's process, or gone
+            return None
+    return os.path.abspath(path)
+
+
+def next_step(job: Job, target: str | None) -> StepLook:
+    """The next step of `job` its shell started, if any (see the module).
+    `target`: the job's target resolved (the archive's path)."""
+    shell = job.step_shell
+    info = procs.proc_info(shell) if shell else None
+    if shell is None or info is None:
+        return StepLook()
+    program = info.name if info.name not in procs.SHELLS else None
+    kids = procs.children(shell)
+    for pid in [shell, *kids] if program else kids:
+        step = _step_job(job, pid, target)
+        if step is not None:
+            return StepLook(step, True)
+    # a shell still (or the tool it became, still starting): it may start one
+    alive = info.name.lstrip("-") in procs.SHELLS or program in _programs(job)
+    return StepLook(None, alive and procs.alive(shell))
+
+
+def _programs(job: Job) -> tuple[str, ...]:
+    from .jobs.registry import recognise_for
+
+    return recognise_for(job.kind).programs
+
+
+def _step_job(job: Job, pid: int, target: str | None) -> Job | None:
+    """The job of process `pid` when it is the next step of `job`: the same
+    program and kind, database and target; else None."""
+    if pid == job.client_pid:
+        return None
+    p = procs.proc_info(pid)
+    if p is None or p.name not in _programs(job):
+        return None  # another command (or Debian's wrapper, before its exec)
+    argv = list(p.cmdline)
+    driver = driver_for_argv(argv)
+    args = parse_argv(argv)
+    if driver is None or driver.kind != job.kind or args.dbname != job.database:
+        return None
+    if target is not None and resolved(args.file, pid) != target:
+        return None
+    step = dataclasses.replace(
+        job, client_pid=pid, jobs=args.jobs, format=args.format, target=args.file,
+        command=tuple(redact_argv(argv)), args=args, pid_hint=frozenset(),
+        client_pids=frozenset({pid}), step=job.step + 1)
+    return driver.refine(step, [])
