@@ -181,6 +181,8 @@ def test_a_restore_in_sections_is_followed_step_by_step(cluster: Cluster,
             assert all(i["state"] == "done" for i in summary["items"]), summary["items"]
             assert samples[-1]["job"]["progress"] == 1.0
             kinds.append({i["kind"] for i in summary["items"]})
+            # started by pytest, not by a shell: no step of a restore in steps
+            assert "step" not in samples[-1]["job"]
             if section == "post-data":
                 orders = [i for i in summary["items"] if i["relation"] == "public.orders"]
                 assert orders and all(i["work"] > 100_000 for i in orders), orders
@@ -221,6 +223,7 @@ def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_ar
     first, last = samples[0]["job"], samples[-1]["job"]
     assert "--section=data" in first["command"] and "--section=post-data" in last["command"]
     assert first["client_pid"] != last["client_pid"]
+    assert (first["step"], last["step"]) == (1, 2)
     assert summary["state"] == "finished", summary
     assert any(n.startswith("step 2: ") for n in summary["notes"]), summary["notes"]
     kinds = {i["kind"] for i in summary["items"]}

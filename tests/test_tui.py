@@ -723,6 +723,20 @@ async def test_header_says_how_a_copy_job_was_grouped_and_measured() -> None:
             assert "/tmp/tmpy3c97bgj/x" in head and ("process tree" in head) == grouped
 
 
+@sync
+async def test_header_names_the_step_of_a_restore_in_steps() -> None:
+    """A restore in steps (its sample's `job.step`): the header says which
+    step runs now; a restore in one run says no step."""
+    docs = golden("restore_index")
+    async with drawn(docs, (120, 36)) as app:
+        assert "step" not in header_text(app)
+    steps = copy.deepcopy(docs)
+    steps[-1]["job"]["step"] = 3
+    async with drawn(steps, (120, 36)) as app:
+        assert header_text(app).startswith(f"pg_restore -j {docs[-1]['job']['jobs']}  "
+                                           f"{docs[-1]['job']['database']}  step 3")
+
+
 def test_bars_and_charts_fit_their_width() -> None:
     assert bar(0.5, 10).cell_len == 10 and bar(None, 7).plain == "·" * 7
     assert bar(1.2, 4).plain == "████" and bar(-1, 4).plain == "░░░░"

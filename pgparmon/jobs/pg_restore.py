@@ -29,8 +29,11 @@ from .restore_select import Selection
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..analyze.progress import Tracker
     from ..readers.procs import ProcInfo
+    from ..sample import WorkerRow
 
 # a data item this small leaves no trace worth waiting for at the end
 _TINY_WORK = 512
@@ -177,6 +180,11 @@ class PgRestore(Driver):
         elif cp is not None:
             frac = cp.bytes_processed / max(1.0, it.work * tr.restore_ratio())
             it.done = max(it.done, min(0.99, frac) * it.work)
+
+    def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
+                   state: str) -> dict[str, Any]:
+        # a restore in steps (steps.py): which of them runs now
+        return {"step": tr.job.step} if tr.job.step_shell else {}
 
     # ---- outcome -----------------------------------------------------------
 

@@ -37,6 +37,9 @@ class JobHeader(TextLines):
         if j.host_only:
             where += " · host only, no server"
         l1.append(f"  {', '.join([where, *dbs])}")
+        step = j.kind_fields.get("step")
+        if step:  # a restore in steps: which one runs now
+            l1.append(f"  step {step}", style="bold")
         if j.format:
             l1.append(f"  {j.format}", style="dim")
         right = Text()
