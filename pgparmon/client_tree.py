@@ -120,11 +120,15 @@ class ClientTree:
     (`pids.live_tree`)."""
 
     def __init__(self, pids: ClientPids, process: subprocess.Popen[Any] | None = None,
-                 log: str | None = None) -> None:
+                 log: str | None = None, steps: bool = False) -> None:
         self.pids = pids
         self.root = pids.root
         self.process = process  # the job's root when we started it (`run`)
         self.log = log  # where that process writes its output
+        # `process` runs the job in steps (a shell string, steps.py): the
+        # root is the step that runs now, alive on its own; the exit code
+        # is the shell's, once it exited
+        self.steps = steps
 
     @classmethod
     def of(cls, job: Job, whole_tree: bool, process: subprocess.Popen[Any] | None = None,
@@ -138,7 +142,7 @@ class ClientTree:
             pids.live_tree |= {root, *procs.children(root)}
             if whole_tree:
                 pids.live_tree |= set(procs.tree_pids(root)) | pids.at_discovery
-        return cls(pids, process, log)
+        return cls(pids, process, log, steps=process is not None and job.step_shell is not None)
 
     def read(self, tree: bool) -> ClientsNow:
         """The job's client processes alive now (`live_tree` grows). tree: the
@@ -155,11 +159,12 @@ class ClientTree:
         self.pids.live_tree |= set(kids)
         exit_code: int | None = None
         exit_error: str | None = None
+        root_alive: bool | None = None
         if self.process is not None:
             exit_code = self.process.poll()
-            root_alive: bool | None = exit_code is None
+            root_alive = exit_code is None
             if exit_code and self.log:
                 exit_error = error_lines(self.log)
-        else:
+        if self.process is None or self.steps:
             root_alive = procs.alive(root) or (tree and any(procs.alive(p) for p in kids))
         return ClientsNow([root, *kids], root_alive, exit_code, exit_error)

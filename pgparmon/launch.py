@@ -1,7 +1,9 @@
 """`pgparmon run`: start a job, follow it, and exit with its exit code.
-pg_dump / pg_restore get their connections tagged; any other command (a
-loader, a script) is followed as a COPY job through its process tree, which
-pgparmon knows exactly because it started it."""
+pg_dump / pg_restore get their connections tagged, also when a shell's
+`-c` string runs one of them once or in steps (a restore in sections: a
+job in steps, steps.py); any other command (a loader, a script) is
+followed as a COPY job through its process tree, which pgparmon knows
+exactly because it started it."""
 
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
 from .jobs.base import Job
-from .jobs.registry import client_programs, client_specs, command_job, parse_argv, \
-    recognise_for
+from .jobs.registry import client_programs, client_specs, command_job, driver_for_argv, \
+    parse_argv, recognise_for
 from .monitor import Monitor
 from .open_job import job_for_process
 from .readers import procs
 from .redact import redact_argv, redact_text
 from .source import HostSource, LiveSource, RecordingSource
+from . import wrappers
 from .wrappers import unwrap
 
 
@@ -67,6 +70,10 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
                     ExitCode.USAGE)
     # su, sudo, env, nice, a shell's -c ...: the job is the command inside
     inner = unwrap(argv)
+    # a shell string that runs a tool once or in steps (a restore in sections)
+    steps = tool_steps(inner)
+    if steps:
+        inner = steps[0]
     tool = os.path.basename(inner[0])
     known = tool in client_programs()
     # pg_dump / pg_restore: their own options say the server; any other
@@ -91,6 +98,8 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     try:
         if not known:
             job = command_job(proc.pid, argv, target.dbname)
+        elif steps:
+            job = _first_step_job(proc, argv, tool, tag, log)
         elif inner == list(argv):
             job = job_for_process(proc.pid, argv, tag or "")
         else:
@@ -116,6 +125,10 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
         finally:
             if proc.poll() is None and code == ExitCode.INTERRUPTED:
                 proc.terminate()
+        if steps and code != ExitCode.INTERRUPTED:
+            # the job is the shell's string: its exit status is the shell's
+            # (which may still run a command after the last step)
+            code = proc.wait() or code
         if code not in (0, ExitCode.INTERRUPTED):
             _print_log_tail(log)
     finally:
@@ -167,6 +180,55 @@ def _wrapped_job(proc: subprocess.Popen[bytes], argv: list[str], inner: list[str
     seen = procs.environ_appname(pid)
     job = job_for_process(pid, inner, tag if tag and seen == tag else "")
     return dataclasses.replace(job, command=tuple(redact_argv(argv)))
+
+
+def tool_steps(argv: list[str]) -> list[list[str]] | None:
+    """A shell's `-c` string that runs one client program some driver
+    follows, once or as steps one after another (`pg_restore
+    --section=pre-data ... && pg_restore -j 4 --section=data ...`, the
+    advice's restore in steps): those commands, in order; None when it runs
+    none, or commands of two such programs (then it is a command like any
+    other: a script's COPY load)."""
+    cmds = wrappers.shell_commands(argv)
+    if not cmds:
+        return None
+    found = []
+    for words in cmds:
+        driver = driver_for_argv(words)
+        if driver is None:
+            continue
+        info = procs.ProcInfo(0, 0, os.path.basename(words[0]), tuple(words), 0.0, None)
+        if driver.from_tree(info, parse_argv(words)):
+            found.append((driver.kind, words))
+    if not found or len({k for k, _ in found}) > 1:
+        return None
+    return [w for _, w in found]
+
+
+def _first_step_job(proc: subprocess.Popen[bytes], argv: list[str], tool: str,
+                    tag: str | None, log: str) -> Job:
+    """The job of a shell string that runs a tool in steps: its first step's
+    process once it runs (a step a driver follows: not `pg_restore -l`),
+    found as a job in steps (steps.py) whose shell is that process's parent."""
+    deadline = time.monotonic() + TOOL_START_S
+    while True:
+        for pid in procs.tree_pids(proc.pid)[1:]:
+            info = procs.proc_info(pid)
+            if info is None or info.name != tool:
+                continue
+            words = list(info.cmdline)
+            driver = driver_for_argv(words)
+            if driver is None or not driver.from_tree(info, parse_argv(words)):
+                continue
+            seen = procs.environ_appname(pid)
+            job = job_for_process(pid, words, tag if tag and seen == tag else "")
+            return dataclasses.replace(job, step_shell=info.ppid)
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            code = proc.wait()
+            _print_log_tail(log)
+            raise Fatal(f"{os.path.basename(argv[0])} did not start {tool} (it exited with "
+                        f"{code})", code if code else ExitCode.USAGE)
+        time.sleep(0.05)
 
 
 def _print_log_tail(log: str) -> None:

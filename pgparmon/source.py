@@ -174,7 +174,7 @@ class LiveSource:
         """Follow the next step of the job: its process tree from now on."""
         self.job = job
         self.known_backends |= set(job.pid_hint)
-        self.clients = ClientTree.of(job, job.grouping == TREE)
+        self.clients = ClientTree.of(job, job.grouping == TREE, self.process, self.log)
         self._tool = None
 
     def look_again(self) -> None:

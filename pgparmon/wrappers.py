@@ -159,3 +159,38 @@ def _simple(text: str) -> list[str] | None:
     while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
         words = words[1:]
     return words or None
+
+
+def shell_commands(argv: list[str]) -> list[list[str]] | None:
+    """The commands of a shell's `-c` string (sh -c 'A && B; C | D'), each
+    split as the shell would, in order (variables and substitutions left
+    as written: `"$L/rest.list"` stays a word of its own); None when argv
+    is no shell given a string, or the string does not split."""
+    if program_name(argv) not in _SHELLS:
+        return None
+    args = argv[1:]
+    text = next((args[i + 1] for i, a in enumerate(args) if a == "-c" and i + 1 < len(args)),
+                None)
+    if text is None:
+        return None
+    lex = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    lex.wordchars += "$"
+    out: list[list[str]] = [[]]
+    try:
+        for tok in lex:
+            if tok and set(tok) <= set("&|;()\n"):
+                out.append([])  # an operator ends a command
+            else:
+                out[-1].append(tok)
+    except ValueError:
+        return None
+    cmds = []
+    for words in out:
+        while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
+            words = words[1:]  # VAR=value before the command
+        if words and words[0] == "exec":
+            words = words[1:]
+        if words:
+            cmds.append(words)
+    return cmds

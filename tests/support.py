@@ -571,15 +571,18 @@ def dumped(cluster: Cluster, dbname: str, prefix: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def table_lock_held(cluster: Cluster, db: str, table: str) -> Iterator[Callable[[], None]]:
-    """A psql session holding ACCESS EXCLUSIVE on `table` (a sibling
-    process, not the job's parent) until the returned release() ends it: a
-    restore step that loads or builds on that table waits on it, found
-    mid-run however long attach takes to start; nothing is timed."""
+def table_lock_held(cluster: Cluster, db: str, table: str, mode: str = "ACCESS EXCLUSIVE"
+                    ) -> Iterator[Callable[[], None]]:
+    """A psql session holding a lock on `table` (a sibling process, not the
+    job's parent) until the returned release() ends it: ACCESS EXCLUSIVE
+    holds a restore step that loads or builds on that table; ROW EXCLUSIVE
+    lets the load through and holds the builds (their SHARE lock or more).
+    The step is found mid-run however long the monitor takes to start;
+    nothing is timed."""
     app = f"pgparmon-test-lock-{time.time_ns()}"
     holder = subprocess.Popen(
         [cluster.client("psql"), "-X", "-q", "-d", db, "-c",
-         f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600)"],
+         f"BEGIN; LOCK TABLE {table} IN {mode} MODE; SELECT pg_sleep(600)"],
         env={**cluster.env(), "PGAPPNAME": app}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     watch = psycopg.connect(cluster.conninfo(), autocommit=True)
@@ -591,7 +594,7 @@ def table_lock_held(cluster: Cluster, db: str, table: str) -> Iterator[Callable[
     try:
         wait_until(watch, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING "
                           "(pid) WHERE a.application_name = %s AND l.granted "
-                          "AND l.mode = 'AccessExclusiveLock'", app, holder)
+                          f"AND l.mode = '{mode.title().replace(' ', '')}Lock'", app, holder)
         yield release
     finally:
         release()

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from support import (
+    Lines,
     attach_while_held,
     pgparmon_cmd,
     restore_in_steps,
@@ -141,6 +142,30 @@ def test_each_step_plans_its_own_items_sized_by_the_archive() -> None:
     assert all(it.work <= 1.0 for it in schema.items.values())
 
 
+def test_run_reads_the_steps_of_a_shell_string() -> None:
+    """`pgparmon run -- sh -c STRING`: the client program's commands in the
+    string, each a step; the advice's four steps give four (its two
+    `pg_restore -l` lists are no steps); two programs, or none, are a
+    command like any other."""
+    from pgparmon.advise.strategies import sectioned_restore
+    from pgparmon.launch import tool_steps
+
+    cmd = sectioned_restore("pg_restore", ["-p", "5433"], "it's db", "/srv/dump dir", 4, [7, 8])
+    steps = tool_steps(["bash", "-c", cmd])
+    assert steps is not None and [s[1] for s in steps] == ["--section=pre-data", "-j", "-j", "-j"]
+    assert all(s[-3:] == ["-d", "it's db", "/srv/dump dir"] for s in steps)
+    assert steps[2][4:6] == ["-L", "$L/rest.list"]
+    # one step after a `cd`, its redirections left as words (only its
+    # program and server are read from it: the job is its process's)
+    (one,) = tool_steps(["sh", "-e", "-c", "cd /x; pg_restore -j 2 -d db a > log 2>&1"]) or []
+    assert one[:6] == ["pg_restore", "-j", "2", "-d", "db", "a"]
+    assert tool_steps(["sh", "-c", "pg_dump -Fd -f x db && pg_restore -d y x"]) is None
+    assert tool_steps(["sh", "-c", "cd /x && ./load.sh"]) is None
+    assert tool_steps(["sh", "-c", "pg_restore -l a > list"]) is None
+    assert tool_steps(["pg_restore", "-d", "db", "a"]) is None
+    assert tool_steps(["sh", "-c", "pg_restore -d 'db"]) is None  # does not split
+
+
 # ------------------------------------------------- a real restore in sections
 
 
@@ -235,4 +260,38 @@ def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_ar
     assert mon.outcome is not None and mon.outcome.state == "finished"
     assert replayed[-1]["job"]["client_pid"] == last["client_pid"]
     assert {i["key"] for i in rsummary["items"]} == {i["key"] for i in summary["items"]}
+    cluster.psql(f"DROP DATABASE {db}")
+
+
+@pytest.mark.integration
+def test_run_of_a_restore_in_steps_follows_every_step(cluster: Cluster,
+                                                      dump_archive: Path) -> None:
+    """`pgparmon run -- bash -c 'pg_restore -j 2 --section=data ... &&
+    pg_restore -j 2 --section=post-data ...'`: a pg_restore job (it used to
+    be a COPY job of the shell's tree, which knew no archive and no build),
+    followed from its data step into its post-data step, exiting with the
+    shell's status. The data step waits on a lock on orders, the post-data
+    step's key on customers on a lock that lets the load through, each
+    released once a sample has seen its step."""
+    db = "run_steps"
+    steps = restore_in_steps(cluster, dump_archive, db)
+    env = {**cluster.env(), "PGHOST": str(cluster.sockdir)}
+    with table_lock_held(cluster, db, "orders") as data_held, \
+            table_lock_held(cluster, db, "customers", "ROW EXCLUSIVE") as builds_held:
+        run = Lines(subprocess.Popen(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                                  "bash", "-c", steps),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env))
+        first = run.wait_for(lambda s: True, "the first sample")
+        data_held()
+        second = run.wait_for(lambda s: s["job"].get("step") == 2, "the post-data step")
+        builds_held()
+        samples, summary, err = run.finish(timeout=120)
+    assert run.proc.returncode == 0, err
+    assert first["job"]["kind"] == "pg_restore" and "--section=data" in first["job"]["command"]
+    assert "--section=post-data" in second["job"]["command"]
+    assert summary["state"] == "finished" and summary["exit_code"] == 0, summary
+    assert any(n.startswith("step 2: ") for n in summary["notes"]), summary["notes"]
+    assert {"data", "index", "constraint", "fk"} <= {i["kind"] for i in summary["items"]}
+    assert all(i["state"] == "done" for i in summary["items"]), summary["items"]
     cluster.psql(f"DROP DATABASE {db}")
