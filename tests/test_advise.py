@@ -1071,9 +1071,16 @@ def test_a_foreign_key_on_a_partitioned_table_checks_all_its_partitions(
         [(True, False), (False, True), (False, True), (False, True)], doc["command"]
     assert "--section=data" in steps[1] and "--section=post-data" in steps[2]
     assert '-L "$L/rest.list"' in steps[2] and '-L "$L/fk.list"' in steps[3]
-    done = subprocess.run(["bash", "-c", doc["command"]], env=cluster.env(),
+    # run as `pgparmon run -- bash -c COMMAND`: one pg_restore job in steps
+    # (how many of its steps the samples see is the machine's timing)
+    done = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.2", "--", "bash", "-c",
+                                       doc["command"]), env=cluster.env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    docs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    (run_summary,) = [d for d in docs if d.get("schema") == "pgparmon.summary/1"]
+    assert run_summary["kind"] == "pg_restore" and run_summary["state"] == "finished", run_summary
+    assert run_summary["database"] == "parts_r"
     assert cluster.psql('SELECT count(*) FROM "Orders"', dbname="parts_r").strip() == "100000"
     assert cluster.psql("SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND "
                         "conparentid = 0", dbname="parts_r").strip() == "1"
