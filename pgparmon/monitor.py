@@ -185,10 +185,12 @@ class Monitor:
         tr.max_fraction = 0.0
         self.plan_failed = False
         self.end = JobEnd(step, self.noted.say)
-        self.noted.say(f"step {step.step}: {' '.join(step.command)} (pid {step.client_pid}), "
-                       f"started by the shell (pid {step.step_shell}) that ran step {last.step} "
-                       f"(pid {last.client_pid}): the same {step.kind}, followed on; the total "
-                       "counts the steps seen so far")
+        ran = f"the shell that ran step {last.step} (pid {last.client_pid})"
+        by = (f"pid {step.client_pid}: {ran}, now {step.kind} itself"
+              if step.client_pid == step.step_shell
+              else f"pid {step.client_pid}, started by {ran}")
+        self.noted.say(f"step {step.step}: {' '.join(step.command)} ({by}): the same "
+                       f"{step.kind}, followed on; the total counts the steps seen so far")
         return step, self.end
 
     def _settle_heap(self) -> None:
