@@ -31,7 +31,7 @@ from .open_job import job_for_process
 from .readers import procs
 from .redact import redact_argv, redact_text
 from .source import HostSource, LiveSource, RecordingSource
-from . import wrappers
+from .steps import tool_steps
 from .wrappers import unwrap
 
 
@@ -180,29 +180,6 @@ def _wrapped_job(proc: subprocess.Popen[bytes], argv: list[str], inner: list[str
     seen = procs.environ_appname(pid)
     job = job_for_process(pid, inner, tag if tag and seen == tag else "")
     return dataclasses.replace(job, command=tuple(redact_argv(argv)))
-
-
-def tool_steps(argv: list[str]) -> list[list[str]] | None:
-    """A shell's `-c` string that runs one client program some driver
-    follows, once or as steps one after another (`pg_restore
-    --section=pre-data ... && pg_restore -j 4 --section=data ...`, the
-    advice's restore in steps): those commands, in order; None when it runs
-    none, or commands of two such programs (then it is a command like any
-    other: a script's COPY load)."""
-    cmds = wrappers.shell_commands(argv)
-    if not cmds:
-        return None
-    found = []
-    for words in cmds:
-        driver = driver_for_argv(words)
-        if driver is None:
-            continue
-        info = procs.ProcInfo(0, 0, os.path.basename(words[0]), tuple(words), 0.0, None)
-        if driver.from_tree(info, parse_argv(words)):
-            found.append((driver.kind, words))
-    if not found or len({k for k, _ in found}) > 1:
-        return None
-    return [w for _, w in found]
 
 
 def _first_step_job(proc: subprocess.Popen[bytes], argv: list[str], tool: str,

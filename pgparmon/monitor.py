@@ -119,8 +119,8 @@ class Monitor:
         inputs = self.source.plan_inputs(req)
         if inputs is None:
             return  # not readable yet: ask again next tick
-        if inputs.error:
-            self.noted.say(inputs.error)
+        if inputs.error or inputs.note:
+            self.noted.say(inputs.error or inputs.note or "")
         if inputs.error or not plan.plan(tr, inputs):
             self.plan_failed = True
             return
@@ -173,7 +173,8 @@ class Monitor:
     def _follow_step(self, step: Job) -> tuple[Job, JobEnd]:
         """The job's next step (steps.py): the same job, its processes and
         end from now on the step's, its plan made again for the step's own
-        items beside those done before (the total grows: progress may fall)."""
+        items beside those done before (unless the plan counted every step
+        already, the total grows: progress may fall)."""
         tr = self.tracker
         assert tr is not None and self.job is not None
         last = self.job
@@ -185,12 +186,13 @@ class Monitor:
         tr.max_fraction = 0.0
         self.plan_failed = False
         self.end = JobEnd(step, self.noted.say)
+        self._plan()  # the step's own items, in this tick's sample already
         ran = f"the shell that ran step {last.step} (pid {last.client_pid})"
         by = (f"pid {step.client_pid}: {ran}, now {step.kind} itself"
               if step.client_pid == step.step_shell
               else f"pid {step.client_pid}, started by {ran}")
         self.noted.say(f"step {step.step}: {' '.join(step.command)} ({by}): the same "
-                       f"{step.kind}, followed on; the total counts the steps seen so far")
+                       f"{step.kind}, followed on")
         return step, self.end
 
     def _settle_heap(self) -> None:

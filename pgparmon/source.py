@@ -32,7 +32,7 @@ from .readers.db import DbSampler, ServerFacts, host_only_facts
 from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
 from .jobs.job import StepLook
-from .steps import next_step
+from .steps import chain_of, next_step
 from .toc import TocError
 
 
@@ -302,8 +302,11 @@ class LiveSource:
         """What the work list is built from; None: not available yet (a dump's
         toc.dat is written just after it starts)."""
         assert self.job is not None
+        req = dict(req or {})
+        if self.job.step_shell:  # a job in steps: every step its shell runs, when it says
+            req["chain"] = chain_of(self.job, self.target_dir)
         try:
-            return plan_for(self.job.kind).read_plan(self, req or {})
+            return plan_for(self.job.kind).read_plan(self, req)
         except TocError as exc:
             return PlanInputs(error=f"cannot read the archive's TOC ({exc}): progress from "
                                     "activity only")

@@ -19,19 +19,24 @@ interactive shell back at its prompt): a list's next command starts within
 milliseconds of the last one's end.
 
 The look is a reading of the live system, kept in recordings (the "step"
-event), so that a replay follows the same steps.
+event), so that a replay follows the same steps. Where the shell's command
+line names the steps (a `-c` string, `chain_of`), the plan counts them all
+from the start; `tool_steps` reads such a string (`pgparmon run -- sh -c`
+of a restore in steps is a job in steps too).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from .jobs.base import Job
 from .jobs.job import StepLook
 from .jobs.registry import driver_for_argv, parse_argv
 from .readers import procs
 from .redact import redact_argv
+from .wrappers import shell_commands
 
 # how long a job in steps waits, its step ended and its shell alive, for
 # the shell to start the next one
@@ -97,3 +102,47 @@ def _step_job(job: Job, pid: int, target: str | None) -> Job | None:
         command=tuple(redact_argv(argv)), args=args, pid_hint=frozenset(),
         client_pids=frozenset({pid}), step=job.step + 1)
     return driver.refine(step, [])
+
+
+def tool_steps(argv: list[str]) -> list[list[str]] | None:
+    """A shell's `-c` string that runs one client program some driver
+    follows, once or as steps one after another (`pg_restore
+    --section=pre-data ... && pg_restore -j 4 --section=data ...`, the
+    advice's restore in steps): those commands, in order; None when it runs
+    none, or commands of two such programs (then it is a command like any
+    other: a script's COPY load)."""
+    cmds = shell_commands(argv)
+    if not cmds:
+        return None
+    found = []
+    for words in cmds:
+        driver = driver_for_argv(words)
+        if driver is None:
+            continue
+        info = procs.ProcInfo(0, 0, os.path.basename(words[0]), tuple(words), 0.0, None)
+        if driver.from_tree(info, parse_argv(words)):
+            found.append((driver.kind, words))
+    if not found or len({k for k, _ in found}) > 1:
+        return None
+    return [w for _, w in found]
+
+
+def chain_of(job: Job, target: str | None) -> dict[str, Any] | None:
+    """The steps a job in steps runs, when its shell's command line says
+    (a `-c` string; an interactive shell's does not): the shell's pid and
+    each step's command line as written (variables unexpanded) that runs
+    on the job's database and archive; None when that is fewer than two."""
+    info = procs.proc_info(job.step_shell) if job.step_shell else None
+    cmds = tool_steps(list(info.cmdline)) if info is not None else None
+    if info is None or not cmds:
+        return None
+    mine = []
+    for words in cmds:
+        driver = driver_for_argv(words)
+        args = parse_argv(words)
+        if driver is None or driver.kind != job.kind or args.dbname != job.database:
+            continue
+        if target is not None and resolved(args.file, info.pid) != target:
+            continue
+        mine.append(list(words))
+    return {"shell": info.pid, "steps": mine} if len(mine) >= 2 else None

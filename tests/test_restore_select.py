@@ -142,13 +142,37 @@ def test_each_step_plans_its_own_items_sized_by_the_archive() -> None:
     assert all(it.work <= 1.0 for it in schema.items.values())
 
 
+def test_the_plan_of_a_restore_in_steps_counts_every_step(tmp_path: Path) -> None:
+    """The steps a shell's command line names, together: the advice's four
+    (lists through a shell variable: every item of their sections) are the
+    whole archive; a data step and a post-data step whose list is a file
+    that can be read: the data and the listed builds."""
+    from pgparmon.jobs.pg_restore import _chain, _restored
+
+    words = [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
+             ["pg_restore", "-j", "4", "--section=data", "-d", "x", "/a"],
+             ["pg_restore", "-j", "4", "--section=post-data", "-L", "$L/rest.list", "-d", "x",
+              "/a"],
+             ["pg_restore", "-j", "4", "-L", "$L/fk.list", "-d", "x", "/a"]]
+    sels, note = _chain({"shell": os.getpid(), "steps": words})
+    assert len(sels) == 4 and note and "4 steps" in note and "2 list file(s)" in note
+    assert sorted(_restored(sels, _toc())[0]) == _ids(_sel())[0]
+    (tmp_path / "b.list").write_text("22; 0 0 INDEX s1 a_x_idx o\n;23; 0 0 INDEX s2 b_y_idx o\n")
+    sels, note = _chain({"shell": os.getpid(), "steps": [
+        words[1], ["pg_restore", "--section=post-data", "-L", str(tmp_path / "b.list"), "-d",
+                   "x", "/a"]]})
+    assert note and "list file" not in note
+    assert _restored(sels, _toc()) == ({10, 11, 13, 22}, set())
+    assert _chain(None) == ([], None)
+
+
 def test_run_reads_the_steps_of_a_shell_string() -> None:
     """`pgparmon run -- sh -c STRING`: the client program's commands in the
     string, each a step; the advice's four steps give four (its two
     `pg_restore -l` lists are no steps); two programs, or none, are a
     command like any other."""
     from pgparmon.advise.strategies import sectioned_restore
-    from pgparmon.launch import tool_steps
+    from pgparmon.steps import tool_steps
 
     cmd = sectioned_restore("pg_restore", ["-p", "5433"], "it's db", "/srv/dump dir", 4, [7, 8])
     steps = tool_steps(["bash", "-c", cmd])
@@ -249,6 +273,12 @@ def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_ar
     assert "--section=data" in first["command"] and "--section=post-data" in last["command"]
     assert first["client_pid"] != last["client_pid"]
     assert (first["step"], last["step"]) == (1, 2)
+    # the shell's command line names both steps: the plan counts both from
+    # the first sample on, and progress never falls when the second begins
+    assert any(n.startswith("pg_restore in 2 steps") for n in summary["notes"])
+    assert {s["job"]["items_total"] for s in samples} == {len(summary["items"])}
+    prog = [s["job"]["progress"] for s in samples]
+    assert all(b >= a for a, b in zip(prog, prog[1:])), prog
     assert summary["state"] == "finished", summary
     assert any(n.startswith("step 2: ") for n in summary["notes"]), summary["notes"]
     kinds = {i["kind"] for i in summary["items"]}

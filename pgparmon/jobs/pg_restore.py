@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item, WorkerState
 from ..analyze.schedule import WorkItem
-from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
+from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags, parse_client_cmdline
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
@@ -123,12 +123,13 @@ class PgRestore(Driver):
         pg_restore = src.client_binary("pg_restore")
         everything = list_archive(src.target_dir, pg_restore=pg_restore)[1]
         sel = Selection.of(req.get("args"), listed)
+        chain, note = _chain(req.get("chain"))
         # every item stays in the plan's inputs (a build is sized by its
         # table's data, loaded by this run or an earlier one); `extra` says
-        # which of them this run restores
+        # which of them this run (or its job's steps) restores
         extra = None
-        if not sel.everything:
-            ids, empty = sel.restored(everything)
+        if not sel.everything and not any(s.everything for s in chain):
+            ids, empty = _restored([sel, *chain], everything)
             if not ids:
                 return PlanInputs(error=f"pg_restore {sel.describe(req.get('args'))}: this run "
                                         "loads no table's data and builds no index or key, so "
@@ -146,7 +147,8 @@ class PgRestore(Driver):
                  for it in everything if it.desc == "TABLE DATA"}
         return PlanInputs(toc=[dataclasses.asdict(t) for t in everything],
                           targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
-                          archive_files=files, partitions=parents or None, extra=extra)
+                          archive_files=files, partitions=parents or None, extra=extra,
+                          note=note)
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         if inputs.toc is None:
@@ -207,6 +209,51 @@ class PgRestore(Driver):
 
     def exit_reason(self, code: int) -> str:
         return f"exit code {code}" + (" (pg_restore ignored errors)" if code == 1 else "")
+
+
+def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None]:
+    """What each step of a restore in steps restores (steps.chain_of: the
+    steps its shell's command line runs), and the note that says the plan
+    counts them. A list file named through a shell variable (`-L
+    "$L/rest.list"`, the advice's) or not readable here is read as every
+    item of the step's sections: the steps' lists together are most often
+    the whole archive."""
+    if not chain or not chain.get("steps"):
+        return [], None
+    sels, guessed = [], 0
+    for words in chain["steps"]:
+        args = parse_client_cmdline(words, PgRestore.client_specs)
+        listed = None
+        path, why = use_list_path(args, chain.get("shell"))
+        if path is not None or why:
+            try:
+                if path is None or "$" in path:
+                    raise ListError(why or "named through a shell variable")
+                listed = read_use_list(path)
+            except ListError:
+                guessed += 1
+        sels.append(Selection.of(args, listed))
+    note = (f"pg_restore in {len(sels)} steps (its shell's command line): the plan counts the "
+            "items of every step, also those to come")
+    if guessed:
+        note += (f"; {guessed} list file(s) not readable before their step runs counted as "
+                 "every item of their sections")
+    return sels, note
+
+
+def _restored(sels: list[Selection], toc: list[TocItem]) -> tuple[set[int], set[str]]:
+    """What some of these runs restore, and the tables one of them creates
+    that none loads."""
+    ids: set[int] = set()
+    created: set[str] = set()
+    loaded: set[str] = set()
+    for sel in sels:
+        i, empty = sel.restored(toc)
+        ids |= i
+        created |= empty
+        loaded |= {t.relation for t in toc if t.desc == "TABLE DATA" and t.relation
+                   and sel.wants(t)}
+    return ids, created - loaded
 
 
 def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,

@@ -40,6 +40,7 @@ class PlanInputs:
     source: str | None = None
     postdata: dict[str, Any] | None = None
     error: str | None = None  # why there is no plan (said once to the user)
+    note: str | None = None  # what the plan inferred (said once; the plan stands)
     partitions: dict[str, str] | None = None  # a restore's partitions: child -> parent
     # where the trees of file_sizes' relative paths really are (pg_probackup:
     # the data directory "" and each tablespace "pg_tblspc/OID")
@@ -53,7 +54,8 @@ class PlanInputs:
 
     _KEYS: ClassVar[tuple[str, ...]] = ("toc", "tables", "file_sizes", "targets",
                                         "archive_files", "source", "postdata", "error",
-                                        "partitions", "locations", "file_order", "extra")
+                                        "partitions", "locations", "file_order", "extra",
+                                        "note")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None} \
