@@ -12,7 +12,8 @@ is the only reader of a snapshot's end evidence (`root_alive`, `exit_code`,
   server still works for it;
 - a job in steps (steps.py): when a step's processes are gone, the next
   step its shell started (`next_step`, which the Monitor then follows as
-  the same job), waited for while the shell lives, STEP_GAP_S at most;
+  the same job), waited for while the shell lives: as long as its command
+  line names a step to come, else STEP_GAP_S at most;
 - a worker process that died while the others worked (`fixed_workers`);
 - once it ended: the last readings (`settle_at_end`), evidence it stopped
   short (`cut_short`), its exit status (`exit_reason`), the items not done
@@ -115,14 +116,17 @@ class JobEnd:
 
     def _next_step(self, snap: Snapshot, ctx: EndContext) -> bool:
         """A step of a job in steps ended: whether the job goes on (its next
-        step found, in `next_step`; or its shell alive and STEP_GAP_S not
-        yet passed since the step was seen gone)."""
+        step found, in `next_step`; or its shell alive, and a step still to
+        come in its command line or STEP_GAP_S not yet passed since the step
+        was seen gone)."""
         look = ctx.next_step(self.job)
         if look.job is not None:
             self.next_step = look.job
             return True
         if not look.shell_alive:
             return False
+        if look.more:
+            return True  # the shell's command line names a step still to come
         if self.gap_since is None:
             self.gap_since = snap.wall
         return snap.wall - self.gap_since < STEP_GAP_S

@@ -16,7 +16,9 @@ working folder). Found, the Monitor follows it as the same job (its plan
 adds the step's items to those done before). Not found, the job ends once
 the shell is gone or STEP_GAP_S have passed with no next step (an
 interactive shell back at its prompt): a list's next command starts within
-milliseconds of the last one's end.
+milliseconds of the last one's end. Where the shell's `-c` string names a
+step still to come, the job waits for it as long as the shell lives (a
+command between two steps may take its time).
 
 The look is a reading of the live system, kept in recordings (the "step"
 event), so that a replay follows the same steps. Where the shell's command
@@ -73,7 +75,26 @@ def next_step(job: Job, target: str | None) -> StepLook:
             return StepLook(step, True)
     # a shell still (or the tool it became, still starting): it may start one
     alive = info.name.lstrip("-") in procs.SHELLS or program in _programs(job)
-    return StepLook(None, alive and procs.alive(shell))
+    alive = alive and procs.alive(shell)
+    return StepLook(None, alive, alive and _more_named(job, info))
+
+
+def _more_named(job: Job, shell: procs.ProcInfo) -> bool:
+    """Whether the shell's command line names a step after the one `job`
+    ran (its `-c` string's steps, matched word for word; a word with a
+    shell variable in it matches any)."""
+    named = tool_steps(list(shell.cmdline)) or []
+    ran = list(job.command)
+    at = [i for i, words in enumerate(named) if _same_command(redact_argv(words), ran)]
+    return bool(at) and at[-1] < len(named) - 1
+
+
+def _same_command(named: list[str], ran: list[str]) -> bool:
+    if len(named) != len(ran) or not named:
+        return False
+    if os.path.basename(named[0]) != os.path.basename(ran[0]):
+        return False
+    return all(n == r or "$" in n for n, r in zip(named[1:], ran[1:]))
 
 
 def _programs(job: Job) -> tuple[str, ...]:

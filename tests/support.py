@@ -613,15 +613,15 @@ def wait_until(conn: psycopg.Connection[Any], sql: str, arg: str,
         time.sleep(0.05)
 
 
-def restore_in_steps(cluster: Cluster, archive: Path, db: str) -> str:
+def restore_in_steps(cluster: Cluster, archive: Path, db: str, between: str = "") -> str:
     """Database `db` made anew with the archive's pre-data restored, and
     the rest of its restore as one shell string of two steps run one after
     the other: `pg_restore -j 2 --section=data ... && pg_restore -j 2
-    --section=post-data ...`."""
+    --section=post-data ...` (`between`: a command run between them)."""
     cluster.psql(f"DROP DATABASE IF EXISTS {db}")
     cluster.psql(f"CREATE DATABASE {db}")
     tool = cluster.client("pg_restore")
     subprocess.run([tool, "--section=pre-data", "-d", db, str(archive)],
                    env=cluster.env(), check=True, capture_output=True)
-    return " && ".join(f"{tool} -j 2 --section={s} -d {db} {archive}"
-                       for s in ("data", "post-data"))
+    data, post = (f"{tool} -j 2 --section={s} -d {db} {archive}" for s in ("data", "post-data"))
+    return " && ".join(filter(None, (data, between, post)))

@@ -56,8 +56,10 @@ def _ids(sel: Selection) -> tuple[list[int], list[str]]:
 
 def test_sections_split_the_items_as_pg_dump_files_them() -> None:
     assert [section_of(d) for d in ("TABLE DATA", "BLOBS", "SEQUENCE SET", "INDEX",
-                                    "CONSTRAINT", "FK CONSTRAINT", "TABLE", "SEQUENCE")] == \
-        ["data", "data", "data", "post-data", "post-data", "post-data", "pre-data", "pre-data"]
+                                    "CONSTRAINT", "FK CONSTRAINT", "MATERIALIZED VIEW DATA",
+                                    "TABLE", "SEQUENCE")] == \
+        ["data", "data", "data", "post-data", "post-data", "post-data", "post-data",
+         "pre-data", "pre-data"]
     assert _sel().everything and _ids(_sel()) == ([10, 11, 13, 20, 21, 22, 23, 24], [])
     assert _ids(_sel("--section=data")) == ([10, 11, 13], [])
     # post-data after an earlier data step: no table is created here, so
@@ -241,18 +243,21 @@ def test_a_restore_in_sections_is_followed_step_by_step(cluster: Cluster,
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("shell", ["bash", "sh"])
+@pytest.mark.parametrize("shell,between", [("bash", ""), ("sh", ""), ("bash", "sleep 3")])
 def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_archive: Path,
-                                                       tmp_path: Path, shell: str) -> None:
+                                                       tmp_path: Path, shell: str,
+                                                       between: str) -> None:
     """`SHELL -c 'pg_restore -j 2 --section=data ... && pg_restore -j 2
     --section=post-data ...'` (the pre-data restored before), attached to
     in the data step: one job, followed into its post-data step, that ends
     with the shell, every item of both steps done; its recording replays to
-    the same end."""
+    the same end. With a command between the steps that outlasts the 2 s
+    an interactive shell gets to start the next (`sleep 3`), the job waits
+    for the step its shell's command line names still to come."""
     from support import monitor_replay
 
-    db = f"steps_{shell}"
-    steps = restore_in_steps(cluster, dump_archive, db)
+    db = f"steps_{shell}_{len(between)}"
+    steps = restore_in_steps(cluster, dump_archive, db, between)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     rec = tmp_path / "steps.rec"
     os.chmod(tmp_path, 0o777)

@@ -119,18 +119,22 @@ class Job:
 
 @dataclass(frozen=True)
 class StepLook:
-    """One look for the next step: the step found (its job), and whether the
+    """One look for the next step: the step found (its job), whether the
     shell that runs the steps still does (alive, and still a shell or the
-    tool itself)."""
+    tool itself), and whether its command line names a step still to come
+    after the one that ended (a `-c` string's; an interactive shell's names
+    none)."""
 
     job: Job | None = None
     shell_alive: bool = False
+    more: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job.to_dict() if self.job else None, "shell_alive": self.shell_alive}
+        return {"job": self.job.to_dict() if self.job else None, "shell_alive": self.shell_alive,
+                "more": self.more}
 
     @staticmethod
     def from_dict(d: dict[str, Any] | None) -> StepLook:
         d = d or {}
         return StepLook(Job.from_dict(d["job"]) if d.get("job") else None,
-                        bool(d.get("shell_alive")))
+                        bool(d.get("shell_alive")), bool(d.get("more")))

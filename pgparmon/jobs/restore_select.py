@@ -43,11 +43,12 @@ _DATA_KINDS = DATA_DESCS | {"SEQUENCE SET", "MATERIALIZED VIEW DATA"}
 
 def section_of(desc: str) -> str:
     """The section pg_dump puts an item of this kind in (of those the plan
-    reads: data, builds, tables)."""
+    reads: data, builds, tables). A materialized view's data is refreshed
+    after the indexes it may use: post-data, though data to -a and -s."""
+    if desc in BUILD_DESCS or desc == "MATERIALIZED VIEW DATA":
+        return "post-data"
     if desc in _DATA_KINDS:
         return "data"
-    if desc in BUILD_DESCS:
-        return "post-data"
     return "pre-data"
 
 
