@@ -32,7 +32,7 @@ from .readers.db import DbSampler, ServerFacts, host_only_facts
 from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
 from .jobs.job import StepLook
-from .steps import chain_of, next_step
+from .steps import chain_of, next_step, resolved
 from .toc import TocError
 
 
@@ -201,17 +201,7 @@ class LiveSource:
                 "local": self.local}
 
     def _resolve_target(self, job: Job) -> str | None:
-        if not job.target:
-            return None
-        t = job.target
-        if not os.path.isabs(t) and job.client_pid:
-            try:
-                import psutil
-
-                t = os.path.join(psutil.Process(job.client_pid).cwd(), t)
-            except Exception:  # noqa: BLE001 - another user's process
-                return None
-        return os.path.abspath(t)
+        return resolved(job.target, job.client_pid)
 
     def _find_devices(self) -> None:
         for p in (self.target_dir, self.facts.data_directory if self.local else None):

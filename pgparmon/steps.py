@@ -46,15 +46,16 @@ STEP_GAP_S = 2.0
 
 
 def resolved(path: str | None, pid: int | None) -> str | None:
-    """A command line's path as that process sees it (a relative one is
-    in its working folder); None when that folder is not ours to read."""
+    """A command line's path as process `pid` sees it (a relative one is in
+    its working folder; without a pid, in ours); None when that folder is
+    not ours to read."""
     if not path:
         return None
-    if not os.path.isabs(path):
+    if not os.path.isabs(path) and pid:
         try:
             import psutil
 
-            path = os.path.join(psutil.Process(pid or -1).cwd(), path)
+            path = os.path.join(psutil.Process(pid).cwd(), path)
         except Exception:  # noqa: BLE001 - another user's process, or gone
             return None
     return os.path.abspath(path)
