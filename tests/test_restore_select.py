@@ -156,16 +156,41 @@ def test_the_plan_of_a_restore_in_steps_counts_every_step(tmp_path: Path) -> Non
              ["pg_restore", "-j", "4", "--section=post-data", "-L", "$L/rest.list", "-d", "x",
               "/a"],
              ["pg_restore", "-j", "4", "-L", "$L/fk.list", "-d", "x", "/a"]]
-    sels, note = _chain({"shell": os.getpid(), "steps": words})
-    assert len(sels) == 4 and note and "4 steps" in note and "2 list file(s)" in note
+    sels, note, jobs = _chain({"shell": os.getpid(), "steps": words})
+    assert len(sels) == 4 and jobs == 4 and note and "4 steps" in note and "2 list file(s)" in note
     assert sorted(_restored(sels, _toc())[0]) == _ids(_sel())[0]
     (tmp_path / "b.list").write_text("22; 0 0 INDEX s1 a_x_idx o\n;23; 0 0 INDEX s2 b_y_idx o\n")
-    sels, note = _chain({"shell": os.getpid(), "steps": [
+    sels, note, _ = _chain({"shell": os.getpid(), "steps": [
         words[1], ["pg_restore", "--section=post-data", "-L", str(tmp_path / "b.list"), "-d",
                    "x", "/a"]]})
     assert note and "list file" not in note
     assert _restored(sels, _toc()) == ({10, 11, 13, 22}, set())
-    assert _chain(None) == ([], None)
+    assert _chain(None) == ([], None, None)
+
+
+def test_a_step_with_no_j_is_followed_at_the_steps_j() -> None:
+    """The pre-data step runs on one connection (no -j); the rest of a
+    restore in steps runs at the -j its later steps give, and the ETA's
+    streams say so; a step with its own -j keeps it."""
+    from pgparmon.jobs.pg_restore import _chain
+
+    words = [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
+             ["pg_restore", "-j", "6", "--section=data", "-d", "x", "/a"],
+             ["pg_restore", "-j", "4", "--section=post-data", "-d", "x", "/a"]]
+    sels, _, jobs = _chain({"shell": os.getpid(), "steps": words})
+    assert len(sels) == 3 and jobs == 6
+    for opts, want in ((["--section=pre-data"], 6), (["-j", "2", "--section=data"], 2)):
+        job = Job(kind="pg_restore", database="x", args=parse_client_cmdline(
+            ["pg_restore", *opts, "-d", "x", "/a"], PgRestore.client_specs))
+        job = dataclasses.replace(job, jobs=job.args.jobs if job.args else None)
+        tr = Tracker(job, driver_for("pg_restore"))
+        assert PgRestore().plan(tr, PlanInputs(toc=[dataclasses.asdict(t) for t in _toc()],
+                                               extra={"steps_jobs": 6}))
+        assert PgRestore().streams(tr) == want
+    # without steps named, no -j is none
+    tr = Tracker(Job(kind="pg_restore", database="x"), driver_for("pg_restore"))
+    assert PgRestore().plan(tr, PlanInputs(toc=[dataclasses.asdict(t) for t in _toc()]))
+    assert PgRestore().streams(tr) is None
 
 
 def test_run_reads_the_steps_of_a_shell_string() -> None:
@@ -290,6 +315,11 @@ def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_ar
     assert {"data", "index", "constraint"} <= kinds
     assert all(i["state"] == "done" for i in summary["items"]), summary["items"]
     assert last["progress"] == 1.0
+    # the plan kept the steps' -j (for a step with none) beside their items
+    from pgparmon.record import read_recording
+
+    plans = [v for k, v in read_recording(str(rec)).events if k == "plan" and v]
+    assert plans and plans[0]["extra"]["steps_jobs"] == 2
     # the replay follows the same steps to the same end
     replayed, rsummary, mon = monitor_replay(rec)
     assert mon.outcome is not None and mon.outcome.state == "finished"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..analyze.items import Item, WorkerState
@@ -22,7 +23,7 @@ from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
-from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps
+from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .restore_list import ListError, read_use_list
 from .restore_select import Selection
@@ -61,6 +62,15 @@ CLIENT = ClientSpec(options=_OPTIONS, values={"format": choices(RESTORE_FORMATS,
                     fields={"file": "output"}, lists=True, positional=_positional)
 
 
+@dataclass
+class RestoreState:
+    """What the pg_restore driver keeps about one job: the largest -j the
+    steps its shell's command line names give (a job in steps), for a step
+    that gives none (the pre-data step runs on one connection)."""
+
+    steps_jobs: int | None = None
+
+
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
@@ -77,6 +87,9 @@ class PgRestore(Driver):
     def from_tree(self, root: ProcInfo, args: ClientArgs) -> bool:
         # pg_restore -l, or writing SQL to a file: no server work to follow
         return not args.list_only and bool(args.dbname)
+
+    def new_state(self) -> RestoreState:
+        return RestoreState()
 
     def in_steps(self, job: Job) -> bool:
         # a run that restores part of the archive (a section, a list): a
@@ -123,7 +136,7 @@ class PgRestore(Driver):
         pg_restore = src.client_binary("pg_restore")
         everything = list_archive(src.target_dir, pg_restore=pg_restore)[1]
         sel = Selection.of(req.get("args"), listed)
-        chain, note = _chain(req.get("chain"))
+        chain, note, steps_jobs = _chain(req.get("chain"))
         # every item stays in the plan's inputs (a build is sized by its
         # table's data, loaded by this run or an earlier one); `extra` says
         # which of them this run (or its job's steps) restores
@@ -135,6 +148,8 @@ class PgRestore(Driver):
                                         "loads no table's data and builds no index or key, so "
                                         "there is no work to count: progress from activity only")
             extra = {"restores": sorted(ids), "empty_tables": sorted(empty)}
+        if steps_jobs:
+            extra = {**(extra or {}), "steps_jobs": steps_jobs}
         try:
             targets = post_data_targets(src.target_dir, pg_restore=pg_restore)
         except TocError:
@@ -155,6 +170,7 @@ class PgRestore(Driver):
             return False
         extra = inputs.extra or {}
         restores = extra.get("restores")
+        state_of(tr, RestoreState).steps_jobs = extra.get("steps_jobs")
         plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets(),
                      inputs.partitions,
                      restores=None if restores is None else {int(i) for i in restores},
@@ -182,6 +198,11 @@ class PgRestore(Driver):
         elif cp is not None:
             frac = cp.bytes_processed / max(1.0, it.work * tr.restore_ratio())
             it.done = max(it.done, min(0.99, frac) * it.work)
+
+    def streams(self, tr: Tracker) -> int | None:
+        # a step with no -j of a restore in steps: the rest runs at the
+        # steps' -j (the pre-data step's is one connection)
+        return tr.job.jobs or state_of(tr, RestoreState).steps_jobs
 
     def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
@@ -211,18 +232,19 @@ class PgRestore(Driver):
         return f"exit code {code}" + (" (pg_restore ignored errors)" if code == 1 else "")
 
 
-def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None]:
+def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None, int | None]:
     """What each step of a restore in steps restores (steps.chain_of: the
-    steps its shell's command line runs), and the note that says the plan
-    counts them. A list file named through a shell variable (`-L
+    steps its shell's command line runs), the note that says the plan
+    counts them, and the largest -j they give. A list file named through a shell variable (`-L
     "$L/rest.list"`, the advice's) or not readable here is read as every
     item of the step's sections: the steps' lists together are most often
     the whole archive."""
     if not chain or not chain.get("steps"):
-        return [], None
-    sels, guessed = [], 0
+        return [], None, None
+    sels, guessed, jobs = [], 0, 0
     for words in chain["steps"]:
         args = parse_client_cmdline(words, PgRestore.client_specs)
+        jobs = max(jobs, args.jobs or 0)
         listed = None
         path, why = use_list_path(args, chain.get("shell"))
         if path is not None or why:
@@ -238,7 +260,7 @@ def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None]:
     if guessed:
         note += (f"; {guessed} list file(s) not readable before their step runs counted as "
                  "every item of their sections")
-    return sels, note
+    return sels, note, jobs or None
 
 
 def _restored(sels: list[Selection], toc: list[TocItem]) -> tuple[set[int], set[str]]:
