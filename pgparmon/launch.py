@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -143,23 +144,38 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
 TOOL_START_S = 30.0
 
 
-def tool_process(proc: subprocess.Popen[bytes], program: str,
-                 wait_s: float = TOOL_START_S) -> int | None:
-    """The pid of the process below `proc` that runs `program` (the tool a
-    wrapper started: `su postgres -c 'pg_dump ...'`), once it runs; None
-    when the wrapper exits first or after wait_s.  Debian's client programs
-    start as `perl /usr/bin/pg_dump` and exec the real one: the script's
-    name counts."""
+def tool_process(proc: subprocess.Popen[bytes], program: str, wait_s: float = TOOL_START_S,
+                 accept: Callable[[procs.ProcInfo], bool] | None = None
+                 ) -> procs.ProcInfo | None:
+    """The process below `proc` that runs `program` (the tool a wrapper
+    started: `su postgres -c 'pg_dump ...'`), once it runs, and `accept`
+    takes it; None when the wrapper exits first or after wait_s.  Debian's
+    client programs start as `perl /usr/bin/pg_dump` and exec the real one:
+    the script's name counts."""
     deadline = time.monotonic() + wait_s
     while True:
         for pid in procs.tree_pids(proc.pid)[1:]:
             info = procs.proc_info(pid)
             if info is not None and program in (
-                    info.name, *(os.path.basename(a) for a in info.cmdline[:2])):
-                return pid
+                    info.name, *(os.path.basename(a) for a in info.cmdline[:2])) \
+                    and (accept is None or accept(info)):
+                return info
         if proc.poll() is not None or time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
+
+
+def _started_tool(proc: subprocess.Popen[bytes], argv: list[str], tool: str, log: str,
+                  accept: Callable[[procs.ProcInfo], bool] | None = None) -> procs.ProcInfo:
+    """The tool's process `proc` started (tool_process), or, when it exited
+    first or never started it, a one-line error with its exit code."""
+    found = tool_process(proc, tool, accept=accept)
+    if found is None:
+        code = proc.wait()
+        _print_log_tail(log)
+        raise Fatal(f"{os.path.basename(argv[0])} did not start {tool} (it exited with {code})",
+                    code if code else ExitCode.USAGE)
+    return found
 
 
 def _wrapped_job(proc: subprocess.Popen[bytes], argv: list[str], inner: list[str],
@@ -171,14 +187,9 @@ def _wrapped_job(proc: subprocess.Popen[bytes], argv: list[str], inner: list[str
     tool's environment does not hold it, its sessions are grouped by its
     driver's rule for a job we did not start."""
     tool = os.path.basename(inner[0])
-    pid = tool_process(proc, tool)
-    if pid is None:
-        code = proc.wait()
-        _print_log_tail(log)
-        raise Fatal(f"{os.path.basename(argv[0])} did not start {tool} (it exited with {code})",
-                    code if code else ExitCode.USAGE)
-    seen = procs.environ_appname(pid)
-    job = job_for_process(pid, inner, tag if tag and seen == tag else "")
+    found = _started_tool(proc, argv, tool, log)
+    seen = procs.environ_appname(found.pid)
+    job = job_for_process(found.pid, inner, tag if tag and seen == tag else "")
     return dataclasses.replace(job, command=tuple(redact_argv(argv)))
 
 
@@ -187,25 +198,16 @@ def _first_step_job(proc: subprocess.Popen[bytes], argv: list[str], tool: str,
     """The job of a shell string that runs a tool in steps: its first step's
     process once it runs (a step a driver follows: not `pg_restore -l`),
     found as a job in steps (steps.py) whose shell is that process's parent."""
-    deadline = time.monotonic() + TOOL_START_S
-    while True:
-        for pid in procs.tree_pids(proc.pid)[1:]:
-            info = procs.proc_info(pid)
-            if info is None or info.name != tool:
-                continue
-            words = list(info.cmdline)
-            driver = driver_for_argv(words)
-            if driver is None or not driver.from_tree(info, parse_argv(words)):
-                continue
-            seen = procs.environ_appname(pid)
-            job = job_for_process(pid, words, tag if tag and seen == tag else "")
-            return dataclasses.replace(job, step_shell=info.ppid)
-        if proc.poll() is not None or time.monotonic() >= deadline:
-            code = proc.wait()
-            _print_log_tail(log)
-            raise Fatal(f"{os.path.basename(argv[0])} did not start {tool} (it exited with "
-                        f"{code})", code if code else ExitCode.USAGE)
-        time.sleep(0.05)
+
+    def is_step(info: procs.ProcInfo) -> bool:
+        driver = driver_for_argv(list(info.cmdline))
+        return info.name == tool and driver is not None and \
+            driver.from_tree(info, parse_argv(list(info.cmdline)))
+
+    found = _started_tool(proc, argv, tool, log, is_step)
+    seen = procs.environ_appname(found.pid)
+    job = job_for_process(found.pid, list(found.cmdline), tag if tag and seen == tag else "")
+    return dataclasses.replace(job, step_shell=found.ppid)
 
 
 def _print_log_tail(log: str) -> None:

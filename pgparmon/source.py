@@ -23,6 +23,7 @@ from .connect import ConnectError, ConnTarget, describe_target
 from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
+from .jobs.job import StepLook
 from .jobs.registry import job_extras, job_titles, plan_for, progress_for, recognise_for, \
     sample_extras
 from .readers import devices as devmod
@@ -31,7 +32,6 @@ from .readers import procs
 from .readers.db import DbSampler, ServerFacts, host_only_facts
 from .redact import redact_argv, redact_text
 from .snapshot import FileSize, Snapshot
-from .jobs.job import StepLook
 from .steps import chain_of, next_step, resolved
 from .toc import TocError
 

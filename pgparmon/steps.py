@@ -35,7 +35,7 @@ from typing import Any
 
 from .jobs.base import Job
 from .jobs.job import StepLook
-from .jobs.registry import driver_for_argv, parse_argv
+from .jobs.registry import driver_for_argv, parse_argv, recognise_for
 from .readers import procs
 from .redact import redact_argv
 from .wrappers import shell_commands
@@ -99,8 +99,6 @@ def _same_command(named: list[str], ran: list[str]) -> bool:
 
 
 def _programs(job: Job) -> tuple[str, ...]:
-    from .jobs.registry import recognise_for
-
     return recognise_for(job.kind).programs
 
 

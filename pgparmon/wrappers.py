@@ -153,12 +153,17 @@ def _simple(text: str) -> list[str] | None:
         words = shlex.split(text)
     except ValueError:
         return None
+    return _bare(words) or None
+
+
+def _bare(words: list[str]) -> list[str]:
+    """A command's words without an `exec` before it and the VAR=value
+    words that set its environment alone (in either order)."""
     if words and words[0] == "exec":
         words = words[1:]
-    # VAR=value before the command: the environment of that one command
     while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
         words = words[1:]
-    return words or None
+    return words[1:] if words and words[0] == "exec" else words
 
 
 def shell_commands(argv: list[str]) -> list[list[str]] | None:
@@ -185,12 +190,4 @@ def shell_commands(argv: list[str]) -> list[list[str]] | None:
                 out[-1].append(tok)
     except ValueError:
         return None
-    cmds = []
-    for words in out:
-        while words and "=" in words[0] and not words[0].startswith(("-", "/", ".")):
-            words = words[1:]  # VAR=value before the command
-        if words and words[0] == "exec":
-            words = words[1:]
-        if words:
-            cmds.append(words)
-    return cmds
+    return [w for w in map(_bare, out) if w]

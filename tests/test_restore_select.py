@@ -149,7 +149,8 @@ def test_the_plan_of_a_restore_in_steps_counts_every_step(tmp_path: Path) -> Non
     (lists through a shell variable: every item of their sections) are the
     whole archive; a data step and a post-data step whose list is a file
     that can be read: the data and the listed builds."""
-    from pgparmon.jobs.pg_restore import _chain, _restored
+    from pgparmon.jobs.pg_restore import _chain
+    from pgparmon.jobs.restore_select import restored_by as _restored
 
     words = [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
              ["pg_restore", "-j", "4", "--section=data", "-d", "x", "/a"],

@@ -26,7 +26,7 @@ from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .restore_list import ListError, read_use_list
-from .restore_select import Selection
+from .restore_select import Selection, restored_by
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class PgRestore(Driver):
         # which of them this run (or its job's steps) restores
         extra = None
         if not sel.everything and not any(s.everything for s in chain):
-            ids, empty = _restored([sel, *chain], everything)
+            ids, empty = restored_by([sel, *chain], everything)
             if not ids:
                 return PlanInputs(error=f"pg_restore {sel.describe(req.get('args'))}: this run "
                                         "loads no table's data and builds no index or key, so "
@@ -235,10 +235,10 @@ class PgRestore(Driver):
 def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None, int | None]:
     """What each step of a restore in steps restores (steps.chain_of: the
     steps its shell's command line runs), the note that says the plan
-    counts them, and the largest -j they give. A list file named through a shell variable (`-L
-    "$L/rest.list"`, the advice's) or not readable here is read as every
-    item of the step's sections: the steps' lists together are most often
-    the whole archive."""
+    counts them, and the largest -j they give. A list file named through a
+    shell variable (`-L "$L/rest.list"`, the advice's) or not readable here
+    is read as every item of the step's sections: the steps' lists together
+    are most often the whole archive."""
     if not chain or not chain.get("steps"):
         return [], None, None
     sels, guessed, jobs = [], 0, 0
@@ -261,21 +261,6 @@ def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None, i
         note += (f"; {guessed} list file(s) not readable before their step runs counted as "
                  "every item of their sections")
     return sels, note, jobs or None
-
-
-def _restored(sels: list[Selection], toc: list[TocItem]) -> tuple[set[int], set[str]]:
-    """What some of these runs restore, and the tables one of them creates
-    that none loads."""
-    ids: set[int] = set()
-    created: set[str] = set()
-    loaded: set[str] = set()
-    for sel in sels:
-        i, empty = sel.restored(toc)
-        ids |= i
-        created |= empty
-        loaded |= {t.relation for t in toc if t.desc == "TABLE DATA" and t.relation
-                   and sel.wants(t)}
-    return ids, created - loaded
 
 
 def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,

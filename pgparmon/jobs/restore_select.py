@@ -118,13 +118,7 @@ class Selection:
         """The dump ids of the data and builds this run restores, and the
         tables it creates without loading (their builds are on empty
         tables)."""
-        toc = list(toc)
-        ids = {t.dump_id for t in toc if (t.desc in DATA_DESCS or t.desc in BUILD_DESCS)
-               and self.wants(t)}
-        created = {t.relation for t in toc if t.desc == "TABLE" and t.relation and self.wants(t)}
-        loaded = {t.relation for t in toc if t.desc == "TABLE DATA" and t.relation
-                  and self.wants(t)}
-        return ids, {r for r in created - loaded if r}
+        return restored_by([self], toc)
 
     def describe(self, args: ClientArgs | None) -> str:
         """The options that narrow the restore, as the command line gave
@@ -139,3 +133,19 @@ class Selection:
             elif k in ("data-only", "schema-only", "no-data", "no-schema", "statistics-only"):
                 shown.append(f"--{k}")
         return " ".join(shown)
+
+
+def restored_by(sels: Iterable[Selection], toc: Iterable[TocItem]) -> tuple[set[int], set[str]]:
+    """The dump ids of the data and builds some of these runs restore (the
+    steps of one restore), and the tables one of them creates that none
+    loads (their builds are on empty tables)."""
+    sels, toc = list(sels), list(toc)
+
+    def any_wants(t: TocItem) -> bool:
+        return any(sel.wants(t) for sel in sels)
+
+    ids = {t.dump_id for t in toc if (t.desc in DATA_DESCS or t.desc in BUILD_DESCS)
+           and any_wants(t)}
+    created = {t.relation for t in toc if t.desc == "TABLE" and t.relation and any_wants(t)}
+    loaded = {t.relation for t in toc if t.desc == "TABLE DATA" and t.relation and any_wants(t)}
+    return ids, {r for r in created - loaded if r}
