@@ -26,6 +26,22 @@ from .replay_source import EndOfRecording, ReplaySource
 from .sample import Sample, SampleError, read_samples
 
 
+def derive_all(path: str) -> tuple[list[Sample], Monitor]:
+    """Every sample a Monitor derives from a recording, at once (no
+    waiting), and the Monitor (its outcome, its summary): what the tests
+    and the benchmarks read a recording back with."""
+    rec = read_recording(path)
+    mon = Monitor(ReplaySource(rec.header, rec.events))
+    mon.discover()
+    samples: list[Sample] = []
+    while mon.outcome is None:
+        try:
+            samples.append(mon.tick())
+        except EndOfRecording:
+            break
+    return samples, mon
+
+
 class ReplayFeed(FeedBase):
     """Drives the same analysis as a live run from a recording (the feed the
     TUI and `pgparmon replay` use): tick() re-derives the next sample from the

@@ -22,8 +22,7 @@ import psycopg
 
 from pgparmon.cluster import Cluster, start_cluster
 from pgparmon.monitor import Monitor
-from pgparmon.record import read_recording
-from pgparmon.replay_source import EndOfRecording, ReplaySource
+from pgparmon.playback import derive_all
 
 
 def pgparmon_cmd(*args: str) -> list[str]:
@@ -76,16 +75,8 @@ def wait_for_backends(cluster: Cluster, dbname: str, app_prefix: str, n: int = 1
 def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Monitor]:
     """Every sample a Monitor derives from a recording (no server, no
     waiting), its summary, and the Monitor (its outcome)."""
-    rec = read_recording(str(path))
-    mon = Monitor(ReplaySource(rec.header, rec.events))
-    mon.discover()
-    samples = []
-    while mon.outcome is None:
-        try:
-            samples.append(mon.tick().to_json())
-        except EndOfRecording:
-            break
-    return samples, mon.summary(), mon
+    samples, mon = derive_all(str(path))
+    return [s.to_json() for s in samples], mon.summary(), mon
 
 
 class QuietSource:

@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 from support import monitor_replay
 
-from pgparmon.monitor import Monitor
+from pgparmon.playback import derive_all
 from pgparmon.record import read_recording
-from pgparmon.replay_source import EndOfRecording, ReplaySource
 from pgparmon.sample import SCHEMA, Sample, SampleError, read_samples
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -85,16 +84,7 @@ def test_golden_last_samples_round_trip(path: Path) -> None:
 
 
 def _typed_replay(path: Path) -> list[Sample]:
-    rec = read_recording(str(path))
-    mon = Monitor(ReplaySource(rec.header, rec.events))
-    mon.discover()
-    out: list[Sample] = []
-    while mon.outcome is None:
-        try:
-            out.append(mon.tick())
-        except EndOfRecording:
-            break
-    return out
+    return derive_all(str(path))[0]
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
