@@ -157,3 +157,68 @@ def test_a_key_waits_for_the_referenced_keys_through_their_attachments() -> None
     assert order["40"] == frozenset({"20", "21", "22"})
     assert order["21"] == order["22"] == frozenset({"20"})
     assert "41" not in order and "20" not in order
+
+
+def _in_steps(tr: Tracker, streams: list[int | None]) -> None:
+    """The tracker's builds run by the next step (a restore in steps, in
+    its data step now)."""
+    from pgparmon.jobs.base import state_of
+    from pgparmon.jobs.pg_restore import RestoreState
+    from pgparmon.jobs.progress import LaterSteps
+
+    later = {it.key: 1 for it in tr.items.values() if it.kind != "data"}
+    state_of(tr, RestoreState).later = LaterSteps(later, streams)
+
+
+def test_a_later_step_runs_after_this_one_not_beside_it() -> None:
+    """A restore in steps, in its data step: one big table with no index
+    and three of a quarter of it, each with one. In one schedule the small
+    tables' builds fill the streams left idle while the big table loads;
+    the post-data step starts only when the data step has ended, so the ETA
+    is the data's schedule and then the builds', at the next step's -j."""
+    from pgparmon.analyze.schedule import simulate
+
+    toc = [TocItem(10 + i, 0, 0, "TABLE DATA", "public", f"t{i}", "o") for i in range(4)]
+    toc += [TocItem(20 + i, 0, 0, "INDEX", "public", f"t{i}_idx", "o") for i in range(1, 4)]
+    from pgparmon.ddl import PostDataTarget
+
+    targets = {20 + i: PostDataTarget("INDEX", "public", f"t{i}_idx", f"public.t{i}", None,
+                                      "index") for i in range(1, 4)}
+    files = {str(10 + i): (None, 2e9 if i == 0 else 5e8) for i in range(4)}
+    tr = Tracker(Job(kind="pg_restore", database="db", jobs=4), driver_for("pg_restore"))
+    plan_archive(tr, toc, files, targets)
+    tr.history = [(float(t), 4, 4e7 * t) for t in range(11)]
+    one = eta.estimate(tr).seconds
+    rate = eta.per_stream_rate(tr)
+    assert one is not None and rate is not None
+    data = [it.work_item(it.work) for it in tr.items.values() if it.kind == "data"]
+    builds = [it.work_item(it.work, frozenset()) for it in tr.items.values()
+              if it.kind != "data"]
+    for streams, j in (([None], 4), ([2], 2)):
+        _in_steps(tr, streams)
+        stepped = eta.estimate(tr)
+        want = simulate(data, 4, rate).makespan + simulate(builds, j, rate).makespan
+        assert stepped.seconds == pytest.approx(want, rel=1e-9)
+        assert stepped.seconds > one and stepped.last_item in ("t1_idx", "t2_idx", "t3_idx")
+    # the builds fit in the big load's tail in one schedule: the steps add
+    # them after it
+    assert one == pytest.approx(simulate(data, 4, rate).makespan, rel=1e-9)
+
+
+def test_batches_keep_to_their_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of items of two steps: no batch holds items of both, and
+    the batched ETA agrees with simulating every item, step after step."""
+    tr = _restore(6000, 3000)
+    _in_steps(tr, [None])
+    coarse = eta.estimate(tr).seconds
+    tail = eta._TAILS.get(tr)
+    assert isinstance(tail, eta._Tail) and tail.part_of is not None
+    parts: dict[int, set[int]] = {}
+    for key, b in tail.batch_of.items():
+        parts.setdefault(b, set()).add(tail.part_of.get(key, 0))
+    assert all(len(p) == 1 for p in parts.values())
+    assert {tail.part[k] for k in tail.keys} == {0, 1}
+    assert coarse == pytest.approx(_exact(tr, monkeypatch), rel=0.02)
+    _in_steps(tr, [None])  # a new plan's steps: the batches are made again
+    eta.estimate(tr)
+    assert eta._TAILS.get(tr) is not tail

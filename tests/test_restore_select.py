@@ -158,7 +158,8 @@ def test_the_plan_of_a_restore_in_steps_counts_every_step(tmp_path: Path) -> Non
               "/a"],
              ["pg_restore", "-j", "4", "-L", "$L/fk.list", "-d", "x", "/a"]]
     sels, note, jobs = _chain({"shell": os.getpid(), "steps": words})
-    assert len(sels) == 4 and jobs == 4 and note and "4 steps" in note and "2 list file(s)" in note
+    assert len(sels) == 4 and jobs == [None, 4, 4, 4]
+    assert note and "4 steps" in note and "2 list file(s)" in note
     assert sorted(_restored(sels, _toc())[0]) == _ids(_sel())[0]
     (tmp_path / "b.list").write_text("22; 0 0 INDEX s1 a_x_idx o\n;23; 0 0 INDEX s2 b_y_idx o\n")
     sels, note, _ = _chain({"shell": os.getpid(), "steps": [
@@ -166,7 +167,39 @@ def test_the_plan_of_a_restore_in_steps_counts_every_step(tmp_path: Path) -> Non
                    "x", "/a"]]})
     assert note and "list file" not in note
     assert _restored(sels, _toc()) == ({10, 11, 13, 22}, set())
-    assert _chain(None) == ([], None, None)
+    assert _chain(None) == ([], None, [])
+
+
+def test_the_later_steps_are_what_this_step_leaves_to_them() -> None:
+    """The ETA's steps (pg_restore._later_steps): the items each later step
+    restores, counted from the step running now (found among the shell's
+    steps by what it restores: a list the chain could not read matches on
+    its other options), and each later step's -j."""
+    from pgparmon.jobs.pg_restore import _chain, _later_steps
+
+    words = [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
+             ["pg_restore", "-j", "4", "--section=data", "-d", "x", "/a"],
+             ["pg_restore", "-j", "3", "--section=post-data", "-L", "$L/rest.list", "-d", "x",
+              "/a"],
+             ["pg_restore", "-j", "2", "-L", "$L/fk.list", "-d", "x", "/a"]]
+    chain, _, jobs = _chain({"shell": os.getpid(), "steps": words})
+    # the pre-data step: the data next, the builds after it
+    got = _later_steps(_sel("--section=pre-data"), chain, jobs, 1, _toc())
+    assert got == {"later_steps": {"10": 1, "11": 1, "13": 1, "20": 2, "21": 2, "22": 2,
+                                   "23": 2, "24": 2}, "later_jobs": [4, 3, 2]}
+    # the data step, attached to in it (its job's first step)
+    got = _later_steps(_sel("-j", "4", "--section=data"), chain, jobs, 1, _toc())
+    assert got == {"later_steps": {str(i): 1 for i in (20, 21, 22, 23, 24)},
+                   "later_jobs": [3, 2]}
+    # the post-data step, its list read: the foreign key is the last step's
+    rest = _sel("-j", "3", "--section=post-data", "-L", "/tmp/L/rest.list",
+                listed=frozenset({20, 21, 22, 23}))
+    assert _later_steps(rest, chain, jobs, 3, _toc()) == {"later_steps": {"24": 1},
+                                                          "later_jobs": [2]}
+    # the last step, and a run that is none of the steps: nothing after it
+    fk = _sel("-j", "2", "-L", "/tmp/L/fk.list", listed=frozenset({24}))
+    assert _later_steps(fk, chain, jobs, 4, _toc()) is None
+    assert _later_steps(_sel("-j", "8"), chain, jobs, 1, _toc()) is None
 
 
 def test_a_step_with_no_j_is_followed_at_the_steps_j() -> None:
@@ -179,7 +212,7 @@ def test_a_step_with_no_j_is_followed_at_the_steps_j() -> None:
              ["pg_restore", "-j", "6", "--section=data", "-d", "x", "/a"],
              ["pg_restore", "-j", "4", "--section=post-data", "-d", "x", "/a"]]
     sels, _, jobs = _chain({"shell": os.getpid(), "steps": words})
-    assert len(sels) == 3 and jobs == 6
+    assert len(sels) == 3 and jobs == [None, 6, 4]
     for opts, want in ((["--section=pre-data"], 6), (["-j", "2", "--section=data"], 2)):
         job = Job(kind="pg_restore", database="x", args=parse_client_cmdline(
             ["pg_restore", *opts, "-d", "x", "/a"], PgRestore.client_specs))

@@ -8,10 +8,10 @@ simulation the advisor uses, at per-stream rates learned from this run.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..jobs.plan import plan_of
-from ..jobs.progress import progress_of
+from ..jobs.progress import LaterSteps, progress_of
 from .eta_value import Eta
 from .items import Item
 from .progress import Tracker
@@ -80,19 +80,45 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
         if r_own and r_own > 0:
             remaining = remaining * r1 / r_own
         running.append(it.work_item(remaining, frozenset()))
-    tail = _Tail.of(tr)
+    later = obs.later_steps(tr)
+    tail = _Tail.of(tr, later.part_of if later is not None else None)
     if tail is not None and tail.waiting() > MAX_SIMULATED:
         pending = tail.work(left, spb * r1 if spb is not None else None)
     else:
         order = tail.order if tail is not None else sorted(tr.items.values(),
                                                              key=lambda it: -it.size)
-        pending = [it.work_item(left(it)) for it in order if it.state != "done" and it.state != "running"]
+        pending = [it.work_item(left(it)) for it in order
+                   if it.state != "done" and it.state != "running"]
     if not obs.has_total(tr):
         return Eta(None, None, None, "no total known for this job")
     workers = obs.streams(tr) or max(1, len(running))
-    sched: Schedule = simulate(pending, workers, rate, running=running)
-    last = tr.items.get(sched.last_item or "")
-    return Eta(sched.makespan, last.name if last else None, sched.tail_s, None)
+    if later is None:
+        sched: Schedule = simulate(pending, workers, rate, running=running)
+        last = tr.items.get(sched.last_item or "")
+        return Eta(sched.makespan, last.name if last else None, sched.tail_s, None)
+    return _in_steps(tr, pending, running, workers, rate, later, tail)
+
+
+def _in_steps(tr: Tracker, pending: list[WorkItem], running: list[WorkItem], workers: int,
+              rate: Callable[[int], float], later: LaterSteps, tail: _Tail | None) -> Eta:
+    """The rest of a job in steps: this step's schedule, then each later
+    step's own, one after another (a step starts when the one before has
+    ended: its builds never fill the idle streams of this step's tail), each
+    at its own -j."""
+    parts: dict[int, list[WorkItem]] = {}
+    for w in pending:
+        k = tail.part.get(w.key) if tail is not None and w.key in tail.part else None
+        parts.setdefault(later.part_of.get(w.key, 0) if k is None else k, []).append(w)
+    sched = simulate(parts.pop(0, []), workers, rate, running=running)
+    total, end = sched.makespan, sched
+    for k in sorted(parts):
+        n = later.streams[k - 1] if k - 1 < len(later.streams) else None
+        step = simulate(parts[k], n or workers, rate)
+        total += step.makespan
+        if step.spans:
+            end = step
+    last = tr.items.get(end.last_item or "")
+    return Eta(total, last.name if last else None, end.tail_s, None)
 
 
 # Above this many items waiting, the smaller ones are simulated in batches
@@ -123,13 +149,17 @@ class _Tail:
 
     REFRESH = 60
 
-    def __init__(self, tr: Tracker) -> None:
+    def __init__(self, tr: Tracker, part_of: Mapping[str, int] | None = None) -> None:
         items = tr.items
         self.version = tr.version
+        # a job in steps: which later step runs each item (a batch holds
+        # the items of one step only: `part`, each batch's)
+        self.part_of = part_of
+        steps = part_of or {}
         self.order = sorted(items.values(), key=lambda it: -it.size)
         keep = MAX_SIMULATED // 2
         self.singles = self.order[:keep]
-        classes: tuple[list[Item], list[Item]] = ([], [])
+        classes: dict[tuple[int, int], list[Item]] = {}
         for it in self.order[keep:]:
             lv = 0
             for d in it.deps:
@@ -143,17 +173,21 @@ class _Tail:
             if lv == 2:
                 self.singles.append(it)
             else:
-                classes[lv].append(it)
-        per = max(1, -(-(len(classes[0]) + len(classes[1])) // (MAX_SIMULATED - keep)))
+                classes.setdefault((steps.get(it.key, 0), lv), []).append(it)
+        batched = sum(len(m) for m in classes.values())
+        per = max(1, -(-batched // (MAX_SIMULATED - keep)))
         self.batch_of: dict[str, int] = {}
         self.keys: list[str] = []
         self.sizes: list[float] = []
-        for lv, members in enumerate(classes):
+        self.part: dict[str, int] = {}
+        for (part, lv), members in sorted(classes.items()):
             for i in range(0, len(members), per):
                 group = members[i:i + per]
                 for it in group:
                     self.batch_of[it.key] = len(self.keys)
-                self.keys.append(f"batch:{lv}:{i // per}")
+                key = f"batch:{lv}:{i // per}" if not part else f"batch:{part}:{lv}:{i // per}"
+                self.keys.append(key)
+                self.part[key] = part
                 self.sizes.append(group[0].size)
 
         def key_of(k: str) -> str:
@@ -161,7 +195,7 @@ class _Tail:
             return k if b is None else self.keys[b]
 
         deps: list[set[str]] = [set() for _ in self.keys]
-        for it in classes[1]:
+        for it in (it for (_, lv), members in classes.items() if lv == 1 for it in members):
             b = self.batch_of[it.key]
             deps[b].update(key_of(d) for d in it.deps if d in items)
         self.deps = [frozenset(d - {k}) for d, k in zip(deps, self.keys)]
@@ -172,14 +206,14 @@ class _Tail:
         self.recount(tr)
 
     @staticmethod
-    def of(tr: Tracker) -> _Tail | None:
-        """The tracker's tail, made again when its work list changed; None
-        for a list small enough to simulate whole."""
+    def of(tr: Tracker, part_of: Mapping[str, int] | None = None) -> _Tail | None:
+        """The tracker's tail, made again when its work list or its steps
+        changed; None for a list small enough to simulate whole."""
         if len(tr.items) <= MAX_SIMULATED:
             return None
         tail = _TAILS.get(tr)
-        if tail is None or tail.version != tr.version:
-            tail = _TAILS[tr] = _Tail(tr)
+        if tail is None or tail.version != tr.version or tail.part_of is not part_of:
+            tail = _TAILS[tr] = _Tail(tr, part_of)
         else:
             tail.samples += 1
             if tail.samples % _Tail.REFRESH == 0:

@@ -25,8 +25,9 @@ from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
+from .progress import LaterSteps
 from .restore_list import ListError, read_use_list
-from .restore_select import Selection, restored_by
+from .restore_select import Selection, restored_by, step_parts
 from .tables import DEFAULT_FK_FACTOR
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class RestoreState:
     that gives none (the pre-data step runs on one connection)."""
 
     steps_jobs: int | None = None
+    # what the steps after this one restore, and their -j (the ETA's)
+    later: LaterSteps | None = None
 
 
 class PgRestore(Driver):
@@ -118,7 +121,8 @@ class PgRestore(Driver):
         command line) and the list file of `-L` (absolute: a relative one
         is the process's working folder's), when it has one."""
         path, why = use_list_path(tr.job.args, tr.job.client_pid)
-        return {"use_list": path, "use_list_error": why, "args": tr.job.args}
+        return {"use_list": path, "use_list_error": why, "args": tr.job.args,
+                "step": tr.job.step}
 
     def read_plan(self, src: PlanReader, req: dict[str, Any]) -> PlanInputs | None:
         if not src.target_dir:
@@ -136,7 +140,8 @@ class PgRestore(Driver):
         pg_restore = src.client_binary("pg_restore")
         everything = list_archive(src.target_dir, pg_restore=pg_restore)[1]
         sel = Selection.of(req.get("args"), listed)
-        chain, note, steps_jobs = _chain(req.get("chain"))
+        chain, note, step_jobs = _chain(req.get("chain"))
+        steps_jobs = max((j for j in step_jobs if j), default=None)
         # every item stays in the plan's inputs (a build is sized by its
         # table's data, loaded by this run or an earlier one); `extra` says
         # which of them this run (or its job's steps) restores
@@ -150,6 +155,9 @@ class PgRestore(Driver):
             extra = {"restores": sorted(ids), "empty_tables": sorted(empty)}
         if steps_jobs:
             extra = {**(extra or {}), "steps_jobs": steps_jobs}
+        later = _later_steps(sel, chain, step_jobs, req.get("step"), everything)
+        if later:
+            extra = {**(extra or {}), **later}
         try:
             targets = post_data_targets(src.target_dir, pg_restore=pg_restore)
         except TocError:
@@ -170,7 +178,11 @@ class PgRestore(Driver):
             return False
         extra = inputs.extra or {}
         restores = extra.get("restores")
-        state_of(tr, RestoreState).steps_jobs = extra.get("steps_jobs")
+        state = state_of(tr, RestoreState)
+        state.steps_jobs = extra.get("steps_jobs")
+        later = extra.get("later_steps")
+        state.later = LaterSteps(dict(later), list(extra.get("later_jobs") or ())) \
+            if later else None
         plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets(),
                      inputs.partitions,
                      restores=None if restores is None else {int(i) for i in restores},
@@ -204,6 +216,9 @@ class PgRestore(Driver):
         # steps' -j (the pre-data step's is one connection)
         return tr.job.jobs or state_of(tr, RestoreState).steps_jobs
 
+    def later_steps(self, tr: Tracker) -> LaterSteps | None:
+        return state_of(tr, RestoreState).later
+
     def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         # a restore in steps (steps.py): which of them runs now
@@ -232,19 +247,19 @@ class PgRestore(Driver):
         return f"exit code {code}" + (" (pg_restore ignored errors)" if code == 1 else "")
 
 
-def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None, int | None]:
+def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None, list[int | None]]:
     """What each step of a restore in steps restores (steps.chain_of: the
     steps its shell's command line runs), the note that says the plan
-    counts them, and the largest -j they give. A list file named through a
+    counts them, and the -j each gives. A list file named through a
     shell variable (`-L "$L/rest.list"`, the advice's) or not readable here
     is read as every item of the step's sections: the steps' lists together
     are most often the whole archive."""
     if not chain or not chain.get("steps"):
-        return [], None, None
-    sels, guessed, jobs = [], 0, 0
+        return [], None, []
+    sels, guessed, jobs = [], 0, []
     for words in chain["steps"]:
         args = parse_client_cmdline(words, PgRestore.client_specs)
-        jobs = max(jobs, args.jobs or 0)
+        jobs.append(args.jobs)
         listed = None
         path, why = use_list_path(args, chain.get("shell"))
         if path is not None or why:
@@ -260,7 +275,29 @@ def _chain(chain: dict[str, Any] | None) -> tuple[list[Selection], str | None, i
     if guessed:
         note += (f"; {guessed} list file(s) not readable before their step runs counted as "
                  "every item of their sections")
-    return sels, note, jobs or None
+    return sels, note, jobs
+
+
+def _later_steps(sel: Selection, chain: list[Selection], jobs: list[int | None],
+                 step: int | None, toc: list[TocItem]) -> dict[str, Any] | None:
+    """For the ETA of a restore in steps: the items a later step restores,
+    each with how many steps after this one (restore_select.step_parts),
+    and each later step's -j. This run is the step of the chain that
+    restores what it does (a list file the chain could not read matches
+    on its other options); where several do, the one its job's step count
+    points at or the first after it. None when no step of the chain is
+    this one, or none comes after it."""
+    loose = dataclasses.replace(sel, listed=None)
+    hits = [i for i, s in enumerate(chain) if s == sel or (s.listed is None and s == loose)]
+    if not hits:
+        return None
+    at = max(0, (step or 1) - 1)
+    cur = hits[0] if len(hits) == 1 else next((i for i in hits if i >= at), hits[-1])
+    parts = step_parts([*chain[:cur], sel, *chain[cur + 1:]], cur, toc)
+    if not parts:
+        return None
+    return {"later_steps": {str(k): v for k, v in sorted(parts.items())},
+            "later_jobs": jobs[cur + 1:]}
 
 
 def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,

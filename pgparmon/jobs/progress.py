@@ -11,14 +11,14 @@ driver through this class (`progress_of(tracker)`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..item_kinds import ItemKind
 from ..phases import Phase
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from ..analyze.bottleneck import Verdict
     from ..analyze.eta_value import Eta
     from ..analyze.items import Item, WorkerState
@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     from .job import Job
 
 DATA_FLOWS = (None, "in", "out")
+
+
+@dataclass(frozen=True)
+class LaterSteps:
+    """The steps after the one running now of a job in steps: each
+    item's key a later step runs, with how many steps on (1: the next), and
+    each later step's streams (None: as this one's)."""
+
+    part_of: Mapping[str, int]
+    streams: Sequence[int | None]
 
 
 class Progress:
@@ -153,6 +163,12 @@ class Progress:
         """How many items run at once in the rest of the run (the ETA's
         workers): the tool's -j when known."""
         return tr.job.jobs
+
+    def later_steps(self, tr: Tracker) -> LaterSteps | None:
+        """A job in steps whose later steps are known: which items each
+        runs (they start only when the steps before have ended) and its
+        streams. None: the rest of the run is one schedule."""
+        return None
 
     def has_total(self, tr: Tracker) -> bool:
         """Whether the items' work adds up to a known total (an ETA needs one)."""

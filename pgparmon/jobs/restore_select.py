@@ -149,3 +149,22 @@ def restored_by(sels: Iterable[Selection], toc: Iterable[TocItem]) -> tuple[set[
     created = {t.relation for t in toc if t.desc == "TABLE" and t.relation and any_wants(t)}
     loaded = {t.relation for t in toc if t.desc == "TABLE DATA" and t.relation and any_wants(t)}
     return ids, {r for r in created - loaded if r}
+
+
+def step_parts(sels: list[Selection], current: int, toc: Iterable[TocItem]) -> dict[int, int]:
+    """The steps of one restore, in order, the one running now at
+    `current`: the dump ids of the data and builds a later step restores,
+    each with how many steps after this one it runs (1: the next). An item
+    this step or an earlier one restores is in none (this step's work, or
+    done before it); pg_restore starts a step only when the one before has
+    ended, so a later step's builds never run beside this step's loads."""
+    out: dict[int, int] = {}
+    for t in toc:
+        if t.desc not in DATA_DESCS and t.desc not in BUILD_DESCS:
+            continue
+        if any(sel.wants(t) for sel in sels[:current + 1]):
+            continue
+        k = next((i for i in range(current + 1, len(sels)) if sels[i].wants(t)), None)
+        if k is not None:
+            out[t.dump_id] = k - current
+    return out

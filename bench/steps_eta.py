@@ -1,0 +1,177 @@
+"""ETA accuracy on a restore in steps (pre-data, data -j N, post-data -j N
+from one shell), whose data step one table without an index dominates.
+
+`pgparmon run --json --record -- sh -c 'pg_restore --section=pre-data ...
+&& pg_restore -j N --section=data ... && pg_restore -j N
+--section=post-data ...'` on an archive of one big table with no index and
+four of a quarter of it, each with a primary key and an index on a text
+column. The post-data step starts when the data step has ended: the
+smaller tables' builds cannot run in the idle streams of the big load's
+tail. For the samples nearest to 25%, 50% and 75% of the run's wall time
+(measured outside pgparmon), the ETA shown then is compared with the real
+time left.
+
+Each run's recording is kept (`--keep DIR`), with its start and end; then
+`--replay DIR` scores the same runs again through the code at hand (the
+samples a Monitor derives from each recording), so that two versions of
+the ETA are compared on the same runs.
+
+    .venv/bin/python bench/steps_eta.py --runs 3 --keep /tmp/steps-eta      # ~3 min
+    .venv/bin/python bench/steps_eta.py --replay /tmp/steps-eta
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from common import machine, median, pgparmon, start_cluster, write_json
+
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def steps_sql(scale: float) -> str:
+    big = int(2_000_000 * scale)
+    side = big // 4
+    parts = [f"CREATE TABLE big AS SELECT g AS id, md5(g::text) AS a, md5((g*7)::text) AS b "
+             f"FROM generate_series(1, {big}) g;"]
+    for i in range(4):
+        parts.append(f"CREATE TABLE side_{i} AS SELECT g AS id, md5((g*{i + 3})::text) AS a "
+                     f"FROM generate_series(1, {side}) g;")
+        parts.append(f"ALTER TABLE side_{i} ADD PRIMARY KEY (id);")
+        parts.append(f"CREATE INDEX side_{i}_a ON side_{i} (a);")
+    parts.append("ANALYZE;")
+    return "\n".join(parts)
+
+
+def _ts(s: dict[str, Any]) -> float:
+    return datetime.fromisoformat(s["ts"]).timestamp()
+
+
+def score(samples: list[dict[str, Any]], t0: float, end: float) -> dict[str, Any]:
+    """The ETA shown at the samples nearest to each fraction of the run,
+    against the real time left."""
+    total = end - t0
+    shown = [s for s in samples if s["job"]["eta_s"] is not None
+             and s["job"]["state"] == "running"]
+    points = {}
+    for frac in FRACTIONS:
+        want = t0 + total * frac
+        s = min(shown, key=lambda s: abs(_ts(s) - want))
+        real = end - _ts(s)
+        points[str(frac)] = {"at_s": round(_ts(s) - t0, 2), "step": s["job"].get("step"),
+                             "eta_s": s["job"]["eta_s"], "real_remaining_s": round(real, 2),
+                             "error": round((s["job"]["eta_s"] - real) / real, 4)}
+    return {"total_s": round(total, 2), "points": points}
+
+
+def one_run(cl: Any, archive: Path, jobs: int, rec: Path) -> dict[str, Any]:
+    cl.psql("DROP DATABASE IF EXISTS steps_r")
+    cl.psql("CREATE DATABASE steps_r")
+    pgr = shlex.quote(cl.client("pg_restore"))
+    tail = f"-d steps_r {shlex.quote(str(archive))}"
+    script = (f"{pgr} --section=pre-data {tail} && {pgr} -j {jobs} --section=data {tail} && "
+              f"{pgr} -j {jobs} --section=post-data {tail}")
+    t0 = time.time()
+    res = subprocess.run(pgparmon("run", "--json", "--interval", "0.5", "--record", str(rec),
+                                  "--", "sh", "-c", script),
+                         capture_output=True, text=True, env=cl.env())
+    t_end = time.time()
+    if res.returncode != 0:
+        raise SystemExit(res.stderr[-2000:])
+    samples = [json.loads(x) for x in res.stdout.splitlines()
+               if x.startswith("{") and '"pgparmon.sample/1"' in x]
+    # the job's own end: the outside clock, less the monitor's exit
+    # latency (under one interval)
+    end = min(t_end, max(_ts(s) for s in samples) + 0.5)
+    steps = sorted({s["job"].get("step") or 1 for s in samples})
+    return {"t0": t0, "end": end, "steps_seen": steps, **score(samples, t0, end)}
+
+
+def replayed(rec: Path) -> list[dict[str, Any]]:
+    """Every sample the code at hand derives from a recording."""
+    from pgparmon.playback import derive_all
+
+    return [s.to_json() for s in derive_all(str(rec))[0]]
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    return {f: median([abs(r["points"][f]["error"]) for r in runs])
+            for f in (str(x) for x in FRACTIONS)}
+
+
+def replay_dir(d: Path, out: Path | None) -> None:
+    kept = json.loads((d / "runs.json").read_text())
+    runs = []
+    for i, r in enumerate(kept["runs"]):
+        runs.append({**score(replayed(d / f"run{i + 1}.rec"), r["t0"], r["end"])})
+        pts = runs[-1]["points"]
+        print(f"run {i + 1}: " + ", ".join(f"at {float(f):.0%}: ETA {p['eta_s']} s, real "
+                                           f"{p['real_remaining_s']} s ({p['error']:+.1%})"
+                                           for f, p in pts.items()), flush=True)
+    errs = summary(runs)
+    print("median |error| (replayed): " +
+          ", ".join(f"at {float(f):.0%}: {e:.1%}" for f, e in errs.items()))
+    if out is not None:
+        write_json(out, {"benchmark": "steps_eta (replay)", "machine": machine(),
+                         "recordings": str(d), "runs": runs, "median_abs_error": errs})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--keep", help="a folder to keep each run's recording in")
+    ap.add_argument("--replay", help="score the recordings kept in this folder again")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if a.replay:
+        replay_dir(Path(a.replay), Path(a.out) if a.out else None)
+        return
+    out = Path(a.out or Path(__file__).resolve().parent.parent / "docs" / "bench" /
+               "steps_eta.json")
+    keep = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="pgparmon-steps-eta-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    cl = start_cluster(prefix="pgparmon-bench-")
+    work = Path(tempfile.mkdtemp(prefix="pgparmon-bench-out-"))
+    if os.geteuid() == 0:
+        shutil.chown(work, "postgres")
+    try:
+        cl.psql("CREATE DATABASE steps")
+        cl.psql(steps_sql(a.scale), dbname="steps")
+        archive = work / "a"
+        subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "2", "-f", str(archive), "steps"],
+                       env=cl.env(), check=True)
+        runs = []
+        for i in range(a.runs):
+            r = one_run(cl, archive, a.jobs, keep / f"run{i + 1}.rec")
+            runs.append(r)
+            pts = r["points"]
+            print(f"run {i + 1}: {r['total_s']} s, steps {r['steps_seen']}; " +
+                  ", ".join(f"at {float(f):.0%}: ETA {p['eta_s']} s, real "
+                            f"{p['real_remaining_s']} s ({p['error']:+.1%})"
+                            for f, p in pts.items()), flush=True)
+        write_json(keep / "runs.json", {"runs": runs})
+        errs = summary(runs)
+        write_json(out, {"benchmark": "steps_eta", "machine": machine(), "jobs": a.jobs,
+                         "scale": a.scale, "runs": runs, "median_abs_error": errs})
+        print("median |error|: " + ", ".join(f"at {float(f):.0%}: {e:.1%}"
+                                             for f, e in errs.items()))
+        print(f"recordings kept in {keep}")
+    finally:
+        cl.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
