@@ -220,7 +220,9 @@ class SampleBuilder:
             progress=round(progress, 4) if progress is not None else None,
             eta_s=round(est.seconds, 1) if est.seconds is not None and state == "running"
             else (0.0 if state == "finished" else None),
-            eta_reason=est.reason, last_item=est.last_item,
+            # an ended job's ETA is no estimate: no reason beside it (a finished
+            # job's 0 read "≥ 0 ms" beside the "measuring" of its last seconds)
+            eta_reason=est.reason if state == "running" else None, last_item=est.last_item,
             bytes_per_s=round(throughput(rows.bps_by_dir), 1),
             tuples_per_s=round(throughput(rows.tps_by_dir), 1),
             items_total=len(tr.items),
