@@ -1,7 +1,9 @@
 """`pgparmon run`: start a job, follow it, and exit with its exit code.
 pg_dump / pg_restore get their connections tagged, also when a shell's
 `-c` string runs one of them once or in steps (a restore in sections: a
-job in steps, steps.py); any other command (a loader, a script) is
+job in steps, steps.py), or several of them one after another (a dump,
+then its restore: each one's job in turn); any other command (a loader, a
+script) is
 followed as a COPY job through its process tree, which pgparmon knows
 exactly because it started it."""
 
@@ -24,6 +26,7 @@ from .connect import ConnectError, ConnTarget, check_reachable
 from .discover import DiscoveryError
 from .exitcodes import ExitCode, Fatal
 from .follow import follow, open_recorder
+from .record import Recorder
 from .jobs.base import Job
 from .jobs.registry import client_programs, client_specs, command_job, driver_for_argv, \
     parse_argv, recognise_for
@@ -32,7 +35,7 @@ from .open_job import job_for_process
 from .readers import procs
 from .redact import redact_argv, redact_text
 from .source import HostSource, LiveSource, RecordingSource
-from .steps import tool_steps
+from .steps import tool_groups, tool_steps
 from .wrappers import unwrap
 
 
@@ -71,6 +74,12 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
                     ExitCode.USAGE)
     # su, sudo, env, nice, a shell's -c ...: the job is the command inside
     inner = unwrap(argv)
+    # a shell string that runs two tools one after another (a dump, then its
+    # restore): each one's job in turn
+    groups = tool_groups(inner)
+    if groups is not None and len(groups) > 1:
+        return _run_in_turn(argv, groups, target, interval, as_json, duration, env, console,
+                            record, plain)
     # a shell string that runs a tool once or in steps (a restore in sections)
     steps = tool_steps(inner)
     if steps:
@@ -83,10 +92,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
     args = (parse_argv(inner) if known or tool in client_specs()
             else ClientArgs(program=prog))
     if target is None:  # watch the server the job talks to, found the way libpq finds it
-        e = os.environ if env is None else env
-        target = ConnTarget(dbname=args.dbname or e.get("PGDATABASE"),
-                            host=args.host or e.get("PGHOST"),
-                            port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
+        target = _target_of(args, env)
     if (not known or inner != list(argv)) and shutil.which(argv[0]) is None:
         raise Fatal(f"cannot start {prog}: command not found", ExitCode.USAGE)
     try:
@@ -105,21 +111,7 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
             job = job_for_process(proc.pid, argv, tag or "")
         else:
             job = _wrapped_job(proc, argv, inner, tag, log)
-        try:
-            live: LiveSource | HostSource
-            if recognise_for(job.kind).host_only:  # it runs with the server down
-                live = HostSource(job=job, process=proc, log=log)
-            else:
-                live = LiveSource(target, job=job, process=proc, log=log,
-                                  copy_source=copy_source)
-            mon = Monitor(RecordingSource(live, recorder) if recorder else live)
-            mon.settle_heap = True  # this process follows this one job
-            mon.discover()
-        except (ConnectError, DiscoveryError) as exc:
-            code = proc.wait()
-            _print_log_tail(log)
-            raise Fatal(f"{exc} (the job ran unmonitored and exited with {code})",
-                        ExitCode.CONNECT) from None
+        mon = _monitor(job, target, proc, log, recorder, copy_source)
         try:
             code = follow(mon, interval, as_json, duration, recorder, plain, console=console,
                           title=f"pgparmon run: {job.describe()}")
@@ -130,14 +122,129 @@ def run_job(argv: list[str], target: ConnTarget | None, interval: float, as_json
             # the job is the shell's string: its exit status is the shell's
             # (which may still run a command after the last step)
             code = proc.wait() or code
-        if code not in (0, ExitCode.INTERRUPTED):
-            _print_log_tail(log)
     finally:
-        try:
-            os.unlink(log)
-        except OSError:
-            pass
+        _drop_log(log, code)
     return code
+
+
+def _drop_log(log: str, code: int) -> None:
+    """The job's output: its last lines shown when it failed, then removed."""
+    if code not in (0, ExitCode.INTERRUPTED):
+        _print_log_tail(log)
+    try:
+        os.unlink(log)
+    except OSError:
+        pass
+
+
+def _target_of(args: ClientArgs, env: dict[str, str] | None) -> ConnTarget:
+    """The server a tool's command line talks to, found the way libpq finds it."""
+    e = os.environ if env is None else env
+    return ConnTarget(dbname=args.dbname or e.get("PGDATABASE"),
+                      host=args.host or e.get("PGHOST"),
+                      port=args.port or e.get("PGPORT"), user=args.user or e.get("PGUSER"))
+
+
+def _monitor(job: Job, target: ConnTarget, proc: subprocess.Popen[bytes], log: str,
+             recorder: Recorder | None, copy_source: ConnTarget | None = None,
+             owns: bool = True) -> Monitor:
+    """The Monitor of the job `proc` runs, its first look taken; a one-line
+    error when the server cannot be watched (the job runs on, unmonitored).
+    owns: `proc`'s life and exit status are the job's (else the job's
+    processes alone say when it ended, as for a job attached to)."""
+    process = proc if owns else None
+    try:
+        live: LiveSource | HostSource
+        if recognise_for(job.kind).host_only:  # it runs with the server down
+            live = HostSource(job=job, process=process, log=log)
+        else:
+            live = LiveSource(target, job=job, process=process, log=log,
+                              copy_source=copy_source)
+        mon = Monitor(RecordingSource(live, recorder) if recorder else live)
+        mon.settle_heap = True  # this process follows this one job
+        mon.discover()
+        return mon
+    except (ConnectError, DiscoveryError) as exc:
+        code = proc.wait()
+        _print_log_tail(log)
+        raise Fatal(f"{exc} (the job ran unmonitored and exited with {code})",
+                    ExitCode.CONNECT) from None
+
+
+def _run_in_turn(argv: list[str], groups: list[tuple[str, list[list[str]]]],
+                 target: ConnTarget | None, interval: float, as_json: bool,
+                 duration: float | None, env: dict[str, str] | None, console: Console | None,
+                 record: str | None, plain: bool) -> int:
+    """A shell string that runs several tools one after another (`pg_dump
+    ... && pg_restore ...`): each tool's job followed in turn, as `run`
+    follows one (a tool run in steps is one job in steps), each with its own
+    samples, summary and recording (`--record FILE`: the first job's; the
+    n-th's FILE's `.n` sibling); the exit code is the shell's. A job the
+    shell never starts (a step before it failed) is not waited for."""
+    if shutil.which(argv[0]) is None:
+        raise Fatal(f"cannot start {os.path.basename(argv[0])}: command not found",
+                    ExitCode.USAGE)
+    out = console or Console(highlight=False, stderr=True)
+    say = Console(highlight=False, stderr=True) if as_json else out
+    # no session tag: the tag names one program, and each tool's sessions
+    # are found by its own driver's rule
+    proc, _, log = start_job(argv, env, tag_sessions=False)
+    code: int = ExitCode.INTERRUPTED
+    seen: set[int] = set()
+    try:
+        for n, (_kind, cmds) in enumerate(groups, 1):
+            tool = os.path.basename(cmds[0][0])
+            found = tool_process(proc, tool, wait_s=float("inf"), root=True,
+                                 accept=lambda info: info.pid not in seen and _followed(info))
+            if found is None:  # the shell ended before it (a command before it failed)
+                say.print(f"pgparmon run: the shell ended before job {n} of {len(groups)} "
+                          f"({tool}) started")
+                break
+            seen.add(found.pid)
+            job = job_for_process(found.pid, list(found.cmdline), "")
+            if len(cmds) > 1:
+                job = dataclasses.replace(job, step_shell=found.ppid)
+            say.print(f"\n[bold]{n}/{len(groups)}[/] {redact_text(job.describe())}")
+            recorder = open_recorder(_nth_recording(record, n))
+            # the shell's status is this job's when the shell became its
+            # tool (it runs its last command in its own process) or runs it
+            # in steps (steps.py); else its tool's processes say its end
+            mon = _monitor(job, target or _target_of(job.args or parse_argv(cmds[0]), env),
+                           proc, log, recorder, owns=found.pid == proc.pid or len(cmds) > 1)
+            code = follow(mon, interval, as_json, duration, recorder, plain, console=console,
+                          title=f"pgparmon run ({n}/{len(groups)}): {job.describe()}")
+            if code in _STOPPED or mon.outcome is None:
+                # stopped (Ctrl-C, a signal, --duration): no next job
+                return _stop(proc, code)
+        code = proc.wait()  # the shell's own status
+    finally:
+        _drop_log(log, code)
+    return code
+
+
+# follow() was told to stop: the shell runs on (Ctrl-C stops it too)
+_STOPPED = (ExitCode.INTERRUPTED, ExitCode.SIGHUP, ExitCode.SIGTERM)
+
+
+def _stop(proc: subprocess.Popen[bytes], code: int) -> int:
+    if code == ExitCode.INTERRUPTED and proc.poll() is None:
+        proc.terminate()
+    return code
+
+
+def _followed(info: procs.ProcInfo) -> bool:
+    """A client process a driver follows (not `pg_restore -l`)."""
+    driver = driver_for_argv(list(info.cmdline))
+    return driver is not None and driver.from_tree(info, parse_argv(list(info.cmdline)))
+
+
+def _nth_recording(record: str | None, n: int) -> str | None:
+    """Where the n-th job of a run records: FILE for the first, FILE's `.n`
+    sibling for the others (`x.pgparmon.gz` -> `x.pgparmon.2.gz`)."""
+    if record is None or n == 1:
+        return record
+    base, gz = (record[:-3], ".gz") if record.endswith(".gz") else (record, "")
+    return f"{base}.{n}{gz}"
 
 
 # how long a wrapper (su, sudo, ...) may take to start the tool it runs
@@ -145,16 +252,17 @@ TOOL_START_S = 30.0
 
 
 def tool_process(proc: subprocess.Popen[bytes], program: str, wait_s: float = TOOL_START_S,
-                 accept: Callable[[procs.ProcInfo], bool] | None = None
+                 accept: Callable[[procs.ProcInfo], bool] | None = None, root: bool = False
                  ) -> procs.ProcInfo | None:
     """The process below `proc` that runs `program` (the tool a wrapper
     started: `su postgres -c 'pg_dump ...'`), once it runs, and `accept`
     takes it; None when the wrapper exits first or after wait_s.  Debian's
     client programs start as `perl /usr/bin/pg_dump` and exec the real one:
-    the script's name counts."""
+    the script's name counts.  root: `proc` itself too (a shell runs the
+    last command of its string in its own process)."""
     deadline = time.monotonic() + wait_s
     while True:
-        for pid in procs.tree_pids(proc.pid)[1:]:
+        for pid in procs.tree_pids(proc.pid)[0 if root else 1:]:
             info = procs.proc_info(pid)
             if info is not None and program in (
                     info.name, *(os.path.basename(a) for a in info.cmdline[:2])) \
@@ -200,9 +308,7 @@ def _first_step_job(proc: subprocess.Popen[bytes], argv: list[str], tool: str,
     found as a job in steps (steps.py) whose shell is that process's parent."""
 
     def is_step(info: procs.ProcInfo) -> bool:
-        driver = driver_for_argv(list(info.cmdline))
-        return info.name == tool and driver is not None and \
-            driver.from_tree(info, parse_argv(list(info.cmdline)))
+        return info.name == tool and _followed(info)
 
     found = _started_tool(proc, argv, tool, log, is_step)
     seen = procs.environ_appname(found.pid)

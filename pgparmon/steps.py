@@ -129,22 +129,35 @@ def tool_steps(argv: list[str]) -> list[list[str]] | None:
     follows, once or as steps one after another (`pg_restore
     --section=pre-data ... && pg_restore -j 4 --section=data ...`, the
     advice's restore in steps): those commands, in order; None when it runs
-    none, or commands of two such programs (then it is a command like any
-    other: a script's COPY load)."""
+    none, or commands of two such programs (`tool_groups`: jobs one after
+    another)."""
+    groups = tool_groups(argv)
+    return groups[0][1] if groups is not None and len(groups) == 1 else None
+
+
+def tool_groups(argv: list[str]) -> list[tuple[str, list[list[str]]]] | None:
+    """The jobs a shell's `-c` string runs one after another: the commands
+    of client programs some driver follows, in order, those of one kind in
+    a row together (one job, in steps where they are several): `pg_dump
+    -Fd -j 4 -f d db && pg_restore -j 4 -d new d` is a dump, then a
+    restore. Each group: its driver's kind and its commands. None when the
+    string runs none (a script: a command like any other)."""
     cmds = shell_commands(argv)
     if not cmds:
         return None
-    found = []
+    groups: list[tuple[str, list[list[str]]]] = []
     for words in cmds:
         driver = driver_for_argv(words)
         if driver is None:
             continue
         info = procs.ProcInfo(0, 0, os.path.basename(words[0]), tuple(words), 0.0, None)
-        if driver.from_tree(info, parse_argv(words)):
-            found.append((driver.kind, words))
-    if not found or len({k for k, _ in found}) > 1:
-        return None
-    return [w for _, w in found]
+        if not driver.from_tree(info, parse_argv(words)):
+            continue
+        if groups and groups[-1][0] == driver.kind:
+            groups[-1][1].append(words)
+        else:
+            groups.append((driver.kind, [words]))
+    return groups or None
 
 
 def chain_of(job: Job, target: str | None) -> dict[str, Any] | None:
