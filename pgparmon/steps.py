@@ -38,7 +38,7 @@ from .jobs.job import StepLook
 from .jobs.registry import driver_for_argv, parse_argv, recognise_for
 from .readers import procs
 from .redact import redact_argv
-from .wrappers import shell_commands
+from .wrappers import shell_parts
 
 # how long a job in steps waits, its step ended and its shell alive, for
 # the shell to start the next one
@@ -141,23 +141,34 @@ def tool_groups(argv: list[str]) -> list[tuple[str, list[list[str]]]] | None:
     a row together (one job, in steps where they are several): `pg_dump
     -Fd -j 4 -f d db && pg_restore -j 4 -d new d` is a dump, then a
     restore. Each group: its driver's kind and its commands. None when the
-    string runs none (a script: a command like any other)."""
-    cmds = shell_commands(argv)
-    if not cmds:
+    string runs none, or two of them side by side (`pg_dump -Fc db |
+    pg_restore -d new`, `... &`): a command like any other, its process
+    tree's COPY load."""
+    parts = shell_parts(argv)
+    if not parts:
         return None
     groups: list[tuple[str, list[list[str]]]] = []
-    for words in cmds:
+    between: list[str] = []
+    for words, ops in parts:
+        between += ops
         driver = driver_for_argv(words)
         if driver is None:
             continue
         info = procs.ProcInfo(0, 0, os.path.basename(words[0]), tuple(words), 0.0, None)
         if not driver.from_tree(info, parse_argv(words)):
             continue
+        if groups and _SIDE_BY_SIDE & set(between):
+            return None
+        between = []
         if groups and groups[-1][0] == driver.kind:
             groups[-1][1].append(words)
         else:
             groups.append((driver.kind, [words]))
     return groups or None
+
+
+# a shell's operators that run the next command beside the one before
+_SIDE_BY_SIDE = frozenset({"|", "&", "|&"})
 
 
 def chain_of(job: Job, target: str | None) -> dict[str, Any] | None:

@@ -166,11 +166,13 @@ def _bare(words: list[str]) -> list[str]:
     return words[1:] if words and words[0] == "exec" else words
 
 
-def shell_commands(argv: list[str]) -> list[list[str]] | None:
+def shell_parts(argv: list[str]) -> list[tuple[list[str], tuple[str, ...]]] | None:
     """The commands of a shell's `-c` string (sh -c 'A && B; C | D'), each
     split as the shell would, in order (variables and substitutions left
-    as written: `"$L/rest.list"` stays a word of its own); None when argv
-    is no shell given a string, or the string does not split."""
+    as written: `"$L/rest.list"` stays a word of its own), each with the
+    operators before it since the command before (`&&`, `|`, `&`, `;`...:
+    whether it runs after that one or beside it); None when argv is no
+    shell given a string, or the string does not split."""
     if program_name(argv) not in _SHELLS:
         return None
     args = argv[1:]
@@ -181,13 +183,21 @@ def shell_commands(argv: list[str]) -> list[list[str]] | None:
     lex = shlex.shlex(text, posix=True, punctuation_chars=True)
     lex.whitespace_split = True
     lex.wordchars += "$"
-    out: list[list[str]] = [[]]
+    out: list[tuple[list[str], list[str]]] = [([], [])]
     try:
         for tok in lex:
             if tok and set(tok) <= set("&|;()\n"):
-                out.append([])  # an operator ends a command
+                out.append(([], [tok]))  # an operator ends a command
             else:
-                out[-1].append(tok)
+                out[-1][0].append(tok)
     except ValueError:
         return None
-    return [w for w in map(_bare, out) if w]
+    parts: list[tuple[list[str], tuple[str, ...]]] = []
+    ops: list[str] = []
+    for words, before in out:
+        ops += before
+        bare = _bare(words)
+        if bare:
+            parts.append((bare, tuple(ops)))
+            ops = []
+    return parts

@@ -35,6 +35,14 @@ def test_a_shell_string_of_two_tools_is_two_jobs_in_turn() -> None:
     again = tool_groups(["sh", "-c", "pg_restore -d a /d; pg_dump -Fd -f /e a; "
                                      "pg_restore -d b /e"])
     assert again is not None and [k for k, _ in again] == ["pg_restore", "pg_dump", "pg_restore"]
+    # two tools side by side (a pipe, the background) are no turns: the
+    # shell's tree is one command, its COPY load; a pipe after the last
+    # tool (its output to tee) runs no tool beside it
+    for side in ("pg_dump -Fc src | pg_restore -d new", "pg_dump -Fd -f /d a & "
+                 "pg_dump -Fd -f /e b; wait", "pg_dump -Fc a |& pg_restore -d b"):
+        assert tool_groups(["sh", "-c", side]) is None, side
+    piped = tool_groups(["bash", "-c", "pg_dump -Fd -f /d a && pg_restore -d b /d 2>&1 | tee l"])
+    assert piped is not None and [k for k, _ in piped] == ["pg_dump", "pg_restore"]
     # where each job records: FILE, then its siblings
     assert [_nth_recording("/r/x.pgparmon.gz", n) for n in (1, 2, 3)] == [
         "/r/x.pgparmon.gz", "/r/x.pgparmon.2.gz", "/r/x.pgparmon.3.gz"]
