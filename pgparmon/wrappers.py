@@ -6,7 +6,9 @@ and its server from the command inside, not from the first word.
 
 `unwrap(argv)` never raises: what it cannot read (a shell string with pipes,
 redirections or several commands, an option it does not know that may take a
-value) ends the unwrapping there, and the caller sees that command itself.
+value) ends the unwrapping there, and the caller sees that command itself;
+su's string of more than one command is the shell su runs it with (`sh -c
+STRING`), read as a shell's string is (`shell_parts`).
 """
 
 from __future__ import annotations
@@ -119,19 +121,25 @@ def _has_command_string(args: list[str]) -> bool:
 
 
 def _su(args: list[str]) -> list[str] | None:
-    """su [options] [-] [USER] -c STRING (options and user in any order)."""
+    """su [options] [-] [USER] -c STRING (options and user in any order):
+    the command, or where the string is more than one, the shell that
+    runs it (`sh -c STRING`: its commands are read as a shell's are)."""
     i = 0
     while i < len(args):
         a = args[i]
         if a in ("-c", "--command"):
-            return _simple(args[i + 1]) if i + 1 < len(args) else None
+            return _simple_or_shell(args[i + 1]) if i + 1 < len(args) else None
         if a.startswith("--command="):
-            return _simple(a.split("=", 1)[1])
+            return _simple_or_shell(a.split("=", 1)[1])
         if a in _SU_VALUE_OPTIONS:
             i += 2
             continue
         i += 1
     return None
+
+
+def _simple_or_shell(text: str) -> list[str]:
+    return _simple(text) or ["sh", "-c", text]
 
 
 def _shell(args: list[str]) -> list[str] | None:

@@ -41,8 +41,6 @@ def test_the_command_inside(argv: list[str]) -> None:
     DUMP,
     ["pgbackrest", "--stanza=main", "backup"],
     ["sh", "load.sh"],  # a script: its own process tree, not a wrapper
-    ["su", "postgres", "-c", "pg_dump db | gzip > x.gz"],  # a pipeline: not one command
-    ["su", "postgres", "-c", "cd /x && pg_restore -j 2 -d db x"],
     ["sh", "-c", "for f in *.csv; do psql -c x; done"],
     ["su", "postgres"],  # an interactive shell
     ["env", "-S", "pg_dump db"],
@@ -51,6 +49,20 @@ def test_the_command_inside(argv: list[str]) -> None:
 ])
 def test_what_is_not_unwrapped(argv: list[str]) -> None:
     assert unwrap(argv) == argv and not wrapped(argv)
+
+
+@pytest.mark.parametrize("text", ["pg_dump db | gzip > x.gz",
+                                  "cd /x && pg_restore -j 2 -d db x"])
+def test_a_su_string_of_several_commands_is_the_shell_it_runs(text: str) -> None:
+    """su runs its string through a shell: a string that is no one simple
+    command is that shell's (`sh -c STRING`), read as a shell's -c string
+    is (its tool, once, in steps or in turn: steps.tool_groups)."""
+    from pgparmon.steps import tool_groups
+
+    argv = ["su", "postgres", "-c", text]
+    assert unwrap(argv) == ["sh", "-c", text] and wrapped(argv)
+    groups = tool_groups(unwrap(argv))
+    assert groups is not None and len(groups) == 1 and len(groups[0][1]) == 1
 
 
 def test_the_inner_commands_own_c_is_its_own() -> None:
