@@ -49,11 +49,12 @@ def test_a_shell_string_of_two_tools_is_two_jobs_in_turn() -> None:
     assert _nth_recording("/r/x.rec", 2) == "/r/x.rec.2" and _nth_recording(None, 2) is None
 
 
-def _run(cluster: Cluster, script: str, rec: Path) -> tuple[subprocess.CompletedProcess[str],
-                                                           list[dict], list[dict]]:
+def _run(cluster: Cluster, script: str, rec: Path, wrapper: str = "sh"
+         ) -> tuple[subprocess.CompletedProcess[str], list[dict], list[dict]]:
     env = {**cluster.env(), "PGHOST": str(cluster.sockdir)}
+    argv = ["su", "postgres", "-c", script] if wrapper == "su" else ["sh", "-c", script]
     res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--record", str(rec),
-                                      "--", "sh", "-c", script),
+                                      "--", *argv),
                          capture_output=True, text=True, env=env, timeout=300)
     docs = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     samples = [d for d in docs if d.get("schema") == "pgparmon.sample/1"]
@@ -62,13 +63,18 @@ def _run(cluster: Cluster, script: str, rec: Path) -> tuple[subprocess.Completed
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("wrapper", ["sh", "su"])
 def test_a_dump_then_its_restore_in_steps_are_followed_in_turn(cluster: Cluster,
-                                                                sample_db: str) -> None:
+                                                                sample_db: str,
+                                                                wrapper: str) -> None:
     """pg_dump -Fd -j 2, then the restore of its archive in three steps
-    (pre-data, -j 2 data, -j 2 post-data), from one shell string: the dump's
-    job, then the restore's (one job in steps), each with its plan, its
-    items all done, its summary and its recording (the second FILE's `.2`
-    sibling, private like the first); the exit code is the shell's."""
+    (pre-data, -j 2 data, -j 2 post-data), from one shell string (`sh -c`,
+    or su's -c: the shell su runs it with): the dump's job, then the
+    restore's (one job in steps), each with its plan, its items all done,
+    its summary and its recording (the second FILE's `.2` sibling, private
+    like the first); the exit code is the shell's."""
+    if wrapper == "su" and os.geteuid() != 0:
+        pytest.skip("su to the cluster's user needs root")
     work = Path(tempfile.mkdtemp(prefix="pgparmon-inturn-"))
     os.chmod(work, 0o777)
     arch = work / "a.dump"
@@ -81,7 +87,7 @@ def test_a_dump_then_its_restore_in_steps_are_followed_in_turn(cluster: Cluster,
               f"{q(restore)} -j 2 --section=data -d inturn {q(str(arch))} && "
               f"{q(restore)} -j 2 --section=post-data -d inturn {q(str(arch))}")
     rec = work / "run.pgparmon.gz"
-    res, samples, summaries = _run(cluster, script, rec)
+    res, samples, summaries = _run(cluster, script, rec, wrapper)
     assert res.returncode == 0, res.stderr
     kinds = [s["job"]["kind"] for s in samples]
     assert kinds[0] == "pg_dump" and kinds[-1] == "pg_restore"
