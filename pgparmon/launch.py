@@ -209,8 +209,8 @@ def _run_in_turn(argv: list[str], groups: list[tuple[str, list[list[str]]]],
             # the shell's status is this job's when the shell became its
             # tool (it runs its last command in its own process) or runs it
             # in steps (steps.py); else its tool's processes say its end
-            mon = _monitor(job, target or _target_of(job.args or parse_argv(cmds[0]), env),
-                           proc, log, recorder, owns=found.pid == proc.pid or len(cmds) > 1)
+            mon = _monitor(job, _job_target(target, job, env), proc, log, recorder,
+                           owns=found.pid == proc.pid or len(cmds) > 1)
             code = follow(mon, interval, as_json, duration, recorder, plain, console=console,
                           title=f"pgparmon run ({n}/{len(groups)}): {job.describe()}")
             if code in _STOPPED or mon.outcome is None:
@@ -230,6 +230,16 @@ def _stop(proc: subprocess.Popen[bytes], code: int) -> int:
     if code == ExitCode.INTERRUPTED and proc.poll() is None:
         proc.terminate()
     return code
+
+
+def _job_target(given: ConnTarget | None, job: Job, env: dict[str, str] | None
+                ) -> ConnTarget:
+    """The server one of several jobs talks to: the one given to pgparmon
+    (-h -p -U), on the job's own database (a dump's source, a restore's
+    target); else the job's command line's, found the way libpq finds it."""
+    if given is None:
+        return _target_of(job.args or parse_argv(list(job.command)), env)
+    return given.with_dbname(job.database) if job.database else given
 
 
 def _followed(info: procs.ProcInfo) -> bool:

@@ -16,7 +16,7 @@ import pytest
 from support import monitor_replay, pgparmon_cmd, table_lock_held
 
 from pgparmon.cluster import Cluster
-from pgparmon.launch import _nth_recording
+from pgparmon.launch import _job_target, _nth_recording
 from pgparmon.steps import tool_groups, tool_steps
 
 
@@ -47,6 +47,22 @@ def test_a_shell_string_of_two_tools_is_two_jobs_in_turn() -> None:
     assert [_nth_recording("/r/x.pgparmon.gz", n) for n in (1, 2, 3)] == [
         "/r/x.pgparmon.gz", "/r/x.pgparmon.2.gz", "/r/x.pgparmon.3.gz"]
     assert _nth_recording("/r/x.rec", 2) == "/r/x.rec.2" and _nth_recording(None, 2) is None
+    # the server each job is watched on: pgparmon's -h/-p/-U (or conninfo)
+    # on the job's own database; else the job's own command line's
+    from pgparmon.cmdline import parse_client_cmdline
+    from pgparmon.connect import ConnTarget
+    from pgparmon.jobs.base import Job
+    from pgparmon.jobs.pg_restore import PgRestore
+
+    words = ["pg_restore", "-h", "/s", "-p", "5444", "-d", "dst", "/d"]
+    job = Job(kind="pg_restore", database="dst", command=tuple(words),
+              args=parse_client_cmdline(words, PgRestore.client_specs))
+    assert _job_target(ConnTarget(dbname="src", host="/h"), job, {}) == \
+        ConnTarget(dbname="dst", host="/h")
+    got = _job_target(ConnTarget(dbname="host=/h port=5433 dbname=src"), job, {})
+    assert got.dbname is not None and "dbname=dst" in got.dbname and "port=5433" in got.dbname
+    assert _job_target(None, job, {"PGUSER": "me"}) == \
+        ConnTarget(dbname="dst", host="/s", port=5444, user="me")
 
 
 def _run(cluster: Cluster, script: str, rec: Path, wrapper: str = "sh"
