@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import pgparmon_cmd, read_jsonl
+from support import Lines, pgparmon_cmd, table_lock_held
 
 from pgparmon.analyze.progress import Tracker
 from pgparmon.jobs.registry import driver_for
@@ -51,22 +51,22 @@ def test_attach_to_a_dump_of_thousands_of_tables_sees_it_finish(cluster: Cluster
         body = "".join(f"CREATE TABLE t{i} (id serial PRIMARY KEY, v text); "
                        f"INSERT INTO t{i} (v) VALUES ('x');" for i in range(lo, lo + 250))
         cluster.psql("BEGIN; " + body + " COMMIT;", dbname="manytables")
-    dump = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
-                             str(workdir / "d"), "manytables"], env=cluster.env())
-    try:
-        res = subprocess.run(pgparmon_cmd("attach", "--json", "--interval", "0.2", "--pid",
-                                          str(dump.pid), "-h", str(cluster.sockdir), "-p",
-                                          str(cluster.port), "-U", "postgres", "-d",
-                                          "manytables"),
-                             capture_output=True, text=True, timeout=120)
-    finally:
-        assert dump.wait(timeout=120) == 0
-    docs = read_jsonl(res.stdout)
-    # attached right after the dump started, maybe before it connected:
-    # attach --pid waits for a process that young (PID_GRACE_S)
-    summaries = [d for d in docs if d.get("schema") == "pgparmon.summary/1"]
-    assert len(summaries) == 1, (res.returncode, res.stderr[-2000:])
-    summary = summaries[0]
+    # the leader waits for its lock on one table until attach has sampled
+    # the job (on a busy machine attach's start-up outlasted this dump)
+    with table_lock_held(cluster, "manytables", "t1999") as release:
+        dump = subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                                 str(workdir / "d"), "manytables"], env=cluster.env())
+        try:
+            att = Lines(subprocess.Popen(
+                pgparmon_cmd("attach", "--json", "--interval", "0.2", "--pid", str(dump.pid),
+                             "-h", str(cluster.sockdir), "-p", str(cluster.port), "-U",
+                             "postgres", "-d", "manytables"),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            att.wait_for(lambda s: True, "attach's first sample")
+            release()
+            _, summary, _ = att.finish(timeout=120)
+        finally:
+            assert dump.wait(timeout=120) == 0
     assert summary["state"] == "finished", summary["reason"]
     items = summary["items"]
     assert isinstance(items, list) and len(items) == 2000
