@@ -1,23 +1,29 @@
-"""ETA accuracy on a restore in steps (pre-data, data -j N, post-data -j N
-from one shell), whose data step one table without an index dominates.
+"""ETA accuracy of a restore, on two shapes that test what the ETA knows
+of a restore's builds.
 
-`pgparmon run --json --record -- sh -c 'pg_restore --section=pre-data ...
-&& pg_restore -j N --section=data ... && pg_restore -j N
---section=post-data ...'` on an archive of one big table with no index and
-four of a quarter of it, each with a primary key and an index on a text
-column. The post-data step starts when the data step has ended: the
-smaller tables' builds cannot run in the idle streams of the big load's
-tail. For the samples nearest to 25%, 50% and 75% of the run's wall time
-(measured outside pgparmon), the ETA shown then is compared with the real
-time left.
+- `--shape steps`: a restore in steps from one shell (`pg_restore
+  --section=pre-data ... && pg_restore -j N --section=data ... &&
+  pg_restore -j N --section=post-data ...`) of one big table with no
+  index and four of a quarter of it, each with a primary key and an index
+  on a text column. The post-data step starts when the data step has
+  ended: the smaller tables' builds cannot run in the idle streams of the
+  big load's tail.
+- `--shape widths`: `pg_restore -j N` of two tables, one of narrow rows
+  (a primary key and an index on an int column) and one of 4 kB rows
+  stored out of line, twice its bytes (a primary key): a build sorts rows,
+  so the wide table's key costs a few hundredths of its load, not the
+  share of it a narrow table's build costs.
 
-Each run's recording is kept (`--keep DIR`), with its start and end; then
-`--replay DIR` scores the same runs again through the code at hand (the
-samples a Monitor derives from each recording), so that two versions of
-the ETA are compared on the same runs.
+Each run is `pgparmon run --json --record -- ...`; for the samples nearest
+to 25%, 50% and 75% of the run's wall time (measured outside pgparmon),
+the ETA shown then is compared with the real time left.  Each run's
+recording is kept (`--keep DIR`), with its start and end; then `--replay
+DIR` scores the same runs again through the code at hand (the samples a
+Monitor derives from each recording), so that two versions of the ETA are
+compared on the same runs.
 
-    .venv/bin/python bench/steps_eta.py --runs 3 --keep /tmp/steps-eta      # ~3 min
-    .venv/bin/python bench/steps_eta.py --replay /tmp/steps-eta
+    .venv/bin/python bench/restore_eta.py --shape steps --runs 3 --scale 3 --keep /tmp/se
+    .venv/bin/python bench/restore_eta.py --replay /tmp/se
 """
 
 from __future__ import annotations
@@ -37,6 +43,23 @@ from typing import Any
 from common import machine, median, pgparmon, start_cluster, write_json
 
 FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def widths_sql(scale: float) -> str:
+    narrow = int(1_500_000 * scale)
+    wide = int(50_000 * scale)
+    return "\n".join([
+        f"CREATE TABLE narrow AS SELECT g AS id, ((g::bigint * 7919) % 100003)::int AS b, "
+        f"md5(g::text) AS a "
+        f"FROM generate_series(1, {narrow}) g;",
+        "ALTER TABLE narrow ADD PRIMARY KEY (id);",
+        "CREATE INDEX narrow_b ON narrow (b);",
+        "CREATE TABLE wide (id int, t text);",
+        "ALTER TABLE wide ALTER COLUMN t SET STORAGE EXTERNAL;",
+        f"INSERT INTO wide SELECT g, (SELECT string_agg(md5((g * 131 + k)::text), '') "
+        f"FROM generate_series(1, 120) k) FROM generate_series(1, {wide}) g;",
+        "ALTER TABLE wide ADD PRIMARY KEY (id);",
+        "ANALYZE;"])
 
 
 def steps_sql(scale: float) -> str:
@@ -74,16 +97,20 @@ def score(samples: list[dict[str, Any]], t0: float, end: float) -> dict[str, Any
     return {"total_s": round(total, 2), "points": points}
 
 
-def one_run(cl: Any, archive: Path, jobs: int, rec: Path) -> dict[str, Any]:
-    cl.psql("DROP DATABASE IF EXISTS steps_r")
-    cl.psql("CREATE DATABASE steps_r")
+def one_run(cl: Any, archive: Path, jobs: int, rec: Path, shape: str) -> dict[str, Any]:
+    cl.psql("DROP DATABASE IF EXISTS restore_r")
+    cl.psql("CREATE DATABASE restore_r")
     pgr = shlex.quote(cl.client("pg_restore"))
-    tail = f"-d steps_r {shlex.quote(str(archive))}"
-    script = (f"{pgr} --section=pre-data {tail} && {pgr} -j {jobs} --section=data {tail} && "
-              f"{pgr} -j {jobs} --section=post-data {tail}")
+    tail = f"-d restore_r {shlex.quote(str(archive))}"
+    if shape == "steps":
+        cmd = ["sh", "-c", f"{pgr} --section=pre-data {tail} && "
+                           f"{pgr} -j {jobs} --section=data {tail} && "
+                           f"{pgr} -j {jobs} --section=post-data {tail}"]
+    else:
+        cmd = [cl.client("pg_restore"), "-j", str(jobs), "-d", "restore_r", str(archive)]
     t0 = time.time()
     res = subprocess.run(pgparmon("run", "--json", "--interval", "0.5", "--record", str(rec),
-                                  "--", "sh", "-c", script),
+                                  "--", *cmd),
                          capture_output=True, text=True, env=cl.env())
     t_end = time.time()
     if res.returncode != 0:
@@ -122,12 +149,13 @@ def replay_dir(d: Path, out: Path | None) -> None:
     print("median |error| (replayed): " +
           ", ".join(f"at {float(f):.0%}: {e:.1%}" for f, e in errs.items()))
     if out is not None:
-        write_json(out, {"benchmark": "steps_eta (replay)", "machine": machine(),
+        write_json(out, {"benchmark": "restore_eta (replay)", "machine": machine(),
                          "recordings": str(d), "runs": runs, "median_abs_error": errs})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=("steps", "widths"), default="steps")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0)
@@ -139,7 +167,7 @@ def main() -> None:
         replay_dir(Path(a.replay), Path(a.out) if a.out else None)
         return
     out = Path(a.out or Path(__file__).resolve().parent.parent / "docs" / "bench" /
-               "steps_eta.json")
+               f"restore_eta_{a.shape}.json")
     keep = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="pgparmon-steps-eta-"))
     keep.mkdir(parents=True, exist_ok=True)
     cl = start_cluster(prefix="pgparmon-bench-")
@@ -148,13 +176,13 @@ def main() -> None:
         shutil.chown(work, "postgres")
     try:
         cl.psql("CREATE DATABASE steps")
-        cl.psql(steps_sql(a.scale), dbname="steps")
+        cl.psql((steps_sql if a.shape == "steps" else widths_sql)(a.scale), dbname="steps")
         archive = work / "a"
         subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "2", "-f", str(archive), "steps"],
                        env=cl.env(), check=True)
         runs = []
         for i in range(a.runs):
-            r = one_run(cl, archive, a.jobs, keep / f"run{i + 1}.rec")
+            r = one_run(cl, archive, a.jobs, keep / f"run{i + 1}.rec", a.shape)
             runs.append(r)
             pts = r["points"]
             print(f"run {i + 1}: {r['total_s']} s, steps {r['steps_seen']}; " +
@@ -163,7 +191,8 @@ def main() -> None:
                             for f, p in pts.items()), flush=True)
         write_json(keep / "runs.json", {"runs": runs})
         errs = summary(runs)
-        write_json(out, {"benchmark": "steps_eta", "machine": machine(), "jobs": a.jobs,
+        write_json(out, {"benchmark": "restore_eta", "shape": a.shape, "machine": machine(),
+                         "jobs": a.jobs,
                          "scale": a.scale, "runs": runs, "median_abs_error": errs})
         print("median |error|: " + ", ".join(f"at {float(f):.0%}: {e:.1%}"
                                              for f, e in errs.items()))

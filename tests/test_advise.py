@@ -875,7 +875,7 @@ def test_rows_are_sampled_from_the_head_of_a_data_file(tmp_path: Path) -> None:
     within a table); an uncompressed one likewise; others: unknown."""
     import gzip
 
-    from pgparmon.advise.inventory import ROW_SAMPLE_BYTES, sample_rows
+    from pgparmon.jobs.archive_files import ROW_SAMPLE_BYTES, sample_rows
 
     small = tmp_path / "1.dat.gz"
     body = b"".join(b"%d\tabc\\ndef\n" % i for i in range(500))  # an escaped newline

@@ -48,7 +48,7 @@ def _exact(tr: Tracker, monkeypatch: pytest.MonkeyPatch) -> float:
 
 def _sums(tail: eta._Tail) -> list[tuple[int, float, float, float]]:
     return [(c, round(a, 3), round(b, 3), round(o, 3))
-            for c, a, b, o in zip(tail.count, tail.bsize, tail.bwork, tail.other)]
+            for c, a, b, o in zip(tail.count, tail.bfull, tail.bwork, tail.other)]
 
 
 def test_batched_eta_agrees_with_simulating_every_item(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,3 +222,61 @@ def test_batches_keep_to_their_step(monkeypatch: pytest.MonkeyPatch) -> None:
     _in_steps(tr, [None])  # a new plan's steps: the batches are made again
     eta.estimate(tr)
     assert eta._TAILS.get(tr) is not tail
+
+
+def test_a_build_follows_its_tables_rows(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A restore's builds sort rows: a table of 4 kB rows and one of 50-byte
+    rows, the same bytes each, a primary key on each. Planned per byte, the
+    wide table's key weighed as much as the narrow one's; per row (the
+    widths the plan reads from the largest data files' heads), a few
+    hundredths of it. A build timed on the narrow table times the wide
+    one's by their work, not by their tables' bytes."""
+    import gzip
+
+    from pgparmon.analyze.progress import DEFAULT_TEXT_RATIO
+    from pgparmon.ddl import PostDataTarget
+    from pgparmon.jobs.archive_files import row_widths
+
+    narrow = b"".join(b"%d\t%s\n" % (i, b"x" * 40) for i in range(20000))
+    wide = b"".join(b"%d\t%s\n" % (i, b"y" * 4000) for i in range(200))
+    paths = {}
+    for name, body in (("narrow", narrow), ("wide", wide)):
+        p = tmp_path / f"{name}.dat.gz"
+        p.write_bytes(gzip.compress(body))
+        paths[name] = (str(p), float(p.stat().st_size))
+    widths = row_widths({f"public.{k}": v for k, v in paths.items()})
+    # (the head holds the shorter numbers: a sample, within a few percent)
+    assert widths["public.narrow"] == pytest.approx(len(narrow) / 20000, rel=0.03)
+    assert widths["public.wide"] == pytest.approx(len(wide) / 200, rel=0.01)
+    biggest = max(paths, key=lambda k: paths[k][1])  # only the largest file is read
+    assert list(row_widths({f"public.{k}": v for k, v in paths.items()}, most=1)) == \
+        [f"public.{biggest}"]
+
+    toc = [TocItem(10, 0, 0, "TABLE DATA", "public", "narrow", "o"),
+           TocItem(11, 0, 0, "TABLE DATA", "public", "wide", "o"),
+           TocItem(20, 0, 0, "CONSTRAINT", "public", "narrow narrow_pkey", "o"),
+           TocItem(21, 0, 0, "CONSTRAINT", "public", "wide wide_pkey", "o")]
+    targets = {20 + i: PostDataTarget("CONSTRAINT", "public", f"{t} {t}_pkey", f"public.{t}",
+                                      None, "primary key")
+               for i, t in enumerate(("narrow", "wide"))}
+    files = {"10": (None, 1e8), "11": (None, 1e8)}
+
+    def plan(row_bytes: dict[str, float] | None) -> Tracker:
+        tr = Tracker(Job(kind="pg_restore", database="db", jobs=2), driver_for("pg_restore"))
+        plan_archive(tr, toc, files, targets, row_bytes=row_bytes)
+        return tr
+
+    per_byte = plan(None)
+    assert per_byte.items["20"].work == per_byte.items["21"].work == 0.5e8
+    heap = {k: v / DEFAULT_TEXT_RATIO for k, v in widths.items()}
+    per_row = plan(heap)
+    n, w = per_row.items["20"], per_row.items["21"]
+    assert n.work == pytest.approx(0.5e8 * 60 / heap["public.narrow"])
+    assert w.work == pytest.approx(0.5e8 * 0.02)  # held at ROW_SCALE_MIN
+    # the narrow key timed: 2 s for its work; the wide one is its share
+    per_row.history = [(float(t), 2, 2e7 * t) for t in range(11)]
+    n.seen_running, n.started = True, 100.0
+    per_row.finish(n, 102.0)
+    spw = per_row.build_seconds_per_work()
+    assert spw == pytest.approx(2.0 / n.work)
+    assert spw * w.work == pytest.approx(2.0 * w.work / n.work) and spw * w.work < 0.05

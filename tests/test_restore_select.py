@@ -354,6 +354,10 @@ def test_a_restore_in_steps_under_one_shell_is_one_job(cluster: Cluster, dump_ar
 
     plans = [v for k, v in read_recording(str(rec)).events if k == "plan" and v]
     assert plans and plans[0]["extra"]["steps_jobs"] == 2
+    # the widths of the tables' rows (COPY text bytes a row, read from the
+    # heads of the largest data files): builds follow rows
+    widths = plans[0]["extra"]["row_text_bytes"]
+    assert "public.orders" in widths and all(5 < w < 2000 for w in widths.values()), widths
     # the replay follows the same steps to the same end
     replayed, rsummary, mon = monitor_replay(rec)
     assert mon.outcome is not None and mon.outcome.state == "finished"

@@ -16,8 +16,6 @@ on a user table.
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,7 +28,8 @@ from ..analyze.schedule import WorkItem
 from ..ddl import partition_parents, post_data_targets
 from ..jobs.base import Job
 from ..jobs.tables import plan_tables
-from ..jobs.pg_restore import partitions_under, plan_archive
+from ..jobs.archive_files import sample_rows, text_bytes
+from ..jobs.pg_restore import INDEX_REF_ROW_BYTES, partitions_under, plan_archive
 from ..jobs.registry import driver_for
 from ..readers import procs
 from ..readers.db import ServerFacts
@@ -164,106 +163,6 @@ def dump_inventory(conn: psycopg.Connection[Any], facts: ServerFacts,
     return inv
 
 
-def _gzip_uncompressed(path: str, size: int) -> float | None:
-    """ISIZE from the gzip trailer (uncompressed length mod 2^32): exact for
-    members under 4 GiB; corrected upward by the compressed size when it
-    plainly wrapped."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(2) != b"\x1f\x8b":
-                return None
-            f.seek(-4, os.SEEK_END)
-            isize = struct.unpack("<I", f.read(4))[0]
-    except OSError:
-        return None
-    # A 4 GiB wrap shows as an uncompressed size smaller than the compressed one.
-    while isize < size:
-        isize += 2 ** 32
-    return float(isize)
-
-
-def _zstd_content_size(path: str) -> float | None:
-    """The frame content size a zstd frame header may carry (pg_dump's
-    streaming writer usually leaves it out: then None)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(18)
-    except OSError:
-        return None
-    if len(head) < 6 or head[:4] != b"\x28\xb5\x2f\xfd":
-        return None
-    fhd = head[4]
-    fcs_flag = fhd >> 6
-    single = (fhd >> 5) & 1
-    dict_flag = fhd & 3
-    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
-    n = (0 if not single else 1, 2, 4, 8)[fcs_flag] if fcs_flag or single else 0
-    if n == 0:
-        return None
-    raw = head[pos:pos + n]
-    if len(raw) < n:
-        return None
-    v = int.from_bytes(raw, "little")
-    return float(v + 256 if n == 2 else v)
-
-
-def _text_bytes(path: str, size: int) -> tuple[float, str]:
-    """(uncompressed COPY text bytes, compression) of one data file."""
-    if path.endswith(".gz"):
-        v = _gzip_uncompressed(path, size)
-        return (v if v is not None else size / 0.3), "gzip"
-    if path.endswith(".zst"):
-        v = _zstd_content_size(path)
-        return (v if v is not None else size / 0.3), "zstd"
-    if path.endswith(".lz4"):
-        return size / 0.5, "lz4"
-    return float(size), "none"
-
-
-# Bytes of COPY text read from the head of a data file to estimate its rows.
-ROW_SAMPLE_BYTES = 256 * 1024
-
-
-def sample_rows(path: str, text_bytes: float) -> float | None:
-    """Rows of one data file: newlines in its first ROW_SAMPLE_BYTES of COPY
-    text (the whole file when it is shorter: then exact), scaled to its
-    text size. gzip and uncompressed files; None for others (lz4, zstd) and
-    for files it cannot read. A COPY text row is one line (newlines inside
-    values are escaped as \\n)."""
-    try:
-        with open(path, "rb") as f:
-            if path.endswith(".gz"):
-                dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                got = bytearray()
-                while len(got) < ROW_SAMPLE_BYTES and not dec.eof:
-                    chunk = f.read(64 * 1024)
-                    if not chunk:
-                        break
-                    got += dec.decompress(chunk, ROW_SAMPLE_BYTES - len(got))
-                    while dec.unconsumed_tail and len(got) < ROW_SAMPLE_BYTES:
-                        got += dec.decompress(dec.unconsumed_tail, ROW_SAMPLE_BYTES - len(got))
-                whole = dec.eof
-                head = bytes(got)
-            elif path.endswith(".dat"):
-                head = f.read(ROW_SAMPLE_BYTES)
-                whole = len(head) < ROW_SAMPLE_BYTES
-            else:
-                return None
-    except (OSError, zlib.error):
-        return None
-    if whole:
-        # the end-of-data marker (\\.) and blank lines some writers add
-        body = head.rstrip(b"\n")
-        if body == b"\\." or body.endswith(b"\n\\."):
-            body = body[:-2]
-        body = body.rstrip(b"\n")
-        return float(body.count(b"\n") + 1) if body else 0.0
-    lines = head.count(b"\n")
-    if lines <= 0:
-        return max(1.0, text_bytes / max(len(head), 1))  # one row longer than the sample
-    return text_bytes * lines / len(head)
-
-
 def _archive_files(archive: str, toc: list[Any]
                    ) -> tuple[dict[str, tuple[str | None, float]], str | None, float,
                               dict[str, float]]:
@@ -280,7 +179,7 @@ def _archive_files(archive: str, toc: list[Any]
                 size = os.stat(p).st_size
             except OSError:
                 continue
-            text, comp = _text_bytes(p, size)
+            text, comp = text_bytes(p, size)
             kinds.add(comp)
             on_disk += size
             # the work unit is the heap byte: COPY text is ~DEFAULT_TEXT_RATIO of it
@@ -293,14 +192,6 @@ def _archive_files(archive: str, toc: list[Any]
     return files, compression, on_disk, rows
 
 
-# The row width (heap bytes a row) at which a build costs the default
-# index_factor x its table's load work: measured on this project's VM
-# (bench/restore_row_cost.py), an int primary key took 0.54-0.61x the load of a
-# table of 48-byte rows, 0.12-0.14x at 690-byte rows, 0.016-0.019x at 2.4 kB: a
-# build sorts rows, so its cost follows the rows, not the table's bytes.
-INDEX_REF_ROW_BYTES = 60.0
-# ... within these bounds of the per-byte figure (a guess of rows is a guess)
-ROW_SCALE_MIN, ROW_SCALE_MAX = 0.02, 2.0
 # A foreign key's check reads the rows of its table and, for each partition
 # of it (or the table itself), hashes the keys of the referenced table: about
 # 0.3 us per row of each on this project's VM (bench/restore_row_cost.py: a
@@ -331,17 +222,13 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
     tr = Tracker(Job(kind=RESTORE.tool, database=None), driver_for(RESTORE.tool))
     if index_factor is not None and index_factor > 0:
         tr.index_factor = index_factor
-    plan_archive(tr, toc, files, targets, parents)
+    # index and unique/primary key builds: per row of their table
+    heap = {f"{t.schema}.{t.tag}": files[str(t.dump_id)][1] for t in toc
+            if t.desc == "TABLE DATA" and t.schema is not None and str(t.dump_id) in files}
+    widths = {rel: heap[rel] / n for rel, n in (rows or {}).items() if n and heap.get(rel)}
+    plan_archive(tr, toc, files, targets, parents, row_bytes=widths,
+                 ref_row_bytes=ref_row_bytes)
     if rows:
-        # index and unique/primary key builds: per row of their table
-        load = {it.relation: it.work for it in tr.items.values() if it.kind == "data"}
-        for it in tr.items.values():
-            n = rows.get(it.relation or "")
-            if it.kind not in ("index", "constraint") or not n or not load.get(it.relation):
-                continue
-            per_row = load[it.relation or ""] / n
-            scale = min(ROW_SCALE_MAX, max(ROW_SCALE_MIN, ref_row_bytes / per_row))
-            it.work = max(it.work * scale, 1.0)
         # a key's check per row follows a build per row (both are the
         # server's work on each row, not the load's per-byte parsing): at
         # the defaults FK_ROW_FACTOR x a reference row's load; with a build

@@ -63,13 +63,18 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     own = _own_rates(tr)
     active = tr.running()
     r1 = rate(max(1, len(active)))
-    spb = tr.build_seconds_per_byte() or plan.build_spb_default
+    # a build's seconds per unit of its work: timed on this run's finished
+    # ones, else the plan's default (seconds per byte of its table: a build's
+    # work is index_factor x that)
+    spw = tr.build_seconds_per_work() or (
+        plan.build_spb_default / tr.index_factor
+        if plan.build_spb_default is not None and tr.index_factor > 0 else None)
 
     def left(it: Item) -> float:
-        if spb is not None and it.kind in BUILDS and it.size > 0:
+        if spw is not None and it.kind in BUILDS and it.work > 0:
             # builds run at their own pace, timed on this run's finished ones:
             # express their time left in the streams' work units
-            return (1.0 - it.fraction) * it.size * spb * r1
+            return (1.0 - it.fraction) * it.work * spw * r1
         return max(0.0, it.work - it.done)
 
     running: list[WorkItem] = []
@@ -83,7 +88,7 @@ def estimate(tr: Tracker, stalled: bool = False) -> Eta:
     later = obs.later_steps(tr)
     tail = _Tail.of(tr, later.part_of if later is not None else None)
     if tail is not None and tail.waiting() > MAX_SIMULATED:
-        pending = tail.work(left, spb * r1 if spb is not None else None)
+        pending = tail.work(left, spw * r1 if spw is not None else None)
     else:
         order = tail.order if tail is not None else sorted(tr.items.values(),
                                                              key=lambda it: -it.size)
@@ -224,8 +229,9 @@ class _Tail:
 
     def recount(self, tr: Tracker) -> None:
         n = len(self.keys)
-        # per batch: items waiting, builds' table bytes, builds' work, other work
-        self.count, self.bsize = [0] * n, [0.0] * n
+        # per batch: items waiting, builds' planned work, builds' work left,
+        # other work left
+        self.count, self.bfull = [0] * n, [0.0] * n
         self.bwork, self.other = [0.0] * n, [0.0] * n
         for key, b in self.batch_of.items():
             it = tr.items[key]
@@ -236,8 +242,8 @@ class _Tail:
     def _add(self, b: int, it: Item, sign: int) -> None:
         self.count[b] += sign
         w = max(0.0, it.work - it.done)
-        if it.kind in BUILDS and it.size > 0:
-            self.bsize[b] += sign * it.size
+        if it.kind in BUILDS and it.work > 0:
+            self.bfull[b] += sign * it.work
             self.bwork[b] += sign * w
         else:
             self.other[b] += sign * w
@@ -253,15 +259,17 @@ class _Tail:
         return sum(self.count) + sum(1 for it in self.singles
                                      if it.state != "done" and it.state != "running")
 
-    def work(self, left: Callable[[Item], float], build_per_byte: float | None) -> list[WorkItem]:
-        """The waiting work: single items, then batches (build_per_byte: a
-        build's work units per byte of its table, else their own estimate)."""
+    def work(self, left: Callable[[Item], float], build_per_work: float | None
+             ) -> list[WorkItem]:
+        """The waiting work: single items, then batches (build_per_work: a
+        build's stream work units per unit of its planned work, timed, else
+        their own estimate)."""
         out = [it.work_item(left(it), self.single_deps.get(it.key, it.deps))
                for it in self.singles if it.state != "done" and it.state != "running"]
         for b, key in enumerate(self.keys):
             if self.count[b] <= 0:
                 continue
-            builds = (self.bsize[b] * build_per_byte if build_per_byte is not None
+            builds = (self.bfull[b] * build_per_work if build_per_work is not None
                       else self.bwork[b])
             out.append(WorkItem(key=key, work=max(0.0, builds + self.other[b]),
                                 size=self.sizes[b], deps=self.deps[b],

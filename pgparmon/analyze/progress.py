@@ -89,7 +89,7 @@ class Tracker:
         self.history: list[tuple[float, int, float]] = []  # (t, active streams, work done)
         self.leader_pid: int | None = None
         self.gone_workers: set[int] = set()
-        self.build_spb: list[float] = []
+        self.build_spw: list[float] = []
         # what the driver keeps about this job, of a type of its own
         # (Driver.new_state): held for it, never read here
         self.driver_state: object = driver.new_state()
@@ -394,17 +394,20 @@ class Tracker:
             it.started = wall
         self.driver.on_finish(self, it)
         if (it.kind in ("index", "constraint") and it.seen_running and it.size > 64 * 1024
-                and it.duration and it.duration > 0.5):
-            # seconds per byte of table data, for the builds still to come
-            self.build_spb.append(it.duration / it.size)
+                and it.work > 0 and it.duration and it.duration > 0.5):
+            # seconds per unit of a build's planned work (its table's bytes,
+            # per row where the rows are known), for the builds still to come
+            self.build_spw.append(it.duration / it.work)
         it.done = it.work
 
-    def build_seconds_per_byte(self) -> float | None:
-        """What this run's finished index/constraint builds took per byte of
-        their table's data (median), once one has been timed."""
-        if not self.build_spb:
+    def build_seconds_per_work(self) -> float | None:
+        """What this run's finished index/constraint builds took per unit of
+        their planned work (median), once one has been timed: a build's work
+        follows its table's rows where the plan knows them, so a narrow
+        table's build times a wide one's."""
+        if not self.build_spw:
             return None
-        return sorted(self.build_spb)[len(self.build_spb) // 2]
+        return sorted(self.build_spw)[len(self.build_spw) // 2]
 
     def _record(self, snap: Snapshot) -> None:
         done = self.work_done()

@@ -22,7 +22,7 @@ from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags, parse_
 from ..ddl import PostDataTarget, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
-from .archive_files import data_file_client
+from .archive_files import data_file_client, row_widths
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .progress import LaterSteps
@@ -168,6 +168,13 @@ class PgRestore(Driver):
             parents = {}
         files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
                  for it in everything if it.desc == "TABLE DATA"}
+        # builds follow rows: the widths of the largest tables' rows
+        widths = row_widths({f"{it.schema}.{it.tag}": (path, size) for it in everything
+                             if it.desc == "TABLE DATA" and it.schema is not None
+                             and (path := files[str(it.dump_id)][0]) is not None
+                             and (size := files[str(it.dump_id)][1]) > 0})
+        if widths:
+            extra = {**(extra or {}), "row_text_bytes": widths}
         return PlanInputs(toc=[dataclasses.asdict(t) for t in everything],
                           targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
                           archive_files=files, partitions=parents or None, extra=extra,
@@ -186,7 +193,10 @@ class PgRestore(Driver):
         plan_archive(tr, inputs.toc_items(), inputs.archive_files or {}, inputs.post_targets(),
                      inputs.partitions,
                      restores=None if restores is None else {int(i) for i in restores},
-                     empty_tables=frozenset(extra.get("empty_tables") or ()))
+                     empty_tables=frozenset(extra.get("empty_tables") or ()),
+                     # heap bytes a row: the COPY text's over the text ratio
+                     row_bytes={rel: w / tr.text_ratio
+                                for rel, w in (extra.get("row_text_bytes") or {}).items()})
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
@@ -365,10 +375,22 @@ def partitions_under(table: str, parents: dict[str, str]) -> list[str]:
     return out
 
 
+# The row width (heap bytes a row) at which a build costs the default
+# index_factor x its table's load work: measured on this project's VM
+# (bench/restore_row_cost.py), an int primary key took 0.54-0.61x the load of a
+# table of 48-byte rows, 0.12-0.14x at 690-byte rows, 0.016-0.019x at 2.4 kB: a
+# build sorts rows, so its cost follows the rows, not the table's bytes.
+INDEX_REF_ROW_BYTES = 60.0
+# ... within these bounds of the per-byte figure (a guess of rows is a guess)
+ROW_SCALE_MIN, ROW_SCALE_MAX = 0.02, 2.0
+
+
 def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
                  targets: dict[int, PostDataTarget],
                  parents: dict[str, str] | None = None, restores: set[int] | None = None,
-                 empty_tables: frozenset[str] = frozenset()) -> None:
+                 empty_tables: frozenset[str] = frozenset(),
+                 row_bytes: dict[str, float] | None = None,
+                 ref_row_bytes: float = INDEX_REF_ROW_BYTES) -> None:
     """Items of a restore: data files (sized by the file) and post-data
     builds, which depend on their table's data and, except INDEX, lock it.
     parents: each partition's parent (ddl.partition_parents); a foreign key
@@ -379,7 +401,11 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
     a build is sized by its table's data in the archive, whichever run
     loads it, but on a table of `empty_tables` (created by this run, no
     data loaded) it builds on no rows. Items already tracked (an earlier
-    step's of a restore in steps) stay as they are."""
+    step's of a restore in steps) stay as they are.
+    row_bytes: each table's heap bytes a row (`row_widths`; a table missing:
+    unknown): an index or unique / primary key build sorts its table's
+    rows, so its work is index_factor x its table's load x ref_row_bytes /
+    that width (within ROW_SCALE_MIN..MAX); without it, per byte."""
     data_size: dict[str, float] = {}
     for it in toc:
         if it.desc != "TABLE DATA" or it.schema is None:
@@ -403,6 +429,10 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         name = (tgt.object_name or tgt.name.split(" ")[-1]) if tgt else it.tag.split(" ")[-1]
         base = data_size.get(table or "", 0.0)
         factor = DEFAULT_FK_FACTOR if kind == "fk" else tr.index_factor
+        width = (row_bytes or {}).get(table or "")
+        if kind != "fk" and width and base > 0:
+            # a build sorts rows: per row of its table, not per byte
+            factor *= min(ROW_SCALE_MAX, max(ROW_SCALE_MIN, ref_row_bytes / width))
         deps = {tr.by_relation[r] for r in (table, tgt.references if tgt else None)
                 if r and r in tr.by_relation}
         holds: frozenset[str] = frozenset()
