@@ -147,3 +147,25 @@ def test_a_failed_dump_starts_no_restore(cluster: Cluster, sample_db: str) -> No
     assert samples and all(s["job"]["kind"] == "pg_dump" for s in samples)
     assert [s["state"] for s in summaries] == ["failed"]
     assert not Path(_nth_recording(str(work / "r.gz"), 2) or "").exists()
+
+
+@pytest.mark.integration
+def test_the_shell_that_becomes_its_last_tool_is_that_job(cluster: Cluster,
+                                                          sample_db: str) -> None:
+    """`pg_dump ...; exec pg_restore ...`: the restore runs in the shell's
+    own process (as a shell may run its last command); it is found there,
+    followed as the second job, and its exit status is its own."""
+    work = Path(tempfile.mkdtemp(prefix="pgparmon-inturn-"))
+    os.chmod(work, 0o777)
+    arch = work / "a.dump"
+    cluster.psql("DROP DATABASE IF EXISTS inturn_exec")
+    cluster.psql("CREATE DATABASE inturn_exec")
+    q = shlex.quote
+    script = (f"{q(cluster.client('pg_dump'))} -Fd -j 2 -f {q(str(arch))} {sample_db}; "
+              f"exec {q(cluster.client('pg_restore'))} -j 2 -d inturn_exec {q(str(arch))}")
+    res, samples, summaries = _run(cluster, script, work / "r.gz")
+    assert res.returncode == 0, res.stderr
+    assert [(s["kind"], s["state"]) for s in summaries] == [("pg_dump", "finished"),
+                                                            ("pg_restore", "finished")]
+    assert summaries[1]["exit_code"] == 0  # the shell's process was the restore's
+    cluster.psql("DROP DATABASE inturn_exec")
