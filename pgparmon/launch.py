@@ -184,8 +184,9 @@ def _run_in_turn(argv: list[str], groups: list[tuple[str, list[list[str]]]],
     if shutil.which(argv[0]) is None:
         raise Fatal(f"cannot start {os.path.basename(argv[0])}: command not found",
                     ExitCode.USAGE)
-    out = console or Console(highlight=False, stderr=True)
-    say = Console(highlight=False, stderr=True) if as_json else out
+    # what run says between the jobs: stderr beside JSON on stdout
+    say = console if console is not None and not as_json else Console(highlight=False,
+                                                                      stderr=True)
     # no session tag: the tag names one program, and each tool's sessions
     # are found by its own driver's rule
     proc, _, log = start_job(argv, env, tag_sessions=False)

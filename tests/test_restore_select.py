@@ -49,6 +49,16 @@ def _sel(*opts: str, listed: frozenset[int] | None = None) -> Selection:
     return Selection.of(args, listed)
 
 
+def _advice_steps(data_j: int, post_j: int, fk_j: int) -> list[list[str]]:
+    """The advice's four steps' pg_restore commands, as a shell's -c string
+    names them (its lists through a shell variable)."""
+    return [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
+            ["pg_restore", "-j", str(data_j), "--section=data", "-d", "x", "/a"],
+            ["pg_restore", "-j", str(post_j), "--section=post-data", "-L", "$L/rest.list",
+             "-d", "x", "/a"],
+            ["pg_restore", "-j", str(fk_j), "-L", "$L/fk.list", "-d", "x", "/a"]]
+
+
 def _ids(sel: Selection) -> tuple[list[int], list[str]]:
     ids, empty = sel.restored(_toc())
     return sorted(ids), sorted(empty)
@@ -152,11 +162,7 @@ def test_the_plan_of_a_restore_in_steps_counts_every_step(tmp_path: Path) -> Non
     from pgparmon.jobs.pg_restore import _chain
     from pgparmon.jobs.restore_select import restored_by as _restored
 
-    words = [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
-             ["pg_restore", "-j", "4", "--section=data", "-d", "x", "/a"],
-             ["pg_restore", "-j", "4", "--section=post-data", "-L", "$L/rest.list", "-d", "x",
-              "/a"],
-             ["pg_restore", "-j", "4", "-L", "$L/fk.list", "-d", "x", "/a"]]
+    words = _advice_steps(4, 4, 4)
     sels, note, jobs = _chain({"shell": os.getpid(), "steps": words})
     assert len(sels) == 4 and jobs == [None, 4, 4, 4]
     assert note and "4 steps" in note and "2 list file(s)" in note
@@ -177,11 +183,7 @@ def test_the_later_steps_are_what_this_step_leaves_to_them() -> None:
     its other options), and each later step's -j."""
     from pgparmon.jobs.pg_restore import _chain, _later_steps
 
-    words = [["pg_restore", "--section=pre-data", "-d", "x", "/a"],
-             ["pg_restore", "-j", "4", "--section=data", "-d", "x", "/a"],
-             ["pg_restore", "-j", "3", "--section=post-data", "-L", "$L/rest.list", "-d", "x",
-              "/a"],
-             ["pg_restore", "-j", "2", "-L", "$L/fk.list", "-d", "x", "/a"]]
+    words = _advice_steps(4, 3, 2)
     chain, _, jobs = _chain({"shell": os.getpid(), "steps": words})
     # the pre-data step: the data next, the builds after it
     got = _later_steps(_sel("--section=pre-data"), chain, jobs, 1, _toc())
