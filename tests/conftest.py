@@ -5,7 +5,9 @@ and a skewed sample database to dump and restore.
 Only tests marked `integration` may start a cluster: any other test that
 does (through these fixtures or pgparmon.cluster directly) fails, so
 `pytest -m "not integration"` provably starts none; the run ends with a line
-saying how many clusters it started.
+saying how many clusters it started (its workers' together under `-n`:
+`./run test` runs the suite in a few pytest-xdist workers, each with its
+own session cluster, a test file's tests on one worker).
 
 `--update-golden` (or PGPARMON_UPDATE_GOLDEN=1) rewrites the golden files of
 tests/test_golden.py instead of comparing with them.
@@ -81,9 +83,25 @@ def pytest_configure(config: pytest.Config) -> None:
             setattr(cluster_mod.Cluster, name, _guarded(orig, count=name == "start"))
 
 
+_from_workers: list[int] = []  # clusters the suite's workers started (`-n`, pytest-xdist)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = getattr(session.config, "workeroutput", None)  # set in a worker only
+    if out is not None:
+        out["pgparmon_clusters_started"] = len(_started)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    out = getattr(node, "workeroutput", None) or {}
+    _from_workers.append(int(out.get("pgparmon_clusters_started", 0)))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    workers = f" (by {len(_from_workers)} workers)" if _from_workers else ""
     terminalreporter.write_line(f"pgparmon: throwaway PostgreSQL clusters started: "
-                                f"{len(_started)}")
+                                f"{len(_started) + sum(_from_workers)}{workers}")
 
 
 @pytest.fixture(scope="session")

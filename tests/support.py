@@ -324,6 +324,7 @@ def ensure_debian_package(binary: str, package: str) -> str | None:
     """The path of `binary`, installing Debian `package` once per machine when
     it is missing and we are root with apt-get; None with the reason in
     `install_failure(binary)` when it cannot be had (no registry, no root)."""
+    import fcntl
     import os
     import shutil
 
@@ -337,13 +338,22 @@ def ensure_debian_package(binary: str, package: str) -> str | None:
     if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
         why = f"{binary} is not installed and this is not root with apt-get to install {package}"
     else:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        cmd = ["apt-get", "install", "-y", "--no-install-recommends", package]
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-        if res.returncode != 0:  # the package lists may be missing: fetch them once
-            subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env,
-                           timeout=600)
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        # one apt-get at a time on the machine (the suite's workers, `-n`,
+        # may want the same package at once): the others wait, then find it
+        with open("/tmp/.pgparmon-tests-apt.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = shutil.which(binary)
+            if path:
+                _installed[binary] = None
+                return path
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            cmd = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y",
+                   "--no-install-recommends", package]
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            if res.returncode != 0:  # the package lists may be missing: fetch them once
+                subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "update"],
+                               capture_output=True, text=True, env=env, timeout=900)
+                res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         if res.returncode != 0 or not shutil.which(binary):
             tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
             why = f"apt-get install {package} failed: {tail[0]}"
