@@ -17,7 +17,10 @@ From that text:
   (`column_list`), the shape of an index after its table name
   (`index_shape`), and a qualified name's parts (`split_qualified`);
 * the partitions of partitioned tables (`partition_parents`), from the
-  TABLE ATTACH items alone (``pg_restore -v -L LIST``).
+  TABLE ATTACH items alone (``pg_restore -v -L LIST``);
+* what a btree build's key costs a row against an int key's
+  (`key_costs`: its key columns, `key_columns`, and their types in the
+  table's CREATE TABLE, `column_types`, read with ``-L`` too).
 """
 
 from __future__ import annotations
@@ -121,6 +124,9 @@ class PostDataTarget:
     dump_id: int | None = None         # from "-- TOC entry N" (pg_restore -v)
     dependencies: tuple[int, ...] = ()  # dump ids from "-- Dependencies:"
     object_name: str | None = None     # index / constraint / trigger name from the SQL
+    # a btree build's key columns, in order (None for an expression); None
+    # when the item is no btree index or key, or its statement was unreadable
+    key: tuple[str | None, ...] | None = None
 
 
 _DESC_KIND = {"INDEX": "index", "FK CONSTRAINT": "foreign key", "TRIGGER": "trigger",
@@ -355,8 +361,9 @@ def entry_target(e: ScriptEntry) -> PostDataTarget:
     # the desc is the fallback when it could not be read
     stated = found.kind if found.kind not in (None, "other") else None
     kind = stated or _DESC_KIND.get(e.desc, "other")
+    key = key_columns(e.sql) if kind in ("index", "primary key", "unique") else None
     return PostDataTarget(e.desc, e.schema, e.name, found.table, found.references,
-                          kind, e.dump_id, e.deps, found.object_name)
+                          kind, e.dump_id, e.deps, found.object_name, key)
 
 
 def link_targets(targets: Iterable[PostDataTarget], items: Iterable[TocItem]
@@ -400,13 +407,7 @@ def partition_parents(path: str | Path, items: Iterable[TocItem], pg_restore: st
     if not attach:
         return {}
     tables = {it.dump_id: qualify(it.schema, it.tag) for it in items if it.desc == "TABLE"}
-    fd, listing = tempfile.mkstemp(prefix="pgparmon-attach-", suffix=".list")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("".join(f"{it.dump_id};\n" for it in attach))
-        text = run_pg_restore(["-v", "-L", listing, "-f", "-"], path, pg_restore, timeout)
-    finally:
-        os.unlink(listing)
+    text = listed_sql(path, [it.dump_id for it in attach], pg_restore, timeout)
     out: dict[str, str] = {}
     for e in script_entries(text):
         if e.desc != "TABLE ATTACH":
@@ -415,6 +416,177 @@ def partition_parents(path: str | Path, items: Iterable[TocItem], pg_restore: st
         parents = {tables[d] for d in e.deps if d in tables and tables[d] != child}
         if len(parents) == 1:
             out[child] = parents.pop()
+    return out
+
+
+def listed_sql(path: str | Path, dump_ids: Iterable[int], pg_restore: str | None = None,
+               timeout: float = 30) -> str:
+    """The SQL of these items alone (``pg_restore -v -L LIST -f -``): a few
+    items of an archive of thousands cost what they hold, not the schema."""
+    fd, listing = tempfile.mkstemp(prefix="pgparmon-items-", suffix=".list")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(f"{i};\n" for i in dump_ids))
+        return run_pg_restore(["-v", "-L", listing, "-f", "-"], path, pg_restore, timeout)
+    finally:
+        os.unlink(listing)
+
+
+# ------------------------------------------------------- the keys of builds
+
+# A btree build sorts its rows by the key, so what a row costs depends on the
+# key's type: on this project's VM (bench/restore_row_cost.py, collation C)
+# a btree on an md5 text column (33 bytes) took 2.0x the build of an int
+# primary key on the same rows, 3.0x with 132-byte text keys. The key's
+# leading column decides (it is what most comparisons compare); a type not
+# named here, an expression or another access method costs as an int key
+# (the reference every build rule was measured with).
+KEY_COSTS = {"fixed": 1.0, "text": 2.0}
+_FIXED_TYPES = frozenset(
+    "smallint integer bigint int int2 int4 int8 serial bigserial smallserial oid date "
+    "timestamp time real double float float4 float8 boolean bool money uuid interval".split())
+_TEXT_TYPES = frozenset("text character varchar char bpchar name citext".split())
+_NOT_COLUMNS = frozenset(("CONSTRAINT", "PRIMARY", "UNIQUE", "CHECK", "FOREIGN", "EXCLUDE",
+                          "LIKE"))
+_TYPE_ENDS = frozenset(("COLLATE", "NOT", "NULL", "DEFAULT", "CONSTRAINT", "GENERATED",
+                        "CHECK", "PRIMARY", "UNIQUE", "REFERENCES", "STORAGE", "COMPRESSION"))
+
+
+def _split_top(c: _Cursor) -> list[list[_Tok]] | None:
+    """The comma-separated parts of the parenthesized list at c (c just
+    after its '('), up to its ')'; None when it never closes."""
+    parts: list[list[_Tok]] = [[]]
+    depth = 0
+    while (t := c.peek()) is not None:
+        c.i += 1
+        if t.kind == "op" and t.text == ")" and depth == 0:
+            return parts
+        if t.kind == "op" and t.text == "," and depth == 0:
+            parts.append([])
+            continue
+        if t.kind == "op" and t.text in "()":
+            depth += 1 if t.text == "(" else -1
+        parts[-1].append(t)
+    return None
+
+
+def key_columns(sql: str) -> tuple[str | None, ...] | None:
+    """The key columns of a btree build: CREATE [UNIQUE] INDEX ... ON t
+    [USING btree] (a, lower(b) DESC, ...) or ALTER TABLE t ADD [CONSTRAINT
+    c] PRIMARY KEY / UNIQUE (a, b); each a column name (None for an
+    expression). None for another access method or another statement."""
+    c = _Cursor(_tokens(sql, limit=2000))
+    if c.accept("CREATE"):
+        c.accept("UNIQUE")
+        if not c.accept("INDEX"):
+            return None
+        c.accept("CONCURRENTLY")
+        c.accept_seq("IF", "NOT", "EXISTS")
+        if not c.at("ON"):
+            c.ident()
+        if not c.accept("ON"):
+            return None
+        c.accept("ONLY")
+        c.qualified()
+        if c.accept("USING") and c.ident() != "btree":
+            return None
+    elif c.accept_seq("ALTER", "TABLE"):
+        c.accept_seq("IF", "EXISTS")
+        c.accept("ONLY")
+        c.qualified()
+        if not c.accept("ADD"):
+            return None
+        if c.accept("CONSTRAINT"):
+            c.ident()
+        if not (c.accept_seq("PRIMARY", "KEY") or c.accept("UNIQUE")):
+            return None
+        if not c.accept_seq("NULLS", "NOT", "DISTINCT"):
+            c.accept_seq("NULLS", "DISTINCT")
+    else:
+        return None
+    t = c.peek()
+    if t is None or t.kind != "op" or t.text != "(":
+        return None
+    c.i += 1
+    parts = _split_top(c)
+    if not parts or not all(parts):
+        return None
+    out: list[str | None] = []
+    for p in parts:
+        head = p[0]
+        called = len(p) > 1 and p[1].kind == "op" and p[1].text in "(."
+        plain = head.kind in ("word", "qid") and not called
+        out.append((head.text.lower() if head.kind == "word" else head.text) if plain else None)
+    return tuple(out)
+
+
+def column_types(create_sql: str) -> dict[str, str]:
+    """column -> its type as written (lower case, ``character varying``,
+    ``timestamp with time zone``, ``public.citext``, ``integer[]``) of a
+    CREATE TABLE statement; {} when it has no column list we can read."""
+    body = column_list(create_sql)
+    if body is None:
+        return {}
+    c = _Cursor(_tokens(body + ")", limit=100_000))
+    parts = _split_top(c) or []
+    out: dict[str, str] = {}
+    for p in parts:
+        if not p or p[0].kind not in ("word", "qid") or p[0].kw(*_NOT_COLUMNS):
+            continue
+        name = p[0].text.lower() if p[0].kind == "word" else p[0].text
+        words: list[str] = []
+        depth = 0
+        for t in p[1:]:
+            if depth == 0 and t.kw(*_TYPE_ENDS):
+                break
+            if t.kind == "op" and t.text in "()":
+                depth += 1 if t.text == "(" else -1
+                continue
+            if depth == 0:
+                words.append(t.text.lower() if t.kind in ("word", "op") else t.text)
+        typ = " ".join(words).replace(" . ", ".").replace(" [ ]", "[]").replace(" [", "[")
+        if typ:
+            out[name] = typ
+    return out
+
+
+def key_class(typ: str | None) -> str | None:
+    """"fixed" (a fixed-width type compared by value: ints, dates,
+    timestamps, floats, uuid), "text" (text, varchar, char, name, citext),
+    or None (an array, numeric, anything else: not told apart)."""
+    if not typ or "[" in typ:
+        return None
+    first = typ.split()[0].split("(")[0]
+    first = first.rsplit(".", 1)[-1]
+    if first in _FIXED_TYPES:
+        return "fixed"
+    if first in _TEXT_TYPES:
+        return "text"
+    return None
+
+
+def key_costs(path: str | Path, targets: dict[int, PostDataTarget], items: Iterable[TocItem],
+              pg_restore: str | None = None, timeout: float = 30) -> dict[int, float]:
+    """A btree build's cost a row relative to an int key's (KEY_COSTS), by
+    dump id, for the builds whose leading key column's type the archive's
+    CREATE TABLE names and that differ from 1; only the TABLE items of the
+    tables such builds are on are read (``-L``). TocError when the archive
+    cannot be read."""
+    on = {t.table for t in targets.values() if t.table and t.key and t.key[0]}
+    tables = {it.dump_id: qualify(it.schema, it.tag) for it in items
+              if it.desc == "TABLE" and qualify(it.schema, it.tag) in on}
+    if not tables:
+        return {}
+    text = listed_sql(path, sorted(tables), pg_restore, timeout)
+    types = {t: column_types(sql) for t, sql in create_table_statements(text).items()}
+    out: dict[int, float] = {}
+    for dump_id, t in targets.items():
+        if not t.table or not t.key or not t.key[0]:
+            continue
+        cls = key_class(types.get(t.table, {}).get(t.key[0]))
+        cost = KEY_COSTS.get(cls or "", 1.0)
+        if cost != 1.0:
+            out[dump_id] = cost
     return out
 
 

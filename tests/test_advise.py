@@ -990,6 +990,35 @@ def test_live_restore_shows_checkpoints_and_checksums(dump_archive: Path,
     assert "data checksums on" in flat and "checkpoints requested during the job" in flat
 
 
+def test_a_probe_timed_text_key_build_teaches_the_int_keys_their_own_cost() -> None:
+    """The restore probe times a table's first build (here an index on a
+    text column): the factor it measures is that key's, KEY_COSTS["text"] x
+    an int key's. Re-planned with it, the text index costs what was timed
+    and the table's int primary key that over KEY_COSTS["text"]."""
+    from pgparmon.advise.inventory import _plan_restore
+    from pgparmon.ddl import KEY_COSTS, PostDataTarget
+    from pgparmon.toc import TocItem
+
+    toc = [TocItem(10, 0, 0, "TABLE DATA", "public", "t", "o"),
+           TocItem(21, 0, 0, "INDEX", "public", "t_name_idx", "o"),
+           TocItem(22, 0, 0, "CONSTRAINT", "public", "t t_pkey", "o")]
+    targets = {21: PostDataTarget("INDEX", "public", "t_name_idx", "public.t", None, "index",
+                                  key=("name",)),
+               22: PostDataTarget("CONSTRAINT", "public", "t t_pkey", "public.t", None,
+                                  "primary key", key=("id",))}
+    files = {"10": (None, 6e7)}
+    keys = {21: KEY_COSTS["text"]}
+    items, tables = _plan_restore(toc, files, targets, None, {"public.t": 1e6}, key_costs=keys)
+    inv = Inventory("restore", items, tables, plan_inputs=(toc, files, targets, {}),
+                    rows={"public.t": 1e6}, key_costs=keys)
+    assert inv.timed_key_cost("public.t") == KEY_COSTS["text"]
+    assert inv.timed_key_cost("public.other") == 1.0
+    timed = {it.key: it.work for it in inv.with_index_factor(0.8, "public.t").items}
+    load = timed["10"]
+    assert timed["21"] == pytest.approx(0.8 * load)  # the build the probe timed
+    assert timed["22"] == pytest.approx(0.8 / KEY_COSTS["text"] * load)
+
+
 @pytest.mark.integration
 def test_a_foreign_key_on_a_partitioned_table_checks_all_its_partitions(
         cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

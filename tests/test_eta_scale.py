@@ -10,6 +10,7 @@ import pytest
 
 from pgparmon.analyze import eta
 from pgparmon.analyze.progress import Tracker
+from pgparmon.ddl import KEY_COSTS, PostDataTarget
 from pgparmon.jobs.registry import driver_for
 from pgparmon.jobs.base import Job
 from pgparmon.jobs.pg_restore import plan_archive
@@ -23,7 +24,6 @@ def _restore(tables: int, indexes: int, seed: int = 5) -> Tracker:
             for j in range(indexes)]
     files = {str(10 + i): (None, float(rnd.choice([2e9, 5e8] if i < 3 else [8e3, 5e4, 2e5])))
              for i in range(tables)}
-    from pgparmon.ddl import PostDataTarget
 
     targets = {10 + tables + j: PostDataTarget("INDEX", "public", f"t{j}_idx",
                                                f"public.t{j % tables}", None, "index")
@@ -138,7 +138,6 @@ def test_a_key_waits_for_the_referenced_keys_through_their_attachments() -> None
     are done: on a partitioned referenced table, the parent's key (ON ONLY)
     and each partition's key through its INDEX ATTACH entry, which is no work
     item of its own and is followed; pre-data entries are not items."""
-    from pgparmon.ddl import PostDataTarget
     from pgparmon.jobs.pg_restore import post_data_order
 
     def t(dump_id: int, desc: str, deps: tuple[int, ...]) -> PostDataTarget:
@@ -180,7 +179,6 @@ def test_a_later_step_runs_after_this_one_not_beside_it() -> None:
 
     toc = [TocItem(10 + i, 0, 0, "TABLE DATA", "public", f"t{i}", "o") for i in range(4)]
     toc += [TocItem(20 + i, 0, 0, "INDEX", "public", f"t{i}_idx", "o") for i in range(1, 4)]
-    from pgparmon.ddl import PostDataTarget
 
     targets = {20 + i: PostDataTarget("INDEX", "public", f"t{i}_idx", f"public.t{i}", None,
                                       "index") for i in range(1, 4)}
@@ -234,7 +232,6 @@ def test_a_build_follows_its_tables_rows(tmp_path) -> None:  # type: ignore[no-u
     import gzip
 
     from pgparmon.analyze.progress import DEFAULT_TEXT_RATIO
-    from pgparmon.ddl import PostDataTarget
     from pgparmon.jobs.archive_files import row_widths
 
     narrow = b"".join(b"%d\t%s\n" % (i, b"x" * 40) for i in range(20000))
@@ -280,3 +277,27 @@ def test_a_build_follows_its_tables_rows(tmp_path) -> None:  # type: ignore[no-u
     spw = per_row.build_seconds_per_work()
     assert spw == pytest.approx(2.0 / n.work)
     assert spw * w.work == pytest.approx(2.0 * w.work / n.work) and spw * w.work < 0.05
+
+
+def test_a_text_key_build_costs_its_key_and_teaches_by_it() -> None:
+    """Two builds on one table's rows: a primary key on an int column and an
+    index on a text column. The text key's work is KEY_COSTS["text"] x the
+    int key's (a sort of text keys compares slower); once the text key's
+    build is timed, the int key is expected in its share of that time, not
+    the same time."""
+    toc = [TocItem(10, 0, 0, "TABLE DATA", "public", "t", "o"),
+           TocItem(20, 0, 0, "CONSTRAINT", "public", "t t_pkey", "o"),
+           TocItem(21, 0, 0, "INDEX", "public", "t_name_idx", "o")]
+    targets = {20: PostDataTarget("CONSTRAINT", "public", "t t_pkey", "public.t", None,
+                                  "primary key", key=("id",)),
+               21: PostDataTarget("INDEX", "public", "t_name_idx", "public.t", None, "index",
+                                  key=("name",))}
+    files = {"10": (None, 1e8)}
+    tr = Tracker(Job(kind="pg_restore", database="db", jobs=2), driver_for("pg_restore"))
+    plan_archive(tr, toc, files, targets, key_costs={21: KEY_COSTS["text"]})
+    pk, ix = tr.items["20"], tr.items["21"]
+    assert ix.work == pytest.approx(KEY_COSTS["text"] * pk.work) and KEY_COSTS["text"] > 1
+    tr.history = [(float(t), 2, 2e7 * t) for t in range(11)]
+    ix.seen_running, ix.started = True, 100.0
+    tr.finish(ix, 104.0)
+    assert tr.build_seconds_per_work() * pk.work == pytest.approx(4.0 / KEY_COSTS["text"])

@@ -25,7 +25,12 @@ import pytest
 
 from pgparmon.cluster import Cluster, ClusterError, find_bindir, start_cluster
 from pgparmon.ddl import (
+    KEY_COSTS,
     PostDataTarget,
+    column_types,
+    key_class,
+    key_columns,
+    key_costs,
     link_targets,
     parse_post_data_sql,
     post_data_targets,
@@ -272,6 +277,7 @@ def test_garbage_file_is_not_a_listing() -> None:
 def target_json(t: PostDataTarget) -> dict[str, object]:
     d = dataclasses.asdict(t)
     d["dependencies"] = list(t.dependencies)
+    d["key"] = None if t.key is None else list(t.key)
     return d
 
 
@@ -351,6 +357,53 @@ ALTER TABLE s.t
     assert (fk.table, fk.references, fk.kind, fk.schema) == ("S.T", "s.other", "foreign key", "s")
     assert (ix.table, ix.kind, ix.object_name) == ("s.t", "index", "ix")
     assert (chk.table, chk.kind) == ("s.t", "check")
+
+
+@pytest.mark.parametrize(("sql", "key"), [
+    ("CREATE INDEX t_c_idx ON public.t USING btree (c);", ("c",)),
+    ("CREATE INDEX t_c_idx ON public.t (c);", ("c",)),
+    ('CREATE UNIQUE INDEX x ON ONLY "S".t USING btree (lower(b), "Odd Col" DESC NULLS LAST) '
+     "WHERE (a > 1);", (None, "Odd Col")),
+    ("CREATE INDEX x ON public.t USING btree (((a + b)));", (None,)),
+    ('CREATE INDEX x ON public.t USING btree (b COLLATE "C" text_pattern_ops) INCLUDE (z);',
+     ("b",)),
+    ("CREATE INDEX x ON public.t USING btree (public.f(a));", (None,)),
+    ("CREATE INDEX x ON public.t USING gin (doc);", None),
+    ("CREATE INDEX x ON public.t USING hash (a);", None),
+    ('ALTER TABLE ONLY public.t\n    ADD CONSTRAINT t_pkey PRIMARY KEY (Id, "b c");',
+     ("id", "b c")),
+    ("ALTER TABLE ONLY public.t ADD CONSTRAINT u UNIQUE NULLS NOT DISTINCT (email);",
+     ("email",)),
+    ("ALTER TABLE ONLY public.t ADD CONSTRAINT fk FOREIGN KEY (a) REFERENCES public.u(id);",
+     None),
+    ("ALTER TABLE ONLY public.t ADD CONSTRAINT ex EXCLUDE USING gist (r WITH &&);", None),
+    ("CREATE TRIGGER trg AFTER INSERT ON public.t FOR EACH ROW EXECUTE FUNCTION f();", None),
+])
+def test_key_columns_of_a_btree_build(sql: str, key: tuple[str | None, ...] | None) -> None:
+    assert key_columns(sql) == key
+
+
+def test_column_types_and_their_key_class() -> None:
+    types = column_types("""CREATE TABLE public."T" (
+    id bigint NOT NULL,
+    "Odd, Col" character varying(20) COLLATE pg_catalog."C",
+    b text DEFAULT 'x,y'::text NOT NULL,
+    c timestamp(3) with time zone,
+    d numeric(10,2),
+    e integer[],
+    f public.citext,
+    g double precision GENERATED ALWAYS AS ((id)::double precision) STORED,
+    u uuid,
+    CONSTRAINT chk CHECK ((id > 0))
+);""")
+    assert types == {"id": "bigint", "Odd, Col": "character varying", "b": "text",
+                     "c": "timestamp with time zone", "d": "numeric", "e": "integer[]",
+                     "f": "public.citext", "g": "double precision", "u": "uuid"}
+    assert {k: key_class(v) for k, v in types.items()} == {
+        "id": "fixed", "Odd, Col": "text", "b": "text", "c": "fixed", "d": None, "e": None,
+        "f": "text", "g": "fixed", "u": "fixed"}
+    assert column_types("CREATE TABLE public.p PARTITION OF public.q FOR VALUES IN (1);") == {}
+    assert key_class(None) is None
 
 
 def test_full_script_copy_data_is_not_parsed() -> None:
@@ -511,6 +564,43 @@ def test_real_post_data_targets(archives: dict[str, str], pg_restore: str) -> No
         # each index / constraint depends on the TABLE item of its table
         pk = next(t for t in targets.values() if t.name == "child child_pkey")
         assert any(ids[d].relation == "public.child" for d in pk.dependencies)
+
+
+@pytest.mark.integration
+def test_real_key_costs(archives: dict[str, str], pg_restore: str) -> None:
+    """The text keys of the sample (a unique text column, two indexes led by
+    a text column, one on a quoted table) cost KEY_COSTS["text"] a row; int
+    keys and the rest are left at 1 (not listed)."""
+    for path in (archives["directory"], archives["custom"]):
+        _, items = list_archive(path, pg_restore)
+        targets = post_data_targets(path, pg_restore)
+        costs = key_costs(path, targets, items, pg_restore)
+        assert {targets[k].name: v for k, v in costs.items()} == {
+            n: KEY_COSTS["text"] for n in ("parent parent_code_key", "child_v_idx",
+                                            "child_v_uidx", "odd idx")}
+    # the live plan of a restore keeps them (a replay plans the same) and
+    # weighs the builds by them: child's text index twice its int key
+    from types import SimpleNamespace
+
+    from pgparmon.advise.inventory import restore_inventory
+    from pgparmon.analyze.progress import Tracker
+    from pgparmon.jobs.base import Job
+    from pgparmon.jobs.pg_restore import PgRestore
+    from pgparmon.jobs.registry import driver_for
+
+    src = SimpleNamespace(target_dir=archives["directory"],
+                          client_binary=lambda name: pg_restore)
+    tr = Tracker(Job(kind="pg_restore", database="x", jobs=2), driver_for("pg_restore"))
+    inputs = PgRestore().read_plan(src, PgRestore().plan_request(tr))
+    assert inputs is not None and not inputs.error
+    assert {int(k) for k in (inputs.extra or {})["key_costs"]} == set(costs)
+    assert PgRestore().plan(tr, inputs)
+    work = {it.name: it.work for it in tr.items.values() if it.relation == "public.child"
+            and it.kind != "data"}
+    assert work["child_v_idx"] == pytest.approx(KEY_COSTS["text"] * work["child_pkey"])
+    # ... and so does the advice's
+    inv = restore_inventory(archives["directory"], pg_restore)
+    assert inv.key_costs == costs
 
 
 @pytest.mark.integration

@@ -25,7 +25,7 @@ import psycopg
 from .. import sql
 from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
-from ..ddl import partition_parents, post_data_targets
+from ..ddl import key_costs, partition_parents, post_data_targets
 from ..jobs.base import Job
 from ..jobs.tables import plan_tables
 from ..jobs.archive_files import sample_rows, text_bytes
@@ -74,6 +74,9 @@ class Inventory:
     # schema.table"; see `fk_before_partitions`)
     early_fks: list[str] = field(default_factory=list)
     early_fk_ids: list[int] = field(default_factory=list)  # their dump ids
+    # restore: a btree build's cost a row against an int key's, by dump id
+    # (ddl.key_costs; missing: 1)
+    key_costs: dict[int, float] = field(default_factory=dict)
 
     def with_index_factor(self, index_factor: float, measured_on: str | None = None
                           ) -> Inventory:
@@ -84,9 +87,23 @@ class Inventory:
             return self
         toc, archive_files, post, parents = self.plan_inputs
         ref = self.row_bytes(measured_on) if measured_on else None
+        if measured_on:  # the timed build's key: a text key's build teaches an int key's
+            index_factor /= self.timed_key_cost(measured_on)
         items, tables = _plan_restore(toc, archive_files, post, index_factor, self.rows,
-                                      ref or INDEX_REF_ROW_BYTES, parents)
+                                      ref or INDEX_REF_ROW_BYTES, parents, self.key_costs)
         return replace(self, items=items, tables=tables, notes=list(self.notes))
+
+    def timed_key_cost(self, table: str) -> float:
+        """The key cost (`key_costs`) of the build a restore probe times on
+        `table`: the first index or primary / unique key on it in the
+        archive's script (the one it rebuilds on its temporary table); 1
+        when it has none (a btree on its first column) or it is unknown."""
+        if self.plan_inputs is None:
+            return 1.0
+        for dump_id, t in self.plan_inputs[2].items():
+            if t.table == table and t.kind in ("index", "primary key", "unique"):
+                return self.key_costs.get(dump_id, 1.0)
+        return 1.0
 
     def row_bytes(self, table: str) -> float | None:
         """Heap bytes a row of `table` ("schema.table"), from the rows
@@ -217,7 +234,8 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
                   targets: dict[int, Any], index_factor: float | None,
                   rows: dict[str, float] | None = None,
                   ref_row_bytes: float = INDEX_REF_ROW_BYTES,
-                  parents: dict[str, str] | None = None
+                  parents: dict[str, str] | None = None,
+                  key_costs: dict[int, float] | None = None
                   ) -> tuple[list[WorkItem], list[TableSize]]:
     tr = Tracker(Job(kind=RESTORE.tool, database=None), driver_for(RESTORE.tool))
     if index_factor is not None and index_factor > 0:
@@ -227,7 +245,7 @@ def _plan_restore(toc: list[Any], files: dict[str, tuple[str | None, float]],
             if t.desc == "TABLE DATA" and t.schema is not None and str(t.dump_id) in files}
     widths = {rel: heap[rel] / n for rel, n in (rows or {}).items() if n and heap.get(rel)}
     plan_archive(tr, toc, files, targets, parents, row_bytes=widths,
-                 ref_row_bytes=ref_row_bytes)
+                 ref_row_bytes=ref_row_bytes, key_costs=key_costs)
     if rows:
         # a key's check per row follows a build per row (both are the
         # server's work on each row, not the load's per-byte parsing): at
@@ -303,6 +321,10 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         parents = partition_parents(archive, toc, pg_restore=pg_restore)
     except TocError:
         parents = {}
+    try:
+        keys = key_costs(archive, targets, toc, pg_restore=pg_restore)
+    except TocError:
+        keys = {}
     comp: str | None
     rows: dict[str, float] = {}
     if fmt == "directory":
@@ -315,12 +337,12 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         files = {str(it.dump_id): (None, each) for it in data}
         comp = None
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
-                                  parents=parents)
+                                  parents=parents, key_costs=keys)
     early = fk_before_partitions(toc, targets, parents)
     inv = Inventory(RESTORE.name, items, tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp, plan_inputs=(toc, files, targets, parents),
                     rows=rows, early_fks=[n for _, n in early],
-                    early_fk_ids=[i for i, _ in early])
+                    early_fk_ids=[i for i, _ in early], key_costs=keys)
     if fmt == "custom":
         inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
                          "taken as equal, so the largest-table bound is unknown")

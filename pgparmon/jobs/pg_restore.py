@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..analyze.items import Item, WorkerState
 from ..analyze.schedule import WorkItem
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags, parse_client_cmdline
-from ..ddl import PostDataTarget, partition_parents, post_data_targets
+from ..ddl import PostDataTarget, key_costs, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
 from .archive_files import data_file_client, row_widths
@@ -166,6 +166,12 @@ class PgRestore(Driver):
             parents = partition_parents(src.target_dir, everything, pg_restore=pg_restore)
         except TocError:
             parents = {}
+        try:  # a text key sorts slower than an int key: what each build's key costs
+            keys = key_costs(src.target_dir, targets, everything, pg_restore=pg_restore)
+        except TocError:
+            keys = {}
+        if keys:
+            extra = {**(extra or {}), "key_costs": {str(k): v for k, v in keys.items()}}
         files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
                  for it in everything if it.desc == "TABLE DATA"}
         # builds follow rows: the widths of the largest tables' rows
@@ -196,7 +202,9 @@ class PgRestore(Driver):
                      empty_tables=frozenset(extra.get("empty_tables") or ()),
                      # heap bytes a row: the COPY text's over the text ratio
                      row_bytes={rel: w / tr.text_ratio
-                                for rel, w in (extra.get("row_text_bytes") or {}).items()})
+                                for rel, w in (extra.get("row_text_bytes") or {}).items()},
+                     key_costs={int(k): float(v)
+                                for k, v in (extra.get("key_costs") or {}).items()})
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
@@ -390,7 +398,8 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
                  parents: dict[str, str] | None = None, restores: set[int] | None = None,
                  empty_tables: frozenset[str] = frozenset(),
                  row_bytes: dict[str, float] | None = None,
-                 ref_row_bytes: float = INDEX_REF_ROW_BYTES) -> None:
+                 ref_row_bytes: float = INDEX_REF_ROW_BYTES,
+                 key_costs: dict[int, float] | None = None) -> None:
     """Items of a restore: data files (sized by the file) and post-data
     builds, which depend on their table's data and, except INDEX, lock it.
     parents: each partition's parent (ddl.partition_parents); a foreign key
@@ -405,7 +414,9 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
     row_bytes: each table's heap bytes a row (`row_widths`; a table missing:
     unknown): an index or unique / primary key build sorts its table's
     rows, so its work is index_factor x its table's load x ref_row_bytes /
-    that width (within ROW_SCALE_MIN..MAX); without it, per byte."""
+    that width (within ROW_SCALE_MIN..MAX); without it, per byte.
+    key_costs: a btree build's cost a row against an int key's, by dump id
+    (`ddl.key_costs`: a text key sorts slower); missing: 1."""
     data_size: dict[str, float] = {}
     for it in toc:
         if it.desc != "TABLE DATA" or it.schema is None:
@@ -433,6 +444,8 @@ def plan_archive(tr: Tracker, toc: list[TocItem], archive_files: dict[str, Any],
         if kind != "fk" and width and base > 0:
             # a build sorts rows: per row of its table, not per byte
             factor *= min(ROW_SCALE_MAX, max(ROW_SCALE_MIN, ref_row_bytes / width))
+        if kind != "fk":
+            factor *= (key_costs or {}).get(it.dump_id, 1.0)
         deps = {tr.by_relation[r] for r in (table, tgt.references if tgt else None)
                 if r and r in tr.by_relation}
         holds: frozenset[str] = frozenset()

@@ -75,6 +75,8 @@ class PlanInputs:
         for k, v in (self.targets or {}).items():
             kw = {kk: vv for kk, vv in v.items() if kk in names}
             kw["dependencies"] = tuple(kw.get("dependencies") or ())
+            if kw.get("key") is not None:
+                kw["key"] = tuple(kw["key"])
             out[int(k)] = PostDataTarget(**kw)
         return out
 
