@@ -300,8 +300,11 @@ class RestoreStrategy(ArchiveStrategy):
         on = ((probe_json or {}).get("build") or {}).get("table")
         s.inv = s.inv.with_index_factor(factor, on)
         per_row = " at its rows' width (builds follow rows)" if on and s.inv.rows.get(on) else ""
+        key = s.inv.timed_key_cost(on) if on else 1.0
+        keyed = (f"; its key costs {key:g}x an int key's a row, so the others are costed "
+                 "by their own keys") if key != 1.0 else ""
         s.notes.append(f"index builds from the probe: {factor:.2f} x their table's load work"
-                       + per_row)
+                       + per_row + keyed)
 
     def object_cost(self, s: Situation) -> predict.ObjectCost | None:
         """The leader's part, from the archive's TOC (pre-data entries)."""
