@@ -301,3 +301,32 @@ def test_a_text_key_build_costs_its_key_and_teaches_by_it() -> None:
     ix.seen_running, ix.started = True, 100.0
     tr.finish(ix, 104.0)
     assert tr.build_seconds_per_work() * pk.work == pytest.approx(4.0 / KEY_COSTS["text"])
+
+
+def test_an_item_ends_when_its_session_says_not_at_the_sample_that_misses_it() -> None:
+    """A build timed to the sample that no longer shows it ran up to an
+    interval long. Its session tells better: idle since its statement
+    ended (state_change), or on a later statement (query_start); the
+    server's clock (here 100 s ahead) moved onto ours, never before the
+    item's start; without a session or a server time, the sample's."""
+    from types import SimpleNamespace as NS
+
+    from pgparmon.analyze.items import Item
+
+    it = Item(key="1", kind="index", relation="public.t", name="t_i", size=1.0, work=1.0)
+    it.worker, it.started = 7, 100.0
+
+    def snap(state: str | None, change: float | None = None, query: float | None = None,
+             server_ts: float | None = 203.0) -> NS:
+        bs = () if state is None else (NS(pid=7, state=state, state_change=change,
+                                          query_start=query),)
+        return NS(wall=103.0, db=NS(error=None, server_ts=server_ts, backends=bs))
+
+    assert Tracker._ended(it, snap("idle", change=201.5)) == pytest.approx(101.5)
+    assert Tracker._ended(it, snap("idle in transaction", change=202.0)) == pytest.approx(102.0)
+    assert Tracker._ended(it, snap("active", query=202.5)) == pytest.approx(102.5)
+    assert Tracker._ended(it, snap("idle", change=150.0)) == 100.0  # not before its start
+    assert Tracker._ended(it, snap(None)) == 103.0
+    assert Tracker._ended(it, snap("idle", change=201.5, server_ts=None)) == 103.0
+    it.worker = None
+    assert Tracker._ended(it, snap("idle", change=201.5)) == 103.0

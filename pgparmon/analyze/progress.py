@@ -370,7 +370,29 @@ class Tracker:
         for key in list(self.in_flight):
             it = self.items[key]
             if key not in running_now and self.driver.done_when_unseen(self, it, snap, seen):
-                self.finish(it, snap.wall)
+                self.finish(it, self._ended(it, snap))
+
+    @staticmethod
+    def _ended(it: Item, snap: Snapshot) -> float:
+        """When an item that its session ran and no longer runs ended: this
+        sample's time, or earlier where that session shows it: idle since
+        (state_change: its last statement's end) or on a later statement
+        (query_start), either no earlier than this item's end; the server's
+        clock moved onto ours (as a start is), never before the item's
+        start. A build timed to the sample that no longer shows it counted
+        up to an interval too long (0.5 s on builds of 1-3 s)."""
+        wall = snap.wall
+        db = snap.db
+        if it.worker is None or db is None or db.error or not db.server_ts:
+            return wall
+        b = next((m for m in db.backends if m.pid == it.worker), None)
+        if b is None:
+            return wall
+        t = b.state_change if b.state in ("idle", "idle in transaction") else b.query_start
+        if t is None:
+            return wall
+        end = wall - min(max(0.0, db.server_ts - t), 3600.0)
+        return max(end, it.started) if it.started is not None else end
 
     def set_state(self, it: Item, state: str) -> None:
         """Every change of an item's state goes through here: the keys that
