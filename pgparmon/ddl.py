@@ -572,18 +572,17 @@ def key_costs(path: str | Path, targets: dict[int, PostDataTarget], items: Itera
     CREATE TABLE names and that differ from 1; only the TABLE items of the
     tables such builds are on are read (``-L``). TocError when the archive
     cannot be read."""
-    on = {t.table for t in targets.values() if t.table and t.key and t.key[0]}
-    tables = {it.dump_id: qualify(it.schema, it.tag) for it in items
-              if it.desc == "TABLE" and qualify(it.schema, it.tag) in on}
-    if not tables:
+    keyed = {dump_id: (t.table, t.key[0]) for dump_id, t in targets.items()
+             if t.table and t.key and t.key[0]}
+    on = {table for table, _ in keyed.values()}
+    ids = sorted(it.dump_id for it in items if it.desc == "TABLE" and it.relation in on)
+    if not ids:
         return {}
-    text = listed_sql(path, sorted(tables), pg_restore, timeout)
+    text = listed_sql(path, ids, pg_restore, timeout)
     types = {t: column_types(sql) for t, sql in create_table_statements(text).items()}
     out: dict[int, float] = {}
-    for dump_id, t in targets.items():
-        if not t.table or not t.key or not t.key[0]:
-            continue
-        cls = key_class(types.get(t.table, {}).get(t.key[0]))
+    for dump_id, (table, column) in keyed.items():
+        cls = key_class(types.get(table, {}).get(column))
         cost = KEY_COSTS.get(cls or "", 1.0)
         if cost != 1.0:
             out[dump_id] = cost
