@@ -144,6 +144,15 @@ def _local_pids(root: int) -> list[int]:
 
 
 def _stop(proc: subprocess.Popen[bytes], mon: Monitor | None) -> None:
+    """Ends a test's backup. Once the monitor saw it end, its launcher
+    (`runuser` above pgBackRest, as root) is given time to exit on its own:
+    on a busy machine it reaps its child and exits a while after pgBackRest
+    did, and a kill then would read as the backup's failure."""
+    if mon is not None and mon.outcome is not None:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -267,7 +276,9 @@ def test_a_backup_behind_the_archivers_backlog_says_how_long(
         gate.release()
         if proc is not None:
             _stop(proc, mon)
-    assert proc.returncode == 0 and docs[-1]["job"]["state"] == "finished", docs[-1]["job"]
+    end = docs[-1]["job"]
+    assert proc.returncode == 0 and end["state"] == "finished", \
+        (proc.returncode, end["state"], end.get("outcome"), end["phase"], end["client_pids"])
     h = held[-1]
     arch = h["job"]["backup"]["wait"]["archiving"]
     # held: the backlog, in segments and bytes, and no pace yet
