@@ -896,6 +896,35 @@ def test_rows_are_sampled_from_the_head_of_a_data_file(tmp_path: Path) -> None:
     assert sample_rows(str(tmp_path / "missing.dat.gz"), 1.0) is None
 
 
+def test_a_gzip_files_text_is_its_trailers_size_and_small_files_are_no_wrap(
+        tmp_path: Path) -> None:
+    """An empty table's data file (20-odd bytes of gzip for a few of text)
+    and incompressible data are larger than their text: no 4 GiB wrap. A
+    file larger than its trailer's size could ever make did wrap."""
+    import gzip
+    import os
+    import struct
+
+    from pgparmon.jobs.archive_files import text_bytes
+
+    def one(name: str, data: bytes) -> float:
+        p = tmp_path / name
+        p.write_bytes(gzip.compress(data))
+        return text_bytes(str(p), p.stat().st_size)[0]
+
+    end = b"\\.\n\n"  # pg_dump -Fd's end of data: an empty table's whole file
+    assert one("empty.dat.gz", end) == len(end)
+    assert one("row.dat.gz", b"1\t2024-03-01\t1\n" + end) == 15 + len(end)
+    noise = os.urandom(300_000)
+    assert one("noise.dat.gz", noise) == 300_000.0  # gzip made it larger
+    body = b"".join(b"%d\tabc\n" % i for i in range(100_000))
+    assert one("rows.dat.gz", body) == float(len(body))
+    # a member of 4 GiB + 100 bytes: its trailer says 100, its file is 10 MB
+    wrapped = tmp_path / "big.dat.gz"
+    wrapped.write_bytes(b"\x1f\x8b" + b"\0" * (10_000_000 - 6) + struct.pack("<I", 100))
+    assert text_bytes(str(wrapped), wrapped.stat().st_size)[0] == 2 ** 32 + 100
+
+
 @pytest.mark.integration
 def test_builds_on_wide_rows_cost_per_row(cluster: Cluster, tmp_path: Path) -> None:
     """Two tables of the same size, one of narrow rows and one of 4 kB rows,

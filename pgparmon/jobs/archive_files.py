@@ -80,10 +80,24 @@ def sample_rows(path: str, text_bytes: float, sample: int = ROW_SAMPLE_BYTES
     return text_bytes * lines / (head.rfind(b"\n") + 1)
 
 
+# The most a gzip member can outgrow its input: deflate stores what it
+# cannot shrink in blocks of up to 65535 bytes at 5 bytes each, and the
+# member adds its header (10 bytes, more with a name or a comment) and its
+# 8-byte trailer.
+GZIP_HEAD_ROOM = 1024
+DEFLATE_BLOCK = 65535
+
+
+def gzip_max_size(raw: float) -> float:
+    """The largest gzip member that `raw` bytes of input can make."""
+    return raw + 5 * (raw // DEFLATE_BLOCK + 1) + GZIP_HEAD_ROOM
+
+
 def _gzip_uncompressed(path: str, size: int) -> float | None:
     """ISIZE from the gzip trailer (uncompressed length mod 2^32): exact for
-    members under 4 GiB; corrected upward by the compressed size when it
-    plainly wrapped."""
+    members under 4 GiB; corrected upward when it plainly wrapped (a file
+    larger than ISIZE bytes could ever make). An empty table's file, or a
+    few rows', is larger than its text and is no wrap: 20-odd bytes."""
     try:
         with open(path, "rb") as f:
             if f.read(2) != b"\x1f\x8b":
@@ -92,8 +106,7 @@ def _gzip_uncompressed(path: str, size: int) -> float | None:
             isize = struct.unpack("<I", f.read(4))[0]
     except OSError:
         return None
-    # A 4 GiB wrap shows as an uncompressed size smaller than the compressed one.
-    while isize < size:
+    while gzip_max_size(isize) < size:
         isize += 2 ** 32
     return float(isize)
 
