@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgparmon.analyze.schedule import RateFn, Schedule, Span, WorkItem, lower_bound, simulate
+from pgparmon.analyze.schedule import (
+    Helpers,
+    RateFn,
+    Schedule,
+    Span,
+    WorkItem,
+    lower_bound,
+    simulate,
+)
 
 
 def const(v: float = 1.0) -> RateFn:
@@ -400,3 +408,71 @@ def test_list_scheduling_bound_against_lower_bound(works: list[float], m: int, r
     assert s.makespan >= lb * (1 - 1e-9)
     assert s.makespan <= (sum(works) / m + (1 - 1 / m) * max(works)) / r * (1 + 1e-9) + 1e-9
     check_invariants(items, s, m)
+
+
+# ---- helpers: processes an item takes beside its own at its start ----------
+
+
+def amdahl(f: float = 0.3) -> Callable[[str, int], float]:
+    return lambda key, n: 1.0 / (f + (1.0 - f) / n)
+
+
+def test_a_build_alone_takes_its_helpers_and_runs_faster() -> None:
+    """One build on a host of 4 cores, asking for 2 helpers: it gets both
+    (3 processes) and ends at work / speedup(3)."""
+    items = [WorkItem("ix", 10.0, 10.0, table="t")]
+    h = Helpers({"ix": 2}, pool=8, cores=4, speedup=amdahl())
+    s = simulate(items, 1, const(), helpers=h)
+    assert s.makespan == pytest.approx(10.0 / amdahl()("", 3))
+    assert lower_bound(items, 1, const(), h) == pytest.approx(s.makespan)
+    # without helpers, or asking for none: the plain work
+    assert simulate(items, 1, const()).makespan == 10.0
+    no = Helpers({"other": 2}, pool=8, cores=4, speedup=amdahl())
+    assert simulate(items, 1, const(), helpers=no).makespan == 10.0
+
+
+def test_helpers_only_on_cores_the_streams_leave_free() -> None:
+    """Four builds at -j 4 on 4 cores: every core holds a stream, none is
+    lent, and the run takes the plain time. At -j 2 on 4 cores each build
+    gets one of the two free cores."""
+    items = [WorkItem(f"ix{i}", 10.0, 10.0, table=f"t{i}") for i in range(4)]
+    h = Helpers({it.key: 2 for it in items}, pool=8, cores=4, speedup=amdahl())
+    assert simulate(items, 4, const(), helpers=h).makespan == pytest.approx(10.0)
+    s = simulate(items, 2, const(), helpers=h)
+    # ix0 starts first and finds 3 cores free (4, itself apart): it takes
+    # its 2; ix1 then finds 4 - ix0 - its 2 helpers - itself = 0
+    sp = by_key(s)
+    assert sp["ix0"].end == pytest.approx(10.0 / amdahl()("", 3))
+    assert sp["ix1"].end == pytest.approx(10.0)
+
+
+def test_the_servers_pool_is_shared_by_builds_that_start_together() -> None:
+    """A pool of 2 on 16 cores: the first build of three takes both, the
+    others none until it ends and gives them back."""
+    items = [WorkItem(f"ix{i}", 10.0 - i * 0.001, 10.0 - i, table=f"t{i}") for i in range(3)]
+    h = Helpers({it.key: 2 for it in items}, pool=2, cores=16, speedup=amdahl())
+    sp = by_key(simulate(items, 3, const(), helpers=h))
+    assert sp["ix0"].end == pytest.approx((10.0) / amdahl()("", 3))
+    assert sp["ix1"].end == pytest.approx(10.0 - 0.001)
+    assert sp["ix2"].end == pytest.approx(10.0 - 0.002)
+
+
+@settings(max_examples=100, deadline=None)
+@given(restore_like(), st.integers(1, 5), st.integers(1, 8), st.integers(0, 4))
+def test_helpers_only_shorten_items_and_the_bound_holds(items: list[WorkItem], workers: int,
+                                                      cores: int, want: int) -> None:
+    """Helpers only shorten items: the streams' busy time is at most the
+    work at the rate (each item's own at its speed-up), every item runs,
+    and the run never ends before its lower bound, itself no later than
+    the bound without helpers."""
+    h = Helpers({it.key: want for it in items[::2]}, pool=4, cores=cores, speedup=amdahl())
+    s = simulate(items, workers, const(2.0), helpers=h)
+    assert s.unschedulable == ()
+    check_invariants(items, s, workers)
+    assert s.makespan >= lower_bound(items, workers, const(2.0), h) * (1 - 1e-12)
+    assert lower_bound(items, workers, const(2.0), h) <= \
+        lower_bound(items, workers, const(2.0)) + 1e-12
+    busy = sum(k * (t1 - t0) for (t0, k), (t1, _) in itertools.pairwise(s.busy_profile))
+    assert busy * 2.0 <= sum(it.work for it in items) * (1 + 1e-9) + 1e-9
+    if want == 0 or cores < 2:
+        assert s.makespan == pytest.approx(simulate(items, workers, const(2.0)).makespan)

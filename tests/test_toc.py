@@ -601,6 +601,12 @@ def test_real_key_costs(archives: dict[str, str], pg_restore: str) -> None:
     # ... and so does the advice's
     inv = restore_inventory(archives["directory"], pg_restore)
     assert inv.key_costs == costs
+    # the builds the server may give parallel workers: btrees on plain
+    # columns of tables that have data, with their key's cost
+    pb = {targets[int(k)].name: v for k, v in inv.parallel_builds().items()}
+    assert pb["child_v_idx"][1] == KEY_COSTS["text"] and pb["child child_pkey"][1] == 1.0
+    assert pb["child_v_idx"][0] == pb["child child_pkey"][0] > 0  # its table's heap
+    assert not {n for n in pb if n.startswith(("ex ", "mv_", "meas_d_idx", "meas meas_pk"))}
 
 
 @pytest.mark.integration

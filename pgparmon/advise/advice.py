@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from ..analyze.schedule import WorkItem
+from ..analyze.schedule import Helpers, WorkItem
 from ..connect import ConnectError, connect
 from ..readers.db import read_facts
 from .. import units as fmt
@@ -92,7 +92,8 @@ def _advise_archive(req: Request, strategy: ArchiveStrategy) -> Advice:
     items = s.inv.items if s.inv is not None and s.inv.items else None
     labels = {it.key: it.label or it.key for it in items} if items else {}
     cost = strategy.object_cost(s)
-    preds = _predictions(s, strategy, ev, items, jobs, labels, cost)
+    helpers = strategy.helpers(s, cores) if items and ev.basis != "timings" else None
+    preds = _predictions(s, strategy, ev, items, jobs, labels, cost, helpers)
     caps, preds = _caps(s, strategy, ev, preds, probe_json, max(jobs))
 
     choice = predict.choose(preds, ev.cpu_per_gb, caps, extrapolated_ok=ev.extend)
@@ -176,14 +177,16 @@ def _job_limit(req: Request, ev: Evidence, max_jobs: int) -> int:
 
 def _predictions(s: Situation, strategy: ArchiveStrategy, ev: Evidence,
                  items: list[WorkItem] | None, jobs: list[int], labels: dict[str, str],
-                 cost: predict.ObjectCost | None) -> list[predict.Prediction]:
+                 cost: predict.ObjectCost | None, helpers: Helpers | None = None
+                 ) -> list[predict.Prediction]:
     """Each -j's prediction; a run that writes the target's pages costs more
-    where the target checksums them (and a warning says so)."""
+    where the target checksums them (and a warning says so); `helpers`: the
+    server's parallel workers of the builds (strategy.helpers)."""
     checksums = (strategy.kind.writes_target and ev.basis != "timings"
                  and setting_str(s.settings, "data_checksums") == "on")
     preds = predict.predict(ev, items, jobs, labels, cost,
                             predict.CHECKSUM_WRITE_FACTOR if checksums else 1.0,
-                            strategy.steps(s))
+                            strategy.steps(s), helpers)
     if checksums:
         s.warnings.append(Caution(
             "data_checksums", "the target cluster has data checksums on: every page the "

@@ -105,6 +105,23 @@ class Inventory:
                 return self.key_costs.get(dump_id, 1.0)
         return 1.0
 
+    def parallel_builds(self) -> dict[str, tuple[float, float]]:
+        """The restore's btree builds on plain columns (ddl.key_columns: no
+        expression, no other access method), item key -> the heap bytes of
+        the table it builds on and its key cost (`key_costs`): the builds
+        the server may give parallel workers (build_workers.py)."""
+        if self.plan_inputs is None:
+            return {}
+        heap = {t.name: t.heap_bytes for t in self.tables}
+        items = {it.key for it in self.items}
+        out: dict[str, tuple[float, float]] = {}
+        for dump_id, t in self.plan_inputs[2].items():
+            if not (t.table and t.key and all(t.key)) or str(dump_id) not in items:
+                continue
+            if heap.get(t.table):
+                out[str(dump_id)] = (heap[t.table], self.key_costs.get(dump_id, 1.0))
+        return out
+
     def row_bytes(self, table: str) -> float | None:
         """Heap bytes a row of `table` ("schema.table"), from the rows
         estimated in its data file; None when unknown."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analyze.saturation import FLAT_GAIN
-from ..analyze.schedule import Schedule, WorkItem, lower_bound, simulate
+from ..analyze.schedule import Helpers, Schedule, WorkItem, lower_bound, simulate
 from .. import units as fmt
 from . import usl
 from .kinds import kind_named
@@ -299,11 +299,14 @@ the other (a restore in sections), or the items alone."""
 def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
             labels: dict[str, str] | None = None,
             cost: ObjectCost | None = None, write_factor: float = 1.0,
-            steps: StepsFn | None = None) -> list[Prediction]:
+            steps: StepsFn | None = None, helpers: Helpers | None = None
+            ) -> list[Prediction]:
     """Wall time at each j: the serial per-object part (the leader's objects
     and its handing out of items, `cost`), then the items' work through the
     scheduler (times `write_factor`: a target with data checksums); `steps`:
-    the commands the items run in at j, each scheduled after the last."""
+    the commands the items run in at j, each scheduled after the last;
+    `helpers`: the server's parallel workers some items take (a restore's
+    index builds, build_workers.py)."""
     labels = labels or {}
     out: list[Prediction] = []
     if ev.basis == "timings":
@@ -318,7 +321,7 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
             neck = curve_bottleneck(ev, j)
             out.append(Prediction(j, wall, neck, None, None, None, measured, extrap))
             continue
-        sched, lb = _schedule(list(items), j, ev.rate, steps)
+        sched, lb = _schedule(list(items), j, ev.rate, steps, helpers)
         lb *= write_factor
         if write_factor != 1.0:
             sched = dataclasses.replace(sched, makespan=sched.makespan * write_factor,
@@ -337,11 +340,12 @@ def predict(ev: Evidence, items: Sequence[WorkItem] | None, jobs: Sequence[int],
 
 
 def _schedule(items: list[WorkItem], j: int, rate: Callable[[int], float],
-              steps: StepsFn | None) -> tuple[Schedule, float]:
+              steps: StepsFn | None, helpers: Helpers | None = None
+              ) -> tuple[Schedule, float]:
     """The run at j (its commands one after the other) and its lower bound."""
     parts = steps(j, items) if steps is not None else [items]
-    scheds = [simulate(p, j, rate) for p in parts]
-    lb = sum(lower_bound(p, j, rate) for p in parts)
+    scheds = [simulate(p, j, rate, helpers=helpers) for p in parts]
+    lb = sum(lower_bound(p, j, rate, helpers) for p in parts)
     if len(scheds) == 1:
         return scheds[0], lb
     last = scheds[-1]

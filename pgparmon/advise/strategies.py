@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 
+from ..analyze.schedule import Helpers
 from ..connect import ConnectError
 from ..jobs.pg_restore import section_steps
 from ..jobs.restore_list import id_pattern
@@ -29,6 +30,7 @@ from ..readers.db import ServerFacts
 from ..redact import redact_text
 from .. import units as fmt
 from . import predict
+from .build_workers import BuildWorkers
 from .checks import (
     Caution,
     check_target,
@@ -156,6 +158,11 @@ class ArchiveStrategy:
 
     def steps(self, s: Situation) -> predict.StepsFn | None:
         """The items as the commands at -j run them (None: all in one)."""
+        return None
+
+    def helpers(self, s: Situation, cores: int) -> Helpers | None:
+        """Processes the server adds to some items when they start (a
+        restore's parallel index builds), None when none."""
         return None
 
     def run_warnings(self, s: Situation, choice: predict.Choice, rec: int, sections: bool,
@@ -335,6 +342,32 @@ class RestoreStrategy(ArchiveStrategy):
                               if t.desc == "TABLE DATA")
         last = frozenset(str(i) for i in s.inv.early_fk_ids)
         return lambda j, items: section_steps(items, data_keys, last) if j >= 2 else [items]
+
+    def helpers(self, s: Situation, cores: int) -> Helpers | None:
+        """The target server's parallel workers for the btree builds
+        (build_workers.py), on this host's cores: only when the server runs
+        here (another host's cores are not known; its builds are then
+        counted serial, and a note says so)."""
+        if s.inv is None or s.facts is None:
+            return None
+        bw = BuildWorkers.of(s.settings, s.facts.version_num)
+        builds = s.inv.parallel_builds()
+        if bw is None or not builds:
+            return None
+        h = bw.helpers(builds, cores)
+        if h is None:
+            return None
+        if not s.local:
+            s.notes.append("index builds counted serial: the server may give them parallel "
+                           "workers, but it is not on this host and its cores are not known")
+            return None
+        most = max(h.wants.values())
+        gain = sum(1 for k in h.wants if builds[k][1] > 1.0)
+        s.notes.append(f"index builds: {len(h.wants)} may take up to {most} parallel worker(s) "
+                       f"each ({bw.describe()}) where the schedule leaves cores free; "
+                       f"{gain} of them sort keys that cost more than an int's and gain from "
+                       "them (an int key's build is its scan and its write: no gain)")
+        return h
 
     def run_warnings(self, s: Situation, choice: predict.Choice, rec: int, sections: bool,
                      probe_json: dict[str, Any] | None) -> list[Caution]:

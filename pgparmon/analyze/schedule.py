@@ -15,7 +15,10 @@ Because all active items share one rate, the simulation tracks a single
 item started at P0 with work w finishes when P reaches P0 + w. That keeps each
 event O(log n) (a heap of finish points) however many items are active, and
 it makes items of equal work started together finish in exactly the same
-event instead of one float rounding apart.
+event instead of one float rounding apart. An item that takes helpers when
+it starts (`Helpers`: the server's parallel index build workers, fixed for
+the build's life) runs a fixed multiple of that rate: its work is divided
+by it at its start, and the one clock holds.
 
 Pure functions, no I/O.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 RateFn = Callable[[int], float]
@@ -134,8 +137,39 @@ class _Rates:
         return v
 
 
+@dataclass(frozen=True)
+class Helpers:
+    """Processes an item may take beside its own at its start: the server's
+    parallel workers of an index build (PostgreSQL launches them when the
+    build starts and keeps that many to its end). An item asks for
+    `wants[key]` and gets what is free then: of the server's `pool` (those
+    lent to other running items apart), and of the host's `cores` (one a
+    stream, one a helper lent). With n processes in all it runs
+    `speedup(key, n)` (at least 1) times a stream's rate. Items not in
+    `wants` take none."""
+
+    wants: Mapping[str, int]
+    pool: int
+    cores: int
+    speedup: Callable[[str, int], float]
+
+    def lend(self, key: str, busy: int, lent: int) -> int:
+        """What the item `key` gets when `busy` streams run beside it and
+        `lent` helpers are out."""
+        want = self.wants.get(key, 0)
+        if want <= 0:
+            return 0
+        return max(0, min(want, self.pool - lent, self.cores - busy - lent - 1))
+
+    def best(self, key: str) -> float:
+        """The item's speed-up with every helper it asks for (a lower bound's)."""
+        n = max(0, min(self.wants.get(key, 0), self.pool, self.cores - 1))
+        return max(1.0, self.speedup(key, 1 + n)) if n else 1.0
+
+
 def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
-             running: Sequence[WorkItem] = (), now: float = 0.0) -> Schedule:
+             running: Sequence[WorkItem] = (), now: float = 0.0,
+             helpers: Helpers | None = None) -> Schedule:
     """Simulate the scheduler from `now` until everything that can run has run.
 
     `running` items occupy workers 0.. from the start (all of them run even if
@@ -145,12 +179,14 @@ def simulate(pending: Sequence[WorkItem], workers: int, rate: RateFn,
     ties going to the earlier item in `pending`. An item that meets a lock the
     scheduler does not see (`WorkItem.holds`) waits on its worker, making no
     progress and counting in no stream's rate, until that item has ended.
+    `helpers`: processes some items take beside their own when they start
+    (the server's parallel index builds); none when None.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     r = _Rates(rate)
     items: list[WorkItem] = [*running, *pending]
-    sim = _Sim(items, workers, *_dependencies(items, len(running)))
+    sim = _Sim(items, workers, *_dependencies(items, len(running)), helpers=helpers)
     sim.set_off(len(running))
     while sim.active:
         sim.next_event(r)
@@ -188,10 +224,10 @@ class _Sim:
 
     __slots__ = ("items", "workers", "missing", "dependents", "start", "end", "worker_of",
                  "ready", "locked", "used", "blocked", "active", "free", "t", "p", "profile",
-                 "waiting", "hidden")
+                 "waiting", "hidden", "helpers", "lent", "out")
 
     def __init__(self, items: list[WorkItem], workers: int, missing: list[int],
-                 dependents: list[list[int]]) -> None:
+                 dependents: list[list[int]], helpers: Helpers | None = None) -> None:
         n = len(items)
         self.items = items
         self.workers = workers
@@ -214,6 +250,9 @@ class _Sim:
         # the order they were dispatched (they hold a worker, not a stream)
         self.waiting: list[int] = []
         self.hidden = any(it.holds for it in items)
+        self.helpers = helpers if helpers is not None and helpers.wants else None
+        self.lent = [0] * n  # helpers each running item took at its start
+        self.out = 0  # helpers lent now
 
     def set_off(self, n_run: int) -> None:
         """t = 0: the running items on workers 0.., the rest of the workers
@@ -241,6 +280,8 @@ class _Sim:
         while active and active[0][0] <= limit:
             _, i = heapq.heappop(active)
             end[i] = t
+            if self.lent[i]:
+                self.out -= self.lent[i]
             if worker_of[i] < workers:
                 heapq.heappush(self.free, worker_of[i])
             self._unlock(self.items[i])
@@ -263,7 +304,19 @@ class _Sim:
         if self.hidden and self._meets_hidden_lock(i):
             self.waiting.append(i)
             return
-        heapq.heappush(self.active, (self.p + it.work, i))
+        self._run(i)
+
+    def _run(self, i: int) -> None:
+        """Item i makes progress from now: its finish point on the progress
+        clock, shortened by the helpers it gets now (`Helpers`)."""
+        it, work, h = self.items[i], self.items[i].work, self.helpers
+        if h is not None:
+            n = h.lend(it.key, len(self.active), self.out)
+            if n:
+                self.lent[i] = n
+                self.out += n
+                work /= max(1.0, h.speedup(it.key, 1 + n))
+        heapq.heappush(self.active, (self.p + work, i))
 
     def _meets_hidden_lock(self, i: int) -> bool:
         """A running item and item i lock a table in common that the
@@ -286,7 +339,7 @@ class _Sim:
             if self._meets_hidden_lock(i):
                 still.append(i)
             else:
-                heapq.heappush(self.active, (self.p + self.items[i].work, i))
+                self._run(i)
         self.waiting = still
 
     def _release(self, dependents: list[int]) -> None:
@@ -405,15 +458,19 @@ def _tail(profile: Sequence[tuple[float, int]], workers: int, makespan: float,
     return 0.0
 
 
-def lower_bound(items: Sequence[WorkItem], workers: int, rate: RateFn) -> float:
+def lower_bound(items: Sequence[WorkItem], workers: int, rate: RateFn,
+                helpers: Helpers | None = None) -> float:
     """No schedule beats this: the largest item alone at r(1), or all the work
-    spread over min(workers, len(items)) streams at their total throughput."""
+    spread over min(workers, len(items)) streams at their total throughput
+    (with `helpers`, each item's work at its best speed-up)."""
     if not items:
         return 0.0
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     r = _Rates(rate)
     w_eff = min(workers, len(items))
-    longest = max(it.work for it in items) / r(1)
-    spread = sum(it.work for it in items) / (w_eff * r(w_eff))
+    works = [it.work / helpers.best(it.key) if helpers is not None else it.work
+             for it in items]
+    longest = max(works) / r(1)
+    spread = sum(works) / (w_eff * r(w_eff))
     return max(longest, spread)
