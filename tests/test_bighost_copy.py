@@ -198,4 +198,6 @@ def test_the_report_shows_the_builds_against_one_alone() -> None:
     assert "16 at once, parallel workers default: 4.00 s, 400 MB/s, x4.0 one" in part[2]
     assert "1 at once, parallel workers 0: 2.00 s, 50 MB/s" in part[3]
     assert "16 at once, parallel workers 0: skipped: budget" in part[4]
+    # one build alone, with the server's workers against none
+    assert "one build alone: 2.00x faster with the server's default parallel workers" in part[5]
     assert "builds (" not in summary.report(_rows())

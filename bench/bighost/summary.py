@@ -207,6 +207,13 @@ def builds_text(rows: list[dict[str, Any]]) -> list[str]:
         out.append(f"{what} {_f(r.get('seconds'), '{:.2f}')} s, {rate / 1e6:.0f} MB/s{x}, "
                    f"WAL {_f((r.get('wal_bytes') or 0) / 1e6, '{:.0f}')} MB"
                    + ("" if r.get("ok") else f" FAILED: {r.get('error')}"))
+    # what the server's workers gave one build alone (docs/advise.md, "The
+    # server's parallel workers in a restore's builds": a text key's build
+    # 1.5x with the default two, by the advice's rule)
+    with_w, without = alone.get("default"), alone.get("0")
+    if with_w and without and with_w.get("seconds") and without.get("seconds"):
+        out.append(f"  one build alone: {without['seconds'] / with_w['seconds']:.2f}x faster "
+                   "with the server's default parallel workers than with none")
     return out
 
 
