@@ -124,4 +124,30 @@ def machine() -> str:
 
 __all__ = ["Cluster", "start_cluster", "pgparmon", "timed", "median", "write_json", "make_csv",
            "machine", "fill_sql", "archive_caught_up", "as_server_user", "eta_point",
-           "server_tmpdir"]
+           "server_tmpdir", "run_ok", "fit2"]
+
+
+def run_ok(cmd: list[str], env: dict[str, str]) -> float:
+    """Seconds of a command that must succeed (else the bench stops, saying
+    why, from its stderr)."""
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:2])} failed: {res.stderr.strip()[-300:]}")
+    return time.perf_counter() - t0
+
+
+def fit2(xs: list[tuple[float, float]], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a*x0 + b*x1 (no intercept), relative errors
+    weighted equally (each equation divided by y)."""
+    s00 = s01 = s11 = t0 = t1 = 0.0
+    for (x0, x1), y in zip(xs, ys, strict=True):
+        w = 1.0 / (y * y)
+        s00 += w * x0 * x0
+        s01 += w * x0 * x1
+        s11 += w * x1 * x1
+        t0 += w * x0 * y
+        t1 += w * x1 * y
+    det = s00 * s11 - s01 * s01
+    return (t0 * s11 - t1 * s01) / det, (s00 * t1 - s01 * t0) / det

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import machine, median, start_cluster, write_json
+from common import fit2, machine, median, run_ok as run, start_cluster, write_json
 
 REPO = Path(__file__).resolve().parent.parent
 # text bytes a row, roughly: an int and k md5 strings (33 bytes each in COPY text)
@@ -49,30 +49,6 @@ def table_sql(name: str, k: int, rows: int) -> str:
     return (f"CREATE TABLE {name} (id int, t text); "
             f"INSERT INTO {name} SELECT g, {body} FROM generate_series(1, {rows}) g; "
             f"ALTER TABLE {name} ADD PRIMARY KEY (id)")
-
-
-def run(cmd: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, check=False)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:2])} failed: {res.stderr.strip()[-300:]}")
-    return time.perf_counter() - t0
-
-
-def fit2(xs: list[tuple[float, float]], ys: list[float]) -> tuple[float, float]:
-    """Least squares y = a*x0 + b*x1 (no intercept), relative errors
-    weighted equally (each equation divided by y)."""
-    s00 = s01 = s11 = t0 = t1 = 0.0
-    for (x0, x1), y in zip(xs, ys, strict=True):
-        w = 1.0 / (y * y)
-        s00 += w * x0 * x0
-        s01 += w * x0 * x1
-        s11 += w * x1 * x1
-        t0 += w * x0 * y
-        t1 += w * x1 * y
-    det = s00 * s11 - s01 * s01
-    return (t0 * s11 - t1 * s01) / det, (s00 * t1 - s01 * t0) / det
 
 
 def main() -> None:

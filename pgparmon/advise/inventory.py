@@ -36,6 +36,8 @@ from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
 from ..toc import TocError, archive_format, list_archive
 from .kinds import DUMP, RESTORE
+from .large_objects import RESTORE_BYTE_FACTOR, RESTORE_OBJECT_BYTES, archive_batches
+from .large_objects import work_items as lo_work_items
 
 
 class InventoryError(ValueError):
@@ -77,6 +79,9 @@ class Inventory:
     # restore: a btree build's cost a row against an int key's, by dump id
     # (ddl.key_costs; missing: 1)
     key_costs: dict[int, float] = field(default_factory=dict)
+    # the large objects' items (large_objects.py), kept apart from the
+    # tables' so that a re-plan adds them again
+    lo_items: list[WorkItem] = field(default_factory=list)
 
     def with_index_factor(self, index_factor: float, measured_on: str | None = None
                           ) -> Inventory:
@@ -91,7 +96,8 @@ class Inventory:
             index_factor /= self.timed_key_cost(measured_on)
         items, tables = _plan_restore(toc, archive_files, post, index_factor, self.rows,
                                       ref or INDEX_REF_ROW_BYTES, parents, self.key_costs)
-        return replace(self, items=items, tables=tables, notes=list(self.notes))
+        return replace(self, items=items + self.lo_items, tables=tables,
+                       notes=list(self.notes))
 
     def timed_key_cost(self, table: str) -> float:
         """The key cost (`key_costs`) of the build a restore probe times on
@@ -355,11 +361,14 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         comp = None
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
                                   parents=parents, key_costs=keys)
+    batches, lo_notes = archive_batches(archive, toc)
+    lo = lo_work_items(batches, RESTORE_OBJECT_BYTES, RESTORE_BYTE_FACTOR)
     early = fk_before_partitions(toc, targets, parents)
-    inv = Inventory(RESTORE.name, items, tables, archive_format=fmt, archive_bytes=size,
+    inv = Inventory(RESTORE.name, items + lo, tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp, plan_inputs=(toc, files, targets, parents),
                     rows=rows, early_fks=[n for _, n in early],
-                    early_fk_ids=[i for i, _ in early], key_costs=keys)
+                    early_fk_ids=[i for i, _ in early], key_costs=keys, lo_items=lo,
+                    notes=lo_notes)
     if fmt == "custom":
         inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
                          "taken as equal, so the largest-table bound is unknown")

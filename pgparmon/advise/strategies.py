@@ -50,6 +50,9 @@ from .inventory import (
     setting_bytes,
 )
 from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION, Kind
+from .large_objects import DATA_DESCS as LO_DATA_DESCS
+from .large_objects import DUMP_BYTE_FACTOR, DUMP_OBJECT_BYTES, dump_batches
+from .large_objects import work_items as lo_work_items
 from .predict import Evidence
 from .probe import ProbeResult, ProbeTable, run_probe, run_restore_probe
 from .probe.loggedtop import logged_top_need, unmeasured
@@ -196,7 +199,10 @@ class DumpStrategy(ArchiveStrategy):
     def read_server(self, s: Situation, conn: psycopg.Connection[Any]) -> None:
         assert s.facts is not None
         s.inv = dump_inventory(conn, s.facts, s.local)
-        s.notes += s.inv.notes
+        batches, notes = dump_batches(s.afacts.get("large_objects"), s.facts.block_size,
+                                      client_major(self.kind.tool))
+        s.inv.items += lo_work_items(batches, DUMP_OBJECT_BYTES, DUMP_BYTE_FACTOR)
+        s.notes += s.inv.notes + notes
 
     def run_probe(self, s: Situation, budget: float, streams: int) -> ProbeResult | None:
         req, inv = s.req, s.inv
@@ -339,7 +345,7 @@ class RestoreStrategy(ArchiveStrategy):
         if s.inv is None or not s.inv.early_fks or s.inv.plan_inputs is None:
             return None
         data_keys = frozenset(str(t.dump_id) for t in s.inv.plan_inputs[0]
-                              if t.desc == "TABLE DATA")
+                              if t.desc in ("TABLE DATA", *LO_DATA_DESCS))
         last = frozenset(str(i) for i in s.inv.early_fk_ids)
         return lambda j, items: section_steps(items, data_keys, last) if j >= 2 else [items]
 

@@ -1,7 +1,7 @@
 -- What the advice before a run needs beyond the static facts: connection
 -- headroom, the shared lock table's size and use, and the settings a load
--- runs into. pg_settings, pg_stat_activity, pg_locks (a count, once) and
--- pg_class only: no relation locks.
+-- runs into. pg_settings, pg_stat_activity, pg_locks (a count, once),
+-- pg_class and pg_largeobject_metadata (catalogs) only: no locks on user tables.
 SELECT json_build_object(
   'connections_in_use', (SELECT count(*) FROM pg_stat_activity
                          WHERE backend_type = 'client backend'),
@@ -41,6 +41,12 @@ SELECT json_build_object(
                                            'timed', checkpoints_timed,
                                            'since', stats_reset::text)
                   FROM pg_stat_bgwriter),
+  -- the database's large objects: how many (their metadata, a catalog
+  -- scan) and the pages they fill (pg_class, as VACUUM or ANALYZE left it)
+  'large_objects', (SELECT json_build_object(
+                      'count', (SELECT count(*) FROM pg_largeobject_metadata),
+                      'pages', c.relpages)
+                    FROM pg_class c WHERE c.oid = 'pg_catalog.pg_largeobject'::regclass),
   'can_create_temp', has_database_privilege(current_database(), 'TEMPORARY'),
   'database_exists', true
 )

@@ -1,0 +1,170 @@
+"""A database's large objects in a dump's or a restore's advice.
+
+pg_dump writes large objects in archive items of their own, apart from the
+tables: before pg_dump 17 one item ("BLOBS") holds all of them, so one
+worker dumps (and pg_restore -j restores) every large object while the
+others have nothing of them to share; from 17 an item holds at most 1000
+(`LO_BATCH`), and the items spread over the workers. Their data items
+carry no size, so pg_dump and pg_restore hand them out after the tables'.
+
+An object costs far more than its bytes: pg_dump opens, reads and closes
+each one and, in a -Fd archive, writes (and at the end fsyncs) a file for
+each; pg_restore creates, opens, writes and closes each one. Measured on
+this project's VM (`bench/large_objects.py`, pg_dump -Fd with gzip and
+pg_restore, 40 MB of objects of 2 kB, 40 kB and 2 MB against a table of
+the same bytes): about 0.97 ms an object to dump and 0.75 ms to restore,
+the cost of 49 kB and 57 kB of a table's data, and their bytes at 0.98x
+and 1.28x a table's. So an object's work is its bytes x the byte factor
+plus one object's worth, in the tables' work unit (heap bytes): 20,000
+objects of 2 kB dump in the time of about 1 GB of table.
+
+What the advice reads: for a dump, the objects' count (pg_largeobject_
+metadata) and the pages pg_largeobject fills (pg_class: data the server
+compressed counts compressed, and never vacuumed it counts nothing, said
+in a note); for a restore, the archive's own lists of them
+(`blobs.toc`, `blobs_<id>.toc` from 17) and their files' sizes, in a
+directory archive (a custom archive's objects are counted from its TOC,
+their bytes unknown).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..analyze.schedule import WorkItem
+from ..jobs.archive_files import text_bytes
+from .. import units as fmt
+
+LO_BATCH = 1000  # pg_dump 17+: the most objects an archive item holds
+BATCHED_SINCE = 17
+# bench/large_objects.py: an object's fixed cost and a byte's, in bytes of a
+# table's data (the tables' work unit), for a dump (-Fd) and a restore
+DUMP_OBJECT_BYTES = 49e3
+DUMP_BYTE_FACTOR = 0.98
+RESTORE_OBJECT_BYTES = 57e3
+RESTORE_BYTE_FACTOR = 1.28
+DATA_DESCS = ("BLOBS", "LARGE OBJECTS")
+DATA_EXTS = ("", ".gz", ".lz4", ".zst")
+
+
+@dataclass(frozen=True)
+class LoBatch:
+    """One archive item of large objects: its key, how many, their bytes
+    (None: unknown)."""
+
+    key: str
+    count: int
+    bytes: float | None
+
+
+def work_items(batches: Sequence[LoBatch], object_bytes: float, byte_factor: float
+               ) -> list[WorkItem]:
+    """The batches as schedule items: no size (handed out after the
+    tables), their work in the tables' unit."""
+    out = []
+    for b in batches:
+        work = b.count * object_bytes + (b.bytes or 0.0) * byte_factor
+        label = f"large objects ({b.count}" + (f", {fmt.size(b.bytes)})" if b.bytes else ")")
+        out.append(WorkItem(key=b.key, work=max(work, 1.0), size=0.0, label=label))
+    return out
+
+
+def dump_batches(facts: dict[str, Any] | None, block_size: int, pg_dump_major: int | None
+                 ) -> tuple[list[LoBatch], list[str]]:
+    """The large objects of a database as pg_dump will itemise them (from
+    advise's query: their count and pg_largeobject's pages), and notes."""
+    count = int((facts or {}).get("count") or 0)
+    if count <= 0:
+        return [], []
+    pages = int((facts or {}).get("pages") or 0)
+    total = float(pages * block_size) if pages > 0 else None
+    notes = []
+    if total is None:
+        notes.append(f"{count} large object(s), their size unknown (pg_largeobject never "
+                     "vacuumed or analyzed: relpages 0): counted by their number alone")
+    batched = pg_dump_major is not None and pg_dump_major >= BATCHED_SINCE
+    n = math.ceil(count / LO_BATCH) if batched else 1
+    out = []
+    for i in range(n):
+        c = min(LO_BATCH, count - i * LO_BATCH) if batched else count
+        out.append(LoBatch(f"large objects {i + 1}", c,
+                           total * c / count if total is not None else None))
+    how = (f"in {n} item(s) of up to {LO_BATCH} (pg_dump {pg_dump_major})" if batched
+           else "in one item, one worker (pg_dump before 17)")
+    notes.append(f"{count} large object(s)"
+                 + (f", {fmt.size(total)} in pg_largeobject" if total else "")
+                 + f", dumped {how} after the tables")
+    return out, notes
+
+
+def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], list[str]]:
+    """The large-object data items of an archive: in a directory archive
+    each one's list of objects and their files; else counted from the
+    TOC's metadata entries (BLOB: one an object; BLOB METADATA, 17+: a
+    range of OIDs), bytes unknown."""
+    items = [t for t in toc if t.desc in DATA_DESCS]
+    if not items:
+        return [], []
+    out: list[LoBatch] = []
+    if os.path.isdir(archive):
+        for t in items:
+            listing = os.path.join(archive, f"blobs_{t.dump_id}.toc")
+            if not os.path.exists(listing):
+                listing = os.path.join(archive, "blobs.toc")
+            out.append(_listed(archive, listing, str(t.dump_id)))
+    else:
+        per = _metadata_counts(toc)
+        for t in items:
+            out.append(LoBatch(str(t.dump_id), per.get(t.tag, 0) or per.get("", 0), None))
+    count = sum(b.count for b in out)
+    known = [b.bytes for b in out if b.bytes is not None]
+    notes = [f"{count} large object(s)" + (f", {fmt.size(sum(known))}" if known else
+                                          ", their bytes not in the archive's TOC")
+             + f" in {len(out)} item(s)" + (": one worker restores them all" if len(out) == 1
+                                           else "")]
+    return out, notes
+
+
+def _listed(archive: str, listing: str, key: str) -> LoBatch:
+    """One data item's objects from its list ("OID blob_OID.dat" a line)
+    and their files' uncompressed sizes."""
+    count = 0
+    total = 0.0
+    try:
+        with open(listing, encoding="utf-8", errors="replace") as f:
+            lines = [ln.split() for ln in f if ln.strip()]
+    except OSError:
+        return LoBatch(key, 0, None)
+    for parts in lines:
+        if len(parts) < 2:
+            continue
+        count += 1
+        for ext in DATA_EXTS:
+            p = os.path.join(archive, parts[1] + ext)
+            try:
+                size = os.stat(p).st_size
+            except OSError:
+                continue
+            total += text_bytes(p, size)[0]
+            break
+    return LoBatch(key, count, total)
+
+
+def _metadata_counts(toc: Sequence[Any]) -> dict[str, int]:
+    """Objects a custom archive's metadata entries name: "" -> the BLOB
+    entries (one an object, before 17); "A..B" -> a BLOB METADATA range's
+    (17+: its tag is the range, and its data item's tag the same)."""
+    out: dict[str, int] = {}
+    for t in toc:
+        if t.desc == "BLOB":
+            out[""] = out.get("", 0) + 1
+        elif t.desc == "BLOB METADATA":
+            lo, _, hi = (t.tag or "").partition("..")
+            # the OIDs from..to of up to LO_BATCH objects (sparse OIDs: fewer)
+            span = int(hi) - int(lo) + 1 if lo.isdigit() and hi.isdigit() else 1
+            out[t.tag] = max(1, min(LO_BATCH, span))
+    return out

@@ -1,0 +1,149 @@
+"""pgparmon.advise.large_objects: a database's large objects in the dump's
+and the restore's advice, itemised as pg_dump does (one item before 17,
+items of 1000 from 17), from the server's catalogs and from real archives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pgversions import bindir_for
+from support import pgparmon_cmd
+
+from pgparmon.advise.large_objects import (
+    DUMP_BYTE_FACTOR,
+    DUMP_OBJECT_BYTES,
+    archive_batches,
+    dump_batches,
+    work_items,
+)
+from pgparmon.cluster import Cluster, start_cluster
+from pgparmon.toc import list_archive
+
+OBJECTS = 2500
+
+
+def test_dump_batches_follow_pg_dumps_version() -> None:
+    """Before 17 one item holds every object; from 17 items of up to 1000,
+    their bytes shared by count; without pages the bytes are unknown, and
+    a note says so."""
+    facts = {"count": 2500, "pages": 1000}
+    one, notes = dump_batches(facts, 8192, 15)
+    assert [(b.count, b.bytes) for b in one] == [(2500, 8192000.0)]
+    assert "in one item, one worker (pg_dump before 17)" in notes[-1]
+    many, notes = dump_batches(facts, 8192, 17)
+    assert [b.count for b in many] == [1000, 1000, 500]
+    assert sum(b.bytes or 0 for b in many) == pytest.approx(8192000.0)
+    assert "in 3 item(s) of up to 1000 (pg_dump 17)" in notes[-1]
+    unsized, notes = dump_batches({"count": 10, "pages": 0}, 8192, 16)
+    assert unsized[0].bytes is None and "size unknown" in notes[0]
+    assert dump_batches({"count": 0, "pages": 0}, 8192, 16) == ([], [])
+    assert dump_batches(None, 8192, 16) == ([], [])
+
+
+def test_an_objects_work_is_its_fixed_cost_and_its_bytes() -> None:
+    items = work_items(dump_batches({"count": 2000, "pages": 100}, 8192, 17)[0],
+                       DUMP_OBJECT_BYTES, DUMP_BYTE_FACTOR)
+    assert [it.work for it in items] == pytest.approx(
+        [1000 * DUMP_OBJECT_BYTES + 409600 * DUMP_BYTE_FACTOR] * 2)
+    # handed out after the tables (no size), labelled with what they hold
+    assert all(it.size == 0.0 for it in items)
+    assert items[0].label.startswith("large objects (1000, ") and items[0].label.endswith(")")
+
+
+# ------------------------------------------------------------ real servers
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with start_cluster(prefix="pgparmon-lo-") as cl:
+        cl.psql("CREATE DATABASE los")
+        cl.psql(f"SELECT lo_from_bytea(0, convert_to(repeat(md5(g::text), 60), 'UTF8')) "
+                f"FROM generate_series(1, {OBJECTS}) g; "
+                "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS v "
+                "FROM generate_series(1, 20000) g", dbname="los")
+        cl.psql("VACUUM ANALYZE", dbname="los")
+        cl.psql("VACUUM ANALYZE pg_largeobject", dbname="los")
+        yield cl
+
+
+def _advise(cl: Cluster, *args: str) -> dict:
+    res = subprocess.run(pgparmon_cmd("advise", "-h", str(cl.sockdir), "-p", str(cl.port),
+                                      "-U", "postgres", *args, "--json"),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.mark.integration
+def test_the_dump_advice_counts_the_large_objects(cluster: Cluster, tmp_path: Path) -> None:
+    """2500 objects of ~2 kB beside a 20,000-row table: the dump's advice
+    reads them from the catalogs, says pg_dump 15 dumps them in one item
+    after the tables, and that item is the run's largest: no -j brings the
+    prediction under it."""
+    doc = _advise(cluster, "-d", "los", "--target", str(tmp_path / "d"))
+    note = [n for n in doc["notes"] if "large object(s)" in n]
+    assert len(note) == 1 and note[0].startswith(f"{OBJECTS} large object(s), ") and \
+        "dumped in one item, one worker (pg_dump before 17) after the tables" in note[0], note
+    inv = doc["inventory"]
+    assert inv["largest_item"].startswith(f"large objects ({OBJECTS}, ")
+    alone = inv["largest_item_bytes"]
+    assert alone >= OBJECTS * DUMP_OBJECT_BYTES
+    walls = [p["wall_s"] for p in doc["predictions"]]
+    assert min(walls) >= 0.5 * walls[0], walls  # the objects' item bounds every j
+
+
+@pytest.mark.integration
+def test_the_restore_advice_reads_the_archives_lists_of_objects(cluster: Cluster,
+                                                                tmp_path: Path) -> None:
+    """pg_dump 15's -Fd archive: one data item of all the objects
+    (blobs.toc), their files' bytes; the restore's advice says so."""
+    arch = tmp_path / "a15"
+    subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(arch), "los"],
+                   env=cluster.env(), check=True, capture_output=True)
+    _, toc = list_archive(str(arch), cluster.client("pg_restore"))
+    batches, notes = archive_batches(str(arch), toc)
+    assert len(batches) == 1 and batches[0].count == OBJECTS
+    # each object's text: 60 md5 strings, 1920 bytes
+    assert batches[0].bytes == pytest.approx(OBJECTS * 1920)
+    assert notes == [f"{OBJECTS} large object(s), 4.8 MB in 1 item(s): one worker restores "
+                     "them all"]
+    cluster.psql("CREATE DATABASE los_r")
+    doc = _advise(cluster, "-d", "los_r", "--archive", str(arch))
+    assert notes[0] in doc["notes"]
+    assert doc["inventory"]["largest_item"].startswith(f"large objects ({OBJECTS}, ")
+    # a custom archive: counted from its TOC (one BLOB entry an object), bytes unknown
+    custom = tmp_path / "c15.dump"
+    subprocess.run([cluster.client("pg_dump"), "-Fc", "-f", str(custom), "los"],
+                   env=cluster.env(), check=True, capture_output=True)
+    _, toc = list_archive(str(custom), cluster.client("pg_restore"))
+    batches, notes = archive_batches(str(custom), toc)
+    assert [(b.count, b.bytes) for b in batches] == [(OBJECTS, None)]
+    assert "their bytes not in the archive's TOC" in notes[0]
+
+
+@pytest.mark.integration
+def test_pg_dump_17_itemises_the_objects_by_1000(cluster: Cluster, tmp_path: Path) -> None:
+    """pg_dump 17 of the same database: three data items (1000, 1000, 500),
+    each with its own list (blobs_<id>.toc), in a directory archive and,
+    from the TOC's metadata ranges, in a custom one."""
+    bindir = bindir_for(17)
+    arch = tmp_path / "a17"
+    subprocess.run([str(bindir / "pg_dump"), "-Fd", "-f", str(arch), "los"],
+                   env=cluster.env(), check=True, capture_output=True)
+    _, toc = list_archive(str(arch), str(bindir / "pg_restore"))
+    batches, notes = archive_batches(str(arch), toc)
+    assert sorted(b.count for b in batches) == [500, 1000, 1000], batches
+    assert sum(b.bytes or 0 for b in batches) == pytest.approx(OBJECTS * 1920)
+    assert notes[0].startswith(f"{OBJECTS} large object(s), ") and "in 3 item(s)" in notes[0]
+    custom = tmp_path / "c17.dump"
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(custom), "los"],
+                   env=cluster.env(), check=True, capture_output=True)
+    _, toc = list_archive(str(custom), str(bindir / "pg_restore"))
+    batches, _ = archive_batches(str(custom), toc)
+    # the OID ranges of consecutive objects: their counts exactly
+    assert sorted(b.count for b in batches) == [500, 1000, 1000], batches
+    assert all(b.bytes is None for b in batches)
