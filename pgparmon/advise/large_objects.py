@@ -122,11 +122,12 @@ def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], li
             out.append(LoBatch(str(t.dump_id), per.get(t.tag, 0) or per.get("", 0), None))
     count = sum(b.count for b in out)
     known = [b.bytes for b in out if b.bytes is not None]
-    notes = [f"{count} large object(s)" + (f", {fmt.size(sum(known))}" if known else
-                                          ", their bytes not in the archive's TOC")
-             + f" in {len(out)} item(s)" + (": one worker restores them all" if len(out) == 1
-                                           else "")]
-    return out, notes
+    note = (f"{count} large object(s)" + (f", {fmt.size(sum(known))}," if known else "")
+            + f" in {len(out)} item(s)"
+            + (": one worker restores them all" if len(out) == 1 else ""))
+    if not known:
+        note += " (their bytes are not in the archive's TOC: counted by their number)"
+    return out, [note]
 
 
 def _listed(archive: str, listing: str, key: str) -> LoBatch:
