@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -548,19 +549,37 @@ def free_space(path: str | None) -> int | None:
         return None
 
 
+# pg_dump -Fd writes one file a large object (blob_OID.dat, compressed:
+# .gz, .lz4, .zst): a database of many has hundreds of thousands of them
+LO_FILE = re.compile(r"blob_[0-9]+\.dat(\.gz|\.lz4|\.zst)?$")
+# the one entry that stands for all of them; its `size` is how many there
+# are (their bytes would cost a stat each, and nothing reads them)
+LO_FILES = "blob_*"
+
+
 def dir_sizes(path: str) -> tuple[FileSize, ...] | None:
     """The files of a directory and their sizes; None when it cannot be read
-    (another OS user's 0700 dump directory)."""
+    (another OS user's 0700 dump directory). A dump's large-object files
+    are counted in one entry (`LO_FILES`), by their names alone: they name
+    no item, and one entry each, stat'ed, cost every sample and every
+    recorded one their number (100,000 of them: 0.7 s and 5.9 MB of JSON a
+    sample)."""
     out = []
+    lo_files = 0
     try:
         with os.scandir(path) as it:
             for e in it:
+                if LO_FILE.match(e.name):
+                    lo_files += 1
+                    continue
                 try:
                     out.append(FileSize(e.path, e.stat().st_size))
                 except OSError:
                     continue
     except OSError:
         return None
+    if lo_files:
+        out.append(FileSize(os.path.join(path, LO_FILES), lo_files))
     return tuple(sorted(out, key=lambda f: f.path))
 
 

@@ -148,3 +148,35 @@ def test_pg_dump_17_itemises_the_objects_by_1000(cluster: Cluster, tmp_path: Pat
     # the OID ranges of consecutive objects: their counts exactly
     assert sorted(b.count for b in batches) == [500, 1000, 1000], batches
     assert all(b.bytes is None for b in batches)
+
+
+@pytest.mark.integration
+def test_a_dumps_object_files_are_one_entry_of_a_sample(cluster: Cluster,
+                                                        tmp_path: Path) -> None:
+    """pg_dump -Fd writes a file an object: the sample's view of the
+    directory counts them in one entry (by name, no stat), so that a
+    database of many costs no sample, nor its recording, their number. A
+    followed dump of the 2500 objects records a handful of file entries a
+    sample, and ends finished."""
+    from pgparmon.record import read_recording
+    from pgparmon.source import LO_FILES, dir_sizes
+
+    arch = tmp_path / "a"
+    rec = tmp_path / "rec.jsonl.gz"
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--record", str(rec),
+                                      "--", cluster.client("pg_dump"), "-Fd", "-j", "2", "-f",
+                                      str(arch), "los"),
+                         capture_output=True, text=True, timeout=300, env=cluster.env())
+    assert res.returncode == 0, res.stderr
+    files = dir_sizes(str(arch))
+    assert files is not None
+    lo = [f for f in files if f.path.endswith(LO_FILES)]
+    assert [f.size for f in lo] == [OBJECTS]  # how many, in one entry
+    assert not [f for f in files if "/blob_" in f.path and not f.path.endswith(LO_FILES)]
+    assert {Path(f.path).name for f in files} >= {"toc.dat", "blobs.toc"}
+    snaps = [v for k, v in read_recording(str(rec)).events if k == "snapshot"]
+    most = max(len(s.get("files") or ()) for s in snaps)
+    assert 0 < most <= 10, most
+    docs = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    last = [d for d in docs if "job" in d][-1]
+    assert last["job"]["state"] == "finished", last["job"]
