@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -25,6 +24,7 @@ from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
 from .jobs.job import StepLook
+from .jobs.large_objects import LO_FILE, LO_FILES
 from .jobs.registry import job_extras, job_titles, plan_for, progress_for, recognise_for, \
     sample_extras
 from .readers import devices as devmod
@@ -547,14 +547,6 @@ def free_space(path: str | None) -> int | None:
         return shutil.disk_usage(probe or "/").free
     except OSError:
         return None
-
-
-# pg_dump -Fd writes one file a large object (blob_OID.dat, compressed:
-# .gz, .lz4, .zst): a database of many has hundreds of thousands of them
-LO_FILE = re.compile(r"blob_[0-9]+\.dat(\.gz|\.lz4|\.zst)?$")
-# the one entry that stands for all of them; its `size` is how many there
-# are (their bytes would cost a stat each, and nothing reads them)
-LO_FILES = "blob_*"
 
 
 def dir_sizes(path: str) -> tuple[FileSize, ...] | None:

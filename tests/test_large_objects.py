@@ -159,7 +159,8 @@ def test_a_dumps_object_files_are_one_entry_of_a_sample(cluster: Cluster,
     followed dump of the 2500 objects records a handful of file entries a
     sample, and ends finished."""
     from pgparmon.record import read_recording
-    from pgparmon.source import LO_FILES, dir_sizes
+    from pgparmon.jobs.large_objects import LO_FILES
+    from pgparmon.source import dir_sizes
 
     arch = tmp_path / "a"
     rec = tmp_path / "rec.jsonl.gz"
@@ -180,3 +181,55 @@ def test_a_dumps_object_files_are_one_entry_of_a_sample(cluster: Cluster,
     docs = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     last = [d for d in docs if "job" in d][-1]
     assert last["job"]["state"] == "finished", last["job"]
+
+
+@pytest.fixture(scope="module")
+def many(cluster: Cluster) -> str:
+    """A database of 6000 objects and a small table: a dump's objects take
+    a few seconds, long enough for the live view's rates (3 s of history)."""
+    cluster.psql("CREATE DATABASE los_many")
+    cluster.psql("SELECT lo_from_bytea(0, convert_to(repeat(md5(g::text), 60), 'UTF8')) "
+                 "FROM generate_series(1, 6000) g; CREATE TABLE t AS SELECT g AS id, "
+                 "md5(g::text) AS v FROM generate_series(1, 20000) g", dbname="los_many")
+    cluster.psql("VACUUM ANALYZE", dbname="los_many")
+    return "los_many"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("major", [15, 17])
+def test_a_followed_dump_counts_its_large_objects(cluster: Cluster, many: str, tmp_path: Path,
+                                                  major: int) -> None:
+    """pg_dump writes the objects after the tables: the live view keeps
+    them as items (one before 17, one a batch of 1000 from 17), runs one
+    while its list file is open and counts its objects by the files
+    written, so the dump is not "all done" while it writes them: its
+    progress climbs, the limit names them, and (one worker writing all
+    6000, pg_dump 15: seconds of it) an ETA comes; at the end every item is
+    done."""
+    bindir = Path(cluster.client("pg_dump")).parent if major == 15 else bindir_for(major)
+    arch = tmp_path / "a"
+    res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                      str(bindir / "pg_dump"), "-Fd", "-j", "2", "-f",
+                                      str(arch), many),
+                         capture_output=True, text=True, timeout=300, env=cluster.env())
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in (json.loads(ln) for ln in res.stdout.splitlines()
+                        if ln.startswith("{")) if "job" in d]
+    trace = [(d["job"]["state"], d["job"]["items_done"], d["job"]["items_total"],
+              d["job"]["progress"], d["job"]["eta_s"], d["bottleneck"]["kind"]) for d in docs]
+    planned = [d for d in docs if d["job"]["items_total"]]
+    assert planned, trace
+    total = planned[-1]["job"]["items_total"]
+    assert total == 1 + (1 if major < 17 else 6), trace  # the table + the objects' items
+    # while only the objects were written: short of done, and said so
+    during = [d for d in planned if d["job"]["state"] == "running"
+              and d["bottleneck"]["kind"] == "large-objects"]
+    assert during, trace
+    fractions = [d["job"]["progress"] for d in during]
+    assert 0 < min(fractions) < 1 and len(set(fractions)) > 1 or len(during) == 1, trace
+    assert "of 6000 done" in during[-1]["bottleneck"]["detail"], during[-1]["bottleneck"]
+    if major < 17:
+        assert "one worker writes them all" in during[-1]["bottleneck"]["detail"]
+        assert any(d["job"]["eta_s"] for d in during), trace
+    end = docs[-1]["job"]
+    assert end["state"] == "finished" and end["items_done"] == total, trace

@@ -46,7 +46,7 @@ APPS = sample_apps()  # the drivers' application_name regexes, bound as the samp
 NAMES = ("facts", "sample", "tables", "done", "locks", "advise", "postdata",
          "logical_sync", "logical_slots", "logical_conninfo", "logical_publisher",
          "advise_subscriber", "advise_subscriber_tables", "advise_publisher",
-         "vacuumdb_tables", "vacuumdb_databases", "vacuumdb_done")
+         "vacuumdb_tables", "vacuumdb_databases", "vacuumdb_done", "large_objects")
 
 
 def _all_bands() -> list[tuple[str, int]]:
@@ -342,6 +342,17 @@ def test_tables(band: int, mon: psycopg.Connection[Any]) -> None:
     oid, schema, rel, kind, relpages, reltuples, toast_pages, path = by_name[("public", "t")]
     assert kind == "r" and relpages > 0 and reltuples >= 2000 and toast_pages >= 0
     assert path.startswith("base/")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("band", [v for n, v in BANDS if n == "large_objects"])
+def test_large_objects(band: int, cluster: Cluster, mon: psycopg.Connection[Any]) -> None:
+    (before,) = mon.execute(_text("large_objects", band)).fetchone()  # type: ignore[misc]
+    cluster.psql("SELECT lo_from_bytea(0, 'a large object'::bytea)", dbname=DB)
+    cluster.psql("VACUUM ANALYZE pg_largeobject", dbname=DB)
+    (d,) = mon.execute(_text("large_objects", band)).fetchone()  # type: ignore[misc]
+    assert set(d) == {"count", "pages"} and d["count"] == before["count"] + 1
+    assert d["pages"] >= 1
 
 
 @pytest.mark.integration

@@ -37,17 +37,18 @@ from typing import Any
 
 from ..analyze.schedule import WorkItem
 from ..jobs.archive_files import text_bytes
+from ..jobs.large_objects import (  # noqa: F401 (re-exported for the advice)
+    BATCHED_SINCE,
+    DATA_DESCS,
+    DUMP_BYTE_FACTOR,
+    DUMP_OBJECT_BYTES,
+    LO_BATCH,
+    RESTORE_BYTE_FACTOR,
+    RESTORE_OBJECT_BYTES,
+)
 from .. import units as fmt
 
-LO_BATCH = 1000  # pg_dump 17+: the most objects an archive item holds
-BATCHED_SINCE = 17
-# bench/large_objects.py: an object's fixed cost and a byte's, in bytes of a
-# table's data (the tables' work unit), for a dump (-Fd) and a restore
-DUMP_OBJECT_BYTES = 49e3
-DUMP_BYTE_FACTOR = 0.98
-RESTORE_OBJECT_BYTES = 57e3
-RESTORE_BYTE_FACTOR = 1.28
-DATA_DESCS = ("BLOBS", "LARGE OBJECTS")
+# the constants are the live plan's too (jobs/large_objects.py)
 DATA_EXTS = ("", ".gz", ".lz4", ".zst")
 
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item, WorkerState
 from ..readers.files import table_file_sizes
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
@@ -22,6 +23,8 @@ from .archive_files import data_file_client
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_FORMATS, DUMP_RESTORE_COMMON
+from .large_objects import DATA_DESCS as LO_DESCS
+from .large_objects import LO_FILES, LO_ITEM, batch_counts, dump_work, list_files
 from .tables import plan_tables, table_progress
 
 if TYPE_CHECKING:
@@ -66,6 +69,8 @@ class DumpState:
 class PgDump(Driver):
     kind = "pg_dump"
     programs = ("pg_dump",)
+    item_kinds = (LO_ITEM,)
+    verdicts = ("large-objects",)
     title = "pg_dump"
     session_apps = SessionApps(("pg_dump",), query_text=True, idle=True)
     client_specs = {"pg_dump": CLIENT}
@@ -111,7 +116,7 @@ class PgDump(Driver):
         if tdir and os.path.exists(os.path.join(tdir, "toc.dat")):
             try:
                 toc = list_archive(tdir, pg_restore=src.client_binary("pg_restore"),
-                                   descs=("TABLE DATA",))[1]
+                                   descs=("TABLE DATA", *LO_DESCS))[1]
             except TocError:
                 return None  # still being written
         elif tdir and (src.snapshots_taken < 3 or _reading_catalog(tdir)):
@@ -126,14 +131,21 @@ class PgDump(Driver):
         # only TABLE DATA entries make items (`plan_tables`): of a catalog of
         # thousands of tables, the other entries (sequences, keys, defaults:
         # six of seven) are kept neither in memory nor in the recording
+        # the large objects' items (their TOC entries): how many objects and
+        # the pages they fill, read only when the dump has some
+        extra = None
+        if toc is not None and any(t.desc in LO_DESCS for t in toc):
+            extra = {"large_objects": src.query_json("large_objects") or {}}
         return PlanInputs(toc=[_toc_dict(t) for t in toc] if toc is not None else None,
-                          tables=tables, file_sizes=sizes)
+                          tables=tables, file_sizes=sizes, extra=extra)
 
     def plan(self, tr: Tracker, inputs: PlanInputs) -> bool:
         if inputs.tables is None:
             return False
-        plan_tables(tr, inputs.toc_items() if inputs.toc is not None else None,
-                    inputs.tables, inputs.file_sizes)
+        toc = inputs.toc_items() if inputs.toc is not None else None
+        plan_tables(tr, toc, inputs.tables, inputs.file_sizes)
+        if toc is not None:
+            _plan_large_objects(tr, toc, (inputs.extra or {}).get("large_objects") or {})
         return True
 
     # ---- observe -----------------------------------------------------------
@@ -147,6 +159,27 @@ class PgDump(Driver):
             table_progress(tr, it, cp)
             return
         super().progress(tr, it, cp, ip, snap)
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        """While only large objects are written (no worker copies a table):
+        what they are, not "every session is idle" (their sessions sit
+        between the fastpath calls that read them)."""
+        keys = tr.keys_of(LO_ITEM.name)
+        running = [tr.items[k] for k in keys if tr.items[k].state == "running"]
+        if not running or any(w.phase == "copy" for w in tr.workers.values()):
+            return None
+        objects = sum(int(tr.items[k].reltuples or 0) for k in keys)
+        done = sum(int((it.reltuples or 0) * it.fraction) for it in (tr.items[k] for k in keys))
+        one = ("one worker writes them all (pg_dump before 17 puts them in one item)"
+               if len(keys) == 1 else f"{len(running)} of their {len(keys)} items at once")
+        return Verdict("large-objects", f"large objects: pg_dump reads each one and writes it "
+                                        f"to a file of its own, about {done} of {objects} "
+                                        f"done; {one}")
+
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
+        # a large-object item runs in fastpath calls its session shows idle
+        # between: its list file says when it ends (file_evidence)
+        return it.kind != LO_ITEM.name
 
     def on_finish(self, tr: Tracker, it: Item) -> None:
         if it.kind == "data" and it.heap_bytes and it.bytes_done:
@@ -177,6 +210,7 @@ class PgDump(Driver):
                     it.started = snap.wall
                 continue
             tr.finish(it, snap.wall)
+        _large_objects_evidence(tr, snap, open_paths)
 
     # ---- outcome -----------------------------------------------------------
 
@@ -200,6 +234,67 @@ class PgDump(Driver):
             return None
         return ("the dump ended before writing its table of contents (toc.dat), which "
                 "pg_dump writes once its leader has read the catalog: it did not complete")
+
+
+def _plan_large_objects(tr: Tracker, toc: list[TocItem], facts: dict[str, Any]) -> None:
+    """The dump's large-object items (jobs/large_objects.py): one a TOC
+    entry, its objects from the database's count (spread over the entries
+    by their OID ranges), its bytes from pg_largeobject's pages; no size,
+    as pg_dump hands them out after the tables. Nothing when the count
+    was not read (no item is better than one of no work)."""
+    entries = [t for t in toc if t.desc in LO_DESCS]
+    count = int(facts.get("count") or 0)
+    if not entries or count <= 0:
+        return
+    pages = int(facts.get("pages") or 0)
+    total = float(pages * tr.block_size) if pages > 0 else None
+    counts = batch_counts(entries, count)
+    whole = sum(counts)
+    for t, n in zip(entries, counts, strict=True):
+        data = total * n / whole if total is not None else None
+        tr.add(Item(key=str(t.dump_id), kind=LO_ITEM.name, relation=None,
+                    name=f"large objects ({n})", size=0.0, work=dump_work(n, data),
+                    reltuples=float(n)))
+
+
+def _large_objects_evidence(tr: Tracker, snap: Snapshot, open_paths: set[str]) -> None:
+    """A large-object item runs while a worker holds its list file
+    (blobs.toc, or blobs_<id>.toc from pg_dump 17) open, and is done once
+    the file is there and closed; how far the running ones are, from the
+    object files written (the sample's one `LO_FILES` entry counts them)
+    beyond the objects of the items already done."""
+    keys = tr.keys_of(LO_ITEM.name)
+    if not keys:
+        return
+    # by name: the files are the dump directory's, the open ones its clients'
+    sizes = {os.path.basename(f.path): f.size for f in snap.files}
+    held = {os.path.basename(p) for p in open_paths}
+    written = sizes.get(LO_FILES, 0)
+    single = len(keys) == 1
+    running: list[Item] = []
+    for key in keys:
+        it = tr.items[key]
+        if it.state == "done":
+            continue
+        name = next((n for n in list_files(key, single) if n in sizes), None)
+        if name is None:
+            continue
+        if name in held:
+            if it.state == "pending":
+                tr.set_state(it, "running")
+                it.started = snap.wall
+            running.append(it)
+            continue
+        tr.finish(it, snap.wall)
+    if not running:
+        return
+    done_objects = sum((tr.items[k].reltuples or 0.0) for k in keys
+                       if tr.items[k].state == "done")
+    left = max(0.0, written - done_objects)
+    for it in running:
+        objects = it.reltuples or 1.0
+        share = min(objects, left / len(running))
+        it.done = max(it.done, min(0.99, share / objects) * it.work)
 
 
 def _reading_catalog(tdir: str) -> bool:
