@@ -561,7 +561,7 @@ def dir_sizes(path: str) -> tuple[FileSize, ...] | None:
     try:
         with os.scandir(path) as it:
             for e in it:
-                if LO_FILE.match(e.name):
+                if e.name.startswith("blob_") and LO_FILE.match(e.name):
                     lo_files += 1
                     continue
                 try:

@@ -5,7 +5,9 @@ tables: before pg_dump 17 one item ("BLOBS") holds all of them, so one
 worker dumps (and pg_restore -j restores) every large object while the
 others have nothing of them to share; from 17 an item holds at most 1000
 (`LO_BATCH`), and the items spread over the workers. Their data items
-carry no size, so pg_dump and pg_restore hand them out after the tables'.
+carry no size: before 17 pg_dump and pg_restore hand them out after the
+tables' (pg_dump 17 was seen handing its batches out before a small
+table; the advice puts them last all the same).
 
 An object costs far more than its bytes: pg_dump opens, reads and closes
 each one and, in a -Fd archive, writes (and at the end fsyncs) a file for
@@ -45,6 +47,8 @@ from ..jobs.large_objects import (  # noqa: F401 (re-exported for the advice)
     LO_BATCH,
     RESTORE_BYTE_FACTOR,
     RESTORE_OBJECT_BYTES,
+    object_work,
+    oid_span,
 )
 from .. import units as fmt
 
@@ -64,13 +68,14 @@ class LoBatch:
 
 def work_items(batches: Sequence[LoBatch], object_bytes: float, byte_factor: float
                ) -> list[WorkItem]:
-    """The batches as schedule items: no size (handed out after the
-    tables), their work in the tables' unit."""
+    """The batches as schedule items: no size (handed out last), their
+    work in the tables' unit."""
     out = []
     for b in batches:
-        work = b.count * object_bytes + (b.bytes or 0.0) * byte_factor
         label = f"large objects ({b.count}" + (f", {fmt.size(b.bytes)})" if b.bytes else ")")
-        out.append(WorkItem(key=b.key, work=max(work, 1.0), size=0.0, label=label))
+        out.append(WorkItem(key=b.key, work=object_work(b.count, b.bytes, object_bytes,
+                                                        byte_factor),
+                            size=0.0, label=label))
     return out
 
 
@@ -165,8 +170,5 @@ def _metadata_counts(toc: Sequence[Any]) -> dict[str, int]:
         if t.desc == "BLOB":
             out[""] = out.get("", 0) + 1
         elif t.desc == "BLOB METADATA":
-            lo, _, hi = (t.tag or "").partition("..")
-            # the OIDs from..to of up to LO_BATCH objects (sparse OIDs: fewer)
-            span = int(hi) - int(lo) + 1 if lo.isdigit() and hi.isdigit() else 1
-            out[t.tag] = max(1, min(LO_BATCH, span))
+            out[t.tag] = oid_span(t.tag) or 1
     return out

@@ -11,7 +11,7 @@ plus its bytes, in a table's data bytes (the dump's work unit).
 
 The live view follows such an item by its list file: open in a worker, it
 runs; closed, it is done; and how far by the object files written (the
-sample counts them in one entry, `source.LO_FILES`).
+sample counts them in one entry, `LO_FILES`, source.dir_sizes).
 """
 
 from __future__ import annotations
@@ -40,9 +40,26 @@ LO_FILE = re.compile(r"blob_[0-9]+\.dat(\.gz|\.lz4|\.zst)?$")
 LO_FILES = "blob_*"
 
 
+def object_work(count: float, data_bytes: float | None, object_bytes: float,
+                byte_factor: float) -> float:
+    """The work of `count` objects of `data_bytes` (None: unknown): one
+    object's worth each and their bytes at the byte factor."""
+    return max(1.0, count * object_bytes + (data_bytes or 0.0) * byte_factor)
+
+
 def dump_work(count: float, data_bytes: float | None) -> float:
     """A dump's work for `count` objects of `data_bytes` (None: unknown)."""
-    return max(1.0, count * DUMP_OBJECT_BYTES + (data_bytes or 0.0) * DUMP_BYTE_FACTOR)
+    return object_work(count, data_bytes, DUMP_OBJECT_BYTES, DUMP_BYTE_FACTOR)
+
+
+def oid_span(tag: str | None) -> int | None:
+    """How many objects a pg_dump 17+ entry's tag "FIRST..LAST" (an OID
+    range of up to LO_BATCH objects; sparse OIDs: fewer) can hold; None
+    when the tag is no range."""
+    lo, _, hi = (tag or "").partition("..")
+    if not (lo.isdigit() and hi.isdigit()):
+        return None
+    return max(1, min(LO_BATCH, int(hi) - int(lo) + 1))
 
 
 def batch_counts(entries: Sequence[Any], total: int) -> list[int]:
@@ -53,11 +70,7 @@ def batch_counts(entries: Sequence[Any], total: int) -> list[int]:
         return []
     if len(entries) == 1:
         return [total]
-    spans = []
-    for t in entries:
-        lo, _, hi = (getattr(t, "tag", "") or "").partition("..")
-        span = int(hi) - int(lo) + 1 if lo.isdigit() and hi.isdigit() else LO_BATCH
-        spans.append(max(1, min(LO_BATCH, span)))
+    spans = [oid_span(getattr(t, "tag", None)) or LO_BATCH for t in entries]
     whole = sum(spans)
     if total <= 0 or whole <= 0:
         return spans

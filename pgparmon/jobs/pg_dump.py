@@ -239,8 +239,8 @@ class PgDump(Driver):
 def _plan_large_objects(tr: Tracker, toc: list[TocItem], facts: dict[str, Any]) -> None:
     """The dump's large-object items (jobs/large_objects.py): one a TOC
     entry, its objects from the database's count (spread over the entries
-    by their OID ranges), its bytes from pg_largeobject's pages; no size,
-    as pg_dump hands them out after the tables. Nothing when the count
+    by their OID ranges), its bytes from pg_largeobject's pages; no size
+    (before 17 pg_dump hands them out after the tables). Nothing when the count
     was not read (no item is better than one of no work)."""
     entries = [t for t in toc if t.desc in LO_DESCS]
     count = int(facts.get("count") or 0)
