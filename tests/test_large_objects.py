@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,27 @@ def test_a_dumps_object_files_are_one_entry_of_a_sample(cluster: Cluster,
     assert last["job"]["state"] == "finished", last["job"]
 
 
+def _followed(res: subprocess.CompletedProcess[str], major: int
+              ) -> tuple[list[dict], list[tuple], int, list[dict]]:
+    """A followed run of the table and 6000 objects (`run --json`): its
+    documents, their trace, its items (the table and the objects' items:
+    one before 17, 6 from 17) and the documents of while only the objects
+    were written (the limit said so)."""
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in (json.loads(ln) for ln in res.stdout.splitlines()
+                        if ln.startswith("{")) if "job" in d]
+    trace = [(d["job"]["state"], d["job"]["items_done"], d["job"]["items_total"],
+              d["job"]["progress"], d["job"]["eta_s"], d["bottleneck"]["kind"]) for d in docs]
+    planned = [d for d in docs if d["job"]["items_total"]]
+    assert planned, trace
+    total = planned[-1]["job"]["items_total"]
+    assert total == 1 + (1 if major < 17 else 6), trace
+    during = [d for d in planned if d["job"]["state"] == "running"
+              and d["bottleneck"]["kind"] == "large-objects"]
+    assert during, trace
+    return docs, trace, total, during
+
+
 @pytest.fixture(scope="module")
 def many(cluster: Cluster) -> str:
     """A database of 6000 objects and a small table: a dump's objects take
@@ -211,19 +233,7 @@ def test_a_followed_dump_counts_its_large_objects(cluster: Cluster, many: str, t
                                       str(bindir / "pg_dump"), "-Fd", "-j", "2", "-f",
                                       str(arch), many),
                          capture_output=True, text=True, timeout=300, env=cluster.env())
-    assert res.returncode == 0, res.stderr
-    docs = [d for d in (json.loads(ln) for ln in res.stdout.splitlines()
-                        if ln.startswith("{")) if "job" in d]
-    trace = [(d["job"]["state"], d["job"]["items_done"], d["job"]["items_total"],
-              d["job"]["progress"], d["job"]["eta_s"], d["bottleneck"]["kind"]) for d in docs]
-    planned = [d for d in docs if d["job"]["items_total"]]
-    assert planned, trace
-    total = planned[-1]["job"]["items_total"]
-    assert total == 1 + (1 if major < 17 else 6), trace  # the table + the objects' items
-    # while only the objects were written: short of done, and said so
-    during = [d for d in planned if d["job"]["state"] == "running"
-              and d["bottleneck"]["kind"] == "large-objects"]
-    assert during, trace
+    docs, trace, total, during = _followed(res, major)
     fractions = [d["job"]["progress"] for d in during]
     assert 0 < min(fractions) < 1 and len(set(fractions)) > 1 or len(during) == 1, trace
     assert "of 6000 done" in during[-1]["bottleneck"]["detail"], during[-1]["bottleneck"]
@@ -233,6 +243,42 @@ def test_a_followed_dump_counts_its_large_objects(cluster: Cluster, many: str, t
     # round to 0)
     assert all(d["job"]["eta_s"] != 0 for d in during if d["job"]["progress"] < 0.9), trace
     if major < 17:
-        assert "one worker writes them all" in during[-1]["bottleneck"]["detail"]
+        assert "one worker does them all" in during[-1]["bottleneck"]["detail"]
+    end = docs[-1]["job"]
+    assert end["state"] == "finished" and end["items_done"] == total, trace
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("major,fmt", [(15, "d"), (17, "d"), (15, "c")])
+def test_a_followed_restore_counts_its_large_objects(cluster: Cluster, many: str,
+                                                     tmp_path: Path, major: int,
+                                                     fmt: str) -> None:
+    """pg_restore -j writes an archive's objects in items of their own
+    (one before 17, one a batch of 1000 from 17), after the tables: the
+    live view keeps them as items, so the restore is not "all done" while
+    it writes them. A -Fd archive's item runs while a worker holds its list
+    of objects open, and how far it is comes from where the worker reads
+    that list; a custom archive's (no file to follow) while a session
+    writes objects. At the end every item is done."""
+    bindir = Path(cluster.client("pg_dump")).parent if major == 15 else bindir_for(major)
+    arch = tmp_path / "a"
+    subprocess.run([str(bindir / "pg_dump"), f"-F{fmt}", "-f", str(arch), many],
+                   env=cluster.env(), check=True, capture_output=True)
+    # pg_dump 17's archive sets what a 15 server does not know: a 17 target
+    with (start_cluster(bindir=bindir, prefix="pgparmon-lo17-") if major == 17
+          else nullcontext(cluster)) as target:
+        target.psql(f"DROP DATABASE IF EXISTS los_r{major}")
+        target.psql(f"CREATE DATABASE los_r{major}")
+        res = subprocess.run(pgparmon_cmd("run", "--json", "--interval", "0.3", "--",
+                                          str(bindir / "pg_restore"), "-j", "2", "-d",
+                                          f"los_r{major}", str(arch)),
+                             capture_output=True, text=True, timeout=300, env=target.env())
+    docs, trace, total, during = _followed(res, major)
+    fractions = [d["job"]["progress"] for d in during]
+    assert all(f < 1 for f in fractions), trace
+    if fmt == "d":  # how far, from the list's reading
+        assert len(during) == 1 or len(set(fractions)) > 1, trace
+    assert "of 6000 done" in during[-1]["bottleneck"]["detail"], during[-1]["bottleneck"]
+    assert "pg_restore creates each one" in during[-1]["bottleneck"]["detail"]
     end = docs[-1]["job"]
     assert end["state"] == "finished" and end["items_done"] == total, trace

@@ -32,13 +32,11 @@ their bytes unknown).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..analyze.schedule import WorkItem
-from ..jobs.archive_files import text_bytes
 from ..jobs.large_objects import (  # noqa: F401 (re-exported for the advice)
     BATCHED_SINCE,
     DATA_DESCS,
@@ -47,13 +45,14 @@ from ..jobs.large_objects import (  # noqa: F401 (re-exported for the advice)
     LO_BATCH,
     RESTORE_BYTE_FACTOR,
     RESTORE_OBJECT_BYTES,
+    archive_listings,
     object_work,
     oid_span,
 )
 from .. import units as fmt
 
-# the constants are the live plan's too (jobs/large_objects.py)
-DATA_EXTS = ("", ".gz", ".lz4", ".zst")
+# the constants and the archive's reading are the live plan's too
+# (jobs/large_objects.py)
 
 
 @dataclass(frozen=True)
@@ -108,24 +107,12 @@ def dump_batches(facts: dict[str, Any] | None, block_size: int, pg_dump_major: i
 
 
 def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], list[str]]:
-    """The large-object data items of an archive: in a directory archive
-    each one's list of objects and their files; else counted from the
-    TOC's metadata entries (BLOB: one an object; BLOB METADATA, 17+: a
-    range of OIDs), bytes unknown."""
-    items = [t for t in toc if t.desc in DATA_DESCS]
-    if not items:
+    """The large-object data items of an archive (jobs.large_objects.
+    archive_listings: a directory archive's lists of objects and their
+    files; else counted from the TOC's metadata entries, bytes unknown)."""
+    out = [LoBatch(li.key, li.count, li.bytes) for li in archive_listings(archive, toc)]
+    if not out:
         return [], []
-    out: list[LoBatch] = []
-    if os.path.isdir(archive):
-        for t in items:
-            listing = os.path.join(archive, f"blobs_{t.dump_id}.toc")
-            if not os.path.exists(listing):
-                listing = os.path.join(archive, "blobs.toc")
-            out.append(_listed(archive, listing, str(t.dump_id)))
-    else:
-        per = _metadata_counts(toc)
-        for t in items:
-            out.append(LoBatch(str(t.dump_id), per.get(t.tag, 0) or per.get("", 0), None))
     count = sum(b.count for b in out)
     known = [b.bytes for b in out if b.bytes is not None]
     note = (f"{count} large object(s)" + (f", {fmt.size(sum(known))}," if known else "")
@@ -134,41 +121,3 @@ def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], li
     if not known:
         note += " (their bytes are not in the archive's TOC: counted by their number)"
     return out, [note]
-
-
-def _listed(archive: str, listing: str, key: str) -> LoBatch:
-    """One data item's objects from its list ("OID blob_OID.dat" a line)
-    and their files' uncompressed sizes."""
-    count = 0
-    total = 0.0
-    try:
-        with open(listing, encoding="utf-8", errors="replace") as f:
-            lines = [ln.split() for ln in f if ln.strip()]
-    except OSError:
-        return LoBatch(key, 0, None)
-    for parts in lines:
-        if len(parts) < 2:
-            continue
-        count += 1
-        for ext in DATA_EXTS:
-            p = os.path.join(archive, parts[1] + ext)
-            try:
-                size = os.stat(p).st_size
-            except OSError:
-                continue
-            total += text_bytes(p, size)[0]
-            break
-    return LoBatch(key, count, total)
-
-
-def _metadata_counts(toc: Sequence[Any]) -> dict[str, int]:
-    """Objects a custom archive's metadata entries name: "" -> the BLOB
-    entries (one an object, before 17); "A..B" -> a BLOB METADATA range's
-    (17+: its tag is the range, and its data item's tag the same)."""
-    out: dict[str, int] = {}
-    for t in toc:
-        if t.desc == "BLOB":
-            out[""] = out.get("", 0) + 1
-        elif t.desc == "BLOB METADATA":
-            out[t.tag] = oid_span(t.tag) or 1
-    return out

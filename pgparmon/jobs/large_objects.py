@@ -16,11 +16,21 @@ sample counts them in one entry, `LO_FILES`, source.dir_sizes).
 
 from __future__ import annotations
 
+import bisect
+import math
+import os
 import re
+from array import array
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from ..analyze.bottleneck import Verdict
 from ..item_kinds import ItemKind
+from .archive_files import text_bytes
+
+if TYPE_CHECKING:
+    from ..analyze.progress import Tracker
 
 LO_BATCH = 1000  # pg_dump 17+: the most objects an archive item holds
 BATCHED_SINCE = 17
@@ -77,8 +87,165 @@ def batch_counts(entries: Sequence[Any], total: int) -> list[int]:
     return [max(1, round(s * total / whole)) for s in spans]
 
 
+def verdict(tr: Tracker, what: str, tool: str) -> Verdict | None:
+    """While only large objects are worked on (no worker copies a table or
+    builds): what they are, not "every session is idle" (their sessions sit
+    between the fastpath calls that move them). `what`: what the tool does
+    with each one."""
+    keys = tr.keys_of(LO_ITEM.name)
+    running = [tr.items[k] for k in keys if tr.items[k].state == "running"]
+    if not running or any(w.phase in ("copy", "index", "constraint")
+                          for w in tr.workers.values()):
+        return None
+    objects = sum(int(tr.items[k].reltuples or 0) for k in keys)
+    done = sum(int((it.reltuples or 0) * it.fraction) for it in (tr.items[k] for k in keys))
+    one = (f"one worker does them all ({tool} before 17 puts them in one item)"
+           if len(keys) == 1 else f"{len(running)} of their {len(keys)} items at once")
+    return Verdict("large-objects", f"large objects: {tool} {what}, about {done} of "
+                                    f"{objects} done; {one}")
+
+
 def list_files(dump_id: str, single: bool) -> tuple[str, ...]:
     """The names a large-object item's list of objects may have in the
     dump's directory: `blobs_<id>.toc` (pg_dump 17+), and `blobs.toc`
     before 17, when the dump has one such item (`single`)."""
     return (f"blobs_{dump_id}.toc", "blobs.toc") if single else (f"blobs_{dump_id}.toc",)
+
+
+# the extensions of an object's file in a -Fd archive (compressed as the dump)
+DATA_EXTS = ("", ".gz", ".lz4", ".zst")
+# the object files a list's reading sizes, spread over it: a database of a
+# million objects has a million files (a stat and a trailer read each)
+LIST_SAMPLE = 2000
+# OIDs a list keeps at evenly spaced places, to tell from the object a
+# worker has open how far through the list it is (pg_restore holds an
+# object's file open while it writes the object only when it is larger
+# than its 16 kB buffer: the small ones it reads whole, closes, then writes)
+MARKS = 64
+# how far ahead of the objects it writes pg_restore reads their list: a
+# stdio buffer (the file system's block size, 4 kB on ext4, or glibc's 8 kB)
+LIST_READ_AHEAD = 8192
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One archive item's large objects: its key (dump id), how many, their
+    bytes of data and the pages (pg_largeobject rows, a quarter block each)
+    they fill (None: unknown, a custom archive's), `marks`: (place in
+    the list, OID) at evenly spaced places of a list in OID order (empty
+    when the list is in no such order, or unknown), and the list file's
+    bytes (0: none)."""
+
+    key: str
+    count: int
+    bytes: float | None = None
+    pages: float | None = None
+    marks: tuple[tuple[int, int], ...] = ()
+    list_bytes: int = 0
+
+    def read_to(self, position: float) -> float:
+        """How many objects are surely done when the worker's read position
+        in the list file is `position`: pg_restore reads the list through
+        a buffer (LIST_READ_AHEAD), one line an object, and starts on a
+        buffer's objects only once it has read it, so up to a buffer's
+        worth of lines ahead of the objects written."""
+        if self.list_bytes <= 0:
+            return 0.0
+        return self.count * max(0.0, position - LIST_READ_AHEAD) / self.list_bytes
+
+    def place(self, oid: int) -> float | None:
+        """How many of the list's objects come before `oid` (interpolated
+        between the marks), None when the marks cannot tell."""
+        if len(self.marks) < 2:
+            return None
+        oids = [m[1] for m in self.marks]
+        if oid < oids[0] or oid > oids[-1]:
+            return None
+        i = bisect.bisect_right(oids, oid) - 1
+        if i >= len(oids) - 1:
+            return float(self.marks[-1][0])
+        (p0, o0), (p1, o1) = self.marks[i], self.marks[i + 1]
+        return p0 + (p1 - p0) * (oid - o0) / max(1, o1 - o0)
+
+
+def read_listing(archive: str, listing: str, key: str, page_bytes: int = 2048,
+                 sample: int = LIST_SAMPLE) -> Listing:
+    """An item's objects from its list in a -Fd archive ("OID blob_OID.dat"
+    a line): their count and OIDs, and their data's bytes and pages from up
+    to `sample` of their files spread over the list (all of them when there
+    are no more), scaled to the count."""
+    oids: array[int] = array("I")
+    names: dict[int, str] = {}
+    try:
+        list_bytes = os.stat(listing).st_size
+        with open(listing, encoding="utf-8", errors="replace") as f:
+            for ln in f:
+                parts = ln.split()
+                if len(parts) < 2 or not parts[0].isdigit():
+                    continue
+                oid = int(parts[0])
+                oids.append(oid)
+                if parts[1] != f"blob_{oid}.dat":
+                    names[len(oids) - 1] = parts[1]
+    except (OSError, OverflowError):
+        return Listing(key, 0)
+    count = len(oids)
+    if count == 0:
+        return Listing(key, 0, 0.0, 0.0, (), list_bytes)
+    step = max(1, count // sample)
+    seen, total, pages = 0, 0.0, 0.0
+    ext = None
+    for i in range(0, count, step):
+        name = names.get(i, f"blob_{oids[i]}.dat")
+        for e in ((ext,) if ext is not None else DATA_EXTS):
+            path = os.path.join(archive, name + e)
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                continue
+            ext = e
+            text = text_bytes(path, size)[0]
+            seen += 1
+            total += text
+            pages += math.ceil(text / page_bytes)
+            break
+    scale = count / seen if seen else 0.0
+    ordered = all(oids[i] < oids[i + 1] for i in range(count - 1))
+    marks: tuple[tuple[int, int], ...] = ()
+    if ordered:
+        places = sorted({round(k * (count - 1) / MARKS) for k in range(MARKS + 1)})
+        marks = tuple((p, oids[p]) for p in places)
+    return Listing(key, count, total * scale if seen else None,
+                   pages * scale if seen else None, marks, list_bytes)
+
+
+def metadata_counts(toc: Sequence[Any]) -> dict[str, int]:
+    """Objects a custom archive's metadata entries name: "" -> the BLOB
+    entries (one an object, before 17); "A..B" -> a BLOB METADATA range's
+    (17+: its tag is the range, and its data item's tag the same)."""
+    out: dict[str, int] = {}
+    for t in toc:
+        if t.desc == "BLOB":
+            out[""] = out.get("", 0) + 1
+        elif t.desc == "BLOB METADATA":
+            out[t.tag] = oid_span(t.tag) or 1
+    return out
+
+
+def archive_listings(archive: str, toc: Sequence[Any], page_bytes: int = 2048
+                     ) -> list[Listing]:
+    """The large-object data items of an archive: in a directory archive
+    each one's list of objects and their files (blobs_<id>.toc from 17,
+    blobs.toc before); else counted from the TOC's metadata entries, their
+    bytes unknown."""
+    items = [t for t in toc if t.desc in DATA_DESCS]
+    if not os.path.isdir(archive):
+        per = metadata_counts(toc)
+        return [Listing(str(t.dump_id), per.get(t.tag, 0) or per.get("", 0)) for t in items]
+    out = []
+    for t in items:
+        listing = os.path.join(archive, f"blobs_{t.dump_id}.toc")
+        if not os.path.exists(listing):
+            listing = os.path.join(archive, "blobs.toc")
+        out.append(read_listing(archive, listing, str(t.dump_id), page_bytes))
+    return out

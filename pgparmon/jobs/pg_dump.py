@@ -25,6 +25,7 @@ from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, 
 from .dump_options import DUMP_FORMATS, DUMP_RESTORE_COMMON
 from .large_objects import DATA_DESCS as LO_DESCS
 from .large_objects import LO_FILES, LO_ITEM, batch_counts, dump_work, list_files
+from .large_objects import verdict as lo_verdict
 from .tables import plan_tables, table_progress
 
 if TYPE_CHECKING:
@@ -161,20 +162,7 @@ class PgDump(Driver):
         super().progress(tr, it, cp, ip, snap)
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
-        """While only large objects are written (no worker copies a table):
-        what they are, not "every session is idle" (their sessions sit
-        between the fastpath calls that read them)."""
-        keys = tr.keys_of(LO_ITEM.name)
-        running = [tr.items[k] for k in keys if tr.items[k].state == "running"]
-        if not running or any(w.phase == "copy" for w in tr.workers.values()):
-            return None
-        objects = sum(int(tr.items[k].reltuples or 0) for k in keys)
-        done = sum(int((it.reltuples or 0) * it.fraction) for it in (tr.items[k] for k in keys))
-        one = ("one worker writes them all (pg_dump before 17 puts them in one item)"
-               if len(keys) == 1 else f"{len(running)} of their {len(keys)} items at once")
-        return Verdict("large-objects", f"large objects: pg_dump reads each one and writes it "
-                                        f"to a file of its own, about {done} of {objects} "
-                                        f"done; {one}")
+        return lo_verdict(tr, "reads each one and writes it to a file of its own", "pg_dump")
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
         # a large-object item runs in fastpath calls its session shows idle

@@ -13,18 +13,30 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item, WorkerState
 from ..analyze.schedule import WorkItem
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags, parse_client_cmdline
 from ..ddl import PostDataTarget, key_costs, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
-from .archive_files import data_file_client, row_widths
+from .archive_files import data_file_client, row_widths, text_bytes
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
+from .large_objects import (
+    LO_ITEM,
+    RESTORE_BYTE_FACTOR,
+    RESTORE_OBJECT_BYTES,
+    Listing,
+    archive_listings,
+    list_files,
+    object_work,
+)
+from .large_objects import verdict as lo_verdict
 from .progress import LaterSteps
 from .restore_list import ListError, read_use_list
 from .restore_select import Selection, restored_by, step_parts
@@ -72,12 +84,16 @@ class RestoreState:
     steps_jobs: int | None = None
     # what the steps after this one restore, and their -j (the ETA's)
     later: LaterSteps | None = None
+    # the large-object items' lists, by key (jobs/large_objects.py)
+    large_objects: dict[str, Listing] = dataclasses.field(default_factory=dict)
 
 
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
     title = "pg_restore"
+    item_kinds = (LO_ITEM,)
+    verdicts = ("large-objects",)
     session_apps = SessionApps(("pg_restore",), query_text=True, idle=True)
     client_specs = {"pg_restore": CLIENT}
     data_flow = "in"
@@ -181,6 +197,10 @@ class PgRestore(Driver):
                              and (size := files[str(it.dump_id)][1]) > 0})
         if widths:
             extra = {**(extra or {}), "row_text_bytes": widths}
+        listings = archive_listings(src.target_dir, everything)
+        if listings:
+            extra = {**(extra or {}), "large_objects": [dataclasses.asdict(li) for li in listings],
+                     "file_per_text": file_per_text(files)}
         return PlanInputs(toc=[dataclasses.asdict(t) for t in everything],
                           targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
                           archive_files=files, partitions=parents or None, extra=extra,
@@ -205,12 +225,13 @@ class PgRestore(Driver):
                                 for rel, w in (extra.get("row_text_bytes") or {}).items()},
                      key_costs={int(k): float(v)
                                 for k, v in (extra.get("key_costs") or {}).items()})
+        _plan_large_objects(tr, extra, restores)
         return True
 
     def after_plan(self, tr: Tracker, ctx: EndContext, snap: Snapshot,
                    running: set[str]) -> None:
         # attached mid-run: what was restored before is in the catalog
-        settle_from_catalog(tr, ctx, snap.wall, running)
+        settle_from_catalog(tr, ctx, snap.wall, running | _lists_held(tr, snap))
 
     # ---- observe -----------------------------------------------------------
 
@@ -228,6 +249,53 @@ class PgRestore(Driver):
         elif cp is not None:
             frac = cp.bytes_processed / max(1.0, it.work * tr.restore_ratio())
             it.done = max(it.done, min(0.99, frac) * it.work)
+
+    def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        return lo_verdict(tr, "creates each one and writes its data from the archive",
+                          "pg_restore")
+
+    def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
+        # a large-object item runs in fastpath calls its session shows idle
+        # between: its list file says when it ends (file_evidence)
+        return it.kind != LO_ITEM.name
+
+    def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
+        """A large-object item of a directory archive runs while a worker
+        holds its list of objects open (blobs.toc, blobs_<id>.toc from 17)
+        and is done once none does; how far, from where that worker reads
+        the list and the object file it holds (its place in the list)."""
+        lo = state_of(tr, RestoreState).large_objects
+        if not lo:
+            return
+        if not any(li.list_bytes for li in lo.values()):
+            _large_objects_from_sessions(tr, lo, snap.wall)  # a custom archive's
+            return
+        if any(c.open_files is None for c in snap.clients):
+            return  # cannot tell open from closed
+        single = len(lo) == 1
+        for key, listing in lo.items():
+            it = tr.items.get(key)
+            if it is None or it.state == "done":
+                continue
+            names = list_files(key, single)
+            held = next(((c, f) for c in snap.clients for f in c.open_files or ()
+                         if os.path.basename(f.path) in names), None)
+            if held is None:
+                if it.state == "running":
+                    tr.finish(it, snap.wall)
+                continue
+            if it.state == "pending":
+                tr.set_state(it, "running")
+                it.started = snap.wall
+            # how far: its list read (a buffer ahead), or the object it
+            # writes (the file of one larger than pg_restore's buffer)
+            done = listing.read_to(held[1].position)
+            for f in held[0].open_files or ():
+                m = _OBJECT_FILE.match(os.path.basename(f.path))
+                place = listing.place(int(m.group(1))) if m else None
+                done = max(done, place or 0.0)
+            if listing.count:
+                it.done = max(it.done, min(0.99, done / listing.count) * it.work)
 
     def streams(self, tr: Tracker) -> int | None:
         # a step with no -j of a restore in steps: the rest runs at the
@@ -332,6 +400,7 @@ def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,
         schema = (it.relation or "public").split(".")[0]
         if it.kind != "data" and f"{schema}.{it.name}" in names:
             tr.finish(it, wall)
+    _settle_large_objects(tr, done.get("large_object_pages"), wall, running)
     built_on = {it.relation for it in tr.items.values()
                 if it.kind in ("index", "constraint") and it.state == "done" and it.relation}
     for it in tr.unfinished():
@@ -339,6 +408,111 @@ def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,
             continue
         if it.kind == "data" and (it.relation in loaded or it.relation in built_on):
             tr.finish(it, wall)
+
+
+# an object's file in a directory archive, its OID
+_OBJECT_FILE = re.compile(r"blob_([0-9]+)\.dat")
+# the share of the objects' pages in pg_largeobject at which they are all in
+# (their pages are counted from a sample of their files)
+LO_PAGES_IN = 0.9
+
+
+def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> None:
+    """The restore's large-object items (jobs/large_objects.py): one an
+    archive item, its objects from its list (a custom archive's: its
+    metadata entries), no size (pg_restore hands them out after the
+    tables). Their work in the restore's unit, archive data-file bytes: an
+    object's fixed cost and its bytes, as a table's heap bytes, through the
+    text ratio and the tables' files' compression (`file_per_text`)."""
+    state = state_of(tr, RestoreState)
+    scale = tr.text_ratio * float(extra.get("file_per_text") or 1.0)
+    for d in extra.get("large_objects") or ():
+        li = Listing(**{**d, "marks": tuple(tuple(m) for m in d.get("marks") or ())})
+        if li.count <= 0 or (restores is not None and li.key not in
+                             {str(r) for r in restores}) or li.key in tr.items:
+            continue
+        state.large_objects[li.key] = li
+        work = object_work(li.count, li.bytes, RESTORE_OBJECT_BYTES, RESTORE_BYTE_FACTOR)
+        tr.add(Item(key=li.key, kind=LO_ITEM.name, relation=None,
+                    name=f"large objects ({li.count})", size=0.0, work=max(1.0, work * scale),
+                    reltuples=float(li.count)))
+
+
+# what a session that writes large objects shows: libpq looks up the
+# functions once a connection (the last query it sends), then calls them by
+# the fastpath, in the transaction pg_restore opens for an item's objects
+_LO_LOOKUP = "select proname, oid from pg_catalog.pg_proc where proname in ('lo_open'"
+
+
+def _writes_large_objects(w: WorkerState, begin: bool) -> bool:
+    """A session in an item of large objects: in a fastpath call, or idle
+    in its transaction after libpq's lookup or (`begin`: the run opens no
+    transaction of its own) after the BEGIN that opens the item (a later
+    item on the same connection sends no lookup)."""
+    if w.state == "fastpath function call":
+        return True
+    q = (w.query or "").lstrip().lower()
+    return w.state == "idle in transaction" and (q.startswith(_LO_LOOKUP)
+                                                 or (begin and q == "begin"))
+
+
+def _large_objects_from_sessions(tr: Tracker, lo: dict[str, Listing], wall: float) -> None:
+    """A custom archive's large-object items, from the sessions (no file
+    to follow): as many run as sessions write objects and copy no table,
+    the first of them in archive order (pg_restore hands them out so);
+    when fewer sessions write them, the longest running are done."""
+    items = sorted((tr.items[k] for k in lo if k in tr.items and tr.items[k].state != "done"),
+                   key=lambda it: _dump_id(it.key))
+    if not items:
+        return
+    # --single-transaction (and 17's --transaction-size) open one of their own
+    begin = not any(k in ("single-transaction", "transaction-size")
+                    for k, _ in (tr.job.args.options if tr.job.args else ()))
+    writing = sum(1 for w in tr.workers.values()
+                  if w.item is None and _writes_large_objects(w, begin))
+    running = [it for it in items if it.state == "running"]
+    for it in running[:max(0, len(running) - writing)]:
+        tr.finish(it, wall)
+    for it in [it for it in items if it.state == "pending"][:max(0, writing - len(running))]:
+        tr.set_state(it, "running")
+        it.started = wall
+
+
+def _lists_held(tr: Tracker, snap: Snapshot) -> set[str]:
+    """The large-object items whose list a client holds open (running)."""
+    lo = state_of(tr, RestoreState).large_objects
+    held = {os.path.basename(f.path) for c in snap.clients for f in c.open_files or ()}
+    return {k for k in lo if any(n in held for n in list_files(k, len(lo) == 1))}
+
+
+def _settle_large_objects(tr: Tracker, pages: Any, wall: float,
+                          running: set[str] | None) -> None:
+    """Every large-object item is done once pg_largeobject holds their
+    pages (its live rows, as the statistics count them: committed ones,
+    read without touching the table, which only a superuser may read):
+    items that ran between two samples, or before the attach. All or none:
+    from 17 the items commit one by one, and rows do not say whose they are.
+    An item a worker holds (running) is left to its list file."""
+    lo = state_of(tr, RestoreState).large_objects
+    if pages is None or not lo:
+        return
+    left = [tr.items[k] for k in lo if k in tr.items and tr.items[k].state != "done"]
+    if not left or any(it.key in (running or ()) for it in left):
+        return
+    want = sum(li.pages if li.pages is not None else li.count for li in lo.values())
+    if float(pages) >= LO_PAGES_IN * want:
+        for it in left:
+            tr.finish(it, wall)
+
+
+def file_per_text(files: dict[str, Any], most: int = 20) -> float:
+    """The tables' data files' bytes a byte of their COPY text (the
+    archive's compression), from the `most` largest: 1.0 when none says."""
+    big = sorted(((p, sz) for p, sz in files.values() if p and sz > 0),
+                 key=lambda x: -x[1])[:most]
+    size = sum(sz for _, sz in big)
+    text = sum(text_bytes(p, int(sz))[0] for p, sz in big)
+    return size / text if size > 0 and text > 0 else 1.0
 
 
 def use_list_path(args: ClientArgs | None, pid: int | None) -> tuple[str | None, str | None]:

@@ -1,8 +1,10 @@
 -- What a restore has already finished, from catalogs and statistics only (no
 -- relation locks): tables that received rows, and index / constraint names
 -- that exist; and what a maintenance run finished: when each table (its
--- oid, its name) was last vacuumed and analyzed by hand. Used when
--- attaching mid-run and to settle the end of a run.
+-- oid, its name) was last vacuumed and analyzed by hand; and the pages of
+-- large objects committed (pg_largeobject's live rows, from the statistics:
+-- the table itself only a superuser may read). Used when attaching mid-run
+-- and to settle the end of a run.
 SELECT json_build_object(
   'loaded', (SELECT coalesce(json_agg(schemaname || '.' || relname), '[]'::json)
              FROM pg_stat_user_tables WHERE n_tup_ins > 0),
@@ -19,5 +21,7 @@ SELECT json_build_object(
                    extract(epoch FROM last_analyze)::float8)), '[]'::json)
                  FROM pg_stat_all_tables
                  WHERE (last_vacuum IS NOT NULL OR last_analyze IS NOT NULL)
-                   AND schemaname !~ '^pg_toast')
+                   AND schemaname !~ '^pg_toast'),
+  'large_object_pages', (SELECT n_live_tup FROM pg_stat_sys_tables
+                         WHERE relid = 'pg_catalog.pg_largeobject'::regclass)
 )
