@@ -189,7 +189,7 @@ def _followed(res: subprocess.CompletedProcess[str], major: int
     """A followed run of the table and 6000 objects (`run --json`): its
     documents, their trace, its items (the table and the objects' items:
     one before 17, 6 from 17) and the documents of while only the objects
-    were written (the limit said so)."""
+    were written (the limit said so, and a worker's row)."""
     assert res.returncode == 0, res.stderr
     docs = [d for d in (json.loads(ln) for ln in res.stdout.splitlines()
                         if ln.startswith("{")) if "job" in d]
@@ -202,6 +202,9 @@ def _followed(res: subprocess.CompletedProcess[str], major: int
     during = [d for d in planned if d["job"]["state"] == "running"
               and d["bottleneck"]["kind"] == "large-objects"]
     assert during, trace
+    # the session that moves them says so in its row, not "idle"
+    phases = [[w["phase"] for w in d["workers"]] for d in during]
+    assert any("large-objects" in p for p in phases), phases
     return docs, trace, total, during
 
 

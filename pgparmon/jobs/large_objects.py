@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..analyze.bottleneck import Verdict
 from ..item_kinds import ItemKind
+from ..phases import Phase
 from .archive_files import text_bytes
 
 if TYPE_CHECKING:
+    from ..analyze.items import WorkerState
     from ..analyze.progress import Tracker
 
 LO_BATCH = 1000  # pg_dump 17+: the most objects an archive item holds
@@ -42,6 +44,15 @@ RESTORE_OBJECT_BYTES = 57e3
 RESTORE_BYTE_FACTOR = 1.28
 DATA_DESCS = ("BLOBS", "LARGE OBJECTS")
 LO_ITEM = ItemKind("large objects", "large-object items")
+# a session that moves large objects: between fastpath calls it reads as
+# idle (in its transaction), and its row would say so
+LO_PHASE = Phase("large-objects", 60, busy=True, tui=("white on dark_goldenrod",
+                                                      "black on light_goldenrod2"),
+                 fill="#c9a227")
+# what such a session shows: libpq looks up the large-object functions once
+# a connection (the last query it sends), then calls them by the fastpath;
+# pg_dump before 17 fetches the objects' OIDs through a cursor
+LO_LOOKUP = "select proname, oid from pg_catalog.pg_proc where proname in ('lo_open'"
 # a -Fd archive's file of one object (compressed as the dump: .gz, .lz4,
 # .zst): a database of many has hundreds of thousands of them, and the
 # sample counts them in one entry (source.dir_sizes): this name, its `size`
@@ -103,6 +114,31 @@ def verdict(tr: Tracker, what: str, tool: str) -> Verdict | None:
            if len(keys) == 1 else f"{len(running)} of their {len(keys)} items at once")
     return Verdict("large-objects", f"large objects: {tool} {what}, about {done} of "
                                     f"{objects} done; {one}")
+
+
+def moves_objects(w: WorkerState, also: tuple[str, ...] = ()) -> bool:
+    """A session in an item of large objects: in a fastpath call, or idle
+    in its transaction after libpq's lookup of the functions or one of the
+    tool's own statements `also` (lower case)."""
+    if w.state == "fastpath function call":
+        return True
+    q = (w.query or "").lstrip().lower()
+    return w.state == "idle in transaction" and (q.startswith(LO_LOOKUP)
+                                                 or any(q.startswith(a) for a in also))
+
+
+def label_workers(tr: Tracker, also: tuple[str, ...] = ()) -> int:
+    """While a large-object item runs, its sessions' rows say so (phase
+    `large-objects`, not idle): the sessions on no other item that move
+    objects (`moves_objects`). Returns how many."""
+    if not any(tr.items[k].state == "running" for k in tr.keys_of(LO_ITEM.name)):
+        return 0
+    n = 0
+    for w in tr.workers.values():
+        if w.item is None and moves_objects(w, also):
+            w.phase = LO_PHASE.name
+            n += 1
+    return n
 
 
 def list_files(dump_id: str, single: bool) -> tuple[str, ...]:

@@ -24,7 +24,15 @@ from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags
 from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, state_of
 from .dump_options import DUMP_FORMATS, DUMP_RESTORE_COMMON
 from .large_objects import DATA_DESCS as LO_DESCS
-from .large_objects import LO_FILES, LO_ITEM, batch_counts, dump_work, list_files
+from .large_objects import (
+    LO_FILES,
+    LO_ITEM,
+    LO_PHASE,
+    batch_counts,
+    dump_work,
+    label_workers,
+    list_files,
+)
 from .large_objects import verdict as lo_verdict
 from .tables import plan_tables, table_progress
 
@@ -72,6 +80,7 @@ class PgDump(Driver):
     programs = ("pg_dump",)
     item_kinds = (LO_ITEM,)
     verdicts = ("large-objects",)
+    phases = (LO_PHASE,)
     title = "pg_dump"
     session_apps = SessionApps(("pg_dump",), query_text=True, idle=True)
     client_specs = {"pg_dump": CLIENT}
@@ -199,6 +208,8 @@ class PgDump(Driver):
                 continue
             tr.finish(it, snap.wall)
         _large_objects_evidence(tr, snap, open_paths)
+        # pg_dump before 17 fetches the objects' OIDs through a cursor
+        label_workers(tr, ("fetch 1000 in bloboid",))
 
     # ---- outcome -----------------------------------------------------------
 

@@ -29,11 +29,14 @@ from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, 
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .large_objects import (
     LO_ITEM,
+    LO_PHASE,
     RESTORE_BYTE_FACTOR,
     RESTORE_OBJECT_BYTES,
     Listing,
     archive_listings,
+    label_workers,
     list_files,
+    moves_objects,
     object_work,
 )
 from .large_objects import verdict as lo_verdict
@@ -94,6 +97,7 @@ class PgRestore(Driver):
     title = "pg_restore"
     item_kinds = (LO_ITEM,)
     verdicts = ("large-objects",)
+    phases = (LO_PHASE,)
     session_apps = SessionApps(("pg_restore",), query_text=True, idle=True)
     client_specs = {"pg_restore": CLIENT}
     data_flow = "in"
@@ -269,6 +273,7 @@ class PgRestore(Driver):
             return
         if not any(li.list_bytes for li in lo.values()):
             _large_objects_from_sessions(tr, lo, snap.wall)  # a custom archive's
+            label_workers(tr, _item_begins(tr))
             return
         if any(c.open_files is None for c in snap.clients):
             return  # cannot tell open from closed
@@ -296,6 +301,7 @@ class PgRestore(Driver):
                 done = max(done, place or 0.0)
             if listing.count:
                 it.done = max(it.done, min(0.99, done / listing.count) * it.work)
+        label_workers(tr, _item_begins(tr))
 
     def streams(self, tr: Tracker) -> int | None:
         # a step with no -j of a restore in steps: the rest runs at the
@@ -438,22 +444,14 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
                     reltuples=float(li.count)))
 
 
-# what a session that writes large objects shows: libpq looks up the
-# functions once a connection (the last query it sends), then calls them by
-# the fastpath, in the transaction pg_restore opens for an item's objects
-_LO_LOOKUP = "select proname, oid from pg_catalog.pg_proc where proname in ('lo_open'"
-
-
-def _writes_large_objects(w: WorkerState, begin: bool) -> bool:
-    """A session in an item of large objects: in a fastpath call, or idle
-    in its transaction after libpq's lookup or (`begin`: the run opens no
-    transaction of its own) after the BEGIN that opens the item (a later
-    item on the same connection sends no lookup)."""
-    if w.state == "fastpath function call":
-        return True
-    q = (w.query or "").lstrip().lower()
-    return w.state == "idle in transaction" and (q.startswith(_LO_LOOKUP)
-                                                 or (begin and q == "begin"))
+def _item_begins(tr: Tracker) -> tuple[str, ...]:
+    """What else a session writing large objects shows: idle in the
+    transaction pg_restore opens for the item, after its BEGIN (a later
+    item on the same connection sends no lookup); not where the run opens
+    one of its own (--single-transaction, 17's --transaction-size)."""
+    own = any(k in ("single-transaction", "transaction-size")
+              for k, _ in (tr.job.args.options if tr.job.args else ()))
+    return () if own else ("begin",)
 
 
 def _large_objects_from_sessions(tr: Tracker, lo: dict[str, Listing], wall: float) -> None:
@@ -465,11 +463,8 @@ def _large_objects_from_sessions(tr: Tracker, lo: dict[str, Listing], wall: floa
                    key=lambda it: _dump_id(it.key))
     if not items:
         return
-    # --single-transaction (and 17's --transaction-size) open one of their own
-    begin = not any(k in ("single-transaction", "transaction-size")
-                    for k, _ in (tr.job.args.options if tr.job.args else ()))
     writing = sum(1 for w in tr.workers.values()
-                  if w.item is None and _writes_large_objects(w, begin))
+                  if w.item is None and moves_objects(w, _item_begins(tr)))
     running = [it for it in items if it.state == "running"]
     for it in running[:max(0, len(running) - writing)]:
         tr.finish(it, wall)
