@@ -359,8 +359,11 @@ def test_large_objects(band: int, cluster: Cluster, mon: psycopg.Connection[Any]
 @pytest.mark.parametrize("band", [v for n, v in BANDS if n == "done"])
 def test_done(band: int, mon: psycopg.Connection[Any]) -> None:
     (d,) = mon.execute(_text("done", band)).fetchone()  # type: ignore[misc]
-    assert set(d) == {"loaded", "relations", "constraints", "maintained"}
+    assert set(d) == {"loaded", "relations", "constraints", "maintained", "large_object_pages"}
     assert "public.t_pkey" in d["relations"]
+    # pg_largeobject's live rows from the statistics (never the table: a
+    # superuser's alone): a count, not null
+    assert isinstance(d["large_object_pages"], int) and d["large_object_pages"] >= 0
     # the fixture's ANALYZE: when each table was last vacuumed / analyzed by hand
     by_name = {r[1]: r for r in d["maintained"]}
     assert by_name["public.t"][3] is not None and isinstance(by_name["public.t"][0], int)
