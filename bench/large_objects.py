@@ -4,7 +4,10 @@ pg_dump writes a database's large objects in their own archive items (one
 item for all of them before pg_dump 17, items of up to 1000 from 17), each
 object opened, read in chunks and closed, in a -Fd archive one file an
 object; pg_restore creates and writes them back one by one. Their cost is
-not a table's: a per-object part and a per-byte part. This times both, with
+not a table's: a per-object part and a per-byte part. The restore runs in
+two parts, its pre-data (where pg_restore creates each object's metadata,
+one statement after another) and the rest, to tell the share of an
+object's cost that is serial before any worker starts. This times both, with
 the real pg_dump -Fd (gzip, its default) and pg_restore, on databases that
 hold only large objects (many small ones, few large ones) and, for the same
 bytes, a table of one bytea column (the rate the advice's model has for a
@@ -68,6 +71,7 @@ def main() -> None:
                     dbname=db).strip() or 0)
                 dump_t: list[float] = []
                 restore_t: list[float] = []
+                pre_t: list[float] = []
                 arch = work / db
                 for _ in range(a.repeats):
                     shutil.rmtree(arch, ignore_errors=True)
@@ -76,7 +80,13 @@ def main() -> None:
                     cl.psql(f"DROP DATABASE IF EXISTS {tgt}")
                     cl.psql(f"CREATE DATABASE {tgt}")
                     cl.psql("CHECKPOINT")
-                    restore_t.append(run([cl.client("pg_restore"), "-d", tgt, str(arch)], env))
+                    # in two runs, to tell the pre-data (an object's metadata:
+                    # lo_create, its owner) from the rest (its data)
+                    pre_t.append(run([cl.client("pg_restore"), "--section=pre-data", "-d", tgt,
+                                      str(arch)], env))
+                    restore_t.append(pre_t[-1] + run([cl.client("pg_restore"), "--section=data",
+                                                      "--section=post-data", "-d", tgt,
+                                                      str(arch)], env))
                     cl.psql(f"DROP DATABASE {tgt}")
                 files = sum(p.stat().st_size for p in arch.iterdir())
                 shutil.rmtree(arch, ignore_errors=True)
@@ -84,7 +94,8 @@ def main() -> None:
                 r = {"label": label, "kind": kind, "objects": n, "object_bytes": size,
                      "bytes": n * size, "heap_pages": pages, "archive_bytes": files,
                      "dump_s": round(median(dump_t), 3), "restore_s": round(median(restore_t), 3),
-                     "dump_runs": dump_t, "restore_runs": restore_t}
+                     "restore_pre_data_s": round(median(pre_t), 3),
+                     "dump_runs": dump_t, "restore_runs": restore_t, "pre_data_runs": pre_t}
                 print(f"{kind:5s} {label:6s} {n:7d} x {size:8d} B  heap "
                       f"{pages * 8192 / 1e6:6.1f} MB  dump {r['dump_s']:6.2f} s  restore "
                       f"{r['restore_s']:6.2f} s", flush=True)
@@ -100,6 +111,15 @@ def main() -> None:
         fits[op] = {"s_per_object": a_obj, "s_per_byte": b_byte, "table_s_per_byte": t_byte,
                     # an object's cost in bytes of a table's data, and a byte's against the table's
                     "object_in_table_bytes": a_obj / t_byte, "byte_vs_table": b_byte / t_byte}
+        if op == "restore":
+            # the share of an object's fixed cost pg_restore spends in its
+            # pre-data (one statement after another, before any worker)
+            a_pre, _ = fit2([(r["objects"], r["bytes"]) for r in los],
+                            [r["restore_pre_data_s"] for r in los])
+            fits[op]["pre_data_s_per_object"] = a_pre
+            fits[op]["pre_data_share"] = a_pre / a_obj
+            print(f"restore pre-data: {a_pre * 1e6:.1f} us an object, {a_pre / a_obj:.0%} of "
+                  "its fixed cost")
         print(f"{op}: {a_obj * 1e6:.1f} us an object + {b_byte * 1e9:.2f} ns a byte; a table "
               f"{t_byte * 1e9:.2f} ns a byte: an object = {a_obj / t_byte / 1e3:.1f} kB of table, "
               f"a byte = {b_byte / t_byte:.2f}x a table's")

@@ -13,6 +13,10 @@ of a restore's builds.
   stored out of line, twice its bytes (a primary key): a build sorts rows,
   so the wide table's key costs a few hundredths of its load, not the
   share of it a narrow table's build costs.
+- `--shape large-objects`: `pg_restore -j N` of a table of narrow rows
+  with a primary key and 20,000 large objects of 2 kB (x scale), which
+  pg_restore writes one by one in one worker (one archive item before
+  pg_dump 17): their time is the run's tail, apart from the table's.
 
 Each run is `pgparmon run --json --record -- ...`; for the samples nearest
 to 25%, 50% and 75% of the run's wall time (measured outside pgparmon),
@@ -59,6 +63,18 @@ def widths_sql(scale: float) -> str:
         f"INSERT INTO wide SELECT g, (SELECT string_agg(md5((g * 131 + k)::text), '') "
         f"FROM generate_series(1, 120) k) FROM generate_series(1, {wide}) g;",
         "ALTER TABLE wide ADD PRIMARY KEY (id);",
+        "ANALYZE;"])
+
+
+def large_objects_sql(scale: float) -> str:
+    rows = int(1_000_000 * scale)
+    objects = int(20_000 * scale)
+    return "\n".join([
+        f"CREATE TABLE narrow AS SELECT g AS id, md5(g::text) AS a "
+        f"FROM generate_series(1, {rows}) g;",
+        "ALTER TABLE narrow ADD PRIMARY KEY (id);",
+        f"SELECT count(lo_from_bytea(0, convert_to(repeat(md5(g::text), 64), 'UTF8'))) "
+        f"FROM generate_series(1, {objects}) g;",
         "ANALYZE;"])
 
 
@@ -155,7 +171,7 @@ def replay_dir(d: Path, out: Path | None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", choices=("steps", "widths"), default="steps")
+    ap.add_argument("--shape", choices=("steps", "widths", "large-objects"), default="steps")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0)
@@ -176,7 +192,9 @@ def main() -> None:
         shutil.chown(work, "postgres")
     try:
         cl.psql("CREATE DATABASE steps")
-        cl.psql((steps_sql if a.shape == "steps" else widths_sql)(a.scale), dbname="steps")
+        sql = {"steps": steps_sql, "widths": widths_sql,
+               "large-objects": large_objects_sql}[a.shape]
+        cl.psql(sql(a.scale), dbname="steps")
         archive = work / "a"
         subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "2", "-f", str(archive), "steps"],
                        env=cl.env(), check=True)

@@ -17,6 +17,10 @@ from support import pgparmon_cmd
 from pgparmon.advise.large_objects import (
     DUMP_BYTE_FACTOR,
     DUMP_OBJECT_BYTES,
+    RESTORE_BYTE_FACTOR,
+    RESTORE_OBJECT_BYTES,
+    RESTORE_PRE_DATA_S,
+    RESTORE_PRE_DATA_SHARE,
     archive_batches,
     dump_batches,
     work_items,
@@ -116,6 +120,13 @@ def test_the_restore_advice_reads_the_archives_lists_of_objects(cluster: Cluster
     doc = _advise(cluster, "-d", "los_r", "--archive", str(arch))
     assert notes[0] in doc["notes"]
     assert doc["inventory"]["largest_item"].startswith(f"large objects ({OBJECTS}, ")
+    # their metadata is the pre-data's, serial before any worker: in every
+    # j's serial part, not in the data item
+    assert all(p["serial_s"] >= OBJECTS * RESTORE_PRE_DATA_S - 0.01  # (rounded)
+               for p in doc["predictions"])
+    assert batches[0].count and work_items(batches, RESTORE_OBJECT_BYTES * (
+        1 - RESTORE_PRE_DATA_SHARE), RESTORE_BYTE_FACTOR)[0].work < work_items(
+        batches, RESTORE_OBJECT_BYTES, RESTORE_BYTE_FACTOR)[0].work
     # a custom archive: counted from its TOC (one BLOB entry an object), bytes unknown
     custom = tmp_path / "c15.dump"
     subprocess.run([cluster.client("pg_dump"), "-Fc", "-f", str(custom), "los"],
@@ -184,12 +195,12 @@ def test_a_dumps_object_files_are_one_entry_of_a_sample(cluster: Cluster,
     assert last["job"]["state"] == "finished", last["job"]
 
 
-def _followed(res: subprocess.CompletedProcess[str], major: int
+def _followed(res: subprocess.CompletedProcess[str], major: int, more: int = 0
               ) -> tuple[list[dict], list[tuple], int, list[dict]]:
     """A followed run of the table and 6000 objects (`run --json`): its
     documents, their trace, its items (the table and the objects' items:
-    one before 17, 6 from 17) and the documents of while only the objects
-    were written (the limit said so, and a worker's row)."""
+    one before 17, 6 from 17, and `more`) and the documents of while only
+    the objects were written (the limit said so, and a worker's row)."""
     assert res.returncode == 0, res.stderr
     docs = [d for d in (json.loads(ln) for ln in res.stdout.splitlines()
                         if ln.startswith("{")) if "job" in d]
@@ -198,7 +209,7 @@ def _followed(res: subprocess.CompletedProcess[str], major: int
     planned = [d for d in docs if d["job"]["items_total"]]
     assert planned, trace
     total = planned[-1]["job"]["items_total"]
-    assert total == 1 + (1 if major < 17 else 6), trace
+    assert total == 1 + (1 if major < 17 else 6) + more, trace
     during = [d for d in planned if d["job"]["state"] == "running"
               and d["bottleneck"]["kind"] == "large-objects"]
     assert during, trace
@@ -276,7 +287,8 @@ def test_a_followed_restore_counts_its_large_objects(cluster: Cluster, many: str
                                           str(bindir / "pg_restore"), "-j", "2", "-d",
                                           f"los_r{major}", str(arch)),
                              capture_output=True, text=True, timeout=300, env=target.env())
-    docs, trace, total, during = _followed(res, major)
+    # and their metadata, which the pre-data creates
+    docs, trace, total, during = _followed(res, major, more=1)
     fractions = [d["job"]["progress"] for d in during]
     assert all(f < 1 for f in fractions), trace
     if fmt == "d":  # how far, from the list's reading

@@ -18,11 +18,26 @@ from pgparmon.analyze.items import Item, WorkerState
 from pgparmon.analyze.progress import Tracker
 from pgparmon.job_end import JobEnd
 from pgparmon.jobs.base import Job
-from pgparmon.jobs.large_objects import LIST_READ_AHEAD, LO_ITEM, Listing, read_listing
+from pgparmon.jobs.large_objects import (
+    LIST_READ_AHEAD,
+    LO_ITEM,
+    RESTORE_OBJECT_BYTES,
+    RESTORE_PRE_DATA_SHARE,
+    Listing,
+    metadata_listing,
+    read_listing,
+)
 from pgparmon.cmdline import parse_client_cmdline
-from pgparmon.jobs.pg_restore import LO_PAGES_IN, PgRestore, _plan_large_objects, file_per_text
+from pgparmon.jobs.pg_restore import (
+    LO_META_KEY,
+    LO_PAGES_IN,
+    PgRestore,
+    _plan_large_objects,
+    file_per_text,
+)
 from pgparmon.jobs.registry import driver_for
 from pgparmon.snapshot import ClientProc, DbSample, OpenFile, Snapshot
+from pgparmon.toc import TocItem
 
 
 def _archive(tmp: Path, sizes: list[int], first: int = 16385, step: int = 1,
@@ -228,3 +243,58 @@ def test_in_one_transaction_a_begin_says_nothing_of_large_objects() -> None:
     tr.workers = {7: _worker(7, "fastpath function call", "BEGIN")}
     tr.driver.file_evidence(tr, _snap(2), {})
     assert tr.items["4001"].state == "running"
+
+
+def _toc(*entries: tuple[int, str, str]) -> list[TocItem]:
+    return [TocItem(dump_id=d, catalog_oid=0, oid=0, desc=desc, schema=None, tag=tag,
+                    owner="postgres") for d, desc, tag in entries]
+
+
+def test_the_objects_metadata_is_listed_from_the_toc() -> None:
+    # before 17: a BLOB entry an object, its tag the OID
+    before = metadata_listing(_toc(*((10 + i, "BLOB", str(16385 + 2 * i)) for i in range(500)),
+                                   (900, "BLOBS", "BLOBS")), "m")
+    assert before is not None and before.count == 500
+    assert before.place(16385 + 2 * 250) == pytest.approx(250, abs=1)
+    # from 17: a BLOB METADATA entry a range of up to 1000
+    after = metadata_listing(_toc((10, "BLOB METADATA", "16385..17384"),
+                                  (11, "BLOB METADATA", "17385..17884"),
+                                  (900, "BLOBS", "16385..17384")), "m")
+    assert after is not None and after.count == 1500
+    assert after.place(16385) == 0 and after.place(17385) == 1000
+    assert after.place(17635) == pytest.approx(1250)
+    assert metadata_listing(_toc((1, "TABLE", "t")), "m") is None
+
+
+def test_the_pre_data_creates_the_objects_one_by_one_before_any_worker() -> None:
+    """Planned with the pre-data's share of an object's fixed cost (the
+    data item keeps the rest), every data item waiting for it; running
+    while the leader's session creates objects, active or idle after one,
+    as far as the OID's place; never done by being unseen; done once any
+    other item runs."""
+    meta = Listing(LO_META_KEY, 2000, marks=((0, 20000), (1999, 21999)))
+    lis = Listing("4000", count=2000, bytes=2000 * 3000.0, list_bytes=40000)
+    tr = _restore()
+    extra = {**_listings(lis), "lo_metadata": dataclasses.asdict(meta)}
+    _plan_large_objects(tr, extra, None)
+    m, it = tr.items[LO_META_KEY], tr.items["4000"]
+    scale = tr.text_ratio * 0.25
+    assert m.work == pytest.approx(2000 * RESTORE_OBJECT_BYTES * RESTORE_PRE_DATA_SHARE * scale)
+    assert it.work == pytest.approx((2000 * RESTORE_OBJECT_BYTES * (1 - RESTORE_PRE_DATA_SHARE)
+                                     + 2000 * 3000 * 1.28) * scale)
+    assert LO_META_KEY in it.deps and LO_META_KEY in tr.items["3001"].deps
+    drv = tr.driver
+    tr.workers = {7: _worker(7, "active", "SELECT pg_catalog.lo_create('20500');")}
+    drv.file_evidence(tr, _snap(1), {})
+    assert m.state == "running" and m.fraction == pytest.approx(0.25, abs=0.01)
+    assert tr.workers[7].phase == "large-objects"
+    v = drv.verdict(tr, _snap(1), {})
+    assert v is not None and v.kind == "large-objects" and "about 500 of 2000" in v.detail
+    tr.workers = {7: _worker(7, "idle", "ALTER LARGE OBJECT 21000 OWNER TO loader;")}
+    drv.file_evidence(tr, _snap(2), {})
+    assert m.fraction == pytest.approx(0.5, abs=0.01)
+    assert not drv.done_when_unseen(tr, m, _snap(2), set())
+    # the workers start: the pre-data has ended
+    tr.set_state(tr.items["3001"], "running")
+    drv.file_evidence(tr, _snap(3), {})
+    assert m.state == "done"

@@ -36,7 +36,12 @@ from ..readers.db import ServerFacts
 from ..readers.files import table_file_sizes
 from ..toc import TocError, archive_format, list_archive
 from .kinds import DUMP, RESTORE
-from .large_objects import RESTORE_BYTE_FACTOR, RESTORE_OBJECT_BYTES, archive_batches
+from .large_objects import (
+    RESTORE_BYTE_FACTOR,
+    RESTORE_OBJECT_BYTES,
+    RESTORE_PRE_DATA_SHARE,
+    archive_batches,
+)
 from .large_objects import work_items as lo_work_items
 
 
@@ -362,7 +367,9 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
                                   parents=parents, key_costs=keys)
     batches, lo_notes = archive_batches(archive, toc)
-    lo = lo_work_items(batches, RESTORE_OBJECT_BYTES, RESTORE_BYTE_FACTOR)
+    # the objects' metadata is the pre-data's (the serial part: strategies.py)
+    lo = lo_work_items(batches, RESTORE_OBJECT_BYTES * (1 - RESTORE_PRE_DATA_SHARE),
+                       RESTORE_BYTE_FACTOR)
     early = fk_before_partitions(toc, targets, parents)
     inv = Inventory(RESTORE.name, items + lo, tables, archive_format=fmt, archive_bytes=size,
                     archive_compression=comp, plan_inputs=(toc, files, targets, parents),

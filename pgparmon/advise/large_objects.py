@@ -45,7 +45,10 @@ from ..jobs.large_objects import (  # noqa: F401 (re-exported for the advice)
     LO_BATCH,
     RESTORE_BYTE_FACTOR,
     RESTORE_OBJECT_BYTES,
+    RESTORE_PRE_DATA_S,
+    RESTORE_PRE_DATA_SHARE,
     archive_listings,
+    metadata_listing,
     object_work,
     oid_span,
 )

@@ -272,10 +272,13 @@ class ObjectCost:
     item_s_1: float  # seconds per item at -j 1
     item_s_n: float  # seconds per item at -j 2 (handing out and collecting)
     item_s_more: float = 0.0  # and more per item for each worker beyond 2
+    # serial seconds of its own kind: a restore's large objects' metadata
+    # (jobs/large_objects.py, RESTORE_PRE_DATA_S an object)
+    extra_s: float = 0.0
 
     def serial_at(self, j: int) -> float:
         per = self.item_s_1 if j == 1 else self.item_s_n + (j - 2) * self.item_s_more
-        return self.objects * self.object_s + self.items * per
+        return self.objects * self.object_s + self.items * per + self.extra_s
 
 
 def object_cost(kind: str, objects: int, items: int) -> ObjectCost:

@@ -14,6 +14,7 @@ only places in advise/ that tell one kind from another.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from .inventory import (
 from .kinds import COPY, DUMP, RESTORE, SUBSCRIPTION, Kind
 from .large_objects import DATA_DESCS as LO_DATA_DESCS
 from .large_objects import DUMP_BYTE_FACTOR, DUMP_OBJECT_BYTES, dump_batches
+from .large_objects import RESTORE_PRE_DATA_S, metadata_listing
 from .large_objects import work_items as lo_work_items
 from .predict import Evidence
 from .probe import ProbeResult, ProbeTable, run_probe, run_restore_probe
@@ -325,7 +327,13 @@ class RestoreStrategy(ArchiveStrategy):
             return None
         toc = s.inv.plan_inputs[0]
         objects = sum(1 for t in toc if t.desc not in NOT_PRE_DATA)
-        return predict.object_cost(self.kind.name, objects, len(s.inv.items))
+        cost = predict.object_cost(self.kind.name, objects, len(s.inv.items))
+        # the large objects' metadata, created one by one in the pre-data
+        # (their data items hold the rest of their cost: inventory.py)
+        meta = metadata_listing(toc, "metadata")
+        if meta is None:
+            return cost
+        return dataclasses.replace(cost, extra_s=meta.count * RESTORE_PRE_DATA_S)
 
     def caps(self, s: Situation) -> dict[str, int]:
         """Each build may take maintenance_work_mem: half the free memory."""

@@ -42,8 +42,16 @@ DUMP_OBJECT_BYTES = 49e3
 DUMP_BYTE_FACTOR = 0.98
 RESTORE_OBJECT_BYTES = 57e3
 RESTORE_BYTE_FACTOR = 1.28
+# of which pg_restore spends in its pre-data, where it creates each object
+# (lo_create, its owner) one statement after another before any worker
+# starts: 365 us of 812 us an object (bench/large_objects.py, its restore in
+# two runs; docs/bench/large_objects_split.json)
+RESTORE_PRE_DATA_SHARE = 0.45
+RESTORE_PRE_DATA_S = 365e-6  # seconds an object, the same runs
 DATA_DESCS = ("BLOBS", "LARGE OBJECTS")
 LO_ITEM = ItemKind("large objects", "large-object items")
+# a restore's pre-data part of them: every object's metadata
+LO_META_ITEM = ItemKind("large-object metadata", "large-object metadata")
 # a session that moves large objects: between fastpath calls it reads as
 # idle (in its transaction), and its row would say so
 LO_PHASE = Phase("large-objects", 60, busy=True, tui=("white on dark_goldenrod",
@@ -253,6 +261,33 @@ def read_listing(archive: str, listing: str, key: str, page_bytes: int = 2048,
         marks = tuple((p, oids[p]) for p in places)
     return Listing(key, count, total * scale if seen else None,
                    pages * scale if seen else None, marks, list_bytes)
+
+
+def metadata_listing(toc: Sequence[Any], key: str) -> Listing | None:
+    """The objects whose metadata a restore's pre-data creates, from the
+    TOC, as a list of places and OIDs: before 17 a BLOB entry an object (its
+    tag the OID), from 17 a BLOB METADATA entry a range of up to 1000 (its
+    tag "FIRST..LAST"). None when the archive has none."""
+    marks: list[tuple[int, int]] = []
+    count = 0
+    for t in toc:
+        tag = str(t.tag or "")
+        if t.desc == "BLOB" and tag.isdigit():
+            marks.append((count, int(tag)))
+            count += 1
+        elif t.desc == "BLOB METADATA" and (span := oid_span(tag)) is not None:
+            lo, _, hi = tag.partition("..")
+            marks += [(count, int(lo)), (count + span - 1, int(hi))]
+            count += span
+    if count == 0:
+        return None
+    if any(a[1] >= b[1] for a, b in zip(marks, marks[1:])):
+        marks = []  # in no OID order: no place to tell
+    elif len(marks) > 2 * MARKS:
+        step = len(marks) / MARKS
+        marks = sorted({marks[min(len(marks) - 1, round(k * step))] for k in range(MARKS)}
+                       | {marks[-1]})
+    return Listing(key, count, marks=tuple(marks))
 
 
 def metadata_counts(toc: Sequence[Any]) -> dict[str, int]:

@@ -29,13 +29,16 @@ from .base import Driver, EndContext, Job, PlanInputs, PlanReader, SessionApps, 
 from .dump_options import DUMP_RESTORE_COMMON, RESTORE_FORMATS
 from .large_objects import (
     LO_ITEM,
+    LO_META_ITEM,
     LO_PHASE,
     RESTORE_BYTE_FACTOR,
     RESTORE_OBJECT_BYTES,
+    RESTORE_PRE_DATA_SHARE,
     Listing,
     archive_listings,
     label_workers,
     list_files,
+    metadata_listing,
     moves_objects,
     object_work,
 )
@@ -89,13 +92,15 @@ class RestoreState:
     later: LaterSteps | None = None
     # the large-object items' lists, by key (jobs/large_objects.py)
     large_objects: dict[str, Listing] = dataclasses.field(default_factory=dict)
+    # the objects whose metadata the pre-data creates (its item: LO_META_KEY)
+    lo_metadata: Listing | None = None
 
 
 class PgRestore(Driver):
     kind = "pg_restore"
     programs = ("pg_restore",)
     title = "pg_restore"
-    item_kinds = (LO_ITEM,)
+    item_kinds = (LO_ITEM, LO_META_ITEM)
     verdicts = ("large-objects",)
     phases = (LO_PHASE,)
     session_apps = SessionApps(("pg_restore",), query_text=True, idle=True)
@@ -205,6 +210,12 @@ class PgRestore(Driver):
         if listings:
             extra = {**(extra or {}), "large_objects": [dataclasses.asdict(li) for li in listings],
                      "file_per_text": file_per_text(files)}
+        meta = metadata_listing(everything, LO_META_KEY)
+        chosen = set((extra or {}).get("restores") or ())
+        if meta is not None and ("restores" not in (extra or {}) or any(
+                t.dump_id in chosen for t in everything if t.desc in ("BLOB", "BLOB METADATA"))):
+            extra = {**(extra or {}), "lo_metadata": dataclasses.asdict(meta),
+                     "file_per_text": (extra or {}).get("file_per_text") or file_per_text(files)}
         return PlanInputs(toc=[dataclasses.asdict(t) for t in everything],
                           targets={str(k): dataclasses.asdict(v) for k, v in targets.items()},
                           archive_files=files, partitions=parents or None, extra=extra,
@@ -255,19 +266,29 @@ class PgRestore(Driver):
             it.done = max(it.done, min(0.99, frac) * it.work)
 
     def verdict(self, tr: Tracker, snap: Snapshot, settings: dict[str, str]) -> Verdict | None:
+        meta = tr.items.get(LO_META_KEY)
+        if meta is not None and meta.state == "running":
+            n = int(meta.reltuples or 0)
+            return Verdict("large-objects", f"large objects' metadata: pg_restore creates each "
+                                            f"one (lo_create, its owner) in its pre-data, one "
+                                            f"statement after another before any worker "
+                                            f"starts, about {int(n * meta.fraction)} of {n} "
+                                            "done; their data comes after")
         return lo_verdict(tr, "creates each one and writes its data from the archive",
                           "pg_restore")
 
     def done_when_unseen(self, tr: Tracker, it: Item, snap: Snapshot, sessions: set[int]) -> bool:
         # a large-object item runs in fastpath calls its session shows idle
-        # between: its list file says when it ends (file_evidence)
-        return it.kind != LO_ITEM.name
+        # between: its list file says when it ends (file_evidence); their
+        # metadata's ends with the pre-data
+        return it.kind not in (LO_ITEM.name, LO_META_ITEM.name)
 
     def file_evidence(self, tr: Tracker, snap: Snapshot, running_now: dict[str, int]) -> None:
         """A large-object item of a directory archive runs while a worker
         holds its list of objects open (blobs.toc, blobs_<id>.toc from 17)
         and is done once none does; how far, from where that worker reads
         the list and the object file it holds (its place in the list)."""
+        _metadata_evidence(tr, snap)
         lo = state_of(tr, RestoreState).large_objects
         if not lo:
             return
@@ -407,6 +428,7 @@ def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,
         if it.kind != "data" and f"{schema}.{it.name}" in names:
             tr.finish(it, wall)
     _settle_large_objects(tr, done.get("large_object_pages"), wall, running)
+    _metadata_past(tr, wall)
     built_on = {it.relation for it in tr.items.values()
                 if it.kind in ("index", "constraint") and it.state == "done" and it.relation}
     for it in tr.unfinished():
@@ -418,9 +440,18 @@ def settle_from_catalog(tr: Tracker, ctx: EndContext, wall: float,
 
 # an object's file in a directory archive, its OID
 _OBJECT_FILE = re.compile(r"blob_([0-9]+)\.dat")
+# the item of the objects' metadata (the pre-data's), and what its session
+# runs: lo_create('OID') and ALTER LARGE OBJECT OID OWNER TO (the first of a
+# batch of 1000 from 17)
+LO_META_KEY = "large-object-metadata"
+_LO_META_QUERY = re.compile(r"lo_create\('?([0-9]+)'?\)|LARGE OBJECT ([0-9]+)")
 # the share of the objects' pages in pg_largeobject at which they are all in
 # (their pages are counted from a sample of their files)
 LO_PAGES_IN = 0.9
+
+
+def _listing(d: dict[str, Any]) -> Listing:
+    return Listing(**{**d, "marks": tuple(tuple(m) for m in d.get("marks") or ())})
 
 
 def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> None:
@@ -429,19 +460,73 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
     metadata entries), no size (pg_restore hands them out after the
     tables). Their work in the restore's unit, archive data-file bytes: an
     object's fixed cost and its bytes, as a table's heap bytes, through the
-    text ratio and the tables' files' compression (`file_per_text`)."""
+    text ratio and the tables' files' compression (`file_per_text`).
+    When this run restores the pre-data too, the objects' metadata is an
+    item of its own (LO_META_KEY), the pre-data's share of an object's
+    fixed cost, which every data item waits for (the pre-data runs before
+    any worker)."""
     state = state_of(tr, RestoreState)
     scale = tr.text_ratio * float(extra.get("file_per_text") or 1.0)
+    share = 0.0
+    if extra.get("lo_metadata") and LO_META_KEY not in tr.items:
+        meta = _listing(extra["lo_metadata"])
+        share = RESTORE_PRE_DATA_SHARE
+        state.lo_metadata = meta
+        tr.add(Item(key=LO_META_KEY, kind=LO_META_ITEM.name, relation=None,
+                    name=f"large-object metadata ({meta.count})", size=0.0,
+                    work=max(1.0, meta.count * RESTORE_OBJECT_BYTES * share * scale),
+                    reltuples=float(meta.count)))
     for d in extra.get("large_objects") or ():
-        li = Listing(**{**d, "marks": tuple(tuple(m) for m in d.get("marks") or ())})
+        li = _listing(d)
         if li.count <= 0 or (restores is not None and li.key not in
                              {str(r) for r in restores}) or li.key in tr.items:
             continue
         state.large_objects[li.key] = li
-        work = object_work(li.count, li.bytes, RESTORE_OBJECT_BYTES, RESTORE_BYTE_FACTOR)
+        work = object_work(li.count, li.bytes, RESTORE_OBJECT_BYTES * (1 - share),
+                           RESTORE_BYTE_FACTOR)
         tr.add(Item(key=li.key, kind=LO_ITEM.name, relation=None,
                     name=f"large objects ({li.count})", size=0.0, work=max(1.0, work * scale),
                     reltuples=float(li.count)))
+    if share and tr.items[LO_META_KEY].state == "pending":
+        for it in tr.items.values():
+            if it.kind in ("data", LO_ITEM.name) and it.state == "pending":
+                it.deps = it.deps | {LO_META_KEY}
+
+
+def _metadata_past(tr: Tracker, wall: float) -> bool:
+    """The objects' metadata is done once any other item runs or is done:
+    pg_restore's workers start after its pre-data. Returns whether it is."""
+    meta = tr.items.get(LO_META_KEY)
+    if meta is None or meta.state == "done":
+        return True
+    if any(it.state != "pending" for it in tr.items.values() if it.key != LO_META_KEY):
+        tr.finish(meta, wall)
+        return True
+    return False
+
+
+def _metadata_evidence(tr: Tracker, snap: Snapshot) -> None:
+    """The objects' metadata runs while a session creates them, or is idle
+    after doing so (lo_create, ALTER LARGE OBJECT ... OWNER: how far, by the
+    OID's place), and is done once any other item runs or is done (the
+    pre-data has ended)."""
+    meta = tr.items.get(LO_META_KEY)
+    if meta is None or meta.state == "done" or _metadata_past(tr, snap.wall):
+        return
+    listing = state_of(tr, RestoreState).lo_metadata
+    for w in tr.workers.values():
+        # active on one, or idle after it (each runs on its own): the
+        # latest object created
+        m = _LO_META_QUERY.search(w.query or "")
+        if m is None:
+            continue
+        if meta.state == "pending":
+            tr.set_state(meta, "running")
+            meta.started = snap.wall
+        w.phase = LO_PHASE.name
+        place = listing.place(int(m.group(1) or m.group(2))) if listing else None
+        if place is not None and listing and listing.count:
+            meta.done = max(meta.done, min(0.99, place / listing.count) * meta.work)
 
 
 def _item_begins(tr: Tracker) -> tuple[str, ...]:
