@@ -13,6 +13,9 @@ of a restore's builds.
   stored out of line, twice its bytes (a primary key): a build sorts rows,
   so the wide table's key costs a few hundredths of its load, not the
   share of it a narrow table's build costs.
+- `--shape many-small`: `pg_restore -j N` of 400 tables of 20,000 rows
+  (x scale) each, no index: each loads in tens of milliseconds, most of
+  them between two samples.
 - `--shape large-objects`: `pg_restore -j N` of a table of narrow rows
   with a primary key and 20,000 large objects of 2 kB (x scale), which
   pg_restore writes one by one in one worker (one archive item before
@@ -76,6 +79,12 @@ def large_objects_sql(scale: float) -> str:
         f"SELECT count(lo_from_bytea(0, convert_to(repeat(md5(g::text), 64), 'UTF8'))) "
         f"FROM generate_series(1, {objects}) g;",
         "ANALYZE;"])
+
+
+def many_small_sql(scale: float) -> str:
+    rows = int(20_000 * scale)
+    return "\n".join([f"CREATE TABLE t{i} AS SELECT g AS id, md5(g::text) AS v "
+                      f"FROM generate_series(1, {rows}) g;" for i in range(400)] + ["ANALYZE;"])
 
 
 def steps_sql(scale: float) -> str:
@@ -171,7 +180,8 @@ def replay_dir(d: Path, out: Path | None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", choices=("steps", "widths", "large-objects"), default="steps")
+    ap.add_argument("--shape", choices=("steps", "widths", "large-objects", "many-small"),
+                    default="steps")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0)
@@ -192,7 +202,7 @@ def main() -> None:
         shutil.chown(work, "postgres")
     try:
         cl.psql("CREATE DATABASE steps")
-        sql = {"steps": steps_sql, "widths": widths_sql,
+        sql = {"steps": steps_sql, "widths": widths_sql, "many-small": many_small_sql,
                "large-objects": large_objects_sql}[a.shape]
         cl.psql(sql(a.scale), dbname="steps")
         archive = work / "a"

@@ -4,10 +4,11 @@ pg_dump writes large objects in archive items of their own, apart from the
 tables: before pg_dump 17 one item ("BLOBS") holds all of them, so one
 worker dumps (and pg_restore -j restores) every large object while the
 others have nothing of them to share; from 17 an item holds at most 1000
-(`LO_BATCH`), and the items spread over the workers. Their data items
-carry no size: before 17 pg_dump and pg_restore hand them out after the
-tables' (pg_dump 17 was seen handing its batches out before a small
-table; the advice puts them last all the same).
+(`LO_BATCH`), and the items spread over the workers. A dump's items
+carry no size: pg_dump hands them out after the tables (pg_dump 17 was
+seen handing its batches out before a small table; the advice puts them
+last all the same). pg_restore sizes a directory archive's item by its
+list file, x 1024, and hands it out among the largest items.
 
 An object costs far more than its bytes: pg_dump opens, reads and closes
 each one and, in a -Fd archive, writes (and at the end fsyncs) a file for
@@ -66,18 +67,21 @@ class LoBatch:
     key: str
     count: int
     bytes: float | None
+    # the size the tool hands the item out by (largest first): a dump's
+    # none (last), a directory archive's restore its list's bytes x 1024
+    size: float = 0.0
 
 
 def work_items(batches: Sequence[LoBatch], object_bytes: float, byte_factor: float
                ) -> list[WorkItem]:
-    """The batches as schedule items: no size (handed out last), their
+    """The batches as schedule items, at their size (LoBatch.size), their
     work in the tables' unit."""
     out = []
     for b in batches:
         label = f"large objects ({b.count}" + (f", {fmt.size(b.bytes)})" if b.bytes else ")")
         out.append(WorkItem(key=b.key, work=object_work(b.count, b.bytes, object_bytes,
                                                         byte_factor),
-                            size=0.0, label=label))
+                            size=b.size, label=label))
     return out
 
 
@@ -113,7 +117,10 @@ def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], li
     """The large-object data items of an archive (jobs.large_objects.
     archive_listings: a directory archive's lists of objects and their
     files; else counted from the TOC's metadata entries, bytes unknown)."""
-    out = [LoBatch(li.key, li.count, li.bytes) for li in archive_listings(archive, toc)]
+    # pg_restore sizes a directory archive's item by its list, x 1024
+    # (_PrepParallelRestore), and hands it out among the largest
+    out = [LoBatch(li.key, li.count, li.bytes, float(li.list_bytes * 1024))
+           for li in archive_listings(archive, toc)]
     if not out:
         return [], []
     count = sum(b.count for b in out)

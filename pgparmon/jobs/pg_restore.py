@@ -94,6 +94,8 @@ class RestoreState:
     large_objects: dict[str, Listing] = dataclasses.field(default_factory=dict)
     # the objects whose metadata the pre-data creates (its item: LO_META_KEY)
     lo_metadata: Listing | None = None
+    # data items finished between two samples, told from pg_restore's order
+    inferred: int = 0
 
 
 class PgRestore(Driver):
@@ -289,6 +291,7 @@ class PgRestore(Driver):
         and is done once none does; how far, from where that worker reads
         the list and the object file it holds (its place in the list)."""
         _metadata_evidence(tr, snap)
+        _ran_unseen(tr, snap.wall, running_now)
         lo = state_of(tr, RestoreState).large_objects
         if not lo:
             return
@@ -335,7 +338,11 @@ class PgRestore(Driver):
     def job_fields(self, tr: Tracker, workers: Sequence[WorkerRow],
                    state: str) -> dict[str, Any]:
         # a restore in steps (steps.py): which of them runs now
-        return {"step": tr.job.step} if tr.job.step_shell else {}
+        out: dict[str, Any] = {"step": tr.job.step} if tr.job.step_shell else {}
+        inferred = state_of(tr, RestoreState).inferred
+        if inferred:
+            out["items_inferred"] = inferred
+        return out
 
     # ---- outcome -----------------------------------------------------------
 
@@ -457,14 +464,15 @@ def _listing(d: dict[str, Any]) -> Listing:
 def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> None:
     """The restore's large-object items (jobs/large_objects.py): one an
     archive item, its objects from its list (a custom archive's: its
-    metadata entries), no size (pg_restore hands them out after the
-    tables). Their work in the restore's unit, archive data-file bytes: an
-    object's fixed cost and its bytes, as a table's heap bytes, through the
-    text ratio and the tables' files' compression (`file_per_text`).
-    When this run restores the pre-data too, the objects' metadata is an
-    item of its own (LO_META_KEY), the pre-data's share of an object's
-    fixed cost, which every data item waits for (the pre-data runs before
-    any worker)."""
+    metadata entries). Their work in the restore's unit, archive data-file
+    bytes: an object's fixed cost and its bytes, as a table's heap bytes,
+    through the text ratio and the tables' files' compression
+    (`file_per_text`); their size is pg_restore's, which hands them out by
+    it: a directory archive's list's bytes x 1024, a custom archive's
+    unknown here (0). When this run restores the pre-data too, the objects'
+    metadata is an item of its own (LO_META_KEY), the pre-data's share of
+    an object's fixed cost, which every data item waits for (the pre-data
+    runs before any worker)."""
     state = state_of(tr, RestoreState)
     scale = tr.text_ratio * float(extra.get("file_per_text") or 1.0)
     share = 0.0
@@ -484,13 +492,46 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
         state.large_objects[li.key] = li
         work = object_work(li.count, li.bytes, RESTORE_OBJECT_BYTES * (1 - share),
                            RESTORE_BYTE_FACTOR)
+        # pg_restore sizes a directory archive's item by its list, x 1024
+        # (_PrepParallelRestore): it is handed out among the largest
         tr.add(Item(key=li.key, kind=LO_ITEM.name, relation=None,
-                    name=f"large objects ({li.count})", size=0.0, work=max(1.0, work * scale),
-                    reltuples=float(li.count)))
+                    name=f"large objects ({li.count})", size=float(li.list_bytes * 1024),
+                    work=max(1.0, work * scale), reltuples=float(li.count)))
     if share and tr.items[LO_META_KEY].state == "pending":
         for it in tr.items.values():
             if it.kind in ("data", LO_ITEM.name) and it.state == "pending":
                 it.deps = it.deps | {LO_META_KEY}
+
+
+def _ran_unseen(tr: Tracker, wall: float, running_now: dict[str, int]) -> None:
+    """Data items of a directory archive that ran between two samples
+    (small tables load in milliseconds: seen by no sample, they read "not
+    done" to the end). pg_restore -j hands its data items out in one order,
+    known here: by data file size, largest first, ties by dump id (it sizes
+    each from its file: _PrepParallelRestore); without -j, in archive
+    order. So once an item is seen running, every item before it was
+    handed out, and those no worker runs now are done, but for as many of
+    the latest as workers show no item (one may be between its BEGIN and
+    its COPY). Counted in `items_inferred`."""
+    data = [it for it in tr.items.values() if it.kind == "data" and it.file]
+    seen = [it for it in data if it.key in running_now]
+    jobs = tr.job.jobs or 1
+    if not seen or (jobs == 1 and tr.job.args is not None
+                    and any(k == "use-list" for k, _ in tr.job.args.options)):
+        return  # nothing seen; or one connection following a list's own order
+    if jobs > 1:
+        data.sort(key=lambda it: (-it.size, _dump_id(it.key)))
+    else:
+        data.sort(key=lambda it: _dump_id(it.key))
+    at = max(data.index(it) for it in seen)
+    busy = len(running_now) + sum(1 for it in tr.items.values()
+                                  if it.kind == LO_ITEM.name and it.state == "running")
+    before = [it for it in data[:at] if it.key not in running_now and it.state != "done"]
+    maybe = max(0, jobs - busy)
+    state = state_of(tr, RestoreState)
+    for it in before[:max(0, len(before) - maybe)]:
+        tr.finish(it, wall)
+        state.inferred += 1
 
 
 def _metadata_past(tr: Tracker, wall: float) -> bool:
