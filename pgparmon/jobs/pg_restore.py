@@ -94,8 +94,14 @@ class RestoreState:
     large_objects: dict[str, Listing] = dataclasses.field(default_factory=dict)
     # the objects whose metadata the pre-data creates (its item: LO_META_KEY)
     lo_metadata: Listing | None = None
-    # data items finished between two samples, told from pg_restore's order
+    # data items finished between two samples, told from pg_restore's order:
+    # how many, that order (keys; made once), and the place before which
+    # every item of it is done
     inferred: int = 0
+    order: list[str] | None = None
+    order_of: dict[str, int] = dataclasses.field(default_factory=dict)
+    order_version: int = -1  # the Tracker's item set it was made for
+    done_below: int = 0
 
 
 class PgRestore(Driver):
@@ -513,25 +519,31 @@ def _ran_unseen(tr: Tracker, wall: float, running_now: dict[str, int]) -> None:
     handed out, and those no worker runs now are done, but for as many of
     the latest as workers show no item (one may be between its BEGIN and
     its COPY). Counted in `items_inferred`."""
-    data = [it for it in tr.items.values() if it.kind == "data" and it.file]
-    seen = [it for it in data if it.key in running_now]
     jobs = tr.job.jobs or 1
-    if not seen or (jobs == 1 and tr.job.args is not None
-                    and any(k == "use-list" for k, _ in tr.job.args.options)):
+    if not running_now or (jobs == 1 and tr.job.args is not None
+                           and any(k == "use-list" for k, _ in tr.job.args.options)):
         return  # nothing seen; or one connection following a list's own order
-    if jobs > 1:
-        data.sort(key=lambda it: (-it.size, _dump_id(it.key)))
-    else:
-        data.sort(key=lambda it: _dump_id(it.key))
-    at = max(data.index(it) for it in seen)
-    busy = len(running_now) + sum(1 for it in tr.items.values()
-                                  if it.kind == LO_ITEM.name and it.state == "running")
-    before = [it for it in data[:at] if it.key not in running_now and it.state != "done"]
-    maybe = max(0, jobs - busy)
     state = state_of(tr, RestoreState)
-    for it in before[:max(0, len(before) - maybe)]:
+    if state.order is None or state.order_version != tr.version:
+        data = [it for it in tr.items.values() if it.kind == "data" and it.file]
+        data.sort(key=(lambda it: (-it.size, _dump_id(it.key))) if jobs > 1
+                  else (lambda it: _dump_id(it.key)))
+        state.order, state.done_below = [it.key for it in data], 0
+        state.order_of = {k: i for i, k in enumerate(state.order)}
+        state.order_version = tr.version
+    order = state.order
+    at = max((state.order_of[k] for k in running_now if k in state.order_of), default=-1)
+    if at < 0:
+        return
+    busy = len(running_now) + sum(1 for k in tr.keys_of(LO_ITEM.name)
+                                  if tr.items[k].state == "running")
+    before = [tr.items[k] for k in order[state.done_below:at]
+              if k not in running_now and tr.items[k].state != "done"]
+    for it in before[:max(0, len(before) - max(0, jobs - busy))]:
         tr.finish(it, wall)
         state.inferred += 1
+    while state.done_below < at and tr.items[order[state.done_below]].state == "done":
+        state.done_below += 1
 
 
 def _metadata_past(tr: Tracker, wall: float) -> bool:
