@@ -169,7 +169,12 @@ class JobEnd:
         if cut:
             return Outcome("failed", cut + full)
         left = driver.leftovers(tr, ctx, snap)
-        if self.died_note:
+        # its output is not this user's to read and its exit status is not
+        # ours: items that ran between two samples look unstarted, and
+        # workers that left in different samples look dead; neither says
+        # it failed
+        unseen = bool(left and tr.planned and readable is False and not full)
+        if self.died_note and not unseen:
             # a worker gone while another still worked and items looked
             # unstarted: a suspicion, settled here. Items that ran between
             # two samples look unstarted, and at a restore's end the workers
@@ -180,7 +185,7 @@ class JobEnd:
             pids = ", ".join(map(str, sorted(self.died)))
             self.note(f"(worker process {pids} had exited before the others at the job's "
                       "end: every item is done)")
-        if left and tr.planned and readable is False and not full:
+        if unseen:
             return Outcome("ended", f"the job's processes are gone, but its outcome cannot be "
                                     f"seen: {ctx.target_dir} is not readable by this user and "
                                     "its exit status is not ours to read (run pgparmon as the "

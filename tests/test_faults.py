@@ -332,6 +332,6 @@ def test_another_users_dump_ends_with_an_outcome_it_cannot_see(
     first = _first_sample(att)
     samples, summary, err = _finish(att, first)
     assert slow_dump.wait(timeout=60) == 0  # the dump itself succeeded
-    assert att.returncode == 6, (err, samples[-1]["job"])
+    assert att.returncode == 6, (err, samples[-1]["job"].get("outcome"), samples[-1]["notes"])
     assert samples[-1]["job"]["state"] == "ended" and summary["state"] == "ended"
     assert "cannot be seen" in summary["reason"]

@@ -59,9 +59,10 @@ def _snap(t: int, clients: tuple[int, ...] = (), alive: bool | None = None,
                     clients=tuple(_proc(p) for p in clients), root_alive=alive, exit_code=code)
 
 
-def _restore(client_pid: int | None) -> tuple[Tracker, JobEnd, list[str]]:
-    job = Job(kind="pg_restore", database="shop", client_pid=client_pid, jobs=2,
-              usename="loader")
+def _restore(client_pid: int | None, kind: str = "pg_restore", target: str | None = None
+             ) -> tuple[Tracker, JobEnd, list[str]]:
+    job = Job(kind=kind, database="shop", client_pid=client_pid, jobs=2, usename="loader",
+              target=target)
     tr = Tracker(job, driver_for(job.kind))
     for key in ("a", "b", "c"):
         tr.add(Item(key=key, kind="data", relation=f"public.{key}", name=key,
@@ -135,3 +136,27 @@ def test_the_client_pids_keeper_keeps_its_three_facts_apart() -> None:
     assert pids.now(snap) == {100, 103} and pids.in_tree(snap) == {100, 101, 103}
     assert pids.gone(snap) == {102} and pids.all_gone(snap)
     assert not ClientPids(None).all_gone(snap)  # a job of sessions alone
+
+
+class Unreadable(Catalog):
+    """Another OS user's dump: its directory (mode 0700) cannot be listed."""
+
+    target_dir = "/var/backups/theirs"
+
+    def final_files(self) -> Any:
+        return None
+
+
+def test_a_worker_gone_early_is_no_failure_where_the_outcome_cannot_be_seen() -> None:
+    """Another user's dump: items that ran between two samples look
+    unstarted and its workers may leave in different samples at the end;
+    with its directory unreadable and its exit status not ours, that is
+    no evidence it failed: "ended" (outcome unseen), the suspicion noted."""
+    tr, end, notes = _restore(100, "pg_dump", "/var/backups/theirs")
+    ctx = Unreadable()
+    assert end.check(tr, _snap(1, (100, 101, 102), alive=True), ctx) is None
+    assert end.check(tr, _snap(2, (100, 102), alive=True), ctx) is None
+    assert notes == ["worker process 101 died"]
+    out = end.check(tr, _snap(3, (), alive=False), ctx)
+    assert out is not None and out.state == "ended", out
+    assert "cannot be seen" in out.reason and outcome_exit_code(out) == 6
