@@ -24,6 +24,7 @@ from pgparmon.jobs.large_objects import (
     RESTORE_OBJECT_BYTES,
     RESTORE_PRE_DATA_SHARE,
     Listing,
+    archive_listings,
     metadata_listing,
     read_listing,
 )
@@ -81,6 +82,45 @@ def test_a_long_list_is_sized_from_a_spread_sample(tmp_path: Path) -> None:
     assert li.bytes == pytest.approx(sum(sizes), rel=0.03)
     assert li.pages == pytest.approx(sum(-(-s // 2048) for s in sizes), rel=0.03)
     assert li.bytes != sum(sizes)  # from the sample, not every file
+
+
+def test_an_archive_of_many_lists_is_sized_from_one_sample(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """pg_dump 17 lists its objects in items of 1000: a million objects are
+    a thousand lists, and sizing each from its own files read them all.
+    One sample of LIST_SAMPLE files spreads over all the lists together;
+    each list's figure is its own few files' mean drawn towards the
+    archive's, and the total stays right."""
+    import pgparmon.jobs.large_objects as lo
+    rnd = random.Random(7)
+    toc, truth, oid = [], [], 16385
+    for k in range(20):  # 20 lists of 60 objects, the later lists larger
+        sizes = [rnd.randint(500, 1500) + 80 * k for _ in range(60)]
+        lines = []
+        for size in sizes:
+            (tmp_path / f"blob_{oid}.dat").write_bytes(b"x" * size)
+            lines.append(f"{oid} blob_{oid}.dat\n")
+            oid += 1
+        (tmp_path / f"blobs_{5000 + k}.toc").write_text("".join(lines))
+        toc.append(TocItem(5000 + k, 0, 0, "BLOBS", None, f"{oid - 60}..{oid - 1}", None))
+        truth.append(sum(sizes))
+    read = []
+    real = lo.text_bytes
+    monkeypatch.setattr(lo, "text_bytes", lambda path, size: read.append(path) or real(path, size))
+    monkeypatch.setattr(lo, "LIST_SAMPLE", 240)
+    lists = archive_listings(str(tmp_path), toc)
+    assert len(read) <= 240 and len({Path(p).name for p in read}) == len(read)
+    assert [li.count for li in lists] == [60] * 20
+    assert sum(li.bytes or 0 for li in lists) == pytest.approx(sum(truth), rel=0.03)
+    # a list's own objects weigh: the first lists read smaller than the last
+    assert lists[0].bytes < lists[-1].bytes
+    assert all(li.marks and li.list_bytes > 0 for li in lists)
+    # an archive of no more objects than the sample is read whole: exact
+    read.clear()
+    monkeypatch.setattr(lo, "LIST_SAMPLE", 1200)
+    lists = archive_listings(str(tmp_path), toc)
+    assert len(read) == 1200 and [li.bytes for li in lists] == truth
 
 
 def test_the_place_of_an_object_in_its_list(tmp_path: Path) -> None:

@@ -158,8 +158,9 @@ def list_files(dump_id: str, single: bool) -> tuple[str, ...]:
 
 # the extensions of an object's file in a -Fd archive (compressed as the dump)
 DATA_EXTS = ("", ".gz", ".lz4", ".zst")
-# the object files a list's reading sizes, spread over it: a database of a
-# million objects has a million files (a stat and a trailer read each)
+# the object files an archive's reading sizes, spread over all its lists
+# together: a database of a million objects has a million files (a stat and
+# a trailer read each), in a thousand lists from pg_dump 17
 LIST_SAMPLE = 2000
 # OIDs a list keeps at evenly spaced places, to tell from the object a
 # worker has open how far through the list it is (pg_restore holds an
@@ -212,12 +213,19 @@ class Listing:
         return p0 + (p1 - p0) * (oid - o0) / max(1, o1 - o0)
 
 
-def read_listing(archive: str, listing: str, key: str, page_bytes: int = 2048,
-                 sample: int = LIST_SAMPLE) -> Listing:
-    """An item's objects from its list in a -Fd archive ("OID blob_OID.dat"
-    a line): their count and OIDs, and their data's bytes and pages from up
-    to `sample` of their files spread over the list (all of them when there
-    are no more), scaled to the count."""
+@dataclass
+class _List:
+    """One list file as read: its objects' OIDs in list order, the names of
+    those whose file is not blob_OID.dat (by place), its bytes (-1: the
+    list could not be read)."""
+
+    key: str
+    oids: array[int]
+    names: dict[int, str]
+    list_bytes: int
+
+
+def _read_list(listing: str, key: str) -> _List:
     oids: array[int] = array("I")
     names: dict[int, str] = {}
     try:
@@ -232,35 +240,90 @@ def read_listing(archive: str, listing: str, key: str, page_bytes: int = 2048,
                 if parts[1] != f"blob_{oid}.dat":
                     names[len(oids) - 1] = parts[1]
     except (OSError, OverflowError):
-        return Listing(key, 0)
+        return _List(key, array("I"), {}, -1)
+    return _List(key, oids, names, list_bytes)
+
+
+def _marks(oids: array[int]) -> tuple[tuple[int, int], ...]:
     count = len(oids)
-    if count == 0:
-        return Listing(key, 0, 0.0, 0.0, (), list_bytes)
-    step = max(1, count // sample)
-    seen, total, pages = 0, 0.0, 0.0
-    ext = None
-    for i in range(0, count, step):
-        name = names.get(i, f"blob_{oids[i]}.dat")
-        for e in ((ext,) if ext is not None else DATA_EXTS):
-            path = os.path.join(archive, name + e)
-            try:
-                size = os.stat(path).st_size
-            except OSError:
-                continue
-            ext = e
-            text = text_bytes(path, size)[0]
-            seen += 1
-            total += text
-            pages += math.ceil(text / page_bytes)
-            break
-    scale = count / seen if seen else 0.0
-    ordered = all(oids[i] < oids[i + 1] for i in range(count - 1))
-    marks: tuple[tuple[int, int], ...] = ()
-    if ordered:
-        places = sorted({round(k * (count - 1) / MARKS) for k in range(MARKS + 1)})
-        marks = tuple((p, oids[p]) for p in places)
-    return Listing(key, count, total * scale if seen else None,
-                   pages * scale if seen else None, marks, list_bytes)
+    if count == 0 or any(oids[i] >= oids[i + 1] for i in range(count - 1)):
+        return ()
+    places = sorted({round(k * (count - 1) / MARKS) for k in range(MARKS + 1)})
+    return tuple((p, oids[p]) for p in places)
+
+
+# how many sampled objects' worth the archive's mean per object weighs in a
+# list's own estimate, where the sample is spread over many lists and gives
+# each only a few of its objects (pg_dump 17's items of 1000)
+LIST_PRIOR = 10
+
+
+def _sized(archive: str, lists: Sequence[_List], page_bytes: int,
+           sample: int) -> list[Listing]:
+    """The lists as Listings, their objects' bytes and pages from up to
+    `sample` object files spread evenly over all of them together (every
+    file when there are no more): a database of a million objects in
+    pg_dump 17's items of 1000 has a thousand lists, and a file's size
+    costs a stat and a trailer read. Each list's figures are its own
+    sample's mean, drawn towards the archive's by LIST_PRIOR objects, times
+    its count; exact when every file was read."""
+    total = sum(len(li.oids) for li in lists)
+    step = max(1, math.ceil(total / max(1, sample)))
+    ext: str | None = None
+    seen: list[tuple[int, float, float]] = []  # per list: files, bytes, pages
+    at = 0  # the next sampled place, in all the lists' objects together
+    base = 0
+    for li in lists:
+        n_seen, got, pages = 0, 0.0, 0.0
+        count = len(li.oids)
+        while at < base + count:
+            i = at - base
+            at += step
+            name = li.names.get(i, f"blob_{li.oids[i]}.dat")
+            for e in ((ext,) if ext is not None else DATA_EXTS):
+                path = os.path.join(archive, name + e)
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    continue
+                ext = e
+                text = text_bytes(path, size)[0]
+                n_seen += 1
+                got += text
+                pages += math.ceil(text / page_bytes)
+                break
+        base += count
+        seen.append((n_seen, got, pages))
+    files = sum(s[0] for s in seen)
+    mean_b = sum(s[1] for s in seen) / files if files else 0.0
+    mean_p = sum(s[2] for s in seen) / files if files else 0.0
+    prior = 0 if step == 1 else LIST_PRIOR
+    out = []
+    for li, (n_seen, got, pages) in zip(lists, seen):
+        count = len(li.oids)
+        if li.list_bytes < 0:
+            out.append(Listing(li.key, 0))
+            continue
+        if count == 0:
+            out.append(Listing(li.key, 0, 0.0, 0.0, (), li.list_bytes))
+            continue
+        if not files:
+            out.append(Listing(li.key, count, None, None, _marks(li.oids), li.list_bytes))
+            continue
+        w = n_seen + prior
+        b = count * (got + prior * mean_b) / w if w else count * mean_b
+        p = count * (pages + prior * mean_p) / w if w else count * mean_p
+        out.append(Listing(li.key, count, b, p, _marks(li.oids), li.list_bytes))
+    return out
+
+
+def read_listing(archive: str, listing: str, key: str, page_bytes: int = 2048,
+                 sample: int = LIST_SAMPLE) -> Listing:
+    """An item's objects from its list in a -Fd archive ("OID blob_OID.dat"
+    a line): their count and OIDs, and their data's bytes and pages from up
+    to `sample` of their files spread over the list (all of them when there
+    are no more), scaled to the count."""
+    return _sized(archive, [_read_list(listing, key)], page_bytes, sample)[0]
 
 
 def metadata_listing(toc: Sequence[Any], key: str) -> Listing | None:
@@ -313,10 +376,11 @@ def archive_listings(archive: str, toc: Sequence[Any], page_bytes: int = 2048
     if not os.path.isdir(archive):
         per = metadata_counts(toc)
         return [Listing(str(t.dump_id), per.get(t.tag, 0) or per.get("", 0)) for t in items]
-    out = []
+    lists = []
     for t in items:
         listing = os.path.join(archive, f"blobs_{t.dump_id}.toc")
         if not os.path.exists(listing):
             listing = os.path.join(archive, "blobs.toc")
-        out.append(read_listing(archive, listing, str(t.dump_id), page_bytes))
-    return out
+        lists.append(_read_list(listing, str(t.dump_id)))
+    # one sample of the object files for all the lists together
+    return _sized(archive, lists, page_bytes, LIST_SAMPLE)
