@@ -4,7 +4,10 @@
 object), the objects' lists and the sizes of their files
 (jobs/large_objects.archive_listings: from 17 one list an item of 1000),
 and the metadata's list. The plan is made in the sample loop: while it
-reads, no sample is taken.
+reads, no sample is taken. And what a followed dump's sample pays for the
+directory of that many files: a full listing (source.dir_sizes), and a
+sample between two listings (source.DirWatch: the files known stat'ed, the
+objects counted from their list), medians of 5.
 
 One throwaway cluster (the machine's PostgreSQL), a database of N small
 objects, dumped `-Fd` by pg_dump 15 and by pg_dump 17; each reading timed
@@ -58,6 +61,31 @@ print(json.dumps({"toc_s": t1 - t0, "listings_s": t2 - t1, "metadata_s": t3 - t2
 """
 
 
+# a dump's sample of its directory: a full listing, then one between two
+LISTING = r"""
+import json, sys, time
+from pgparmon.source import DirWatch, dir_sizes
+arch = sys.argv[1]
+full, light = [], []
+for _ in range(5):
+    t = time.perf_counter(); dir_sizes(arch); full.append(time.perf_counter() - t)
+w = DirWatch(arch)
+w.read()
+for _ in range(5):
+    w.cost = 1e9
+    t = time.perf_counter(); w.read(); light.append(time.perf_counter() - t)
+full.sort(); light.sort()
+print(json.dumps({"listing_s": full[2], "between_s": light[2]}))
+"""
+
+
+def listing_once(arch: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", LISTING, str(arch)], check=True,
+                         capture_output=True, text=True, cwd=str(REPO),
+                         env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def read_once(code: Path, arch: Path, pg_restore: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code)}
     out = subprocess.run([sys.executable, "-c", READ, str(arch), pg_restore], env=env,
@@ -106,8 +134,12 @@ def main() -> None:
                   f"{med['listings_s']:.2f} s, metadata {med['metadata_s']:.3f} s, all "
                   f"{med['total_s']:.2f} s ({runs[0]['entries']} entries, "
                   f"{runs[0]['lists']} lists, {runs[0]['objects']} objects)", flush=True)
-    write_json(a.out, {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                    time.gmtime()),
+    # what a dump's sample pays for its directory of that many object files
+    listing = listing_once(archives[15])
+    print(f"a sample of the pg_dump 15 directory: a listing {listing['listing_s'] * 1e3:.0f} "
+          f"ms, between two listings {listing['between_s'] * 1e3:.2f} ms", flush=True)
+    write_json(a.out, {"machine": machine(), "listing": listing,
+                       "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                        "objects": a.objects, "repeats": a.repeats, "build_s": build_s,
                        "before": str(a.before) if a.before else None, "results": results})
     if not a.keep:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
+import threading
 import time
 from typing import Any, Protocol
 
@@ -103,6 +105,9 @@ class LiveSource:
         self.pid = pid
         self.process = process
         self.target_dir: str | None = None
+        self._dir_watch: DirWatch | None = None  # the target's files, at a bounded cost
+        self._planning: _Background | None = None  # a plan's reading under way
+        self._root_gone = False  # the job's leader seen gone (the last snapshot)
         self.devices: set[str] = set()
         self.clients = ClientTree(ClientPids(None), process, log)  # set at discovery
         self.known_backends: set[int] = set()  # the job's sessions seen so far
@@ -229,6 +234,7 @@ class LiveSource:
         db = self.sampler.sample(sorted(self.known_backends))
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         now = self.clients.read(tree)
+        self._root_gone = now.root_alive is False
         clients = procs.read_procs(now.live, files_under=self.target_dir or "/")
         backends = db.backends if not db.error else ()
         links: tuple[tuple[int, int], ...] | None = None
@@ -251,7 +257,10 @@ class LiveSource:
         files: tuple[FileSize, ...] = ()
         if (self.target_dir and obs.writes_target_files
                 and os.path.isdir(self.target_dir)):
-            files = dir_sizes(self.target_dir) or ()
+            if self._dir_watch is None or self._dir_watch.path != self.target_dir:
+                self._dir_watch = DirWatch(self.target_dir)
+            files = self._dir_watch.read(f.path for c in clients
+                                         for f in c.open_files or ()) or ()
         elif tree:
             files = input_sizes(clients)
         self.snapshots_taken += 1
@@ -291,11 +300,26 @@ class LiveSource:
 
     def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
         """What the work list is built from; None: not available yet (a dump's
-        toc.dat is written just after it starts)."""
+        toc.dat is written just after it starts, or its reading goes on).
+        A reading that takes longer than PLAN_WAIT_S (an archive of a million
+        large objects is a million TOC lines; a catalog of 100,000 tables)
+        goes on in a thread of its own while the samples go on, and is
+        handed over at the first call after it ends: a recording keeps a
+        None for each call before, as for a TOC not written yet."""
         assert self.job is not None
-        req = dict(req or {})
-        if self.job.step_shell:  # a job in steps: every step its shell runs, when it says
-            req["chain"] = chain_of(self.job, self.target_dir)
+        if self._planning is None:
+            req = dict(req or {})
+            if self.job.step_shell:  # a job in steps: every step its shell runs, when it says
+                req["chain"] = chain_of(self.job, self.target_dir)
+            self._planning = _Background(lambda: self._read_plan(req))
+        # the job gone: its end's figures need the plan, so it is waited for
+        if not self._planning.wait(PLAN_END_WAIT_S if self._root_gone else PLAN_WAIT_S):
+            return None
+        done, self._planning = self._planning, None
+        return done.result()
+
+    def _read_plan(self, req: dict[str, Any]) -> PlanInputs | None:
+        assert self.job is not None
         try:
             return plan_for(self.job.kind).read_plan(self, req)
         except TocError as exc:
@@ -573,6 +597,108 @@ def dir_sizes(path: str) -> tuple[FileSize, ...] | None:
     if lo_files:
         out.append(FileSize(os.path.join(path, LO_FILES), lo_files))
     return tuple(sorted(out, key=lambda f: f.path))
+
+
+# how long a sample waits for the plan's reading before going on without it
+# (LiveSource.plan_inputs)
+PLAN_WAIT_S = 0.25
+# and once the job is gone, how long at most (its end is told with the plan)
+PLAN_END_WAIT_S = 120.0
+
+
+class _Background:
+    """A call run in a daemon thread (the monitor's exit never waits for it),
+    its result or exception kept for the caller."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="pgparmon-plan", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+# a listing of the job's directory costs at most this share of the time
+# between two listings (DirWatch)
+LISTING_SHARE = 0.05
+# a -Fd archive's lists of large objects (blobs.toc, blobs_<id>.toc from 17)
+LO_LIST = re.compile(r"blobs(_[0-9]+)?\.toc$")
+
+
+class DirWatch:
+    """A dump directory's files, a sample each, at a bounded cost. Listing
+    the directory is one getdents a few dozen names, and a database of a
+    million large objects is a million files (0.7 s a listing here, more
+    than a sample's whole budget): a full listing is made only once its
+    cost is under LISTING_SHARE of the time since the last one. Between two,
+    the files it found and any a client has had open since are stat'ed
+    again, and the objects' files counted from their lists' growth (one line
+    an object written, at the mean line of the last listing). A directory
+    of a few thousand files is listed every sample, as before."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.known: dict[str, None] = {}  # paths, in order (no LO files)
+        self.at = 0.0  # when the last full listing was made (monotonic)
+        self.cost = 0.0  # what it took
+        self.objects = 0  # the LO files it counted
+        self.list_bytes = 0  # and their lists' bytes then
+
+    def read(self, open_paths: Any = ()) -> tuple[FileSize, ...] | None:
+        now = time.monotonic()
+        prefix = os.path.join(self.path, "")
+        for p in open_paths:
+            if p.startswith(prefix) and not LO_FILE.match(os.path.basename(p)):
+                self.known.setdefault(p, None)
+        if not self.at or (now - self.at) * LISTING_SHARE >= self.cost:
+            t0 = time.perf_counter()
+            files = dir_sizes(self.path)
+            self.cost = time.perf_counter() - t0
+            self.at = now
+            if files is None:
+                self.known.clear()
+                return None
+            self.known = {f.path: None for f in files if not _lo_entry(f.path)}
+            self.objects = next((f.size for f in files if _lo_entry(f.path)), 0)
+            self.list_bytes = _list_bytes(files)
+            return files
+        out = []
+        for p in list(self.known):
+            try:
+                out.append(FileSize(p, os.stat(p).st_size))
+            except OSError:
+                del self.known[p]
+        objects = self.objects
+        if self.objects and self.list_bytes:
+            grown = _list_bytes(out) - self.list_bytes
+            objects += max(0, round(grown * self.objects / self.list_bytes))
+        if objects:
+            out.append(FileSize(os.path.join(self.path, LO_FILES), objects))
+        return tuple(sorted(out, key=lambda f: f.path))
+
+
+def _lo_entry(path: str) -> bool:
+    return os.path.basename(path) == LO_FILES
+
+
+def _list_bytes(files: Any) -> int:
+    return sum(f.size for f in files if LO_LIST.match(os.path.basename(f.path)))
 
 
 def input_sizes(clients: Any) -> tuple[FileSize, ...]:

@@ -25,6 +25,49 @@ def test_the_leader_is_reading_the_catalog(tmp_path: Path) -> None:
     assert not _reading_catalog(str(d))  # data without a TOC: plan from pg_class
 
 
+def test_a_directory_of_many_objects_is_listed_at_a_bounded_cost(tmp_path: Path) -> None:
+    """A dump of a million large objects writes a million files, and one
+    listing of them takes longer than a sample: DirWatch lists the
+    directory only once the listing's cost is a small share of the time
+    since the last; between two, it stats the files it knows and those a
+    client holds open, and counts the objects from their list's growth."""
+    from pgparmon.jobs.large_objects import LO_FILES
+    from pgparmon.source import DirWatch
+
+    def add(first: int, n: int) -> None:
+        for oid in range(first, first + n):
+            (tmp_path / f"blob_{oid}.dat.gz").write_bytes(b"")
+        with open(tmp_path / "blobs.toc", "a") as f:
+            f.writelines(f"{oid} blob_{oid}.dat.gz\n" for oid in range(first, first + n))
+
+    (tmp_path / "toc.dat").write_bytes(b"t" * 100)
+    (tmp_path / "3001.dat.gz").write_bytes(b"d" * 10)
+    add(16400, 300)
+
+    def entries(files: tuple | None) -> dict[str, int]:
+        assert files is not None
+        return {Path(f.path).name: f.size for f in files}
+
+    w = DirWatch(str(tmp_path))
+    first = entries(w.read())
+    assert first[LO_FILES] == 300 and first["3001.dat.gz"] == 10 and len(first) == 4
+    w.cost = 1e9  # as if listing it took that long: no listing for a while
+    add(16700, 200)
+    (tmp_path / "3001.dat.gz").write_bytes(b"d" * 50)  # a table's file grows
+    (tmp_path / "3002.dat.gz").write_bytes(b"e" * 7)  # a new one, not open
+    (tmp_path / "3003.dat.gz").write_bytes(b"f" * 9)  # a new one a worker writes
+    between = entries(w.read([str(tmp_path / "3003.dat.gz"),
+                              str(tmp_path / "blob_16899.dat.gz")]))
+    assert between[LO_FILES] == 500  # from blobs.toc: 200 lines more
+    assert between["3001.dat.gz"] == 50 and between["3003.dat.gz"] == 9
+    assert "3002.dat.gz" not in between and "blob_16899.dat.gz" not in between
+    (tmp_path / "3003.dat.gz").unlink()
+    assert "3003.dat.gz" not in entries(w.read())  # gone: dropped
+    w.cost = 0.0  # a cheap listing: made every sample
+    full = entries(w.read())
+    assert full[LO_FILES] == 500 and full["3002.dat.gz"] == 7 and "3003.dat.gz" not in full
+
+
 def test_a_dump_gone_before_its_toc_did_not_complete() -> None:
     tr = Tracker(Job(kind="pg_dump", database="db"), driver_for("pg_dump"))
     assert tr.driver.cut_short(tr, None) is None  # type: ignore[arg-type]
