@@ -558,13 +558,13 @@ def jobs_found(cluster: Cluster, dbname: str) -> tuple[Any, list[Any]]:
 
 
 @contextlib.contextmanager
-def dumped(cluster: Cluster, dbname: str, prefix: str) -> Iterator[Path]:
-    """A -Fd archive of dbname (pg_dump's defaults), in a temporary folder
-    removed after."""
+def dumped(cluster: Cluster, dbname: str, prefix: str, fmt: str = "d") -> Iterator[Path]:
+    """A -Fd (or -F `fmt`) archive of dbname (pg_dump's defaults), in a
+    temporary folder removed after."""
     d = Path(tempfile.mkdtemp(prefix=prefix))
     out = d / "a.dump"
     try:
-        subprocess.run([cluster.client("pg_dump"), "-Fd", "-f", str(out), dbname],
+        subprocess.run([cluster.client("pg_dump"), f"-F{fmt}", "-f", str(out), dbname],
                        env=cluster.env(), check=True, capture_output=True)
         yield out
     finally:

@@ -25,6 +25,7 @@ import psycopg
 from .. import sql
 from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
+from ..custom_archive import data_extents, text_of, text_ratios
 from ..ddl import key_costs, partition_parents, post_data_targets
 from ..jobs.base import Job
 from ..jobs.tables import plan_tables
@@ -321,6 +322,12 @@ def fk_before_partitions(toc: list[Any], targets: dict[int, Any],
     return out
 
 
+# a custom archive's compressed data: its bytes a byte of COPY text, by
+# algorithm, on typical table data (a directory archive's files say their
+# own: archive_files.text_bytes, whose guesses these are)
+CUSTOM_TEXT_RATIO = {"gzip": 0.3, "zstd": 0.3, "lz4": 0.5, "none": 1.0}
+
+
 def restore_inventory(archive: str, pg_restore: str | None = None,
                       index_factor: float | None = None) -> Inventory:
     """Items of `pg_restore -j` from an archive (no server needed).
@@ -355,15 +362,30 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         keys = {}
     comp: str | None
     rows: dict[str, float] = {}
+    extents, measured, per_text = None, {}, 1.0
     if fmt == "directory":
         files, comp, _, rows = _archive_files(archive, toc)
     else:
-        # A custom archive's TOC holds no sizes we can read without parsing
-        # its data blocks: spread its size evenly (the advice says so).
+        # A custom archive: each item's data length from its TOC's offsets
+        # (custom_archive.py, as pg_restore -j computes it), its text the
+        # length over the archive bytes a text byte, read from the start of
+        # the largest items' data (gzip or none; else the algorithm's usual
+        # ratio); an archive written to a pipe has no offsets: its size
+        # spread evenly (the advice says so).
         data = [it for it in toc if it.desc == "TABLE DATA"]
-        each = max(size / 0.3 / DEFAULT_TEXT_RATIO / max(1, len(data)), 1.0)
-        files = {str(it.dump_id): (None, each) for it in data}
+        extents = data_extents(archive)
         comp = None
+        if extents is not None:
+            comp = extents.compression
+            measured = text_ratios(archive, extents, {it.dump_id for it in data})
+            per_text = CUSTOM_TEXT_RATIO.get(comp, CUSTOM_TEXT_RATIO["gzip"])
+            text = text_of(extents, measured, per_text)
+            files = {str(it.dump_id): (None, max(text[it.dump_id] / DEFAULT_TEXT_RATIO, 1.0))
+                     for it in data if it.dump_id in text}
+        else:
+            each = max(size / CUSTOM_TEXT_RATIO["gzip"] / DEFAULT_TEXT_RATIO
+                       / max(1, len(data)), 1.0)
+            files = {str(it.dump_id): (None, each) for it in data}
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
                                   parents=parents, key_costs=keys)
     batches, lo_notes = archive_batches(archive, toc)
@@ -376,9 +398,14 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
                     rows=rows, early_fks=[n for _, n in early],
                     early_fk_ids=[i for i, _ in early], key_costs=keys, lo_items=lo,
                     notes=lo_notes)
-    if fmt == "custom":
-        inv.notes.append("a custom-format archive does not show its tables' sizes: they are "
-                         "taken as equal, so the largest-table bound is unknown")
+    if fmt == "custom" and extents is None:
+        inv.notes.append("this custom-format archive has no data offsets (pg_dump wrote it "
+                         "to a pipe): its tables' sizes are unknown and taken as equal, so "
+                         "the largest-table bound is unknown")
+    elif fmt == "custom" and extents is not None and not measured:
+        inv.notes.append(f"a custom-format archive ({extents.compression}): each table's size "
+                         f"is its data's length in the archive over {per_text}, "
+                         f"{extents.compression}'s usual ratio on table data, not measured")
     return inv
 
 

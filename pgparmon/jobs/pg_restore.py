@@ -21,6 +21,7 @@ from ..analyze.bottleneck import Verdict
 from ..analyze.items import Item, WorkerState
 from ..analyze.schedule import WorkItem
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags, parse_client_cmdline
+from ..custom_archive import data_extents
 from ..ddl import PostDataTarget, key_costs, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
@@ -102,6 +103,10 @@ class RestoreState:
     order_of: dict[str, int] = dataclasses.field(default_factory=dict)
     order_version: int = -1  # the Tracker's item set it was made for
     done_below: int = 0
+    # a custom archive's data items: where each one's data lies in it
+    # (custom_archive.py), its offset and length, by key
+    extents: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    archive: str | None = None  # the custom archive's file (its real path)
 
 
 class PgRestore(Driver):
@@ -207,6 +212,14 @@ class PgRestore(Driver):
             extra = {**(extra or {}), "key_costs": {str(k): v for k, v in keys.items()}}
         files = {str(it.dump_id): archive_file(src.target_dir, it.dump_id)
                  for it in everything if it.desc == "TABLE DATA"}
+        extents = None if os.path.isdir(src.target_dir) else data_extents(src.target_dir)
+        if extents is not None:
+            # a custom archive: each item's data length, as pg_restore -j
+            # computes it and hands the items out by it (custom_archive.py)
+            sized = {str(k): [pos, n] for k, (pos, n) in extents.by_id.items()}
+            files = {k: (None, float(sized[k][1]) if k in sized else 1.0) for k in files}
+            extra = {**(extra or {}), "data_extents": sized,
+                     "archive_path": os.path.realpath(src.target_dir)}
         # builds follow rows: the widths of the largest tables' rows
         widths = row_widths({f"{it.schema}.{it.tag}": (path, size) for it in everything
                              if it.desc == "TABLE DATA" and it.schema is not None
@@ -248,6 +261,9 @@ class PgRestore(Driver):
                                 for rel, w in (extra.get("row_text_bytes") or {}).items()},
                      key_costs={int(k): float(v)
                                 for k, v in (extra.get("key_costs") or {}).items()})
+        state.extents = {k: (int(v[0]), int(v[1]))
+                         for k, v in (extra.get("data_extents") or {}).items()}
+        state.archive = extra.get("archive_path")
         _plan_large_objects(tr, extra, restores)
         return True
 
@@ -267,6 +283,8 @@ class PgRestore(Driver):
             super().progress(tr, it, cp, ip, snap)
             return
         pos = tr.file_position(it, snap)
+        if pos is None:
+            pos = _archive_position(tr, it, snap)
         if pos is not None:
             it.done = max(it.done, min(pos, 0.99 * it.work))
         elif cp is not None:
@@ -474,11 +492,12 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
     bytes: an object's fixed cost and its bytes, as a table's heap bytes,
     through the text ratio and the tables' files' compression
     (`file_per_text`); their size is pg_restore's, which hands them out by
-    it: a directory archive's list's bytes x 1024, a custom archive's
-    unknown here (0). When this run restores the pre-data too, the objects'
-    metadata is an item of its own (LO_META_KEY), the pre-data's share of
-    an object's fixed cost, which every data item waits for (the pre-data
-    runs before any worker)."""
+    it: a directory archive's list's bytes x 1024, a custom archive's its
+    data's length in the archive (0 when unknown: written to a pipe).
+    When this run restores the pre-data too, the objects' metadata is an
+    item of its own (LO_META_KEY), the pre-data's share of an object's
+    fixed cost, which every data item waits for (the pre-data runs before
+    any worker)."""
     state = state_of(tr, RestoreState)
     scale = tr.text_ratio * float(extra.get("file_per_text") or 1.0)
     share = 0.0
@@ -498,10 +517,13 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
         state.large_objects[li.key] = li
         work = object_work(li.count, li.bytes, RESTORE_OBJECT_BYTES * (1 - share),
                            RESTORE_BYTE_FACTOR)
-        # pg_restore sizes a directory archive's item by its list, x 1024
-        # (_PrepParallelRestore): it is handed out among the largest
+        # pg_restore sizes a directory archive's item by its list, x 1024,
+        # a custom archive's by its data's length (_PrepParallelRestore): it
+        # is handed out among the largest
+        size = float(state.extents[li.key][1] if li.key in state.extents
+                     else li.list_bytes * 1024)
         tr.add(Item(key=li.key, kind=LO_ITEM.name, relation=None,
-                    name=f"large objects ({li.count})", size=float(li.list_bytes * 1024),
+                    name=f"large objects ({li.count})", size=size,
                     work=max(1.0, work * scale), reltuples=float(li.count)))
     if share and tr.items[LO_META_KEY].state == "pending":
         for it in tr.items.values():
@@ -509,23 +531,43 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
                 it.deps = it.deps | {LO_META_KEY}
 
 
+def _archive_position(tr: Tracker, it: Item, snap: Snapshot) -> float | None:
+    """How far into its data a worker reads a custom archive's item: the
+    archive is one file, each worker has it open on its own, and seeks to
+    an item's data before reading it, so a read position within an item's
+    extent is that item's (in its unit, the archive's bytes)."""
+    state = state_of(tr, RestoreState)
+    ext, path = state.extents.get(it.key), state.archive
+    if ext is None or not path:
+        return None
+    start, length = ext
+    for c in snap.clients:
+        for f in c.open_files or ():
+            if start < f.position <= start + length and f.path == path:
+                return float(f.position - start) * it.work / max(1, length)
+    return None
+
+
 def _ran_unseen(tr: Tracker, wall: float, running_now: dict[str, int]) -> None:
-    """Data items of a directory archive that ran between two samples
-    (small tables load in milliseconds: seen by no sample, they read "not
-    done" to the end). pg_restore -j hands its data items out in one order,
-    known here: by data file size, largest first, ties by dump id (it sizes
-    each from its file: _PrepParallelRestore); without -j, in archive
-    order. So once an item is seen running, every item before it was
-    handed out, and those no worker runs now are done, but for as many of
-    the latest as workers show no item (one may be between its BEGIN and
-    its COPY). Counted in `items_inferred`."""
+    """Data items that ran between two samples (small tables load in
+    milliseconds: seen by no sample, they read "not done" to the end).
+    pg_restore -j hands its data items out in one order, known here: by
+    size, largest first, ties by dump id (it sizes each from its data
+    file in a directory archive, from its data's length in a custom one:
+    _PrepParallelRestore; a custom archive written to a pipe has no
+    lengths, and no order is known); without -j, in archive order. So
+    once an item is seen running, every item before it was handed out, and
+    those no worker runs now are done, but for as many of the latest as
+    workers show no item (one may be between its BEGIN and its COPY).
+    Counted in `items_inferred`."""
     jobs = tr.job.jobs or 1
     if not running_now or (jobs == 1 and tr.job.args is not None
                            and any(k == "use-list" for k, _ in tr.job.args.options)):
         return  # nothing seen; or one connection following a list's own order
     state = state_of(tr, RestoreState)
     if state.order is None or state.order_version != tr.version:
-        data = [it for it in tr.items.values() if it.kind == "data" and it.file]
+        data = [it for it in tr.items.values()
+                if it.kind == "data" and (it.file or it.key in state.extents)]
         data.sort(key=(lambda it: (-it.size, _dump_id(it.key))) if jobs > 1
                   else (lambda it: _dump_id(it.key)))
         state.order, state.done_below = [it.key for it in data], 0

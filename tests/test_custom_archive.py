@@ -1,0 +1,169 @@
+"""A custom-format archive's data extents (custom_archive.py), read from
+real archives of pg_dump 15 to 18, and a restore's progress from where a
+worker reads the archive (jobs/pg_restore.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from pgversions import bindir_for
+
+from pgparmon.analyze.items import Item
+from pgparmon.analyze.progress import Tracker
+from pgparmon.cluster import Cluster
+from pgparmon.custom_archive import data_extents, text_of, text_ratios
+from pgparmon.jobs.base import Job, state_of
+from pgparmon.jobs.pg_restore import PgRestore, RestoreState
+from pgparmon.jobs.registry import driver_for
+from pgparmon.snapshot import ClientProc, OpenFile, Snapshot
+from pgparmon.toc import list_archive
+
+
+def test_what_is_no_custom_archive_has_no_extents(tmp_path: Path) -> None:
+    assert data_extents(str(tmp_path / "none")) is None
+    (tmp_path / "text.sql").write_text("-- a plain dump\n")
+    assert data_extents(str(tmp_path / "text.sql")) is None
+    (tmp_path / "short").write_bytes(b"PGDMP\x01\x10\x00\x04\x08\x01")  # a header cut short
+    assert data_extents(str(tmp_path / "short")) is None
+    (tmp_path / "tar").write_bytes(b"PGDMP\x01\x10\x00\x04\x08\x03" + b"\x00" * 64)
+    assert data_extents(str(tmp_path / "tar")) is None  # format 3: tar
+
+
+@pytest.fixture(scope="module")
+def shapes(cluster: Cluster) -> str:
+    cluster.psql("CREATE DATABASE shapes")
+    cluster.psql("CREATE TABLE big AS SELECT g, md5(g::text) AS v"
+                 " FROM generate_series(1, 100000) g;"
+                 " CREATE TABLE mid AS SELECT g FROM generate_series(1, 20000) g;"
+                 " CREATE TABLE small (a int); INSERT INTO small VALUES (1);"
+                 " CREATE TABLE empty (a int); SELECT lo_from_bytea(0, 'abc');"
+                 " CREATE INDEX ON big (g)", dbname="shapes")
+    return "shapes"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("major", [15, 16, 17, 18])
+@pytest.mark.parametrize("level", ["default", "0"])
+def test_each_items_data_length_as_pg_restore_computes_it(cluster: Cluster, shapes: str,
+                                                          tmp_path: Path, major: int,
+                                                          level: str) -> None:
+    """Every data item (the tables' and the objects') has an extent; they
+    tile the file from the first data block to its end; the larger table's
+    is the longer; uncompressed, a table's length is its COPY text's and a
+    header a row. The archive bytes a text byte, read from the data, are
+    the text's through zlib (or, uncompressed, the headers')."""
+    bindir = bindir_for(major)
+    out = tmp_path / "a.dump"
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", *(["-Z", "0"] if level == "0" else []),
+                    "-f", str(out), shapes], env=cluster.env(), check=True)
+    ext = data_extents(str(out))
+    assert ext is not None
+    assert ext.compression == ("none" if level == "0" else "gzip") and ext.version[0] == 1
+    _, toc = list_archive(out, str(bindir / "pg_restore"))
+    data = {t.dump_id: t for t in toc if t.desc in ("TABLE DATA", "BLOBS")}
+    assert set(ext.by_id) == set(data), (ext.by_id, data)
+    spans = sorted(ext.by_id.values())
+    assert all(a[0] + a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert spans[-1][0] + spans[-1][1] == os.path.getsize(out)
+    length = {data[k].tag: n for k, (_, n) in ext.by_id.items()}
+    assert length["big"] > length["mid"] > length["small"]
+    # the archive bytes a byte of COPY text, read from the start of the
+    # largest tables' data, and from all of big's against its real text
+    big = next(k for k, t in data.items() if t.tag == "big")
+    tables = {k for k, t in data.items() if t.desc == "TABLE DATA"}
+    copy_text = "".join(f"{g}\t{hashlib.md5(str(g).encode()).hexdigest()}\n"
+                        for g in range(1, 100001)).encode()
+    whole = text_ratios(str(out), ext, {big}, budget=1 << 30)[big]
+    sampled = text_ratios(str(out), ext, tables)
+    assert set(sampled) == tables  # the 5 largest: all 4 tables
+    if level == "0":
+        # uncompressed, each row is a block of its own behind a length (an
+        # integer: a sign byte and 4 bytes)
+        assert 0 < length["big"] - (len(copy_text) + 5 * 100000) < 64  # and its block's header
+        assert whole == pytest.approx((len(copy_text) + 5 * 100000) / len(copy_text))
+    else:  # zlib at pg_dump's default level, and a header a chunk
+        assert whole == pytest.approx(len(zlib.compress(copy_text, 6)) / len(copy_text),
+                                      rel=0.03)
+    assert sampled[big] == pytest.approx(whole, rel=0.1)
+    # each table's text over its own ratio; one not measured over theirs
+    text = text_of(ext, sampled, 0.3)
+    assert text[big] == pytest.approx(len(copy_text), rel=0.1)
+    lo = next(k for k, t in data.items() if t.desc == "BLOBS")
+    n = sum(ext.by_id[k][1] for k in tables)
+    assert text[lo] == pytest.approx(ext.by_id[lo][1] * sum(text[k] for k in tables) / n)
+    assert text_of(ext, {}, 0.5)[big] == ext.by_id[big][1] / 0.5
+
+
+@pytest.mark.integration
+def test_an_archive_written_to_a_pipe_has_no_offsets(cluster: Cluster, shapes: str,
+                                                     tmp_path: Path) -> None:
+    out = tmp_path / "piped.dump"
+    with open(out, "wb") as f:  # pg_dump -Fc db | cat > piped.dump
+        dump = subprocess.Popen([cluster.client("pg_dump"), "-Fc", shapes], env=cluster.env(),
+                                stdout=subprocess.PIPE)
+        subprocess.run(["cat"], stdin=dump.stdout, stdout=f, check=True)
+        assert dump.wait() == 0
+    # pg_dump could not seek back to write them: no sizes (pg_restore has none either)
+    assert data_extents(str(out)) is None
+
+
+def _restore_tracker(extents: dict[str, tuple[int, int]]) -> Tracker:
+    tr = Tracker(Job(kind="pg_restore", database="db", client_pid=100, jobs=2),
+                 driver_for("pg_restore"))
+    st = state_of(tr, RestoreState)
+    st.extents, st.archive = dict(extents), "/backups/db.dump"
+    for key, (_, n) in extents.items():
+        tr.add(Item(key=key, kind="data", relation=f"public.t{key}", name=f"t{key}",
+                    size=float(n), work=float(n)))
+    return tr
+
+
+def _snap(*files: OpenFile) -> Snapshot:
+    return Snapshot(ts=1.0, wall=1.0, db=None, host=None,
+                    clients=(ClientProc(101, 100, "pg_restore", None, None, 0.0, 0.0, None, None,
+                                        files),))
+
+
+def test_a_custom_archives_item_is_as_far_as_a_worker_reads_its_extent() -> None:
+    tr = _restore_tracker({"3001": (1000, 8000), "3002": (9000, 2000)})
+    drv = tr.driver
+    assert isinstance(drv, PgRestore)
+    big, small = tr.items["3001"], tr.items["3002"]
+    # one worker 6000 bytes into 3001's data, another at 3002's very start
+    drv.progress(tr, big, None, None, _snap(OpenFile("/backups/db.dump", 7000, "r"),
+                                            OpenFile("/backups/db.dump", 9000, "r")))
+    assert big.fraction == pytest.approx(0.75)
+    drv.progress(tr, small, None, None, _snap(OpenFile("/backups/db.dump", 9000, "r")))
+    assert small.fraction == 0  # the end of 3001 is not yet 3002
+    # another file at that position says nothing
+    drv.progress(tr, small, None, None, _snap(OpenFile("/elsewhere.dump", 10000, "r")))
+    assert small.fraction == 0
+    drv.progress(tr, small, None, None, _snap(OpenFile("/backups/db.dump", 10000, "r")))
+    assert small.fraction == pytest.approx(0.5)
+
+
+@pytest.mark.integration
+def test_the_advice_sizes_a_custom_archives_tables_as_a_directory_archives(
+        cluster: Cluster, shapes: str, tmp_path: Path) -> None:
+    """The restore's inventory of a -Fc archive: each table by its data's
+    length over the archive bytes a text byte read from its data, near what
+    the same database's -Fd archive says (its gzip trailers); before, every
+    table was the archive's size over their number."""
+    from pgparmon.advise.inventory import restore_inventory
+
+    invs = {}
+    for fmt in ("d", "c"):
+        out = tmp_path / f"a.{fmt}"
+        subprocess.run([cluster.client("pg_dump"), f"-F{fmt}", "-f", str(out), shapes],
+                       env=cluster.env(), check=True)
+        invs[fmt] = restore_inventory(str(out), cluster.client("pg_restore")).to_json()
+    d, c = invs["d"], invs["c"]
+    assert c["largest_item"] == d["largest_item"] == "public.big", invs
+    assert c["largest_item_bytes"] == pytest.approx(d["largest_item_bytes"], rel=0.1), invs
+    assert c["data_bytes"] == pytest.approx(d["data_bytes"], rel=0.1), invs
+    assert c["archive_compression"] == "gzip"
