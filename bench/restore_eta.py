@@ -31,6 +31,9 @@ compared on the same runs.
 
     .venv/bin/python bench/restore_eta.py --shape steps --runs 3 --scale 3 --keep /tmp/se
     .venv/bin/python bench/restore_eta.py --replay /tmp/se
+
+`--format c` restores a custom-format archive (one file, `pg_dump -Fc`)
+of the shape instead (results in `restore_eta_SHAPE_custom.json`).
 """
 
 from __future__ import annotations
@@ -187,13 +190,15 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--keep", help="a folder to keep each run's recording in")
     ap.add_argument("--replay", help="score the recordings kept in this folder again")
+    ap.add_argument("--format", choices=("d", "c"), default="d",
+                    help="the archive's: -Fd (pg_dump -j 2) or -Fc (one file)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.replay:
         replay_dir(Path(a.replay), Path(a.out) if a.out else None)
         return
     out = Path(a.out or Path(__file__).resolve().parent.parent / "docs" / "bench" /
-               f"restore_eta_{a.shape}.json")
+               f"restore_eta_{a.shape}{'_custom' if a.format == 'c' else ''}.json")
     keep = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="pgparmon-steps-eta-"))
     keep.mkdir(parents=True, exist_ok=True)
     cl = start_cluster(prefix="pgparmon-bench-")
@@ -206,7 +211,8 @@ def main() -> None:
                "large-objects": large_objects_sql}[a.shape]
         cl.psql(sql(a.scale), dbname="steps")
         archive = work / "a"
-        subprocess.run([cl.client("pg_dump"), "-Fd", "-j", "2", "-f", str(archive), "steps"],
+        how = ["-Fd", "-j", "2"] if a.format == "d" else ["-Fc"]
+        subprocess.run([cl.client("pg_dump"), *how, "-f", str(archive), "steps"],
                        env=cl.env(), check=True)
         runs = []
         for i in range(a.runs):
@@ -220,7 +226,7 @@ def main() -> None:
         write_json(keep / "runs.json", {"runs": runs})
         errs = summary(runs)
         write_json(out, {"benchmark": "restore_eta", "shape": a.shape, "machine": machine(),
-                         "jobs": a.jobs,
+                         "jobs": a.jobs, "format": a.format,
                          "scale": a.scale, "runs": runs, "median_abs_error": errs})
         print("median |error|: " + ", ".join(f"at {float(f):.0%}: {e:.1%}"
                                              for f, e in errs.items()))

@@ -209,7 +209,7 @@ def text_ratios(path: str, ext: Extents, tables: Collection[int], items: int = R
     with f:
         for key, (start, length) in largest:
             try:
-                archive_bytes, text = _item_text(f, start, min(length, budget), ext)
+                archive_bytes, text, _ = _item_text(f, start, min(length, budget), ext)
             except (OSError, _Short, zlib.error):
                 continue  # not read: the others say
             if archive_bytes > 0 and text > 0:
@@ -228,21 +228,52 @@ def text_of(ext: Extents, ratios: dict[int, float], default: float) -> dict[int,
     return {k: n / ratios.get(k, rest) for k, (_, n) in ext.by_id.items()}
 
 
-def _item_text(f: io.BufferedReader, start: int, most: int, ext: Extents) -> tuple[int, int]:
-    """(archive bytes read, text bytes they hold) from an item's data."""
+def row_widths(path: str, ext: Extents, tables: dict[int, str], most: int = 100,
+               sample: int = 64 * 1024) -> dict[str, float]:
+    """COPY text bytes a row of the `most` largest tables (`tables`: dump id
+    -> schema.table), from the newlines in the first `sample` bytes of
+    each one's text (a row is a line: newlines in values are escaped), as a
+    directory archive's are read from its data files
+    (jobs/archive_files.row_widths). Tables missing: unknown (lz4, zstd)."""
+    if ext.compression not in ("gzip", "none"):
+        return {}
+    largest = sorted(((k, e) for k, e in ext.by_id.items() if k in tables),
+                     key=lambda ke: -ke[1][1])[:most]
+    out: dict[str, float] = {}
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return {}
+    with f:
+        for key, (start, length) in largest:
+            try:
+                _, text, rows = _item_text(f, start, length, ext, sample)
+            except (OSError, _Short, zlib.error):
+                continue
+            if rows:
+                out[tables[key]] = text / rows
+    return out
+
+
+def _item_text(f: io.BufferedReader, start: int, most: int, ext: Extents,
+               text_most: int | None = None) -> tuple[int, int, int]:
+    """(archive bytes read, text bytes they hold, rows: the newlines) from
+    an item's data, up to `most` archive bytes or `text_most` of text."""
     f.seek(start)
     r = _Reader(f)
     r.int_size = ext.int_size
     if r.byte() != BLK_DATA:
-        return 0, 0
+        return 0, 0, 0
     r.int()  # its dump id
     inflate = zlib.decompressobj(47) if ext.compression == "gzip" else None
-    read = text = 0
-    while read < most:
+    read = text = rows = 0
+    while read < most and (text_most is None or text < text_most):
         n = r.int()
         if n <= 0:
             break
         chunk = r.raw(n)
         read += 1 + ext.int_size + n
-        text += len(inflate.decompress(chunk)) if inflate else n
-    return read, text
+        data = inflate.decompress(chunk) if inflate else chunk
+        text += len(data)
+        rows += data.count(b"\n")
+    return read, text, rows

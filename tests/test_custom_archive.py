@@ -16,7 +16,7 @@ from pgversions import bindir_for
 from pgparmon.analyze.items import Item
 from pgparmon.analyze.progress import Tracker
 from pgparmon.cluster import Cluster
-from pgparmon.custom_archive import data_extents, text_of, text_ratios
+from pgparmon.custom_archive import data_extents, row_widths, text_of, text_ratios
 from pgparmon.jobs.base import Job, state_of
 from pgparmon.jobs.pg_restore import PgRestore, RestoreState
 from pgparmon.jobs.registry import driver_for
@@ -97,6 +97,10 @@ def test_each_items_data_length_as_pg_restore_computes_it(cluster: Cluster, shap
     n = sum(ext.by_id[k][1] for k in tables)
     assert text[lo] == pytest.approx(ext.by_id[lo][1] * sum(text[k] for k in tables) / n)
     assert text_of(ext, {}, 0.5)[big] == ext.by_id[big][1] / 0.5
+    # a row's text, from the first 64 kB of each table's: big's rows are
+    # 39-40 bytes there (g of 1 to 4 digits, a tab, 32, a newline)
+    widths = row_widths(str(out), ext, {k: f"public.{data[k].tag}" for k in tables})
+    assert 35 < widths["public.big"] < 40 and 1 < widths["public.small"] <= 2  # "1\\n", "\\.\\n\\n\\n"
 
 
 @pytest.mark.integration
@@ -145,6 +149,15 @@ def test_a_custom_archives_item_is_as_far_as_a_worker_reads_its_extent() -> None
     assert small.fraction == 0
     drv.progress(tr, small, None, None, _snap(OpenFile("/backups/db.dump", 10000, "r")))
     assert small.fraction == pytest.approx(0.5)
+    # the leader at the file's end (it sized the last item) says nothing of
+    # the last item; a worker done with the item before rests at its start
+    last = _restore_tracker({"3001": (1000, 8000), "3002": (9000, 2000)})
+    it = last.items["3002"]
+    drv.progress(last, it, None, None, _snap(OpenFile("/backups/db.dump", 11000, "r")))
+    assert it.fraction == 0
+    drv.progress(last, it, None, None, _snap(OpenFile("/backups/db.dump", 9001, "r"),
+                                             OpenFile("/backups/db.dump", 10500, "r")))
+    assert it.fraction == pytest.approx(0.75)
 
 
 @pytest.mark.integration

@@ -26,6 +26,7 @@ from .. import sql
 from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
 from ..custom_archive import data_extents, text_of, text_ratios
+from ..custom_archive import row_widths as custom_row_widths
 from ..ddl import key_costs, partition_parents, post_data_targets
 from ..jobs.base import Job
 from ..jobs.tables import plan_tables
@@ -382,6 +383,12 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
             text = text_of(extents, measured, per_text)
             files = {str(it.dump_id): (None, max(text[it.dump_id] / DEFAULT_TEXT_RATIO, 1.0))
                      for it in data if it.dump_id in text}
+            # rows (builds follow rows): the largest tables' text over the
+            # width of their first rows, as a directory archive's files say
+            names = {it.dump_id: f"{it.schema}.{it.tag}" for it in data
+                     if it.schema is not None and it.dump_id in text}
+            widths = custom_row_widths(archive, extents, names)
+            rows = {rel: text[k] / widths[rel] for k, rel in names.items() if rel in widths}
         else:
             each = max(size / CUSTOM_TEXT_RATIO["gzip"] / DEFAULT_TEXT_RATIO
                        / max(1, len(data)), 1.0)

@@ -22,6 +22,7 @@ from ..analyze.items import Item, WorkerState
 from ..analyze.schedule import WorkItem
 from ..cmdline import ClientArgs, ClientSpec, Opts, args, choices, flags, parse_client_cmdline
 from ..custom_archive import data_extents
+from ..custom_archive import row_widths as custom_row_widths
 from ..ddl import PostDataTarget, key_costs, partition_parents, post_data_targets
 from ..snapshot import Backend, CopyProgress, IndexProgress, Snapshot
 from ..toc import TocError, TocItem, data_file, list_archive
@@ -220,6 +221,13 @@ class PgRestore(Driver):
             files = {k: (None, float(sized[k][1]) if k in sized else 1.0) for k in files}
             extra = {**(extra or {}), "data_extents": sized,
                      "archive_path": os.path.realpath(src.target_dir)}
+            # builds follow rows: the widths of the largest tables' rows,
+            # from the start of their data in the archive
+            widths = custom_row_widths(src.target_dir, extents, {
+                it.dump_id: f"{it.schema}.{it.tag}" for it in everything
+                if it.desc == "TABLE DATA" and it.schema is not None})
+            if widths:
+                extra = {**extra, "row_text_bytes": widths}
         # builds follow rows: the widths of the largest tables' rows
         widths = row_widths({f"{it.schema}.{it.tag}": (path, size) for it in everything
                              if it.desc == "TABLE DATA" and it.schema is not None
@@ -535,17 +543,18 @@ def _archive_position(tr: Tracker, it: Item, snap: Snapshot) -> float | None:
     """How far into its data a worker reads a custom archive's item: the
     archive is one file, each worker has it open on its own, and seeks to
     an item's data before reading it, so a read position within an item's
-    extent is that item's (in its unit, the archive's bytes)."""
+    extent is that item's (in its unit, the archive's bytes). The furthest
+    one: a worker done with the item before it in the file may rest at its
+    start. Its end is not in it: pg_restore's leader rests at the file's
+    end once it has sized the last item."""
     state = state_of(tr, RestoreState)
     ext, path = state.extents.get(it.key), state.archive
     if ext is None or not path:
         return None
     start, length = ext
-    for c in snap.clients:
-        for f in c.open_files or ():
-            if start < f.position <= start + length and f.path == path:
-                return float(f.position - start) * it.work / max(1, length)
-    return None
+    at = max((f.position for c in snap.clients for f in c.open_files or ()
+              if start < f.position < start + length and f.path == path), default=None)
+    return None if at is None else float(at - start) * it.work / max(1, length)
 
 
 def _ran_unseen(tr: Tracker, wall: float, running_now: dict[str, int]) -> None:
