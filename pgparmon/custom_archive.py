@@ -197,24 +197,8 @@ def text_ratios(path: str, ext: Extents, tables: Collection[int], items: int = R
     the overhead. `tables`: the dump ids of the TABLE DATA items (a large
     objects' block is laid out otherwise). Empty for lz4 and zstd (not read
     here), or when nothing could be read."""
-    if ext.compression not in ("gzip", "none"):
-        return {}
-    largest = sorted(((k, e) for k, e in ext.by_id.items() if k in tables),
-                     key=lambda ke: -ke[1][1])[:items]
-    out: dict[int, float] = {}
-    try:
-        f = open(path, "rb")
-    except OSError:
-        return {}
-    with f:
-        for key, (start, length) in largest:
-            try:
-                archive_bytes, text, _ = _item_text(f, start, min(length, budget), ext)
-            except (OSError, _Short, zlib.error):
-                continue  # not read: the others say
-            if archive_bytes > 0 and text > 0:
-                out[key] = archive_bytes / text
-    return out
+    return {key: a / t for key, (a, t, _) in _read_largest(path, ext, tables, items, budget,
+                                                          None).items() if a > 0 and t > 0}
 
 
 def text_of(ext: Extents, ratios: dict[int, float], default: float) -> dict[int, float]:
@@ -235,11 +219,21 @@ def row_widths(path: str, ext: Extents, tables: dict[int, str], most: int = 100,
     each one's text (a row is a line: newlines in values are escaped), as a
     directory archive's are read from its data files
     (jobs/archive_files.row_widths). Tables missing: unknown (lz4, zstd)."""
+    got = _read_largest(path, ext, tables, most, None, sample)
+    return {tables[key]: t / rows for key, (_, t, rows) in got.items() if rows}
+
+
+def _read_largest(path: str, ext: Extents, tables: Collection[int], most: int,
+                  budget: int | None, text_most: int | None) -> dict[int, tuple[int, int, int]]:
+    """_item_text of the `most` largest of `tables` (dump ids), each read up
+    to `budget` archive bytes (None: its whole length) or `text_most` of
+    text; those that cannot be read are left out, as is everything when
+    the data is lz4 or zstd (not read here)."""
     if ext.compression not in ("gzip", "none"):
         return {}
     largest = sorted(((k, e) for k, e in ext.by_id.items() if k in tables),
                      key=lambda ke: -ke[1][1])[:most]
-    out: dict[str, float] = {}
+    out: dict[int, tuple[int, int, int]] = {}
     try:
         f = open(path, "rb")
     except OSError:
@@ -247,11 +241,9 @@ def row_widths(path: str, ext: Extents, tables: dict[int, str], most: int = 100,
     with f:
         for key, (start, length) in largest:
             try:
-                _, text, rows = _item_text(f, start, length, ext, sample)
+                out[key] = _item_text(f, start, min(length, budget or length), ext, text_most)
             except (OSError, _Short, zlib.error):
-                continue
-            if rows:
-                out[tables[key]] = text / rows
+                continue  # not read: the others say
     return out
 
 
