@@ -278,8 +278,9 @@ def test_a_followed_restore_counts_its_large_objects(cluster: Cluster, many: str
     live view keeps them as items, so the restore is not "all done" while
     it writes them. A -Fd archive's item runs while a worker holds its list
     of objects open, and how far it is comes from where the worker reads
-    that list; a custom archive's (no file to follow) while a session
-    writes objects. At the end every item is done."""
+    that list; a custom archive's (one file) while a session writes
+    objects, how far from where the worker reads the item's extent of the
+    archive. At the end every item is done."""
     bindir = Path(cluster.client("pg_dump")).parent if major == 15 else bindir_for(major)
     arch = tmp_path / "a"
     subprocess.run([str(bindir / "pg_dump"), f"-F{fmt}", "-f", str(arch), many],
@@ -297,8 +298,9 @@ def test_a_followed_restore_counts_its_large_objects(cluster: Cluster, many: str
     docs, trace, total, during = _followed(res, major, more=1)
     fractions = [d["job"]["progress"] for d in during]
     assert all(f < 1 for f in fractions), trace
-    if fmt == "d":  # how far, from the list's reading
-        assert len(during) == 1 or len(set(fractions)) > 1, trace
+    # how far: from the list's reading (-Fd), from where the worker reads
+    # the item's extent of the archive (-Fc)
+    assert len(during) == 1 or len(set(fractions)) > 1, trace
     assert f"of {MANY} done" in during[-1]["bottleneck"]["detail"], during[-1]["bottleneck"]
     assert "pg_restore creates each one" in during[-1]["bottleneck"]["detail"]
     end = docs[-1]["job"]

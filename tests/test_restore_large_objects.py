@@ -17,7 +17,7 @@ import pytest
 from pgparmon.analyze.items import Item, WorkerState
 from pgparmon.analyze.progress import Tracker
 from pgparmon.job_end import JobEnd
-from pgparmon.jobs.base import Job
+from pgparmon.jobs.base import Job, state_of
 from pgparmon.jobs.large_objects import (
     LIST_READ_AHEAD,
     LO_ITEM,
@@ -33,6 +33,7 @@ from pgparmon.jobs.pg_restore import (
     LO_META_KEY,
     LO_PAGES_IN,
     PgRestore,
+    RestoreState,
     _plan_large_objects,
     file_per_text,
 )
@@ -270,6 +271,22 @@ def test_a_custom_archives_items_follow_the_sessions_that_write_objects() -> Non
     drv.file_evidence(tr, _snap(3), {})
     assert [tr.items[k].state for k in ("4001", "4002", "4003")] == ["done", "running",
                                                                      "pending"]
+
+
+def test_a_custom_archives_item_is_as_far_as_its_worker_reads_its_extent() -> None:
+    """With its data's extent in the archive (custom_archive.py), a running
+    item of objects is as far as the worker that reads it."""
+    tr = _restore()
+    _plan_large_objects(tr, _listings(Listing("4001", count=1000), file_per_text=1.0), None)
+    st = state_of(tr, RestoreState)
+    st.extents, st.archive = {"4001": (5000, 4000)}, "/arch/a.dump"
+    lookup = ("select proname, oid from pg_catalog.pg_proc where proname in ('lo_open', "
+              "'lo_close')")
+    tr.workers = {7: _worker(7, "fastpath function call", lookup)}
+    at = _snap(1, (OpenFile("/arch/a.dump", 8000, "r"),))
+    tr.driver.file_evidence(tr, at, {})
+    it = tr.items["4001"]
+    assert it.state == "running" and it.fraction == pytest.approx(0.75)
 
 
 def test_in_one_transaction_a_begin_says_nothing_of_large_objects() -> None:

@@ -329,6 +329,11 @@ class PgRestore(Driver):
             return
         if not any(li.list_bytes for li in lo.values()):
             _large_objects_from_sessions(tr, lo, snap.wall)  # a custom archive's
+            for key in lo:  # how far: a worker's read position in its extent
+                it = tr.items.get(key)
+                pos = _archive_position(tr, it, snap) if it and it.state == "running" else None
+                if it is not None and pos is not None:
+                    it.done = max(it.done, min(pos, 0.99 * it.work))
             label_workers(tr, _item_begins(tr))
             return
         if any(c.open_files is None for c in snap.clients):
