@@ -64,19 +64,20 @@ ALGORITHMS = {0: "none", 1: "gzip", 2: "lz4", 3: "zstd"}
 
 
 class _Reader:
-    def __init__(self, f: io.BufferedReader) -> None:
+    def __init__(self, f: io.BufferedReader, limit: int = MAX_TOC_BYTES) -> None:
         self.f = f
         self.int_size = 4
         self.off_size = 8
         self.read_bytes = 0
+        self.limit = limit  # the most it reads: a corrupt length reads no further
 
     def raw(self, n: int) -> bytes:
+        if n < 0 or self.read_bytes + n > self.limit:
+            raise _Short()
         b = self.f.read(n)
         if len(b) < n:
             raise _Short()
         self.read_bytes += n
-        if self.read_bytes > MAX_TOC_BYTES:
-            raise _Short()
         return b
 
     def byte(self) -> int:
@@ -252,7 +253,7 @@ def _item_text(f: io.BufferedReader, start: int, most: int, ext: Extents,
     """(archive bytes read, text bytes they hold, rows: the newlines) from
     an item's data, up to `most` archive bytes or `text_most` of text."""
     f.seek(start)
-    r = _Reader(f)
+    r = _Reader(f, limit=most + 64 * 1024)  # the last chunk may pass `most`
     r.int_size = ext.int_size
     if r.byte() != BLK_DATA:
         return 0, 0, 0
