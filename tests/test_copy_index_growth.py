@@ -18,6 +18,7 @@ from pgparmon.advise.probe.copyload import TargetTable, as_logged
 from pgparmon.advise.probe.indexgrowth import (
     FLOOR,
     MIN_LEVER,
+    MODEL_MIN_LEVER,
     GrowthModel,
     as_grown,
     growth_model,
@@ -90,6 +91,11 @@ def test_growth_model_needs_a_lever_and_never_makes_inserts_cheaper() -> None:
     # as much again as the step loaded: enough
     assert lever(first.heap_bytes, first.heap_bytes, first.heap_bytes) >= MIN_LEVER
     assert growth_model(first, _point(1, 10e6, s=1.0), first.heap_bytes) is not None
+    # run on that lever, the grown step loaded a tenth of what it was to on a
+    # busy host (its lever 0.93): still a slope, not "not measured"
+    slowed = _point(1, 3e6, s=1.0)
+    assert MODEL_MIN_LEVER < lever(first.heap_bytes, first.heap_bytes, 3e6) < MIN_LEVER
+    assert growth_model(first, slowed, first.heap_bytes) is not None
     assert growth_model(first, _point(1, 0.0), 10 * first.heap_bytes) is None
     # a grown step that ran faster is noise: no slope
     m = growth_model(first, _point(1, 25e6), 10 * first.heap_bytes)

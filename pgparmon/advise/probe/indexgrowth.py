@@ -34,6 +34,12 @@ FLOOR = 1e6
 # from empty to B has a mean log about ln(B) - 1: a grown step after as
 # much again as the step loaded clears it.
 MIN_LEVER = 1.0
+# The probe runs the grown step when its lever, at as many bytes as the
+# one-stream step loaded, clears MIN_LEVER; on a busy host the step loads
+# less in its time and its lever falls short of that, so the model takes a
+# step that ran with half of it: a step run, its rate noted, then dropped
+# from the advice as "not measured" said two things at once.
+MODEL_MIN_LEVER = MIN_LEVER / 2
 
 
 def lever(first_bytes: float, before_bytes: float, grown_bytes: float) -> float:
@@ -73,10 +79,10 @@ def growth_model(first: ProbePoint, grown_point: ProbePoint, before_bytes: float
     bytes from 0 on) and the one into the grown one (`grown_point`, after
     before_bytes); b at least 0 (a grown index never makes inserts
     cheaper: a faster grown step is noise).  None when a rate is missing or
-    the lever (`lever`) is under MIN_LEVER."""
+    the lever (`lever`) is under MODEL_MIN_LEVER."""
     if first.bytes_per_s <= 0 or grown_point.bytes_per_s <= 0 or first.heap_bytes <= 0:
         return None
-    if lever(first.heap_bytes, before_bytes, grown_point.heap_bytes) < MIN_LEVER:
+    if lever(first.heap_bytes, before_bytes, grown_point.heap_bytes) < MODEL_MIN_LEVER:
         return None
     l1 = mean_log(0.0, first.heap_bytes)
     l2 = mean_log(before_bytes, before_bytes + grown_point.heap_bytes)
