@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import threading
@@ -26,7 +25,7 @@ from .discover import DiscoveryError, choose_job, find_host_jobs, find_jobs
 from .exitcodes import ExitCode
 from .jobs.base import TREE, Job, PlanInputs
 from .jobs.job import StepLook
-from .jobs.large_objects import LO_FILE, LO_FILES
+from .jobs.large_objects import LO_FILE, LO_FILES, LO_LIST
 from .jobs.registry import job_extras, job_titles, plan_for, progress_for, recognise_for, \
     sample_extras
 from .readers import devices as devmod
@@ -637,8 +636,6 @@ class _Background:
 # a listing of the job's directory costs at most this share of the time
 # between two listings (DirWatch)
 LISTING_SHARE = 0.05
-# a -Fd archive's lists of large objects (blobs.toc, blobs_<id>.toc from 17)
-LO_LIST = re.compile(r"blobs(_[0-9]+)?\.toc$")
 
 
 class DirWatch:

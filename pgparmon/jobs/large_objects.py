@@ -67,6 +67,8 @@ LO_LOOKUP = "select proname, oid from pg_catalog.pg_proc where proname in ('lo_o
 # how many there are (their bytes would cost a stat each)
 LO_FILE = re.compile(r"blob_[0-9]+\.dat(\.gz|\.lz4|\.zst)?$")
 LO_FILES = "blob_*"
+# an item's list of its objects (list_files: blobs.toc, blobs_<id>.toc from 17)
+LO_LIST = re.compile(r"blobs(_[0-9]+)?\.toc$")
 
 
 def object_work(count: float, data_bytes: float | None, object_bytes: float,

@@ -221,18 +221,17 @@ class PgRestore(Driver):
             files = {k: (None, float(sized[k][1]) if k in sized else 1.0) for k in files}
             extra = {**(extra or {}), "data_extents": sized,
                      "archive_path": os.path.realpath(src.target_dir)}
-            # builds follow rows: the widths of the largest tables' rows,
-            # from the start of their data in the archive
+        # builds follow rows: the widths of the largest tables' rows, from
+        # the start of their data files, or of their data in a custom archive
+        if extents is not None:
             widths = custom_row_widths(src.target_dir, extents, {
                 it.dump_id: f"{it.schema}.{it.tag}" for it in everything
                 if it.desc == "TABLE DATA" and it.schema is not None})
-            if widths:
-                extra = {**extra, "row_text_bytes": widths}
-        # builds follow rows: the widths of the largest tables' rows
-        widths = row_widths({f"{it.schema}.{it.tag}": (path, size) for it in everything
-                             if it.desc == "TABLE DATA" and it.schema is not None
-                             and (path := files[str(it.dump_id)][0]) is not None
-                             and (size := files[str(it.dump_id)][1]) > 0})
+        else:
+            widths = row_widths({f"{it.schema}.{it.tag}": (path, size) for it in everything
+                                 if it.desc == "TABLE DATA" and it.schema is not None
+                                 and (path := files[str(it.dump_id)][0]) is not None
+                                 and (size := files[str(it.dump_id)][1]) > 0})
         if widths:
             extra = {**(extra or {}), "row_text_bytes": widths}
         listings = archive_listings(src.target_dir, everything)
