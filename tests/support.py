@@ -72,6 +72,43 @@ def wait_for_backends(cluster: Cluster, dbname: str, app_prefix: str, n: int = 1
     raise AssertionError(f"no {app_prefix} backends appeared in {dbname}")
 
 
+def end_jobs(cluster: Cluster, dbname: str, pids: Iterable[int], app: str = "pg_dump",
+             timeout: float = 30.0) -> None:
+    """End these jobs for good: each process tree resumed (a held one
+    cannot die) and terminated, workers too, each process waited for, then
+    until no `app` session of theirs is left in dbname (a backend notices
+    its client gone only when it next writes): a job ended here is no
+    second job for the next test of the same server to find."""
+    procs: list[psutil.Process] = []
+    for pid in pids:
+        for q in tree(pid):
+            try:
+                procs.append(psutil.Process(q))
+            except psutil.NoSuchProcess:
+                pass
+    for p in procs:
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        while True:
+            (left,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND application_name = %s AND pid <> pg_backend_pid()",
+                (dbname, app)).fetchone()  # type: ignore[misc]
+            if left == 0:
+                return
+            assert time.monotonic() < deadline, f"{left} {app} sessions outlived their job"
+            time.sleep(0.05)
+
+
 def monitor_replay(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Monitor]:
     """Every sample a Monitor derives from a recording (no server, no
     waiting), its summary, and the Monitor (its outcome)."""

@@ -20,6 +20,7 @@ import pytest
 from support import (
     attach_while_held,
     dump_held_at_start,
+    end_jobs,
     in_terminal,
     pgparmon_cmd,
     read_jsonl,
@@ -372,8 +373,8 @@ def test_several_jobs_need_a_pid(cluster: Cluster, sample_db: str, workdir: Path
         samples = [d for d in read_jsonl(res.stdout) if d.get("schema") == "pgparmon.sample/1"]
         assert samples[0]["job"]["client_pid"] == dumps[1].pid
     finally:
+        end_jobs(cluster, sample_db, [d.pid for d in dumps])
         for d in dumps:
-            d.terminate()
             d.wait()
 
 
@@ -385,7 +386,6 @@ def _two_held_dumps(cluster: Cluster, sample_db: str, workdir: Path) -> Iterator
     dumps = [subprocess.Popen([cluster.client("pg_dump"), "-Fd", "-j", "2", "-Z", "9", "-f",
                                str(workdir / f"p{i}"), sample_db], env=cluster.env())
              for i in range(2)]
-    stopped: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 30
         while any(len(psutil.Process(d.pid).children()) < 2 for d in dumps):
@@ -395,16 +395,10 @@ def _two_held_dumps(cluster: Cluster, sample_db: str, workdir: Path) -> Iterator
         for d in dumps:
             for p in (psutil.Process(d.pid), *psutil.Process(d.pid).children()):
                 p.suspend()
-                stopped.append(p)
         yield [d.pid for d in dumps]
     finally:
-        for p in stopped:
-            try:
-                p.resume()
-            except psutil.NoSuchProcess:
-                pass
+        end_jobs(cluster, sample_db, [d.pid for d in dumps])
         for d in dumps:
-            d.terminate()
             d.wait()
 
 

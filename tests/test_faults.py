@@ -15,10 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 import pytest
-from support import Lines, pgparmon_cmd, read_jsonl, resume, stop, tree, wait_for_backends
+from support import Lines, end_jobs, pgparmon_cmd, read_jsonl, resume, stop, tree, wait_for_backends
 
 from pgparmon.cluster import Cluster
 from pgparmon.connect import ConnTarget
@@ -70,13 +69,7 @@ def slow_dump(cluster: Cluster, sample_db: str, workdir: Path) -> Iterator[subpr
     try:
         yield p
     finally:
-        for q in [p, *psutil.Process(p.pid).children()] if p.poll() is None else []:
-            try:
-                os.kill(q.pid, signal.SIGCONT)
-            except (ProcessLookupError, AttributeError):
-                pass
-        if p.poll() is None:
-            p.terminate()
+        end_jobs(cluster, sample_db, [p.pid])
         p.wait()
 
 
