@@ -26,12 +26,13 @@ import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from .custom_blocks import BlockError, chunks
+
 MAGIC = b"PGDMP"
 FORMAT_CUSTOM = 1  # archFormat's archCustom
 OLDEST = (1, 12)
 NEWEST = (1, 16)
 POS_SET = 2  # K_OFFSET_POS_SET: the entry has data at a known offset
-BLK_DATA = 1  # a data block of a table's rows (BLK_BLOBS: large objects)
 # a TOC larger than this is not read (a million large objects before 17 is
 # a million entries of ~150 bytes: 150 MB)
 MAX_TOC_BYTES = 1 << 30
@@ -202,6 +203,22 @@ def text_ratios(path: str, ext: Extents, tables: Collection[int], items: int = R
                                                           None).items() if a > 0 and t > 0}
 
 
+# the archive's bytes a byte of COPY text, by algorithm, on typical table
+# data: what an item not measured is taken at (a directory archive's files
+# say their own: jobs/archive_files.text_bytes, whose guesses these are)
+USUAL_RATIO = {"gzip": 0.3, "zstd": 0.3, "lz4": 0.5, "none": 1.0}
+
+
+def item_texts(path: str, ext: Extents, tables: Collection[int]
+               ) -> tuple[dict[int, float], dict[int, float]]:
+    """(each item's COPY text bytes, the ratios measured): text_of over the
+    ratios read from the largest of `tables` (text_ratios), the others at
+    their measured mean, else at the algorithm's usual ratio."""
+    measured = text_ratios(path, ext, tables)
+    usual = USUAL_RATIO.get(ext.compression, USUAL_RATIO["gzip"])
+    return text_of(ext, measured, usual), measured
+
+
 def text_of(ext: Extents, ratios: dict[int, float], default: float) -> dict[int, float]:
     """Each item's COPY text: its length over its own ratio where measured,
     else over the measured items' together (their bytes over their text),
@@ -243,7 +260,7 @@ def _read_largest(path: str, ext: Extents, tables: Collection[int], most: int,
         for key, (start, length) in largest:
             try:
                 out[key] = _item_text(f, start, min(length, budget or length), ext, text_most)
-            except (OSError, _Short, zlib.error):
+            except (OSError, BlockError, zlib.error):
                 continue  # not read: the others say
     return out
 
@@ -251,22 +268,16 @@ def _read_largest(path: str, ext: Extents, tables: Collection[int], most: int,
 def _item_text(f: io.BufferedReader, start: int, most: int, ext: Extents,
                text_most: int | None = None) -> tuple[int, int, int]:
     """(archive bytes read, text bytes they hold, rows: the newlines) from
-    an item's data, up to `most` archive bytes or `text_most` of text."""
-    f.seek(start)
-    r = _Reader(f, limit=most + 64 * 1024)  # the last chunk may pass `most`
-    r.int_size = ext.int_size
-    if r.byte() != BLK_DATA:
-        return 0, 0, 0
-    r.int()  # its dump id
+    an item's data, up to `most` archive bytes or `text_most` of text;
+    BlockError when it holds no table data."""
     inflate = zlib.decompressobj(47) if ext.compression == "gzip" else None
     read = text = rows = 0
-    while read < most and (text_most is None or text < text_most):
-        n = r.int()
-        if n <= 0:
-            break
-        chunk = r.raw(n)
-        read += 1 + ext.int_size + n
+    # a chunk past `most` by more than a buffer's worth is taken for a corrupt length
+    for chunk in chunks(f, start, ext.int_size, longest=most + 64 * 1024):
+        read += 1 + ext.int_size + len(chunk)
         data = inflate.decompress(chunk) if inflate else chunk
         text += len(data)
         rows += data.count(b"\n")
+        if read >= most or (text_most is not None and text >= text_most):
+            break
     return read, text, rows

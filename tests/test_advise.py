@@ -519,13 +519,20 @@ def test_probe_names_the_limit() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("fmt", ["d", "c"])
 def test_restore_advice_with_a_probe(cluster: Cluster, sample_db: str,
-                                     dump_archive: Path) -> None:
-    """The restore probe loads the archive's files into temporary tables and
-    times one of its index builds; the builds are then costed from it."""
+                                     dump_archive: Path, tmp_path: Path, fmt: str) -> None:
+    """The restore probe loads the archive's data (a directory archive's
+    files, a custom archive's items) into temporary tables and times one of
+    its index builds; the builds are then costed from it."""
+    archive = dump_archive
+    if fmt == "c":
+        archive = tmp_path / "sample.fc"
+        subprocess.run([cluster.client("pg_dump"), "-Fc", "-f", str(archive), sample_db],
+                       env=cluster.env(), check=True, capture_output=True)
     cluster.psql("DROP DATABASE IF EXISTS advise_restore_probe")
     cluster.psql("CREATE DATABASE advise_restore_probe")
-    r = run_advise(*conn_args(cluster, "advise_restore_probe"), "--archive", str(dump_archive),
+    r = run_advise(*conn_args(cluster, "advise_restore_probe"), "--archive", str(archive),
                    "--probe", "--probe-seconds", "6", "--max-jobs", "2", "--json", timeout=180)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

@@ -185,3 +185,96 @@ def test_the_advice_sizes_a_custom_archives_tables_as_a_directory_archives(
     assert c["largest_item_bytes"] == pytest.approx(d["largest_item_bytes"], rel=0.1), invs
     assert c["data_bytes"] == pytest.approx(d["data_bytes"], rel=0.1), invs
     assert c["archive_compression"] == "gzip"
+
+
+def _block(dump_id: int, pieces: list[bytes], int_size: int = 4) -> bytes:
+    """A table data block as pg_dump writes it: BLK_DATA, the dump id, each
+    piece behind its length, a zero length."""
+    def num(v: int) -> bytes:
+        return bytes([1 if v < 0 else 0]) + abs(v).to_bytes(int_size, "little")
+
+    return b"\x01" + num(dump_id) + b"".join(num(len(p)) + p for p in pieces) + num(0)
+
+
+def test_an_items_chunks_read_one_by_one_or_in_runs() -> None:
+    """An uncompressed block stores a chunk a row: read in large runs (the
+    lengths parsed within each read, runs crossing the reads' ends) it is
+    the same bytes as chunk by chunk; a cut block or a corrupt length is a
+    BlockError, as is an offset with no table data."""
+    import io
+
+    from pgparmon import custom_blocks
+
+    rows = [f"{i}\tvalue {i * 7}\n".encode() * (1 + i % 3) for i in range(500)]
+    for int_size in (4, 8):
+        data = b"junk" + _block(4321, rows, int_size) + b"next item"
+        want = b"".join(rows)
+        f = io.BytesIO(data)
+        assert b"".join(custom_blocks.chunks(f, 4, int_size)) == want  # type: ignore[arg-type]
+        for block in (7, 100, 1 << 20):  # runs and reads shorter than a row, and longer
+            runs = list(custom_blocks.raw_runs(f, 4, int_size, block=block))  # type: ignore[arg-type]
+            assert b"".join(runs) == want
+            assert len(runs) >= len(want) // max(block, 40) // 2
+    cut = io.BytesIO(_block(1, rows)[:-9])
+    with pytest.raises(custom_blocks.BlockError, match="ends inside"):
+        b"".join(custom_blocks.raw_runs(cut, 0, 4))  # type: ignore[arg-type]
+    with pytest.raises(custom_blocks.BlockError, match="ends inside"):
+        b"".join(custom_blocks.chunks(cut, 0, 4))  # type: ignore[arg-type]
+    corrupt = io.BytesIO(b"\x01\x00\x01\x00\x00\x00\x00\xff\xff\xff\x7f" + b"x" * 64)
+    with pytest.raises(custom_blocks.BlockError, match="corrupt"):
+        b"".join(custom_blocks.raw_runs(corrupt, 0, 4))  # type: ignore[arg-type]
+    with pytest.raises(custom_blocks.BlockError, match="no table data"):
+        b"".join(custom_blocks.chunks(io.BytesIO(b"\x03" + b"\x00" * 20), 0, 4))  # type: ignore[arg-type]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("major,compress", [(15, "default"), (15, "0"), (16, "lz4"),
+                                            (17, "zstd"), (18, "default")])
+def test_an_items_text_is_what_pg_restore_restores(cluster: Cluster, shapes: str,
+                                                   tmp_path: Path, major: int,
+                                                   compress: str) -> None:
+    """custom_blocks, run as the restore probe runs it (a script by its
+    path, no site; lz4 and zstd frames through their command), writes each
+    table's rows as `pg_restore --data-only` restores them, then the end
+    of data pg_dump stores; cut short by `head`, it ends quietly."""
+    import shlex
+    import sys
+
+    from pgparmon import custom_blocks
+    from support import ensure_debian_package, install_failure
+
+    tool = None
+    if compress in ("lz4", "zstd"):
+        tool = ensure_debian_package(compress, compress)
+        if tool is None:
+            pytest.skip(install_failure(compress) or f"no {compress} command")
+    bindir = bindir_for(major)
+    out = tmp_path / "a.dump"
+    extra = [] if compress == "default" else ["-Z", compress]
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", *extra, "-f", str(out), shapes],
+                   env=cluster.env(), check=True)
+    ext = data_extents(str(out))
+    assert ext is not None
+    assert ext.compression == {"default": "gzip", "0": "none"}.get(compress, compress)
+    pg_restore = str(bindir / "pg_restore")
+    _, toc = list_archive(out, pg_restore)
+    mode = "gzip" if ext.compression == "gzip" else "raw"
+    for item in (t for t in toc if t.desc == "TABLE DATA"):
+        cmd = (f"{shlex.quote(sys.executable)} -S {shlex.quote(custom_blocks.__file__)} "
+               f"{shlex.quote(str(out))} {ext.by_id[item.dump_id][0]} {ext.int_size} {mode}")
+        if tool is not None:
+            cmd += f" | {tool} -dc"
+        got = subprocess.run(cmd, shell=True, capture_output=True, check=True).stdout
+        sql = subprocess.run([pg_restore, "--data-only", "-t", item.tag, "-f", "-", str(out)],
+                             capture_output=True, check=True).stdout
+        rows = sql.split(b" FROM stdin;\n", 1)[1].split(b"\\.\n", 1)[0]
+        assert got.startswith(rows) and got[len(rows):].rstrip(b"\n") == b"\\.", item.tag
+        if item.tag == "big":
+            assert rows.count(b"\n") == 100000
+            cut = subprocess.run(cmd + " | head -n 3", shell=True, capture_output=True,
+                                 check=True)
+            assert cut.stdout == b"".join(rows.splitlines(keepends=True)[:3])
+            assert cut.stderr == b""
+    bad = subprocess.run([sys.executable, "-S", custom_blocks.__file__, str(out), "0", "4",
+                          mode], capture_output=True, text=True)
+    assert bad.returncode == 1 and "no table data block" in bad.stderr

@@ -457,8 +457,10 @@ def test_restore_probe_inputs(probe_archive: Path) -> None:
     assert create["public.big"].startswith("CREATE TABLE public.big (")
     assert temp_table_sql(create["public.big"], "public.big", "x") == (
         "CREATE TEMP TABLE x (\n    id integer,\n    h text,\n    h2 text\n);")
-    with pytest.raises(ProbeError, match="directory-format"):
-        restore_probe_inputs(str(probe_archive / "toc.dat"))
+    plain = probe_archive.parent / "plain.sql"
+    plain.write_text("--\n-- PostgreSQL database dump\n--\n")
+    with pytest.raises(ProbeError, match="directory-format .* or custom-format"):
+        restore_probe_inputs(str(plain))
 
 
 @pytest.mark.integration
@@ -512,9 +514,83 @@ def test_restore_probe(cluster: Cluster, probe_archive: Path,
         assert not any(SECRET in a for a in argv)
 
 
+@pytest.fixture(scope="module")
+def custom_archives(cluster: Cluster, probe_db: dict[str, int]) -> Iterator[dict[str, Path]]:
+    """-Fc archives of the probe database: gzip (pg_dump's default), -Z 0,
+    and one written to a pipe (no data offsets)."""
+    d = Path(tempfile.mkdtemp(prefix="pgparmon-probe-custom-"))
+    out = {"gzip": d / "gzip.dump", "none": d / "none.dump", "piped": d / "piped.dump"}
+    for key, extra in (("gzip", []), ("none", ["-Z", "0"])):
+        subprocess.run([cluster.client("pg_dump"), "-Fc", *extra, "-f", str(out[key]),
+                        PROBE_DB], env=cluster.env(), check=True, capture_output=True)
+    with open(out["piped"], "wb") as f:  # pg_dump -Fc db | cat > piped.dump
+        dump = subprocess.Popen([cluster.client("pg_dump"), "-Fc", PROBE_DB], env=cluster.env(),
+                                stdout=subprocess.PIPE)
+        subprocess.run(["cat"], stdin=dump.stdout, stdout=f, check=True)
+        assert dump.wait() == 0
+    try:
+        yield out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_restore_probe_of_a_custom_archive(cluster: Cluster, probe_archive: Path,
+                                           custom_archives: dict[str, Path], compression: str,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """A custom archive (pg_restore -j's most common input) is probed as a
+    directory archive is: its items found where its TOC places them, sized
+    as the directory archive's files of the same data say, each loaded
+    through custom_blocks; pg_restore's client cost timed on the largest."""
+    from pgparmon.advise.probe.restore_ranges import CustomItem
+
+    archive = custom_archives[compression]
+    files, create = restore_probe_inputs(str(archive))
+    d_files, d_create = restore_probe_inputs(str(probe_archive))
+    assert create == d_create
+    assert sorted(f[0] for f in files) == sorted(f[0] for f in d_files)
+    assert all(f[1] == str(archive) and isinstance(f[3], CustomItem)  # type: ignore[misc]
+               and f[3].compression == compression for f in files)  # type: ignore[misc]
+    d_size = {f[0]: f[2] for f in d_files}
+    big = next(f for f in files if f[0] == "public.big")
+    assert big[2] == pytest.approx(d_size["public.big"], rel=0.1)
+    # the small table's text written out beforehand (no Python start a
+    # load), the large one's read by custom_blocks in each range
+    from pgparmon.advise.probe.restore import _linked_files
+
+    scratch, linked, label = _linked_files(files)
+    try:
+        assert label == compression
+        by = {f.table: f for f in linked}
+        small = by["public.small"]
+        assert small.extract is None and small.text is not None and small.text > 0
+        with open(os.path.join(scratch, small.link), "rb") as fh:
+            assert fh.read().endswith(b"\\.\n\n\n")
+        assert by["public.big"].extract is not None and by["public.big"].text is None
+        assert "blocks.py" in by["public.big"].extract
+    finally:
+        shutil.rmtree(scratch)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    res = run_restore_probe(_target(cluster, db="postgres"), str(archive), budget_s=5.0,
+                            max_streams=2, server_version_num=150000)
+    assert [p.streams for p in res.points] == [1, 2], res.notes
+    assert all(p.heap_bytes > 0 and p.bytes_per_s > 0 for p in res.points)
+    assert res.compression == compression
+    assert res.client_s_per_byte is not None and res.client_s_per_byte > 0
+    assert res.build is not None and res.build["table"] == "public.big", res.notes
+    assert glob.glob(str(tmp_path / "pgparmon-*")) == []
+    assert _our_tools() == []
+    assert cluster.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'pgparmon%'"
+                        ).strip() == "0"
+    with pytest.raises(ProbeError, match="written to a pipe|wrote it to a pipe"):
+        restore_probe_inputs(str(custom_archives["piped"]))
+
+
 @pytest.mark.integration
 def test_restore_probe_needs_a_path(cluster: Cluster) -> None:
-    with pytest.raises(ProbeError, match="archive's directory"):
+    with pytest.raises(ProbeError, match="archive's path"):
         run_restore_probe(_target(cluster), object(), budget_s=5,  # type: ignore[arg-type]
                           max_streams=2, server_version_num=150000)
 

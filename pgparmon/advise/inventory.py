@@ -25,7 +25,7 @@ import psycopg
 from .. import sql
 from ..analyze.progress import DEFAULT_INDEX_FACTOR, DEFAULT_TEXT_RATIO, Tracker
 from ..analyze.schedule import WorkItem
-from ..custom_archive import data_extents, text_of, text_ratios
+from ..custom_archive import USUAL_RATIO, data_extents, item_texts
 from ..custom_archive import row_widths as custom_row_widths
 from ..ddl import key_costs, partition_parents, post_data_targets
 from ..jobs.base import Job
@@ -324,9 +324,8 @@ def fk_before_partitions(toc: list[Any], targets: dict[int, Any],
 
 
 # a custom archive's compressed data: its bytes a byte of COPY text, by
-# algorithm, on typical table data (a directory archive's files say their
-# own: archive_files.text_bytes, whose guesses these are)
-CUSTOM_TEXT_RATIO = {"gzip": 0.3, "zstd": 0.3, "lz4": 0.5, "none": 1.0}
+# algorithm (custom_archive.USUAL_RATIO)
+CUSTOM_TEXT_RATIO = USUAL_RATIO
 
 
 def restore_inventory(archive: str, pg_restore: str | None = None,
@@ -378,9 +377,8 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         comp = None
         if extents is not None:
             comp = extents.compression
-            measured = text_ratios(archive, extents, {it.dump_id for it in data})
+            text, measured = item_texts(archive, extents, {it.dump_id for it in data})
             per_text = CUSTOM_TEXT_RATIO.get(comp, CUSTOM_TEXT_RATIO["gzip"])
-            text = text_of(extents, measured, per_text)
             files = {str(it.dump_id): (None, max(text[it.dump_id] / DEFAULT_TEXT_RATIO, 1.0))
                      for it in data if it.dump_id in text}
             # rows (builds follow rows): the largest tables' text over the

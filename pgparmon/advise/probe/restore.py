@@ -19,13 +19,17 @@ import dataclasses
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...analyze.progress import DEFAULT_TEXT_RATIO
 from ...connect import ConnTarget
+from ... import custom_blocks
+from ...custom_archive import data_extents, item_texts
 from ...ddl import archive_sql, create_table_statements, index_statements
 from ...toc import TocError, archive_format, data_file, list_archive
 from ... import units as fmt
@@ -39,7 +43,7 @@ from .plan import (
 )
 from .loggedtop import LoggedTop, logged_top_reserve, rest_needs
 from .psql import checked_psql, error_line, is_local_host, psql_env
-from .restore_ranges import DataFile, RestoreSource
+from .restore_ranges import CustomItem, DataFile, RestoreSource
 from .results import GB, ProbeError, ProbePoint, ProbeResult
 from .steps import StepRunner
 from .streams import Stream
@@ -96,60 +100,89 @@ def exact_text_size(path: str) -> float | None:
     return float(isize) if size < 2**31 and isize >= size // 2 else None
 
 
-def archive_index_sql(archive_dir: str, pg_restore: str | None = None) -> dict[str, list[str]]:
+def archive_index_sql(archive: str, pg_restore: str | None = None) -> dict[str, list[str]]:
     """table ("schema.table") -> the archive's CREATE INDEX and ADD PRIMARY
     KEY / UNIQUE statements on it, in archive order (``pg_restore -v
     --section=post-data -f -``: the TOC only, no data read); {} when the
     archive cannot be read."""
     try:
-        text = archive_sql(archive_dir, "post-data", pg_restore, 60)
+        text = archive_sql(archive, "post-data", pg_restore, 60)
     except TocError:
         return {}
     return index_statements(text)
 
 
-def restore_probe_inputs(archive_dir: str, pg_restore: str | None = None,
+# A data file: (table as "schema.name", its path, its work in heap bytes),
+# and for an item of a custom archive (the path is the archive's) where it lies.
+DataFiles = Sequence[tuple[str, str, float] | tuple[str, str, float, CustomItem]]
+
+
+def restore_probe_inputs(archive: str, pg_restore: str | None = None,
                          text_ratio: float = DEFAULT_TEXT_RATIO
-                         ) -> tuple[list[tuple[str, str, float]], dict[str, str]]:
-    """(data_files, create_sql) of a directory-format archive for
-    run_restore_probe: each TABLE DATA item's file with its size in heap
-    bytes (COPY text / text_ratio), and each TABLE's CREATE TABLE text (from
-    ``pg_restore -v --section=pre-data -f -``: no server, no data read).
-    Tables are named "schema.table" with raw names, as the TOC lists them."""
-    if archive_format(archive_dir) != "directory":
-        raise ProbeError("the restore probe reads the data files of a directory-format "
-                         "archive (pg_dump -Fd); for other formats use --history or "
+                         ) -> tuple[list[Any], dict[str, str]]:
+    """(data_files, create_sql) of a directory-format (-Fd) or custom-format
+    (-Fc) archive for run_restore_probe: each TABLE DATA item's file (a
+    custom archive's: the archive, with the item's CustomItem) with its
+    size in heap bytes (COPY text / text_ratio), and each TABLE's CREATE
+    TABLE text (from ``pg_restore -v --section=pre-data -f -``: no server,
+    no data read). Tables are named "schema.table" with raw names, as the
+    TOC lists them."""
+    fmt = archive_format(archive)
+    if fmt not in ("directory", "custom"):
+        raise ProbeError("the restore probe reads a directory-format (pg_dump -Fd) or "
+                         "custom-format (-Fc) archive; for other formats use --history or "
                          "--from-timings")
     try:
-        _, items = list_archive(archive_dir, pg_restore)
-        text = archive_sql(archive_dir, "pre-data", pg_restore, 60)
+        _, items = list_archive(archive, pg_restore)
+        text = archive_sql(archive, "pre-data", pg_restore, 60)
     except TocError as exc:
         raise ProbeError(str(exc)) from None
-    files: list[tuple[str, str, float]] = []
-    for it in items:
-        if it.desc != "TABLE DATA" or it.schema is None:
-            continue
-        path = data_file(archive_dir, it.dump_id)
+    data = [it for it in items if it.desc == "TABLE DATA" and it.schema is not None]
+    files: list[Any] = []
+    if fmt == "custom":
+        files = _custom_items(archive, data, text_ratio)
+    for it in data if fmt == "directory" else ():
+        path = data_file(archive, it.dump_id)
         if path is not None:
             files.append((f"{it.schema}.{it.tag}", str(path),
                           max(1.0, _text_size(str(path)) / text_ratio)))
     return files, create_table_statements(text)
 
 
-def run_restore_probe(target: ConnTarget, archive_dir: str,
-                      data_files: list[tuple[str, str, float]] | None = None,
+def _custom_items(archive: str, data: list[Any], text_ratio: float
+                  ) -> list[tuple[str, str, float, CustomItem]]:
+    """A custom archive's TABLE DATA items where its TOC places them, each
+    sized by its text (custom_archive.item_texts: measured on the largest
+    items' first data); ProbeError when the TOC places none (pg_dump wrote
+    the archive to a pipe)."""
+    ext = data_extents(archive)
+    if ext is None:
+        raise ProbeError(f"{archive}: its table of contents says where no table's data lies "
+                         "(pg_dump wrote it to a pipe, or its version is not read here), so "
+                         "the probe cannot read it; use --history or --from-timings")
+    texts, _ = item_texts(archive, ext, {it.dump_id for it in data})
+    return [(f"{it.schema}.{it.tag}", archive, max(1.0, texts[it.dump_id] / text_ratio),
+             CustomItem(*ext.by_id[it.dump_id][:1], ext.compression, ext.int_size,
+                        ext.by_id[it.dump_id][1]))
+            for it in data if it.dump_id in ext.by_id]
+
+
+def run_restore_probe(target: ConnTarget, archive: str,
+                      data_files: DataFiles | None = None,
                       create_sql: dict[str, str] | None = None, *,
                       budget_s: float, max_streams: int, server_version_num: int,
                       text_ratio: float = DEFAULT_TEXT_RATIO,
                       index_sql: Mapping[str, Sequence[str]] | None = None,
                       max_wal_size: float | None = None) -> ProbeResult:
     """Measure X(k) of a restore's data phase within budget_s seconds: k
-    sessions COPY FROM the archive's data files (through their decompressor)
+    sessions COPY FROM the archive's data (through their decompressor; a
+    custom archive's items through `custom_blocks`)
     into temporary clones of the tables; and, after the warm-up, the time of
     one index build (ProbeResult.build_s_per_byte).
 
     data_files: (table as "schema.name", path of NNNN.dat[.gz|.lz4|.zst],
-    size) with size the file's work in heap bytes (the order, and whether a
+    size), or (table, the custom archive's path, size, CustomItem), with size
+    the file's work in heap bytes (the order, and whether a
     file is loaded whole or a range of its first lines, use it). create_sql:
     table -> the archive's CREATE TABLE text (a table missing here must exist
     in the target database: LIKE is used).  Either left out (None): read from
@@ -178,16 +211,16 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
     dropped after it, and the WAL."""
     t_start = time.monotonic()
     del server_version_num  # COPY FROM works on any version; kept for symmetry
-    if not isinstance(archive_dir, (str, os.PathLike)):
-        raise ProbeError("the restore probe needs the archive's directory (a path)")
-    archive_dir = os.fspath(archive_dir)
+    if not isinstance(archive, (str, os.PathLike)):
+        raise ProbeError("the restore probe needs the archive's path")
+    archive = os.fspath(archive)
     check_args(budget_s, max_streams)
-    data_files, create_sql, index_sql = _inputs(archive_dir, data_files, create_sql,
+    data_files, create_sql, index_sql = _inputs(archive, data_files, create_sql,
                                                 index_sql, text_ratio)
     psql = checked_psql()
     env = psql_env(target, statement_timeout_ms=int((budget_s + 30) * 1000), read_only=False)
     notes: list[str] = []
-    device = probe_device(archive_dir, notes)
+    device = probe_device(archive, notes)
     scratch, files, label = _linked_files(data_files)
     source = RestoreSource(files, create_sql, scratch, text_ratio)
     probe = StepRunner(psql=psql, comp=None, env=env, scratch=scratch, source=source,
@@ -218,7 +251,7 @@ def run_restore_probe(target: ConnTarget, archive_dir: str,
 
 
 def _logged_top(target: ConnTarget, probe: StepRunner, source: RestoreSource,
-                data_files: list[tuple[str, str, float]], client_real: float | None,
+                data_files: DataFiles, client_real: float | None,
                 notes: list[str], reserve_s: float) -> LoggedTop:
     """The step into logged tables (`loggedtop`): the steps' runner over the
     same data files, linked into a scratch directory of its own, into
@@ -239,11 +272,13 @@ def _logged_top(target: ConnTarget, probe: StepRunner, source: RestoreSource,
                      client_real, notes, reserve_s)
 
 
-def _linked_files(data_files: list[tuple[str, str, float]]
-                  ) -> tuple[str, list[DataFile], str]:
+def _linked_files(data_files: DataFiles) -> tuple[str, list[DataFile], str]:
     """(scratch directory, the data files linked into it, their compression:
     one decompressor's name, "none" or "mixed"); ProbeError when a file or
-    its decompressor is missing (the scratch directory then removed)."""
+    its decompressor is missing (the scratch directory then removed). A
+    custom archive is linked once; each of its items is read by
+    `custom_blocks`, run as a script (copied into the scratch directory),
+    and for lz4 or zstd that format's command."""
     try:
         scratch = tempfile.mkdtemp(prefix="pgparmon-restore-probe-")
     except OSError as exc:
@@ -251,32 +286,112 @@ def _linked_files(data_files: list[tuple[str, str, float]]
     try:
         files: list[DataFile] = []
         kinds: set[str] = set()
-        for n, (table, path, size) in enumerate(data_files):
+        links: dict[str, str] = {}  # a custom archive's path -> its link
+        unpacked = 0.0
+        for n, entry in enumerate(data_files):
+            table, path, size = entry[0], entry[1], entry[2]
+            if len(entry) > 3:
+                item = entry[3]
+                assert isinstance(item, CustomItem)
+                if 0 < item.length <= UNPACK_ITEM_BYTES and unpacked < UNPACK_TOTAL_BYTES:
+                    # a small item: its text written out now, loaded as a plain file
+                    link = f"f{n}.dat"
+                    text = _unpack(path, item, os.path.join(scratch, link))
+                    if text is not None:
+                        unpacked += text
+                        kinds.add(item.compression)
+                        files.append(DataFile(table, path, float(size), link, None, text=text,
+                                              item=item))
+                        continue
+                if path not in links:
+                    links[path] = f"a{len(links)}.dump"
+                    _link(path, scratch, links[path])
+                kinds.add(item.compression)
+                dec = (_tool(item.compression, "the archive's data")
+                       if item.compression in ("lz4", "zstd") else None)
+                files.append(DataFile(table, path, float(size), links[path], dec,
+                                      extract=_extract_command(scratch, links[path], item, dec),
+                                      item=item))
+                continue
             suffix = os.path.splitext(path)[1]
             dec: str | None = None
             if suffix in _DECOMPRESSORS:
                 tool = _DECOMPRESSORS[suffix]
-                found = shutil.which(tool)
-                if found is None:
-                    raise ProbeError(f"the probe decompresses {os.path.basename(path)} with the "
-                                     f"{tool} command, which is not installed (or not on PATH)")
-                dec = found if _SAFE_WORD.match(found) else tool
+                dec = _tool(tool, os.path.basename(path))
                 kinds.add(tool)
             else:
                 kinds.add("none")
             link = f"f{n}{suffix if suffix in _DECOMPRESSORS else '.dat'}"
-            try:
-                os.symlink(os.path.abspath(path), os.path.join(scratch, link))
-            except OSError as exc:
-                raise ProbeError(f"cannot use {path}: {exc.strerror or exc}") from None
-            if not os.path.exists(os.path.join(scratch, link)):
-                raise ProbeError(f"{path}: no such file")
+            _link(path, scratch, link)
             files.append(DataFile(table, path, float(size), link, dec,
                                   text=exact_text_size(path)))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return scratch, files, kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _link(path: str, scratch: str, link: str) -> None:
+    try:
+        os.symlink(os.path.abspath(path), os.path.join(scratch, link))
+    except OSError as exc:
+        raise ProbeError(f"cannot use {path}: {exc.strerror or exc}") from None
+    if not os.path.exists(os.path.join(scratch, link)):
+        raise ProbeError(f"{path}: no such file")
+
+
+def _tool(tool: str, what: str) -> str:
+    """A decompressor's path as a \\copy ... FROM PROGRAM may name it (its
+    bare name where the path holds odd characters); ProbeError when it is
+    missing."""
+    found = shutil.which(tool)
+    if found is None:
+        raise ProbeError(f"the probe decompresses {what} with the {tool} command, which is "
+                         "not installed (or not on PATH)")
+    return found if _SAFE_WORD.match(found) else tool
+
+
+# custom_blocks.py as the scratch directory holds it
+_BLOCKS = "blocks.py"
+# A custom archive's item of at most this many bytes (in the archive) is
+# written out as text before the steps, up to this much text in all: a
+# range of small tables (up to MAX_FILES_PER_RANGE) would otherwise start
+# Python once a table (~14 ms against gzip's ~1 ms for a directory
+# archive's file), and time those starts, not the load.
+UNPACK_ITEM_BYTES = 256 * 1024
+UNPACK_TOTAL_BYTES = 32e6
+
+
+def _unpack(path: str, item: CustomItem, out: str) -> float | None:
+    """Write a custom archive's item as COPY text to `out`; its bytes, or
+    None when it cannot be read here (lz4, zstd: their command reads it in
+    the steps; a bad block: the steps' reading then says so)."""
+    if item.compression not in ("gzip", "none"):
+        return None
+    try:
+        with open(path, "rb") as src, open(out, "wb") as dst:
+            for piece in custom_blocks.text(src, item.offset, item.int_size, item.compression):
+                dst.write(piece)
+            return float(dst.tell())
+    except (OSError, custom_blocks.BlockError, zlib.error):
+        return None
+
+
+def _extract_command(scratch: str, link: str, item: CustomItem, dec: str | None) -> str:
+    """The shell command that writes a custom archive's item as COPY text:
+    custom_blocks run by this Python without its site (-S: a start as quick
+    as a decompressor's), inflating gzip itself; lz4 and zstd frames go
+    through their own command (dec)."""
+    if item.compression not in ("gzip", "none", "lz4", "zstd"):
+        raise ProbeError(f"the archive's data is compressed with {item.compression}, which "
+                         "the probe cannot read")
+    target = os.path.join(scratch, _BLOCKS)
+    if not os.path.exists(target):
+        shutil.copyfile(custom_blocks.__file__, target)
+    python = sys.executable if _SAFE_WORD.match(sys.executable or "") else "python3"
+    mode = "gzip" if item.compression == "gzip" else "raw"
+    cmd = f"{python} -S {_BLOCKS} {link} {item.offset} {item.int_size} {mode}"
+    return cmd + (f" | {dec} -dc" if dec is not None else "")
 
 
 def _as_real_client(points: list[ProbePoint], client_real: float, notes: list[str]
@@ -355,18 +470,18 @@ def _what_was_measured(reused: bool, wal: bool, build_s_per_byte: float | None,
     return out
 
 
-def _inputs(archive_dir: str, data_files: list[tuple[str, str, float]] | None,
+def _inputs(archive: str, data_files: DataFiles | None,
             create_sql: dict[str, str] | None, index_sql: Mapping[str, Sequence[str]] | None,
-            text_ratio: float) -> tuple[list[tuple[str, str, float]], dict[str, str],
+            text_ratio: float) -> tuple[DataFiles, dict[str, str],
                                         Mapping[str, Sequence[str]]]:
     """The probe's inputs as given, the missing ones read from the archive;
     ProbeError when it holds no table data."""
     if data_files is None or create_sql is None:
-        found_files, found_create = restore_probe_inputs(archive_dir, text_ratio=text_ratio)
+        found_files, found_create = restore_probe_inputs(archive, text_ratio=text_ratio)
         data_files = found_files if data_files is None else data_files
         create_sql = found_create if create_sql is None else create_sql
     if index_sql is None:
-        index_sql = archive_index_sql(archive_dir)
+        index_sql = archive_index_sql(archive)
     if not data_files:
         raise ProbeError("the archive has no table data to probe")
     return data_files, create_sql, index_sql

@@ -41,6 +41,18 @@ TEMP_PREFIX = "pgparmon_probe_"
 INDEX_MIN_HEAP = 256 * 1024.0
 
 
+@dataclass(frozen=True)
+class CustomItem:
+    """Where a table's data lies in a custom-format archive: its data
+    block's offset, and the archive's compression and integer size
+    (custom_archive.Extents)."""
+
+    offset: int
+    compression: str
+    int_size: int
+    length: int = 0  # its data's bytes in the archive (0: not known)
+
+
 @dataclass
 class DataFile:
     """A data file of the archive as the restore probe loads it."""
@@ -51,6 +63,10 @@ class DataFile:
     link: str  # its safe name in the scratch directory
     decompress: str | None  # the decompressor's path; None: plain text
     text: float | None = None  # its exact COPY text bytes when known (gzip trailer, plain)
+    # a shell command that writes its COPY text (a custom archive's item);
+    # None: the file, through `decompress`
+    extract: str | None = None
+    item: CustomItem | None = None  # where it lies in a custom archive (path)
 
 
 class RestoreSource:
@@ -141,13 +157,15 @@ class RestoreSource:
         else:
             self.seq += 1
             count = os.path.join(self.scratch, f"n{self.seq}.txt")
-            cmd = f"{f.decompress} -dc {f.link} | " if f.decompress else ""
+            piped = f.extract is not None or f.decompress is not None
+            cmd = (f"{f.extract} | " if f.extract is not None
+                   else f"{f.decompress} -dc {f.link} | " if f.decompress else "")
             if lines:
-                cmd += (f"{self.head} -n {lines} | " if f.decompress
+                cmd += (f"{self.head} -n {lines} | " if piped
                         else f"{self.head} -n {lines} {f.link} | ")
-            elif not f.decompress:
+            elif not piped:
                 cmd = f"{self.dd} bs=65536 if={f.link} 2>n{self.seq}.txt"
-            if f.decompress or lines:
+            if piped or lines:
                 cmd += f"{self.dd} bs=65536 2>n{self.seq}.txt"
             src = f"FROM PROGRAM '{cmd}'"
         script += f"\\copy {temp} {src}\n"
