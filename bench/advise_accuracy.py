@@ -777,6 +777,10 @@ def main() -> None:
                          "default budget, 3%% of the predicted run, skips the probe on runs "
                          "this short); default 5, 0: don't")
     ap.add_argument("--no-restore", action="store_true", help="dump only")
+    ap.add_argument("--no-dump", action="store_true", help="restore only")
+    ap.add_argument("--archive-format", choices=("d", "c"), default="d",
+                    help="the archive the restores (and their advice) read: d, the warm-up "
+                         "pg_dump -Fd (default); c, a pg_dump -Fc of the same database")
     ap.add_argument("--no-advise", action="store_true", help="sweeps only")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: one shape (equal unless --shapes), j 1-2, one repeat, "
@@ -829,7 +833,8 @@ def main() -> None:
         "settings": {"shapes": shapes, "jobs": a.job_list, "repeats": a.repeats,
                      "advise_repeats": a.advise_repeats, "scale": a.scale,
                      "compress": a.compress, "probe_seconds": a.probe_seconds,
-                     "quick": a.quick},
+                     "quick": a.quick, "archive_format": a.archive_format,
+                     "no_dump": a.no_dump},
         "targets": TARGETS, "shapes": {}, "scenarios": []}
     try:
         doc["server"] = cl.psql("SHOW server_version").strip()
@@ -850,17 +855,28 @@ def main() -> None:
             s["warmup_dump_s"] = round(t, 3)
             s["archive_bytes"] = dir_bytes(archive)
             log(f"   warm-up dump j=1 {t:.2f} s, archive {s['archive_bytes'] / 1e6:.0f} MB")
+            restore_from = archive
+            if a.archive_format == "c":
+                restore_from = work / f"{db}.fc"
+                fc = [cl.client("pg_dump"), "-Fc", "-f", str(restore_from), db]
+                if a.compress is not None:
+                    fc[2:2] = ["-Z", a.compress]
+                run_timed(fc, cl.env(), f"pg_dump -Fc {db}")
+                s["custom_archive_bytes"] = restore_from.stat().st_size
+                log(f"   the restores read a custom archive of "
+                    f"{s['custom_archive_bytes'] / 1e6:.0f} MB")
 
             advice: dict[str, dict[str, list[dict[str, Any]]]] = {"dump": {}, "restore": {}}
             if have_advise:
                 t0 = time.perf_counter()
                 for mode in modes(a):
-                    advice["dump"][mode] = [
-                        advise_dump(cl, db, work / f"{db}.target", mode, a)
-                        for _ in range(a.advise_repeats)]
+                    if not a.no_dump:
+                        advice["dump"][mode] = [
+                            advise_dump(cl, db, work / f"{db}.target", mode, a)
+                            for _ in range(a.advise_repeats)]
                     if not a.no_restore:
                         advice["restore"][mode] = [
-                            advise_restore(cl, archive, db, mode, a)
+                            advise_restore(cl, restore_from, db, mode, a)
                             for _ in range(a.advise_repeats)]
                 for op, by_mode in advice.items():
                     for mode, recs in by_mode.items():
@@ -872,19 +888,24 @@ def main() -> None:
                 s["phases_s"]["advise"] = round(time.perf_counter() - t0, 1)
             s["advice"] = advice
 
-            t0 = time.perf_counter()
-            s["dump"] = sweep_dump(cl, db, a.job_list, a.repeats, work, a.compress, log)
-            s["phases_s"]["dump_sweep"] = round(time.perf_counter() - t0, 1)
+            if not a.no_dump:
+                t0 = time.perf_counter()
+                s["dump"] = sweep_dump(cl, db, a.job_list, a.repeats, work, a.compress, log)
+                s["phases_s"]["dump_sweep"] = round(time.perf_counter() - t0, 1)
             if not a.no_restore:
                 t0 = time.perf_counter()
-                s["restore"] = sweep_restore(cl, archive, db, a.job_list, a.repeats, log)
+                s["restore"] = sweep_restore(cl, restore_from, db, a.job_list, a.repeats, log)
                 s["phases_s"]["restore_sweep"] = round(time.perf_counter() - t0, 1)
             fresh_dir(archive)
+            if restore_from != archive:
+                restore_from.unlink()
             cl.psql(f"DROP DATABASE {db}")
             s["phases_s"]["total"] = round(time.perf_counter() - t_shape, 1)
 
             if have_advise:
                 for op in ("dump", "restore"):
+                    if op not in s:
+                        continue
                     for mode, recs in advice[op].items():
                         doc["scenarios"].append(score(shape, op, mode, recs,
                                                       s[op]["median_s"], s[op]["times"]))
