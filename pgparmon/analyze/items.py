@@ -35,6 +35,9 @@ class Item:
     tables: frozenset[str] = frozenset()
     seen_running: bool = False
     server_total: bool = False  # a COPY whose total the server knows (bytes_total)
+    # a table's COPY seen before any plan (Tracker.add_data_item): the plan's
+    # item for that table takes it over (Tracker.add)
+    stand_in: bool = False
 
     def work_item(self, work: float, deps: frozenset[str] | None = None) -> WorkItem:
         """The item as the scheduler takes it, with `work` left and `deps`

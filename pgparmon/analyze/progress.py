@@ -106,6 +106,15 @@ class Tracker:
     # ---- planning -------------------------------------------------------
 
     def add(self, item: Item) -> None:
+        """Track an item (one of the same key is replaced). A planned data
+        item takes over the stand-in of its table, seen loading before the
+        plan came (add_data_item), whatever its key: the table is one item."""
+        if item.kind == "data" and item.relation and not item.stand_in:
+            held = self.items.get(self.by_relation.get(item.relation, ""))
+            if held is not None and held.stand_in:
+                _take_over(item, held)
+                if held.key != item.key:
+                    self.remove(held.key)
         old = self.items.get(item.key)
         if old is not None:
             self.counts[old.state] -= 1
@@ -130,8 +139,10 @@ class Tracker:
             del self.by_relation[it.relation or ""]
 
     def add_data_item(self, rel: str) -> None:
-        """A table seen in a COPY but in no plan: an item of unknown size."""
-        self.add(Item(key=rel, kind="data", relation=rel, name=rel, size=1.0, work=1.0))
+        """A table seen in a COPY but in no plan: an item of unknown size
+        (a stand-in until a plan names the table)."""
+        self.add(Item(key=rel, kind="data", relation=rel, name=rel, size=1.0, work=1.0,
+                      stand_in=True))
 
     # ---- what a driver changes --------------------------------------------
     # Beside add, remove, add_data_item, set_state and finish, a driver
@@ -489,3 +500,14 @@ class Tracker:
 
     def unfinished(self) -> list[Item]:
         return [it for it in self.items.values() if it.state != "done"]
+
+
+def _take_over(item: Item, held: Item) -> None:
+    """What the samples saw of a table before the plan came, onto the plan's
+    item for it: its state and times, its worker, the COPY's counts, and as
+    much of the item's work done as the stand-in had of its own."""
+    item.state, item.started, item.finished = held.state, held.started, held.finished
+    item.worker, item.seen_running = held.worker, held.seen_running
+    item.bytes_done, item.tuples_done = held.bytes_done, held.tuples_done
+    item.server_total = held.server_total
+    item.done = max(item.done, held.fraction * item.work)
