@@ -13,6 +13,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import threading
 import time
 from typing import Any, Protocol
 
@@ -104,6 +105,8 @@ class LiveSource:
         self.process = process
         self.target_dir: str | None = None
         self._dir_watch: DirWatch | None = None  # the target's files, at a bounded cost
+        self._planning: _Background | None = None  # a plan's reading under way
+        self._root_gone = False  # the job's leader seen gone (the last snapshot)
         self.devices: set[str] = set()
         self.clients = ClientTree(ClientPids(None), process, log)  # set at discovery
         self.known_backends: set[int] = set()  # the job's sessions seen so far
@@ -230,6 +233,7 @@ class LiveSource:
         db = self.sampler.sample(sorted(self.known_backends))
         host = hostmod.read_host(self.devices or None, devmod.rotational_of(self.devices))
         now = self.clients.read(tree)
+        self._root_gone = now.root_alive is False
         clients = procs.read_procs(now.live, files_under=self.target_dir or "/")
         backends = db.backends if not db.error else ()
         links: tuple[tuple[int, int], ...] | None = None
@@ -295,11 +299,26 @@ class LiveSource:
 
     def plan_inputs(self, req: dict[str, Any] | None = None) -> PlanInputs | None:
         """What the work list is built from; None: not available yet (a dump's
-        toc.dat is written just after it starts)."""
+        toc.dat is written just after it starts, or its reading goes on).
+        A reading that takes longer than PLAN_WAIT_S (an archive of a million
+        large objects is a million TOC lines; a catalog of 100,000 tables)
+        goes on in a thread of its own while the samples go on, and is
+        handed over at the first call after it ends: a recording keeps a
+        None for each call before, as for a TOC not written yet."""
         assert self.job is not None
-        req = dict(req or {})
-        if self.job.step_shell:  # a job in steps: every step its shell runs, when it says
-            req["chain"] = chain_of(self.job, self.target_dir)
+        if self._planning is None:
+            req = dict(req or {})
+            if self.job.step_shell:  # a job in steps: every step its shell runs, when it says
+                req["chain"] = chain_of(self.job, self.target_dir)
+            self._planning = _Background(lambda: self._read_plan(req))
+        # the job gone: its end's figures need the plan, so it is waited for
+        if not self._planning.wait(PLAN_END_WAIT_S if self._root_gone else PLAN_WAIT_S):
+            return None
+        done, self._planning = self._planning, None
+        return done.result()
+
+    def _read_plan(self, req: dict[str, Any]) -> PlanInputs | None:
+        assert self.job is not None
         try:
             return plan_for(self.job.kind).read_plan(self, req)
         except TocError as exc:
@@ -577,6 +596,41 @@ def dir_sizes(path: str) -> tuple[FileSize, ...] | None:
     if lo_files:
         out.append(FileSize(os.path.join(path, LO_FILES), lo_files))
     return tuple(sorted(out, key=lambda f: f.path))
+
+
+# how long a sample waits for the plan's reading before going on without it
+# (LiveSource.plan_inputs)
+PLAN_WAIT_S = 0.25
+# and once the job is gone, how long at most (its end is told with the plan)
+PLAN_END_WAIT_S = 120.0
+
+
+class _Background:
+    """A call run in a daemon thread (the monitor's exit never waits for it),
+    its result or exception kept for the caller."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="pgparmon-plan", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 # a listing of the job's directory costs at most this share of the time
