@@ -393,7 +393,8 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
             files = {str(it.dump_id): (None, each) for it in data}
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,
                                   parents=parents, key_costs=keys)
-    batches, lo_notes = archive_batches(archive, toc)
+    batches, lo_notes = archive_batches(archive, toc,
+                                        extents.by_id if extents is not None else None)
     # the objects' metadata is the pre-data's (the serial part: strategies.py)
     lo = lo_work_items(batches, RESTORE_OBJECT_BYTES * (1 - RESTORE_PRE_DATA_SHARE),
                        RESTORE_BYTE_FACTOR)

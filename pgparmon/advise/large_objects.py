@@ -27,7 +27,7 @@ compressed counts compressed, and never vacuumed it counts nothing, said
 in a note); for a restore, the archive's own lists of them
 (`blobs.toc`, `blobs_<id>.toc` from 17) and their files' sizes, in a
 directory archive (a custom archive's objects are counted from its TOC,
-their bytes unknown).
+their bytes taken as their item's length in it: compressed, a floor).
 """
 
 from __future__ import annotations
@@ -113,14 +113,28 @@ def dump_batches(facts: dict[str, Any] | None, block_size: int, pg_dump_major: i
     return out, notes
 
 
-def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], list[str]]:
+def archive_batches(archive: str, toc: Sequence[Any],
+                    extents: dict[int, tuple[int, int]] | None = None
+                    ) -> tuple[list[LoBatch], list[str]]:
     """The large-object data items of an archive (jobs.large_objects.
     archive_listings: a directory archive's lists of objects and their
-    files; else counted from the TOC's metadata entries, bytes unknown)."""
-    # pg_restore sizes a directory archive's item by its list, x 1024
-    # (_PrepParallelRestore), and hands it out among the largest
-    out = [LoBatch(li.key, li.count, li.bytes, float(li.list_bytes * 1024))
-           for li in archive_listings(archive, toc)]
+    files; else counted from the TOC's metadata entries). A custom
+    archive's item with an extent (`extents`: dump id -> (offset, length),
+    custom_archive.data_extents) is sized by its length, as pg_restore -j
+    sizes it, and its objects' bytes taken as that length (their data
+    compressed: at least that much; unknown without it)."""
+    # pg_restore sizes a directory archive's item by its list, x 1024, a
+    # custom archive's by its data's length (_PrepParallelRestore), and
+    # hands it out among the largest
+    out = []
+    lengths = 0
+    for li in archive_listings(archive, toc):
+        ext = (extents or {}).get(int(li.key)) if li.key.isdigit() else None
+        if ext is not None and li.bytes is None:
+            out.append(LoBatch(li.key, li.count, float(ext[1]), float(ext[1])))
+            lengths += 1
+        else:
+            out.append(LoBatch(li.key, li.count, li.bytes, float(li.list_bytes * 1024)))
     if not out:
         return [], []
     count = sum(b.count for b in out)
@@ -128,6 +142,9 @@ def archive_batches(archive: str, toc: Sequence[Any]) -> tuple[list[LoBatch], li
     note = (f"{count} large object(s)" + (f", {fmt.size(sum(known))}," if known else "")
             + f" in {len(out)} item(s)"
             + (": one worker restores them all" if len(out) == 1 else ""))
-    if not known:
+    if lengths:
+        note += (" (their bytes taken as their data's length in the archive, compressed: "
+                 "at least that much)")
+    elif not known:
         note += " (their bytes are not in the archive's TOC: counted by their number)"
     return out, [note]

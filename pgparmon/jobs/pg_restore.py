@@ -527,13 +527,15 @@ def _plan_large_objects(tr: Tracker, extra: dict[str, Any], restores: Any) -> No
                              {str(r) for r in restores}) or li.key in tr.items:
             continue
         state.large_objects[li.key] = li
-        work = object_work(li.count, li.bytes, RESTORE_OBJECT_BYTES * (1 - share),
-                           RESTORE_BYTE_FACTOR)
         # pg_restore sizes a directory archive's item by its list, x 1024,
         # a custom archive's by its data's length (_PrepParallelRestore): it
-        # is handed out among the largest
-        size = float(state.extents[li.key][1] if li.key in state.extents
-                     else li.list_bytes * 1024)
+        # is handed out among the largest; that length (compressed) is also
+        # a floor of the objects' bytes, which a custom archive's TOC lacks
+        length = state.extents[li.key][1] if li.key in state.extents else None
+        size = float(length if length is not None else li.list_bytes * 1024)
+        work = object_work(li.count, li.bytes if li.bytes is not None or length is None
+                           else float(length), RESTORE_OBJECT_BYTES * (1 - share),
+                           RESTORE_BYTE_FACTOR)
         tr.add(Item(key=li.key, kind=LO_ITEM.name, relation=None,
                     name=f"large objects ({li.count})", size=size,
                     work=max(1.0, work * scale), reltuples=float(li.count)))
