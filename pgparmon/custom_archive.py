@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from . import frames
 from .custom_blocks import BlockError, chunks
 
 MAGIC = b"PGDMP"
@@ -197,8 +198,9 @@ def text_ratios(path: str, ext: Extents, tables: Collection[int], items: int = R
     length; compressed with gzip, the chunks are one zlib stream (inflated
     here); uncompressed, each row is a chunk of its own, and the lengths are
     the overhead. `tables`: the dump ids of the TABLE DATA items (a large
-    objects' block is laid out otherwise). Empty for lz4 and zstd (not read
-    here), or when nothing could be read."""
+    objects' block is laid out otherwise); with lz4 or zstd, the chunks are
+    one frame, whose first 1 MB its command inflates (frames.py). Empty
+    when nothing could be read (for lz4 and zstd: the command missing)."""
     return {key: a / t for key, (a, t, _) in _read_largest(path, ext, tables, items, budget,
                                                           None).items() if a > 0 and t > 0}
 
@@ -236,7 +238,8 @@ def row_widths(path: str, ext: Extents, tables: dict[int, str], most: int = 100,
     -> schema.table), from the newlines in the first `sample` bytes of
     each one's text (a row is a line: newlines in values are escaped), as a
     directory archive's are read from its data files
-    (jobs/archive_files.row_widths). Tables missing: unknown (lz4, zstd)."""
+    (jobs/archive_files.row_widths). Tables missing: unknown (an lz4 or
+    zstd archive's without the command)."""
     got = _read_largest(path, ext, tables, most, None, sample)
     return {tables[key]: t / rows for key, (_, t, rows) in got.items() if rows}
 
@@ -245,9 +248,11 @@ def _read_largest(path: str, ext: Extents, tables: Collection[int], most: int,
                   budget: int | None, text_most: int | None) -> dict[int, tuple[int, int, int]]:
     """_item_text of the `most` largest of `tables` (dump ids), each read up
     to `budget` archive bytes (None: its whole length) or `text_most` of
-    text; those that cannot be read are left out, as is everything when
-    the data is lz4 or zstd (not read here)."""
-    if ext.compression not in ("gzip", "none"):
+    text (lz4 and zstd: a head of frames.HEAD_BYTES through the command);
+    those that cannot be read are left out, as is everything when the
+    data is lz4 or zstd and the command is missing."""
+    if ext.compression not in ("gzip", "none", *frames.TOOLS) or (
+            ext.compression in frames.TOOLS and not frames.have(ext.compression)):
         return {}
     largest = sorted(((k, e) for k, e in ext.by_id.items() if k in tables),
                      key=lambda ke: -ke[1][1])[:most]
@@ -259,7 +264,11 @@ def _read_largest(path: str, ext: Extents, tables: Collection[int], most: int,
     with f:
         for key, (start, length) in largest:
             try:
-                out[key] = _item_text(f, start, min(length, budget or length), ext, text_most)
+                if ext.compression in frames.TOOLS:
+                    out[key] = _framed_text(f, start, length, ext, text_most)
+                else:
+                    out[key] = _item_text(f, start, min(length, budget or length), ext,
+                                          text_most)
             except (OSError, BlockError, zlib.error):
                 continue  # not read: the others say
     return out
@@ -281,3 +290,25 @@ def _item_text(f: io.BufferedReader, start: int, most: int, ext: Extents,
         if read >= most or (text_most is not None and text >= text_most):
             break
     return read, text, rows
+
+
+def _framed_text(f: io.BufferedReader, start: int, length: int, ext: Extents,
+                 text_most: int | None) -> tuple[int, int, int]:
+    """_item_text of an lz4 or zstd item: the chunks of its first
+    frames.HEAD_BYTES (a head cut shorter would leave out a block's share
+    of its text: lz4's blocks hold 64 kB of text, zstd's 128 kB) through
+    its command (frames.ratio); zeros when it cannot be read."""
+    raw = bytearray()
+    read = 0
+    whole = True
+    for chunk in chunks(f, start, ext.int_size, longest=length):
+        raw += chunk
+        read += 1 + ext.int_size + len(chunk)
+        if len(raw) >= frames.HEAD_BYTES:
+            whole = False
+            break
+    got = frames.ratio(bytes(raw), whole, ext.compression)
+    if got is None:
+        return 0, 0, 0  # not read
+    text = got[1][:text_most] if text_most is not None else got[1]
+    return read, len(text), text.count(b"\n")

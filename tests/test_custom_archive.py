@@ -278,3 +278,61 @@ def test_an_items_text_is_what_pg_restore_restores(cluster: Cluster, shapes: str
     bad = subprocess.run([sys.executable, "-S", custom_blocks.__file__, str(out), "0", "4",
                           mode], capture_output=True, text=True)
     assert bad.returncode == 1 and "no table data block" in bad.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("method", ["lz4", "zstd"])
+def test_lz4_and_zstd_data_is_sized_by_its_own_ratio(cluster: Cluster, shapes: str,
+                                                    tmp_path: Path, method: str) -> None:
+    """pg_dump 17 with -Z lz4 / -Z zstd, directory and custom: each table's
+    text and rows are read from its data's head through the command
+    (frames.py), not at the method's usual ratio (0.5 and 0.3: big's md5
+    rows compress to 0.97 and 0.52 here); a directory archive's
+    files at the ratio of its largest files, a custom archive's at its
+    largest items' own."""
+    from pgparmon import frames
+    from pgparmon.custom_archive import USUAL_RATIO, item_texts
+    from pgparmon.jobs.archive_files import sample_rows, text_bytes
+    from support import ensure_debian_package, install_failure
+
+    if ensure_debian_package(method, method) is None:
+        pytest.skip(install_failure(method) or f"no {method} command")
+    bindir = bindir_for(17)
+    copy_text = "".join(f"{g}\t{hashlib.md5(str(g).encode()).hexdigest()}\n"
+                        for g in range(1, 100001)).encode()
+    real = len(copy_text) + len(b"\\.\n\n\n")  # pg_dump stores the end of data too
+    d = tmp_path / "d"
+    subprocess.run([str(bindir / "pg_dump"), "-Fd", "-Z", method, "-f", str(d), shapes],
+                   env=cluster.env(), check=True)
+    _, toc = list_archive(d, str(bindir / "pg_restore"))
+    big = next(t for t in toc if t.desc == "TABLE DATA" and t.tag == "big")
+    suffix = ".lz4" if method == "lz4" else ".zst"
+    path = d / f"{big.dump_id}.dat{suffix}"
+    size = path.stat().st_size
+    text, comp = text_bytes(str(path), size)
+    assert comp == method
+    assert text == pytest.approx(real, rel=0.05)
+    assert abs(size / real - USUAL_RATIO[method]) > 0.1  # the guess would be far off
+    # from the first 256 kB of text, whose rows (g of 1 to 5 digits) are a
+    # little narrower than the mean: a few percent more rows
+    assert sample_rows(str(path), text) == pytest.approx(100000, rel=0.06)
+    # a head cut anywhere (1 MB): its whole blocks' text
+    head, whole = frames.file_head(str(path))
+    assert not whole and len(head) == frames.HEAD_BYTES
+    got = frames.ratio(head, whole, method)
+    assert got is not None and copy_text.startswith(got[1])
+    assert got[0] == pytest.approx(size / real, rel=0.1)
+
+    c = tmp_path / "c.dump"
+    subprocess.run([str(bindir / "pg_dump"), "-Fc", "-Z", method, "-f", str(c), shapes],
+                   env=cluster.env(), check=True)
+    ext = data_extents(str(c))
+    assert ext is not None and ext.compression == method
+    _, toc = list_archive(c, str(bindir / "pg_restore"))
+    ids = {t.dump_id: f"public.{t.tag}" for t in toc if t.desc == "TABLE DATA"}
+    big_id = next(k for k, rel in ids.items() if rel == "public.big")
+    texts, measured = item_texts(str(c), ext, set(ids))
+    assert big_id in measured
+    assert texts[big_id] == pytest.approx(real, rel=0.05)
+    widths = row_widths(str(c), ext, ids)
+    assert 35 < widths["public.big"] < 40

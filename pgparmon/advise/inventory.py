@@ -30,7 +30,7 @@ from ..custom_archive import row_widths as custom_row_widths
 from ..ddl import key_costs, partition_parents, post_data_targets
 from ..jobs.base import Job
 from ..jobs.tables import plan_tables
-from ..jobs.archive_files import sample_rows, text_bytes
+from ..jobs.archive_files import ROW_WIDTH_FILES, sample_rows, text_bytes
 from ..jobs.pg_restore import INDEX_REF_ROW_BYTES, partitions_under, plan_archive
 from ..jobs.registry import driver_for
 from ..readers import procs
@@ -217,6 +217,7 @@ def _archive_files(archive: str, toc: list[Any]
     rows: dict[str, float] = {}
     kinds: set[str] = set()
     on_disk = 0.0
+    framed: list[tuple[int, str, float, str]] = []  # lz4 / zstd: (size, path, text, table)
     for it in toc:
         if it.desc != "TABLE DATA":
             continue
@@ -231,10 +232,19 @@ def _archive_files(archive: str, toc: list[Any]
             on_disk += size
             # the work unit is the heap byte: COPY text is ~DEFAULT_TEXT_RATIO of it
             files[str(it.dump_id)] = (p, max(text / DEFAULT_TEXT_RATIO, 1.0))
+            if it.schema is not None and comp in ("lz4", "zstd"):
+                framed.append((size, p, text, f"{it.schema}.{it.tag}"))
+                break
             n = sample_rows(p, text) if it.schema is not None else None
             if n:
                 rows[f"{it.schema}.{it.tag}"] = n
             break
+    # an lz4 or zstd file's rows cost a subprocess: the largest files' only
+    # (a build on a small table is short whatever its rows)
+    for _, p, text, rel in sorted(framed, reverse=True)[:ROW_WIDTH_FILES]:
+        n = sample_rows(p, text)
+        if n:
+            rows[rel] = n
     compression = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None)
     return files, compression, on_disk, rows
 

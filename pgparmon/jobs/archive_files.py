@@ -10,6 +10,7 @@ import struct
 import zlib
 from typing import TYPE_CHECKING
 
+from .. import frames
 from ..analyze.items import WorkerState
 from ..snapshot import Snapshot
 
@@ -41,8 +42,9 @@ def sample_rows(path: str, text_bytes: float, sample: int = ROW_SAMPLE_BYTES
                 ) -> float | None:
     """Rows of one data file: newlines in its first `sample` bytes of COPY
     text (the whole file when it is shorter: then exact), scaled to its
-    text size. gzip and uncompressed files; None for others (lz4, zstd) and
-    for files it cannot read. A COPY text row is one line (newlines inside
+    text size. gzip and uncompressed files, lz4 and zstd ones through their
+    command (frames.py: a subprocess a file); None for files it cannot
+    read. A COPY text row is one line (newlines inside
     values are escaped as \\n)."""
     try:
         with open(path, "rb") as f:
@@ -61,6 +63,15 @@ def sample_rows(path: str, text_bytes: float, sample: int = ROW_SAMPLE_BYTES
             elif path.endswith(".dat"):
                 head = f.read(sample)
                 whole = len(head) < sample
+            elif path.endswith((".lz4", ".zst")):
+                # its command's text of the file's head (frames.py): at
+                # least `sample` of it unless the file is shorter
+                raw, whole = frames.file_head(path, sample)
+                got = frames.inflate_head(raw, frames.SUFFIXES[os.path.splitext(path)[1]])
+                if got is None:
+                    return None
+                head = got[:sample]
+                whole = whole and len(got) <= sample
             else:
                 return None
     except (OSError, zlib.error):
@@ -137,16 +148,64 @@ def _zstd_content_size(path: str) -> float | None:
 
 
 def text_bytes(path: str, size: int) -> tuple[float, str]:
-    """(uncompressed COPY text bytes, compression) of one data file."""
+    """(uncompressed COPY text bytes, compression) of one data file: a gzip
+    file's from its trailer; an lz4 or zstd file's (a zstd frame that
+    carries its size aside) at the ratio its archive's largest files of the
+    kind show (frame_ratio), else the kind's usual one."""
     if path.endswith(".gz"):
         v = _gzip_uncompressed(path, size)
         return (v if v is not None else size / 0.3), "gzip"
     if path.endswith(".zst"):
         v = _zstd_content_size(path)
-        return (v if v is not None else size / 0.3), "zstd"
+        if v is not None:
+            return v, "zstd"
+        return size / (frame_ratio(os.path.dirname(path), "zstd") or 0.3), "zstd"
     if path.endswith(".lz4"):
-        return size / 0.5, "lz4"
+        return size / (frame_ratio(os.path.dirname(path), "lz4") or 0.5), "lz4"
     return float(size), "none"
+
+
+# how many of a directory archive's largest lz4 or zstd files its ratio is read from
+FRAME_FILES = 3
+# directory, method, toc.dat's mtime -> the ratio (None: not read)
+_frame_ratios: dict[tuple[str, str, float], float | None] = {}
+
+
+def frame_ratio(directory: str, method: str) -> float | None:
+    """A directory archive's lz4 or zstd data files' bytes a byte of their
+    text, from the heads of its FRAME_FILES largest (frames.ratio: their
+    command inflates them), read once an archive (while its toc.dat is
+    unchanged); None when none can be read (the command missing)."""
+    try:
+        key = (directory, method, os.stat(os.path.join(directory, "toc.dat")).st_mtime)
+    except OSError:
+        key = (directory, method, 0.0)
+    if key in _frame_ratios:
+        return _frame_ratios[key]
+    suffix = next(s for s, m in frames.SUFFIXES.items() if m == method)
+    found: list[tuple[int, str]] = []
+    try:
+        with os.scandir(directory) as it:
+            for e in it:
+                if e.name.endswith(".dat" + suffix) and not e.name.startswith("blob_"):
+                    try:
+                        found.append((e.stat().st_size, e.path))
+                    except OSError:
+                        continue
+    except OSError:
+        found = []
+    head_bytes = text = 0
+    for _, path in sorted(found, reverse=True)[:FRAME_FILES]:
+        try:
+            head, whole = frames.file_head(path)
+        except OSError:
+            continue
+        got = frames.ratio(head, whole, method)
+        if got is not None:
+            head_bytes += len(head)
+            text += len(got[1])
+    _frame_ratios[key] = head_bytes / text if head_bytes and text else None
+    return _frame_ratios[key]
 
 
 # the data files whose rows a live plan counts: the largest this many (a

@@ -31,6 +31,7 @@ from ...connect import ConnTarget
 from ... import custom_blocks
 from ...custom_archive import data_extents, item_texts
 from ...ddl import archive_sql, create_table_statements, index_statements
+from ...jobs.archive_files import text_bytes
 from ...toc import TocError, archive_format, data_file, list_archive
 from ... import units as fmt
 from .client_cost import as_pg_restore, pg_restore_client_cost
@@ -73,7 +74,7 @@ def _text_size(path: str) -> float:
             isize = 0
         return float(isize) if isize >= size and size < 2**32 else size / 0.3
     if path.endswith((".zst", ".lz4")):
-        return size / 0.4
+        return text_bytes(path, size)[0]  # at the archive's measured ratio (frames.py)
     return float(size)
 
 

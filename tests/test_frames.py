@@ -1,0 +1,64 @@
+"""The head of an lz4 or zstd stream through its command (frames.py), and a
+directory archive's ratio read once from its largest files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pgparmon import frames
+from pgparmon.jobs import archive_files
+
+
+def _tool(method: str) -> str:
+    from support import ensure_debian_package, install_failure
+
+    path = ensure_debian_package(method, method)
+    if path is None:
+        pytest.skip(install_failure(method) or f"no {method} command")
+    return path
+
+
+@pytest.mark.parametrize("method", ["lz4", "zstd"])
+def test_a_cut_head_gives_its_whole_blocks(tmp_path: Path, method: str) -> None:
+    tool = _tool(method)
+    text = b"".join(b"%d\trow number %d of a table\n" % (i, i * 7) for i in range(200_000))
+    # lz4's command makes blocks of 4 MB unless told: pg_dump's are of 64 kB (-B4)
+    framed = subprocess.run([tool, "-c", *(["-B4"] if method == "lz4" else [])], input=text,
+                            capture_output=True, check=True).stdout
+    got = frames.ratio(framed, True, method)
+    assert got is not None and got[1] == text  # the whole stream: exact
+    assert got[0] == pytest.approx(len(framed) / len(text))
+    cut = framed[:len(framed) // 2]
+    half = frames.ratio(cut, False, method)
+    assert half is not None and text.startswith(half[1]) and 0 < len(half[1]) < len(text)
+    assert frames.ratio(framed[:100], False, method) is None  # too short to say
+    assert frames.inflate_head(b"not a frame at all", method) is None
+    assert frames.inflate_head(framed, "brotli") is None and not frames.have("brotli")
+
+
+def test_a_directory_archives_ratio_is_read_once(tmp_path: Path) -> None:
+    """From the largest files of the kind (not the objects'), cached while
+    the archive's toc.dat is unchanged."""
+    tool = _tool("zstd")
+    text = b"".join(b"%d\t%s\n" % (i, b"x" * (i % 50)) for i in range(100_000))
+    (tmp_path / "toc.dat").write_bytes(b"PGDMP")
+    for name, data in (("3001.dat.zst", text), ("3002.dat.zst", text[:5000]),
+                       ("blob_77.dat.zst", os.urandom(300_000))):
+        subprocess.run([tool, "-q", "-o", str(tmp_path / name), "-"], input=data, check=True)
+    size = (tmp_path / "3001.dat.zst").stat().st_size
+    r = archive_files.frame_ratio(str(tmp_path), "zstd")
+    assert r is not None and r < 0.2  # the objects' random bytes left out
+    got, comp = archive_files.text_bytes(str(tmp_path / "3001.dat.zst"), size)
+    assert comp == "zstd" and got == pytest.approx(len(text), rel=0.05)
+    calls = []
+    real = frames.ratio
+    frames.ratio = lambda *a: calls.append(a) or real(*a)  # type: ignore[assignment]
+    try:
+        assert archive_files.frame_ratio(str(tmp_path), "zstd") == r
+        assert calls == []
+    finally:
+        frames.ratio = real  # type: ignore[assignment]
