@@ -62,3 +62,29 @@ def test_a_directory_archives_ratio_is_read_once(tmp_path: Path) -> None:
         assert calls == []
     finally:
         frames.ratio = real  # type: ignore[assignment]
+
+
+def test_a_decompressor_that_ends_first_is_still_timed(tmp_path: Path) -> None:
+    """The client cost's sample of a file shorter than what it reads: the
+    tool ends by itself, and its CPU is still read (it was reaped, and the
+    sample lost, before)."""
+    import gzip
+    import shutil
+
+    from pgparmon.advise.probe.client_cost import _cli_sample
+
+    text = b"1\tsome row\n" * 50_000
+    path = tmp_path / "3001.dat.gz"
+    path.write_bytes(gzip.compress(text))
+    gz = shutil.which("gzip")
+    assert gz is not None
+    for _ in range(3):
+        cpu, n = _cli_sample(gz, str(path))
+        assert n == len(text) and cpu >= 0
+    # a tool that has surely ended before its output does: it leaves the
+    # writing to a child of its own
+    tool = tmp_path / "early"
+    tool.write_text(f'#!/bin/sh\n{gz} -dc "$2" &\nexit 0\n')
+    tool.chmod(0o755)
+    cpu, n = _cli_sample(str(tool), str(path))
+    assert n == len(text) and cpu >= 0

@@ -592,11 +592,18 @@ def test_restore_probe_of_a_custom_archive(cluster: Cluster, probe_archive: Path
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     res = run_restore_probe(_target(cluster, db="postgres"), str(archive), budget_s=5.0,
                             max_streams=2, server_version_num=150000)
-    assert [p.streams for p in res.points] == [1, 2], res.notes
+    # on a busy machine the budget may hold one stream, or leave no time
+    # for the index build: the notes then say so
+    steps = [p.streams for p in res.points]
+    assert steps == [1, 2] or (steps == [1] and any("allowed up to 1 of 2" in n
+                                                    for n in res.notes)), res.notes
     assert all(p.heap_bytes > 0 and p.bytes_per_s > 0 for p in res.points)
     assert res.compression == compression
     assert res.client_s_per_byte is not None and res.client_s_per_byte > 0
-    assert res.build is not None and res.build["table"] == "public.big", res.notes
+    if res.build is None:
+        assert any("too little" in n or "no time left" in n for n in res.notes), res.notes
+    else:
+        assert res.build["table"] == "public.big", res.notes
     assert glob.glob(str(tmp_path / "pgparmon-*")) == []
     assert _our_tools() == []
     assert cluster.psql("SELECT count(*) FROM pg_class WHERE relname LIKE 'pgparmon%'"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -37,6 +38,8 @@ from .results import ProbePoint
 # most this much CPU time.
 SAMPLE_IN_BYTES = 8 << 20
 SAMPLE_CPU_S = 0.25
+# The most a decompressor's command may take to write its first bytes.
+CLI_START_S = 10.0
 # A step filled the host when its CPUs were this busy (percent of all).
 HOST_FULL_PERCENT = 85.0
 
@@ -142,16 +145,25 @@ def _cli_sample(tool: str, path: str) -> tuple[float, float]:
     assert proc.stdout is not None
     n = 0
     try:
-        t_end = time.monotonic() + 4 * SAMPLE_CPU_S
+        # the sample's time counts from the tool's first output: on a busy
+        # host its start alone can take longer (then it had sampled nothing)
+        t_end = time.monotonic() + CLI_START_S
         while n < 4 * SAMPLE_IN_BYTES and time.monotonic() < t_end:
             chunk = proc.stdout.read(256 << 10)
             if not chunk:
                 break
+            if n == 0:
+                t_end = time.monotonic() + 4 * SAMPLE_CPU_S
             n += len(chunk)
     finally:
         proc.stdout.close()
-        if proc.poll() is None:
-            proc.kill()
+        # not Popen.poll or kill, which reap a tool that has ended (a sample
+        # shorter than what is read: a cut frame) and lose its rusage: a
+        # signal to a zombie is a no-op, and wait4 reaps it with its CPU
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         _, _, ru = os.wait4(proc.pid, 0)
         proc.returncode = 0
     return ru.ru_utime + ru.ru_stime, float(n)
