@@ -181,6 +181,9 @@ class LiveSource:
         self.known_backends |= set(job.pid_hint)
         self.clients = ClientTree.of(job, job.grouping == TREE, self.process, self.log)
         self._tool = None
+        # a reading still going on was asked for the last step: the next
+        # plan_inputs reads this one's (the old thread's result is dropped)
+        self._planning = None
 
     def look_again(self) -> None:
         """Forget the job found and undo what following it set (the sampler

@@ -77,3 +77,31 @@ def test_once_the_job_is_gone_its_plan_is_waited_for() -> None:
     s._root_gone = True  # the next snapshot saw the leader gone
     got = s.plan_inputs()
     assert got is not None and got.note == "the plan"
+
+
+def test_a_step_followed_mid_reading_gets_its_own_plan() -> None:
+    """A job in steps: the reading asked for the last step is still going
+    on when the next step is followed; the next call reads for the new
+    step, with its own request, not the last one's result."""
+    release = threading.Event()
+    calls: list[dict[str, Any]] = []
+
+    def read(req: dict[str, Any]) -> PlanInputs:
+        calls.append(req)
+        if len(calls) == 1:
+            release.wait(10)
+        return PlanInputs(note=f"plan for {req}")
+
+    s = _source(read)
+    s.known_backends = set()
+    s.process = None
+    s.log = None
+    assert s.plan_inputs({"step": 1}) is None  # step 1's reading goes on
+    s.follow_step(Job(kind="pg_restore", database="db", step=2))
+    got = None
+    deadline = time.monotonic() + 10
+    while got is None and time.monotonic() < deadline:
+        got = s.plan_inputs({"step": 2})
+    release.set()
+    assert got is not None and got.note == "plan for {'step': 2}"
+    assert calls == [{"step": 1}, {"step": 2}]
