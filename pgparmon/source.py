@@ -328,6 +328,9 @@ class LiveSource:
             return PlanInputs(error=f"cannot read the archive's TOC ({exc}): progress from "
                                     "activity only")
         except psycopg.Error as exc:
+            conn = self.sampler.conn
+            if conn is None or conn.closed or conn.broken:
+                return None  # the connection is down: read again once the samples reconnect
             return PlanInputs(error=f"cannot read table sizes: {_one_line(exc)}")
 
     def query_json(self, name: str) -> Any:

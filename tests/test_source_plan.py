@@ -105,3 +105,18 @@ def test_a_step_followed_mid_reading_gets_its_own_plan() -> None:
     release.set()
     assert got is not None and got.note == "plan for {'step': 2}"
     assert calls == [{"step": 1}, {"step": 2}]
+
+
+def test_a_plan_asked_while_the_connection_is_down_is_asked_again() -> None:
+    """A dump's plan reads the catalog: with the monitor's connection down
+    (the samples reconnect) it is not ready yet, not a failed plan (nor
+    an AssertionError out of the sample loop, as before)."""
+    from pgparmon.readers.db import DbSampler
+
+    s = src.LiveSource.__new__(src.LiveSource)
+    s.job = Job(kind="pg_dump", database="db")
+    s.target_dir = None
+    s.sampler = DbSampler.__new__(DbSampler)
+    s.sampler.conn = None
+    s.sampler.facts = None
+    assert s._read_plan({}) is None

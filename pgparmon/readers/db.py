@@ -209,8 +209,10 @@ class DbSampler:
         return DbSample.from_json(row[0], latency, row[1] if len(row) > 1 else None)
 
     def query_json(self, name: str, params: dict[str, Any] | None = None) -> Any:
-        """A one-off catalog query (not per tick); raises psycopg errors."""
-        assert self.conn is not None and self.facts is not None
+        """A one-off catalog query (not per tick); raises psycopg errors (an
+        OperationalError when the connection is down: the samples reconnect)."""
+        if self.conn is None or self.conn.closed or self.facts is None:
+            raise psycopg.OperationalError("the monitor's connection is down")
         row = self.conn.execute(sql.load(name, self.facts.version_num), params).fetchone()
         return row[0] if row else None
 
