@@ -28,7 +28,7 @@ from typing import Any
 
 from ...analyze.progress import DEFAULT_TEXT_RATIO
 from ...connect import ConnTarget
-from ... import custom_blocks
+from ... import custom_blocks, frames
 from ...custom_archive import data_extents, item_texts
 from ...ddl import archive_sql, create_table_statements, index_statements
 from ...jobs.archive_files import text_bytes
@@ -289,15 +289,19 @@ def _linked_files(data_files: DataFiles) -> tuple[str, list[DataFile], str]:
         kinds: set[str] = set()
         links: dict[str, str] = {}  # a custom archive's path -> its link
         unpacked = 0.0
+        commands = 0  # lz4 / zstd items written out (a command each)
         for n, entry in enumerate(data_files):
             table, path, size = entry[0], entry[1], entry[2]
             if len(entry) > 3:
                 item = entry[3]
                 assert isinstance(item, CustomItem)
-                if 0 < item.length <= UNPACK_ITEM_BYTES and unpacked < UNPACK_TOTAL_BYTES:
+                framed = item.compression in frames.TOOLS
+                if (0 < item.length <= UNPACK_ITEM_BYTES and unpacked < UNPACK_TOTAL_BYTES
+                        and (not framed or commands < UNPACK_COMMANDS)):
                     # a small item: its text written out now, loaded as a plain file
                     link = f"f{n}.dat"
                     text = _unpack(path, item, os.path.join(scratch, link))
+                    commands += framed
                     if text is not None:
                         unpacked += text
                         kinds.add(item.compression)
@@ -361,18 +365,31 @@ _BLOCKS = "blocks.py"
 # archive's file), and time those starts, not the load.
 UNPACK_ITEM_BYTES = 256 * 1024
 UNPACK_TOTAL_BYTES = 32e6
+# and of lz4 or zstd items, at most this many (a command each, ~3 ms: the
+# probe's ranges reach the largest items first, seldom thousands of tiny ones)
+UNPACK_COMMANDS = 256
 
 
 def _unpack(path: str, item: CustomItem, out: str) -> float | None:
     """Write a custom archive's item as COPY text to `out`; its bytes, or
-    None when it cannot be read here (lz4, zstd: their command reads it in
-    the steps; a bad block: the steps' reading then says so)."""
-    if item.compression not in ("gzip", "none"):
+    None when it cannot be read here (the steps' reading then tries, and
+    says what failed). lz4 and zstd: its whole frame through their command
+    once (frames.inflate_head)."""
+    framed = item.compression in frames.TOOLS
+    if item.compression not in ("gzip", "none") and not framed:
         return None
     try:
         with open(path, "rb") as src, open(out, "wb") as dst:
-            for piece in custom_blocks.text(src, item.offset, item.int_size, item.compression):
-                dst.write(piece)
+            if framed:
+                text = frames.inflate_head(b"".join(custom_blocks.chunks(
+                    src, item.offset, item.int_size)), item.compression)
+                if text is None:
+                    return None
+                dst.write(text)
+            else:
+                for piece in custom_blocks.text(src, item.offset, item.int_size,
+                                                item.compression):
+                    dst.write(piece)
             return float(dst.tell())
     except (OSError, custom_blocks.BlockError, zlib.error):
         return None
