@@ -297,14 +297,17 @@ def _framed_text(f: io.BufferedReader, start: int, length: int, ext: Extents,
     """_item_text of an lz4 or zstd item: the chunks of its first
     frames.HEAD_BYTES (a head cut shorter would leave out a block's share
     of its text: lz4's blocks hold 64 kB of text, zstd's 128 kB) through
-    its command (frames.ratio); zeros when it cannot be read."""
+    its command (frames.ratio); for `text_most` of text alone (rows), four
+    times that is enough (the first text of any head is the same); zeros
+    when it cannot be read."""
+    head = frames.HEAD_BYTES if text_most is None else min(frames.HEAD_BYTES, 4 * text_most)
     raw = bytearray()
     read = 0
     whole = True
     for chunk in chunks(f, start, ext.int_size, longest=length):
         raw += chunk
         read += 1 + ext.int_size + len(chunk)
-        if len(raw) >= frames.HEAD_BYTES:
+        if len(raw) >= head:
             whole = False
             break
     got = frames.ratio(bytes(raw), whole, ext.compression)

@@ -55,9 +55,9 @@ def ratio(head: bytes, whole: bool, method: str) -> tuple[float, bytes] | None:
     """(compressed bytes a byte of text, the text) of a stream's head;
     `whole`: the head is the whole stream (the ratio is then exact). None
     when it cannot be read."""
+    if not whole and len(head) < 4096:
+        return None  # a cut head this short says little
     text = inflate_head(head, method)
     if text is None:
         return None
-    if not whole and len(head) < 4096:
-        return None  # a cut head this short says little
     return len(head) / len(text), text

@@ -333,11 +333,6 @@ def fk_before_partitions(toc: list[Any], targets: dict[int, Any],
     return out
 
 
-# a custom archive's compressed data: its bytes a byte of COPY text, by
-# algorithm (custom_archive.USUAL_RATIO)
-CUSTOM_TEXT_RATIO = USUAL_RATIO
-
-
 def restore_inventory(archive: str, pg_restore: str | None = None,
                       index_factor: float | None = None) -> Inventory:
     """Items of `pg_restore -j` from an archive (no server needed).
@@ -388,7 +383,7 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
         if extents is not None:
             comp = extents.compression
             text, measured = item_texts(archive, extents, {it.dump_id for it in data})
-            per_text = CUSTOM_TEXT_RATIO.get(comp, CUSTOM_TEXT_RATIO["gzip"])
+            per_text = USUAL_RATIO.get(comp, USUAL_RATIO["gzip"])
             files = {str(it.dump_id): (None, max(text[it.dump_id] / DEFAULT_TEXT_RATIO, 1.0))
                      for it in data if it.dump_id in text}
             # rows (builds follow rows): the largest tables' text over the
@@ -398,7 +393,7 @@ def restore_inventory(archive: str, pg_restore: str | None = None,
             widths = custom_row_widths(archive, extents, names)
             rows = {rel: text[k] / widths[rel] for k, rel in names.items() if rel in widths}
         else:
-            each = max(size / CUSTOM_TEXT_RATIO["gzip"] / DEFAULT_TEXT_RATIO
+            each = max(size / USUAL_RATIO["gzip"] / DEFAULT_TEXT_RATIO
                        / max(1, len(data)), 1.0)
             files = {str(it.dump_id): (None, each) for it in data}
     items, tables = _plan_restore(toc, files, targets, index_factor, rows,

@@ -139,10 +139,10 @@ def restore_probe_inputs(archive: str, pg_restore: str | None = None,
     except TocError as exc:
         raise ProbeError(str(exc)) from None
     data = [it for it in items if it.desc == "TABLE DATA" and it.schema is not None]
-    files: list[Any] = []
     if fmt == "custom":
-        files = _custom_items(archive, data, text_ratio)
-    for it in data if fmt == "directory" else ():
+        return _custom_items(archive, data, text_ratio), create_table_statements(text)
+    files: list[Any] = []
+    for it in data:
         path = data_file(archive, it.dump_id)
         if path is not None:
             files.append((f"{it.schema}.{it.tag}", str(path),
@@ -162,10 +162,13 @@ def _custom_items(archive: str, data: list[Any], text_ratio: float
                          "(pg_dump wrote it to a pipe, or its version is not read here), so "
                          "the probe cannot read it; use --history or --from-timings")
     texts, _ = item_texts(archive, ext, {it.dump_id for it in data})
-    return [(f"{it.schema}.{it.tag}", archive, max(1.0, texts[it.dump_id] / text_ratio),
-             CustomItem(*ext.by_id[it.dump_id][:1], ext.compression, ext.int_size,
-                        ext.by_id[it.dump_id][1]))
-            for it in data if it.dump_id in ext.by_id]
+    out = []
+    for it in data:
+        if it.dump_id in ext.by_id:
+            offset, length = ext.by_id[it.dump_id]
+            out.append((f"{it.schema}.{it.tag}", archive, max(1.0, texts[it.dump_id] / text_ratio),
+                        CustomItem(offset, ext.compression, ext.int_size, length)))
+    return out
 
 
 def run_restore_probe(target: ConnTarget, archive: str,
@@ -400,9 +403,6 @@ def _extract_command(scratch: str, link: str, item: CustomItem, dec: str | None)
     custom_blocks run by this Python without its site (-S: a start as quick
     as a decompressor's), inflating gzip itself; lz4 and zstd frames go
     through their own command (dec)."""
-    if item.compression not in ("gzip", "none", "lz4", "zstd"):
-        raise ProbeError(f"the archive's data is compressed with {item.compression}, which "
-                         "the probe cannot read")
     target = os.path.join(scratch, _BLOCKS)
     if not os.path.exists(target):
         shutil.copyfile(custom_blocks.__file__, target)
