@@ -64,6 +64,22 @@ def test_a_directory_archives_ratio_is_read_once(tmp_path: Path) -> None:
         frames.ratio = real  # type: ignore[assignment]
 
 
+def test_the_ratio_cache_keeps_only_the_newest_archives(tmp_path: Path) -> None:
+    """A process that runs for days (the exporter) sees new archives every
+    day: the ratios of the oldest are forgotten, the newest kept."""
+    archive_files._frame_ratios.clear()
+    dirs = []
+    for i in range(archive_files.FRAME_CACHE + 5):
+        d = tmp_path / f"a{i}"
+        d.mkdir()
+        (d / "toc.dat").write_bytes(b"PGDMP")
+        dirs.append(str(d))
+        assert archive_files.frame_ratio(str(d), "lz4") is None  # no data file
+    assert len(archive_files._frame_ratios) == archive_files.FRAME_CACHE
+    kept = {k[0] for k in archive_files._frame_ratios}
+    assert kept == set(dirs[-archive_files.FRAME_CACHE:])
+
+
 def test_a_decompressor_that_ends_first_is_still_timed(tmp_path: Path) -> None:
     """The client cost's sample of a file shorter than what it reads: the
     tool ends by itself, and its CPU is still read (it was reaped, and the

@@ -167,8 +167,11 @@ def text_bytes(path: str, size: int) -> tuple[float, str]:
 
 # how many of a directory archive's largest lz4 or zstd files its ratio is read from
 FRAME_FILES = 3
-# directory, method, toc.dat's mtime -> the ratio (None: not read)
+# directory, method, toc.dat's mtime -> the ratio (None: not read); the
+# newest FRAME_CACHE of them (an exporter that runs for days sees new
+# archives every day: the oldest entries go)
 _frame_ratios: dict[tuple[str, str, float], float | None] = {}
+FRAME_CACHE = 32
 
 
 def frame_ratio(directory: str, method: str) -> float | None:
@@ -204,8 +207,10 @@ def frame_ratio(directory: str, method: str) -> float | None:
         if got is not None:
             head_bytes += len(head)
             text += len(got[1])
-    _frame_ratios[key] = head_bytes / text if head_bytes and text else None
-    return _frame_ratios[key]
+    while len(_frame_ratios) >= FRAME_CACHE:
+        del _frame_ratios[next(iter(_frame_ratios))]
+    _frame_ratios[key] = ratio = head_bytes / text if head_bytes and text else None
+    return ratio
 
 
 # the data files whose rows a live plan counts: the largest this many (a
