@@ -437,15 +437,23 @@ def listed_sql(path: str | Path, dump_ids: Iterable[int], pg_restore: str | None
 # A btree build sorts its rows by the key, so what a row costs depends on the
 # key's type: on this project's VM (bench/restore_row_cost.py, collation C)
 # a btree on an md5 text column (33 bytes) took 2.0x the build of an int
-# primary key on the same rows, 3.0x with 132-byte text keys. The key's
-# leading column decides (it is what most comparisons compare); a type not
+# primary key on the same rows, 3.0x with 132-byte text keys; a numeric
+# column in random order 1.8x (bench/key_costs.py). The key's leading
+# column decides the type (it is what most comparisons compare); a type not
 # named here, an expression or another access method costs as an int key
 # (the reference every build rule was measured with).
-KEY_COSTS = {"fixed": 1.0, "text": 2.0}
+KEY_COSTS = {"fixed": 1.0, "text": 2.0, "numeric": 1.8}
+# Each key column past the first adds this share of the leading one's cost:
+# a wider index tuple, and a compare of it on every tie of the columns
+# before (bench/key_costs.py: +0% to +49% a column, +4% led by a unique
+# column, +49% led by one whose values came twice; median +15%). Which keys
+# tie is the data's, not in the archive: the median is taken for all.
+KEY_EXTRA_COLUMN = 0.15
 _FIXED_TYPES = frozenset(
     "smallint integer bigint int int2 int4 int8 serial bigserial smallserial oid date "
     "timestamp time real double float float4 float8 boolean bool money uuid interval".split())
 _TEXT_TYPES = frozenset("text character varchar char bpchar name citext".split())
+_NUMERIC_TYPES = frozenset(("numeric", "decimal"))
 _NOT_COLUMNS = frozenset(("CONSTRAINT", "PRIMARY", "UNIQUE", "CHECK", "FOREIGN", "EXCLUDE",
                           "LIKE"))
 _TYPE_ENDS = frozenset(("COLLATE", "NOT", "NULL", "DEFAULT", "CONSTRAINT", "GENERATED",
@@ -553,7 +561,8 @@ def column_types(create_sql: str) -> dict[str, str]:
 def key_class(typ: str | None) -> str | None:
     """"fixed" (a fixed-width type compared by value: ints, dates,
     timestamps, floats, uuid), "text" (text, varchar, char, name, citext),
-    or None (an array, numeric, anything else: not told apart)."""
+    "numeric" (numeric, decimal) or None (an array, anything else: not told
+    apart)."""
     if not typ or "[" in typ:
         return None
     first = typ.split()[0].split("(")[0]
@@ -562,28 +571,33 @@ def key_class(typ: str | None) -> str | None:
         return "fixed"
     if first in _TEXT_TYPES:
         return "text"
+    if first in _NUMERIC_TYPES:
+        return "numeric"
     return None
 
 
 def key_costs(path: str | Path, targets: dict[int, PostDataTarget], items: Iterable[TocItem],
               pg_restore: str | None = None, timeout: float = 30) -> dict[int, float]:
-    """A btree build's cost a row relative to an int key's (KEY_COSTS), by
-    dump id, for the builds whose leading key column's type the archive's
-    CREATE TABLE names and that differ from 1; only the TABLE items of the
-    tables such builds are on are read (``-L``). TocError when the archive
-    cannot be read."""
-    keyed = {dump_id: (t.table, t.key[0]) for dump_id, t in targets.items()
-             if t.table and t.key and t.key[0]}
-    on = {table for table, _ in keyed.values()}
+    """A btree build's cost a row relative to an int key's, by dump id, for
+    the builds whose cost differs from 1: its leading key column's type
+    (KEY_COSTS, the type named by the archive's CREATE TABLE) x (1 +
+    KEY_EXTRA_COLUMN a key column past the first); only the TABLE items of
+    the tables such builds are on are read (``-L``). TocError when the
+    archive cannot be read."""
+    keyed = {dump_id: (t.table, t.key) for dump_id, t in targets.items()
+             if t.table and t.key}
+    on = {table for table, key in keyed.values() if key[0]}
     ids = sorted(it.dump_id for it in items if it.desc == "TABLE" and it.relation in on)
-    if not ids:
+    if not keyed or (not ids and all(len(key) == 1 for _, key in keyed.values())):
         return {}
-    text = listed_sql(path, ids, pg_restore, timeout)
-    types = {t: column_types(sql) for t, sql in create_table_statements(text).items()}
+    types: dict[str, dict[str, str]] = {}
+    if ids:
+        text = listed_sql(path, ids, pg_restore, timeout)
+        types = {t: column_types(sql) for t, sql in create_table_statements(text).items()}
     out: dict[int, float] = {}
-    for dump_id, (table, column) in keyed.items():
-        cls = key_class(types.get(table, {}).get(column))
-        cost = KEY_COSTS.get(cls or "", 1.0)
+    for dump_id, (table, key) in keyed.items():
+        cls = key_class(types.get(table, {}).get(key[0])) if key[0] else None
+        cost = KEY_COSTS.get(cls or "", 1.0) * (1.0 + KEY_EXTRA_COLUMN * (len(key) - 1))
         if cost != 1.0:
             out[dump_id] = cost
     return out

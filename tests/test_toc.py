@@ -26,6 +26,7 @@ import pytest
 from pgparmon.cluster import Cluster, ClusterError, find_bindir, start_cluster
 from pgparmon.ddl import (
     KEY_COSTS,
+    KEY_EXTRA_COLUMN,
     PostDataTarget,
     column_types,
     key_class,
@@ -400,7 +401,7 @@ def test_column_types_and_their_key_class() -> None:
                      "c": "timestamp with time zone", "d": "numeric", "e": "integer[]",
                      "f": "public.citext", "g": "double precision", "u": "uuid"}
     assert {k: key_class(v) for k, v in types.items()} == {
-        "id": "fixed", "Odd, Col": "text", "b": "text", "c": "fixed", "d": None, "e": None,
+        "id": "fixed", "Odd, Col": "text", "b": "text", "c": "fixed", "d": "numeric", "e": None,
         "f": "text", "g": "fixed", "u": "fixed"}
     assert column_types("CREATE TABLE public.p PARTITION OF public.q FOR VALUES IN (1);") == {}
     assert key_class(None) is None
@@ -569,15 +570,19 @@ def test_real_post_data_targets(archives: dict[str, str], pg_restore: str) -> No
 @pytest.mark.integration
 def test_real_key_costs(archives: dict[str, str], pg_restore: str) -> None:
     """The text keys of the sample (a unique text column, two indexes led by
-    a text column, one on a quoted table) cost KEY_COSTS["text"] a row; int
-    keys and the rest are left at 1 (not listed)."""
+    a text column, one on a quoted table) cost KEY_COSTS["text"] a row, and
+    a key of two columns KEY_EXTRA_COLUMN more (the text one, and the
+    partitioned table's key and its partition's); single int keys and the
+    rest are left at 1 (not listed)."""
+    two = 1 + KEY_EXTRA_COLUMN
     for path in (archives["directory"], archives["custom"]):
         _, items = list_archive(path, pg_restore)
         targets = post_data_targets(path, pg_restore)
         costs = key_costs(path, targets, items, pg_restore)
-        assert {targets[k].name: v for k, v in costs.items()} == {
-            n: KEY_COSTS["text"] for n in ("parent parent_code_key", "child_v_idx",
-                                            "child_v_uidx", "odd idx")}
+        assert {targets[k].name: v for k, v in costs.items()} == pytest.approx({
+            "parent parent_code_key": KEY_COSTS["text"], "child_v_idx": KEY_COSTS["text"],
+            "odd idx": KEY_COSTS["text"], "child_v_uidx": KEY_COSTS["text"] * two,
+            "meas meas_pk": two, "meas_2024 meas_2024_pkey": two})
     # the live plan of a restore keeps them (a replay plans the same) and
     # weighs the builds by them: child's text index twice its int key
     from types import SimpleNamespace
