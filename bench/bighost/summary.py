@@ -214,6 +214,18 @@ def builds_text(rows: list[dict[str, Any]]) -> list[str]:
     if with_w and without and with_w.get("seconds") and without.get("seconds"):
         out.append(f"  one build alone: {without['seconds'] / with_w['seconds']:.2f}x faster "
                    "with the server's default parallel workers than with none")
+    checks = [r for r in rows if r.get("op") == "fk_check"]
+    if checks:
+        out.append("  foreign keys' checks (a table's id to its own key, one a table, at once):")
+    for r in checks:
+        what = f"  {r.get('streams'):>3} at once:"
+        if r.get("skipped"):
+            out.append(f"{what} skipped: {r.get('reason')}")
+            continue
+        out.append(f"{what} {_f(r.get('seconds'), '{:.2f}')} s, "
+                   f"{_f(r.get('us_a_unit_median'), '{:.3f}')} us a unit (a row and its "
+                   "referenced row) for the median one"
+                   + ("" if r.get("ok") else f" FAILED: {r.get('error')}"))
     return out
 
 

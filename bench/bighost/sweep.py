@@ -1167,6 +1167,19 @@ VACUUM ANALYZE t{i};
                 secs = self.build(n, workers, heap)
                 if secs is not None and n == 1 and workers == 0:
                     per_mb = secs / (heap / 1e6)
+        # foreign keys' checks: what one costs a row against the builds (the
+        # advice's rule, docs/advise.md "Index builds follow rows"), alone
+        # and one a table at once
+        per_unit = 0.5e-6  # seconds a unit (a row of the table and one referenced), a guess
+        for n in sorted({1, self.k.ntab}):
+            est = 2 * self.k.scale * n * per_unit / min(n, self.ncores) * 1.5 + 3.0
+            reserve = END_RESERVE + self.copy_reserve(False)
+            if not self.fits(est, reserve):
+                self.skip("fk_check", est, reserve, streams=n)
+                continue
+            secs = self.fk_check(n)
+            if secs is not None and n == 1:
+                per_unit = secs / (2 * self.k.scale)
 
     def build(self, n: int, workers: int | None, heap: float) -> float | None:
         """n sessions at once, each CREATE INDEX on the text column of its own
@@ -1174,20 +1187,8 @@ VACUUM ANALYZE t{i};
         setting = "" if workers is None else f"SET max_parallel_maintenance_workers = {workers}; "
         tables = [f"t{i}" for i in range(1, n + 1)]
         lsn0 = self.psql("SELECT pg_current_wal_lsn()")
-        t0 = time.monotonic()
-        errors: list[str] = []
-
-        def one(t: str) -> float:
-            t1 = time.monotonic()
-            try:
-                self.psql(f"{setting}CREATE INDEX pgsweep_b_{t} ON {t} (b)", db=DB)
-            except Fatal as exc:
-                errors.append(str(exc))
-            return time.monotonic() - t1
-
-        with ThreadPoolExecutor(max_workers=n) as ex:
-            each = list(ex.map(one, tables))
-        wall = time.monotonic() - t0
+        each, wall, errors = self.at_once(
+            [f"{setting}CREATE INDEX pgsweep_b_{t} ON {t} (b)" for t in tables])
         wal = int(self.psql(f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn0}')::bigint"))
         size = int(self.psql("SELECT coalesce(sum(pg_relation_size(oid)), 0) FROM pg_class "
                              "WHERE relname LIKE 'pgsweep_b_%'", db=DB))
@@ -1200,6 +1201,47 @@ VACUUM ANALYZE t{i};
         self.rec("build", streams=n, parallel_workers=label, seconds=round(wall, 3),
                  each_s=[round(x, 3) for x in each], heap_bytes=round(heap),
                  index_bytes=size, wal_bytes=wal, ok=not errors, error=errors[:1])
+        return None if errors else wall
+
+    def at_once(self, statements: list[str]) -> tuple[list[float], float, list[str]]:
+        """Each statement in a session of its own, all at once: (each one's
+        seconds, the wall seconds, the errors)."""
+        t0 = time.monotonic()
+        errors: list[str] = []
+
+        def one(sql: str) -> float:
+            t1 = time.monotonic()
+            try:
+                self.psql(sql, db=DB)
+            except Fatal as exc:
+                errors.append(str(exc))
+            return time.monotonic() - t1
+
+        with ThreadPoolExecutor(max_workers=len(statements)) as ex:
+            each = list(ex.map(one, statements))
+        return each, time.monotonic() - t0, errors
+
+    def fk_check(self, n: int) -> float | None:
+        """n sessions at once, each adding a foreign key from its own table's
+        id to the same table's primary key (a check of every row against
+        the key: no lock shared between the sessions, as the row cost
+        bench's self-referencing key); the keys dropped after. Wall seconds,
+        or None on a failure."""
+        tables = [f"t{i}" for i in range(1, n + 1)]
+        each, wall, errors = self.at_once(
+            [f"ALTER TABLE {t} ADD CONSTRAINT pgsweep_f_{t} FOREIGN KEY (id) REFERENCES {t} (id)"
+             for t in tables])
+        self.psql("; ".join(f"ALTER TABLE {t} DROP CONSTRAINT IF EXISTS pgsweep_f_{t}"
+                            for t in tables), db=DB)
+        units = 2 * self.k.scale * n
+        us = sorted(each)[len(each) // 2] / (2 * self.k.scale) * 1e6
+        self.log(f"fk check: {n} ADD FOREIGN KEY (a table's id to its own key) at once "
+                 f"{wall:.2f} s, each {min(each):.2f}-{max(each):.2f} s, {us:.3f} us a unit "
+                 f"(a row and its referenced row) for the median one"
+                 + (f": {errors[0]}" if errors else ""))
+        self.rec("fk_check", streams=n, seconds=round(wall, 3), each_s=[round(x, 3) for x in each],
+                 rows=self.k.scale * n, units=units, us_a_unit_median=round(us, 4),
+                 ok=not errors, error=errors[:1])
         return None if errors else wall
 
     # -------------------------------------------------------------- COPY loads
