@@ -12,7 +12,7 @@ compared only on ties: none) and by one with duplicates (each value twice,
 or 730 dates: the later columns decide those ties). The keys' order turns
 each repeat, so a drift of the machine's speed falls on every key alike.
 
-    .venv/bin/python bench/key_costs.py                    # ~2 min on 2 cores
+    .venv/bin/python bench/key_costs.py                    # ~1 min on 2 cores
     .venv/bin/python bench/key_costs.py --rows 2000000 --repeats 5
 
 Raw results: docs/bench/key_costs.json.

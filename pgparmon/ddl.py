@@ -588,7 +588,7 @@ def key_costs(path: str | Path, targets: dict[int, PostDataTarget], items: Itera
              if t.table and t.key}
     on = {table for table, key in keyed.values() if key[0]}
     ids = sorted(it.dump_id for it in items if it.desc == "TABLE" and it.relation in on)
-    if not keyed or (not ids and all(len(key) == 1 for _, key in keyed.values())):
+    if not keyed:
         return {}
     types: dict[str, dict[str, str]] = {}
     if ids:
